@@ -1,0 +1,321 @@
+"""The analyses: lazy, cached, with fvcore's query surface.
+
+``JitModelAnalysis`` traces the model once (on the first query), applies the operator
+handles to every recorded operator and rolls the results up by module and operator.
+Changing handles re-aggregates without tracing again.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import logging
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from numbers import Number
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from .errors import HandleError
+from .handles import Handle
+from .ir import ListSpec, OpCall, TensorSpec
+from .presets import flop_preset
+from .scopes import ModuleTree
+from .trace import Trace, trace_jit
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T", bound="JitModelAnalysis")
+AnyHandle = Callable[..., Any]
+
+ANCESTOR_MODES = ("owner", "caller")
+WARN_MODES = ("all", "no_tracer_warning", "none")
+
+# Modules that never run arithmetic of their own: not worth an "uncalled" warning.
+_NO_FORWARD = (nn.ModuleList, nn.ModuleDict, nn.Module, nn.Identity)
+
+
+@dataclass
+class Statistics:
+    counts: dict[str, Counter[str]]
+    unsupported_ops: dict[str, Counter[str]]
+    uncalled_mods: set[str]
+
+
+def op_key(kind: str) -> str:
+    """Result key of an operator kind: namespace dropped, custom Functions by class name."""
+    if kind.startswith("prim::PythonOp."):
+        return kind[len("prim::PythonOp.") :]
+    return kind.split("::", 1)[-1]
+
+
+class JitModelAnalysis:
+    """Per-module statistics from one traced forward pass (fvcore.nn.JitModelAnalysis compatible).
+
+    ``inputs`` is a tensor, a tuple of positional arguments, or any other single argument
+    (e.g. a list of images); ``kwargs`` holds keyword arguments. Both may nest lists, tuples
+    and dicts of tensors and non-tensor constants.
+    """
+
+    def __init__(self, model: nn.Module, inputs: Any, kwargs: Mapping[str, Any] | None = None) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        self._model = model
+        self._inputs = inputs
+        self._kwargs = dict(kwargs) if kwargs is not None else None
+        self._tree = ModuleTree(model)
+        self._handles: dict[str, AnyHandle] = {}
+        self._ignored: set[str] = set()
+        self._base_ignored: frozenset[str] = frozenset()
+        self._flops_per_mac = 1
+        self._trace: Trace | None = None
+        self._stats: Statistics | None = None
+        self._warn_unsupported = True
+        self._warn_uncalled = True
+        self._warn_trace = "no_tracer_warning"
+        self._ancestor_mode = "owner"
+
+    # ----- queries -------------------------------------------------------------------------
+    def total(self, module_name: str = "") -> int:
+        """The statistic summed over all operators of ``module_name`` (default: the model)."""
+        return sum(self.by_operator(module_name).values())
+
+    def by_operator(self, module_name: str = "") -> Counter[str]:
+        """The statistic of ``module_name`` per operator."""
+        stats = self._analyze()
+        return stats.counts[self.canonical_module_name(module_name)]
+
+    def by_module(self) -> Counter[str]:
+        """The statistic of every module (canonical names), summed over operators."""
+        return Counter({name: sum(c.values()) for name, c in self._analyze().counts.items()})
+
+    def by_module_and_operator(self) -> dict[str, Counter[str]]:
+        """The statistic of every module per operator."""
+        return self._analyze().counts
+
+    def unsupported_ops(self, module_name: str = "") -> Counter[str]:
+        """How often each operator without a handle (and not declared free) ran in ``module_name``."""
+        return self._analyze().unsupported_ops[self.canonical_module_name(module_name)]
+
+    def uncalled_modules(self) -> set[str]:
+        """Modules whose ``__call__`` never ran (unused, or reached through ``.forward()``)."""
+        return self._analyze().uncalled_mods
+
+    def canonical_module_name(self, name: str) -> str:
+        """The name results use for the module called ``name`` (differs for shared modules)."""
+        return self._tree.canonical(name)
+
+    # ----- settings ------------------------------------------------------------------------
+    def set_op_handle(self: T, *args: Any, **kwargs: AnyHandle | None) -> T:
+        """Set or replace handles: ``set_op_handle("aten::mm", fn, "aten::bmm", None)`` or
+        ``set_op_handle(**{"aten::mm": fn})``. ``None`` ignores the operator.
+
+        A plain callable is an fvcore handle, called with the node's ``torch._C.Value`` lists;
+        wrap a function of :mod:`opcount.ir` specs with :func:`opcount.spec_handle` instead.
+        """
+        if len(args) % 2:
+            raise TypeError("set_op_handle takes pairs of operator names and handles")
+        pairs = {**dict(zip(args[::2], args[1::2])), **kwargs}
+        for name, handle in pairs.items():
+            if not isinstance(name, str) or "::" not in name:
+                raise ValueError(f"operator names are qualified like 'aten::mm', got {name!r}")
+            if handle is None:
+                self._handles.pop(name, None)
+                self._ignored.add(name)
+            elif callable(handle):
+                self._handles[name] = handle
+                self._ignored.discard(name)
+            else:
+                raise TypeError(f"handle for {name} must be callable or None, got {type(handle).__name__}")
+        self._stats = None
+        return self
+
+    def clear_op_handles(self: T) -> T:
+        """Remove every handle; only the explicitly free operators stay ignored."""
+        self._handles = {}
+        self._ignored = set(self._base_ignored)
+        self._stats = None
+        return self
+
+    def ancestor_mode(self: T, mode: str) -> T:
+        """``"owner"``: an operator belongs to the module that ran it and that module's owners by
+        name. ``"caller"``: to every module on the call stack when it ran."""
+        if mode not in ANCESTOR_MODES:
+            raise ValueError(f"unknown ancestor mode {mode!r}; choose 'owner' or 'caller'")
+        self._ancestor_mode = mode
+        self._stats = None
+        return self
+
+    def tracer_warnings(self: T, mode: str) -> T:
+        """Which warnings tracing may show: ``"all"``, ``"no_tracer_warning"`` (default), ``"none"``."""
+        if mode not in WARN_MODES:
+            raise ValueError(f"unknown tracer warning mode {mode!r}; choose one of {WARN_MODES}")
+        self._warn_trace = mode
+        return self
+
+    def unsupported_ops_warnings(self: T, enabled: bool) -> T:
+        self._warn_unsupported = bool(enabled)
+        return self
+
+    def uncalled_modules_warnings(self: T, enabled: bool) -> T:
+        self._warn_uncalled = bool(enabled)
+        return self
+
+    def copy(self: T, new_model: nn.Module | None = None, new_inputs: Any = None) -> T:
+        """The same analysis (class and every setting) on a new model and/or new inputs."""
+        new = _copy.copy(self)
+        new._handles = dict(self._handles)
+        new._ignored = set(self._ignored)
+        new._stats = None
+        if new_model is not None or new_inputs is not None:
+            new._trace = None
+        if new_model is not None:
+            if not isinstance(new_model, nn.Module):
+                raise TypeError(f"new_model must be a torch.nn.Module, got {type(new_model).__name__}")
+            new._model = new_model
+            new._tree = ModuleTree(new_model)
+        if new_inputs is not None:
+            new._inputs = new_inputs
+        return new
+
+    # ----- the work ------------------------------------------------------------------------
+    def _traced(self) -> Trace:
+        if self._trace is None:
+            self._trace = trace_jit(self._model, self._inputs, self._kwargs, self._tree, self._warn_trace)
+        return self._trace
+
+    def _analyze(self) -> Statistics:
+        if self._stats is not None:
+            return self._stats
+        trace = self._traced()
+        tree = self._tree
+        counts: dict[str, Counter[str]] = {name: Counter() for name in tree.names}
+        unsupported: dict[str, Counter[str]] = {name: Counter() for name in tree.names}
+        ancestors_of: dict[tuple[str, ...], tuple[str, ...]] = {}
+        caller = self._ancestor_mode == "caller"
+        for call in trace.calls:
+            ancestors = ancestors_of.get(call.scope)
+            if ancestors is None:
+                # A set: an operator counts at most once per module, even under recursion.
+                chain = call.scope if caller else tree.owners(call.scope[-1])
+                ancestors = ancestors_of[call.scope] = tuple(dict.fromkeys(("", *chain)))
+            handle = self._handles.get(call.kind)
+            if handle is None:
+                if not self._is_ignored(call.kind):
+                    for name in ancestors:
+                        unsupported[name][call.kind] += 1
+                continue
+            result = self._apply(handle, call)
+            for name in ancestors:
+                counter = counts[name]
+                for op, value in result.items():
+                    counter[op] += value
+        for counter in counts.values():  # fvcore's Counter arithmetic keeps positive counts only
+            for op in [op for op, v in counter.items() if v <= 0]:
+                del counter[op]
+        uncalled = set(tree.names) - trace.called
+        self._stats = Statistics(counts, unsupported, uncalled)
+        self._warn(unsupported[""], uncalled)
+        return self._stats
+
+    def _is_ignored(self, kind: str) -> bool:
+        if kind in self._ignored:
+            return True
+        # Other prim:: nodes are graph structure; PythonOp and CallFunction run user code.
+        return kind.startswith("prim::") and not kind.startswith(("prim::PythonOp", "prim::CallFunction"))
+
+    def _apply(self, handle: AnyHandle, call: OpCall) -> Counter[str]:
+        try:
+            if isinstance(handle, Handle):
+                value = handle(call.inputs, call.outputs)
+                scale = self._flops_per_mac if handle.macs else 1
+                name = handle.name or op_key(call.kind)
+            else:
+                if call.raw is None:
+                    raise TypeError(
+                        "this handle takes torch._C.Value lists (fvcore style), which only the jit tracer "
+                        "has; wrap a function of specs with opcount.spec_handle"
+                    )
+                node: Any = call.raw
+                value = handle(list(node.inputs()), list(node.outputs()))
+                scale, name = 1, op_key(call.kind)
+        except Exception as e:  # noqa: BLE001  re-raised with operator, module and shapes
+            raise HandleError(
+                f"the handle for {call.kind} failed in module '{call.scope[-1]}' "
+                f"on inputs {describe(call.inputs)}: {type(e).__name__}: {e}"
+            ) from e
+        counter = Counter({name: value}) if isinstance(value, Number) else value
+        if not isinstance(counter, Mapping):
+            raise HandleError(f"the handle for {call.kind} returned {type(value).__name__}, not a number or Counter")
+        for v in counter.values():
+            if not isinstance(v, (int, float, np.integer, np.floating)) or (isinstance(v, float) and math.isnan(v)):
+                raise HandleError(f"the handle for {call.kind} returned {v!r}, not a number")
+        if scale != 1:
+            counter = Counter({k: v * scale for k, v in counter.items()})
+        return counter  # type: ignore[return-value]
+
+    def _warn(self, unsupported: Counter[str], uncalled: set[str]) -> None:
+        if self._warn_unsupported:
+            for op, n in sorted(unsupported.items()):
+                logger.warning("Unsupported operator %s encountered %d time(s)", op, n)
+        if self._warn_uncalled:
+            shown = sorted(n for n in uncalled if type(self._tree.module(n)).forward not in _forwards())
+            if shown:
+                logger.warning(
+                    "These submodules were never called during the trace: %s. They are unused, or were "
+                    "reached through .forward() or another method; their cost, if any, is in their caller.",
+                    ", ".join(shown),
+                )
+
+
+def _forwards() -> set[Any]:
+    return {m.forward for m in _NO_FORWARD}
+
+
+def describe(specs: tuple[Any, ...]) -> str:
+    """Input specs as a short string: tensors by shape and dtype, constants by value."""
+    parts = []
+    for s in specs:
+        if isinstance(s, TensorSpec):
+            parts.append(f"{list(s.shape)}:{s.dtype}")
+        elif isinstance(s, ListSpec):
+            parts.append("[" + ", ".join(describe((i,)) for i in s.items) + "]")
+        else:
+            parts.append(repr(getattr(s, "value", s)))
+    return "(" + ", ".join(parts) + ")"
+
+
+class FlopCountAnalysis(JitModelAnalysis):
+    """FLOPs per operator and module; a drop-in for ``fvcore.nn.FlopCountAnalysis``.
+
+    ``preset``: ``"default"`` (every formula), ``"fvcore"`` (exactly fvcore's default set, so
+    totals equal fvcore's) or ``"macs"`` (multiply-add kinds only).
+    ``flops_per_mac``: 1 (fvcore's convention) or 2; scales every multiply-add formula.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        inputs: Any,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        preset: str = "default",
+        flops_per_mac: int = 1,
+    ) -> None:
+        super().__init__(model, inputs, kwargs)
+        if flops_per_mac not in (1, 2):
+            raise ValueError(f"flops_per_mac must be 1 or 2, got {flops_per_mac!r}")
+        chosen = flop_preset(preset)
+        self._preset = preset
+        self._flops_per_mac = flops_per_mac
+        self._base_ignored = chosen.ignored
+        self._ignored = set(chosen.ignored)
+        self._handles = dict(chosen.handles)
+
+    @property
+    def flops_per_mac(self) -> int:
+        return self._flops_per_mac

@@ -1,0 +1,103 @@
+"""One registry per metric: operator name -> handle, filled by decorators in the family modules.
+
+A handle is a pure function ``fn(inputs, outputs) -> int | Counter[str]`` of the operator's
+argument specs (see :mod:`opcount.ir`). Each operator has exactly one of three outcomes:
+counted (a handle), explicitly zero-cost (``zero_cost``), or unsupported (neither).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from ..ir import Spec
+
+SpecFn = Callable[[Sequence[Spec], Sequence[Spec]], "int | float | Counter[str]"]
+
+
+@dataclass(frozen=True)
+class Handle:
+    """A spec-based handle and what the analyses need to know about it.
+
+    ``macs``: the result counts multiply-adds, so ``flops_per_mac`` scales it.
+    ``fvcore``: part of fvcore's default set (the ``"fvcore"`` preset), with fvcore's values.
+    ``name``: the operator key in results when it differs from the short op name.
+    """
+
+    fn: SpecFn
+    ops: tuple[str, ...]
+    macs: bool = False
+    fvcore: bool = False
+    name: str | None = None
+    family: str = ""
+    doc: str = field(default="", compare=False)
+
+    def __call__(self, inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int | float | Counter[str]:
+        return self.fn(inputs, outputs)
+
+
+def spec_handle(fn: SpecFn, *, macs: bool = False, name: str | None = None) -> Handle:
+    """Wrap a user function of specs as a handle for ``set_op_handle``.
+
+    A plain callable given to ``set_op_handle`` is taken to be an fvcore handle (it receives
+    ``torch._C.Value`` lists); wrap a function of :mod:`opcount.ir` specs with this instead.
+    """
+    return Handle(fn=fn, ops=(), macs=macs, name=name, doc=fn.__doc__ or "")
+
+
+class Registry:
+    """Operator name -> handle for one metric; refuses to register an operator twice."""
+
+    def __init__(self, metric: str) -> None:
+        self.metric = metric
+        self._handles: dict[str, Handle] = {}
+        self._zero: dict[str, str] = {}  # op -> family, explicitly zero-cost
+
+    def register(
+        self, *ops: str, macs: bool = False, fvcore: bool = False, name: str | None = None
+    ) -> Callable[[SpecFn], SpecFn]:
+        """Decorator: register ``fn`` as the handle of every operator in ``ops``."""
+
+        def decorate(fn: SpecFn) -> SpecFn:
+            family = fn.__module__.rsplit(".", 1)[-1]
+            handle = Handle(fn, tuple(ops), macs, fvcore, name, family, fn.__doc__ or "")
+            for op in ops:
+                self._claim(op)
+                self._handles[op] = handle
+            return fn
+
+        return decorate
+
+    def zero_cost(self, *ops: str, family: str = "zero_cost") -> None:
+        """Declare operators that do no arithmetic for this metric (views, copies, indexing)."""
+        for op in ops:
+            self._claim(op)
+            self._zero[op] = family
+
+    def _claim(self, op: str) -> None:
+        if "::" not in op:
+            raise ValueError(f"operator names are qualified (e.g. 'aten::{op}'), got {op!r}")
+        if op in self._handles or op in self._zero:
+            raise ValueError(f"{self.metric}: operator {op!r} is registered twice")
+
+    @property
+    def handles(self) -> dict[str, Handle]:
+        return dict(self._handles)
+
+    @property
+    def zero(self) -> frozenset[str]:
+        return frozenset(self._zero)
+
+    def zero_families(self) -> dict[str, str]:
+        return dict(self._zero)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._handles)
+
+    def __contains__(self, op: object) -> bool:
+        return op in self._handles or op in self._zero
+
+
+FLOPS = Registry("flops")
+ACTIVATIONS = Registry("activations")

@@ -1,0 +1,64 @@
+"""The module tree of a model, built once: canonical names, aliases and ancestors.
+
+Names follow fvcore: the root is ``""``, descendants are ``"child.grandchild"``. A module
+reachable under several names (a shared module) is reported under the first name met in
+registration order; the other names are aliases of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from torch import nn
+
+
+def named_modules_with_aliases(model: nn.Module, prefix: str = "") -> Iterator[tuple[str, nn.Module]]:
+    """Like ``named_modules()`` but also yields every further name of a shared module."""
+    yield prefix, model
+    for name, child in model._modules.items():
+        if child is not None:
+            yield from named_modules_with_aliases(child, f"{prefix}.{name}" if prefix else name)
+
+
+class ModuleTree:
+    """Canonical module names of a model with their owners (parents by name) and aliases."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.modules: dict[str, nn.Module] = {}  # every name, aliases included
+        self.aliases: dict[str, str] = {}  # any name -> canonical name
+        self.names: list[str] = []  # canonical names in registration order
+        self._by_id: dict[int, str] = {}
+        for name, module in named_modules_with_aliases(model):
+            canonical = self._by_id.setdefault(id(module), name)
+            if canonical == name:
+                self.names.append(name)
+            self.modules[name] = module
+            self.aliases[name] = canonical
+        self._owners = {name: self._owner_chain(name) for name in self.names}
+
+    def _owner_chain(self, name: str) -> tuple[str, ...]:
+        # The prefixes of a canonical name are canonical too: a module first met through
+        # "a.b" is met before any of its children, so the children's first names extend "a.b".
+        if not name:
+            return ("",)
+        parts = name.split(".")
+        return ("", *(".".join(parts[: k + 1]) for k in range(len(parts))))
+
+    def canonical(self, name: str) -> str:
+        """The canonical name of ``name``; KeyError if no module has that name."""
+        if not isinstance(name, str):
+            raise TypeError(f"module names are strings, got {type(name).__name__}")
+        try:
+            return self.aliases[name]
+        except KeyError:
+            raise KeyError(f"no module named {name!r} in the analyzed model") from None
+
+    def name_of(self, module: nn.Module) -> str:
+        return self._by_id[id(module)]
+
+    def owners(self, name: str) -> tuple[str, ...]:
+        """The module and its ancestors by ownership (by name), root first."""
+        return self._owners[name]
+
+    def module(self, name: str) -> nn.Module:
+        return self.modules[name]
