@@ -1,0 +1,151 @@
+"""Scope semantics: which module each operator's cost lands in. Numbers worked by hand."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from opcount import FlopCountAnalysis, spec_handle
+from opcount.ir import tensor
+
+from .models import CalledTwice, Nested, OwnerVsCaller, Recursive, Shared, ViaForward
+
+
+def test_nested_modules_roll_up_to_every_ancestor() -> None:
+    a = FlopCountAnalysis(Nested(), torch.randn(4, 10))
+    assert a.total() == 800 + 400 + 60
+    by_module = a.by_module()
+    assert by_module["inner"] == 1200
+    assert by_module["inner.fc1"] == 800
+    assert by_module["inner.fc2"] == 400
+    assert by_module["head"] == 60
+    assert by_module["unused"] == 0
+    assert a.total("inner.fc2") == 400
+    assert a.by_operator("inner") == {"linear": 1200}
+    assert a.by_module_and_operator()["head"] == {"linear": 60}
+
+
+def test_module_called_twice_counts_both_calls() -> None:
+    a = FlopCountAnalysis(CalledTwice(), torch.randn(2, 8))
+    assert a.total() == 256
+    assert a.total("fc") == 256
+
+
+def test_shared_module_is_reported_under_its_first_name() -> None:
+    a = FlopCountAnalysis(Shared(), torch.randn(2, 8))
+    assert a.canonical_module_name("b") == "a"
+    assert "b" not in a.by_module()
+    assert a.total("a") == a.total("b") == 256
+    assert a.total() == 256
+
+
+def test_recursive_scopes_count_each_operator_once_per_module() -> None:
+    for mode in ("owner", "caller"):
+        a = FlopCountAnalysis(Recursive(), torch.randn(2, 6)).ancestor_mode(mode)
+        assert a.total() == 3 * 72, mode
+        assert a.total("fc") == 3 * 72, mode
+
+
+def test_forward_called_directly_is_attributed_to_the_caller() -> None:
+    a = FlopCountAnalysis(ViaForward(), torch.randn(3, 4))
+    assert a.total() == 3 * 4 * 4
+    assert a.total("child") == 0
+    assert "child" in a.uncalled_modules()
+
+
+def test_owner_and_caller_modes() -> None:
+    x = torch.randn(2, 4)
+    owner = FlopCountAnalysis(OwnerVsCaller(), x).ancestor_mode("owner")
+    caller = FlopCountAnalysis(OwnerVsCaller(), x).ancestor_mode("caller")
+    assert owner.total() == caller.total() == 64
+    assert owner.total("a") == 32  # only a.proj: b is owned by the root
+    assert caller.total("a") == 64  # b ran inside a's forward
+    assert owner.total("b") == caller.total("b") == 32
+    with pytest.raises(ValueError, match="ancestor mode"):
+        owner.ancestor_mode("parent")
+
+
+def test_unused_modules_are_reported() -> None:
+    a = FlopCountAnalysis(Nested(), torch.randn(4, 10))
+    assert a.uncalled_modules() == {"unused"}
+
+
+def test_data_parallel_is_unwrapped_with_module_prefix() -> None:
+    model = Nested()
+    a = FlopCountAnalysis(nn.DataParallel(model), torch.randn(4, 10))
+    assert a.total() == 1260
+    assert a.by_module()["module.inner.fc1"] == 800
+    assert a.by_module()["module"] == 1260
+
+
+def test_fvcore_style_handle_receives_jit_values() -> None:
+    def relu_handle(inputs, outputs):  # noqa: ANN001  (an fvcore handle, as users write them)
+        return outputs[0].type().sizes()[0] * outputs[0].type().sizes()[1]
+
+    model = nn.Sequential(nn.Linear(4, 6), nn.ReLU())
+    a = FlopCountAnalysis(model, torch.randn(2, 4)).set_op_handle("aten::relu", relu_handle)
+    assert a.by_operator() == {"linear": 2 * 4 * 6, "relu": 2 * 6}
+
+
+def test_spec_handle_and_kwargs_form() -> None:
+    model = nn.Sequential(nn.Linear(4, 6), nn.ReLU())
+    double = spec_handle(lambda i, o: 2 * tensor(i[0]).numel)
+    a = FlopCountAnalysis(model, torch.randn(2, 4)).set_op_handle(**{"aten::relu": double})
+    assert a.by_operator()["relu"] == 2 * 2 * 6
+
+
+def test_ignored_op_counts_nothing_and_is_not_unsupported() -> None:
+    a = FlopCountAnalysis(Nested(), torch.randn(4, 10)).set_op_handle("aten::linear", None)
+    assert a.total() == 0
+    assert a.unsupported_ops() == {}
+
+
+def test_handle_change_recomputes_without_retracing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import opcount.analysis as analysis
+
+    a = FlopCountAnalysis(Nested(), torch.randn(4, 10))
+    assert a.total() == 1260
+    calls = []
+    monkeypatch.setattr(analysis, "trace_jit", lambda *args: calls.append(args))
+    a.set_op_handle("aten::linear", spec_handle(lambda i, o: 1))
+    assert a.total() == 3
+    assert calls == []
+
+
+def test_clear_op_handles_makes_everything_unsupported() -> None:
+    a = FlopCountAnalysis(Nested(), torch.randn(4, 10)).clear_op_handles()
+    assert a.total() == 0
+    assert a.unsupported_ops() == {"aten::linear": 3}
+
+
+def test_unsupported_ops_analyzes_lazily() -> None:
+    a = FlopCountAnalysis(nn.Sequential(nn.Linear(4, 4), nn.Tanh()), torch.randn(1, 4), preset="fvcore")
+    assert a.unsupported_ops() == {"aten::tanh": 1}
+    assert a.unsupported_ops("0") == {}
+
+
+def test_copy_keeps_class_and_every_setting() -> None:
+    class MyAnalysis(FlopCountAnalysis):
+        pass
+
+    a = MyAnalysis(OwnerVsCaller(), torch.randn(2, 4), flops_per_mac=2)
+    a.ancestor_mode("caller").set_op_handle("aten::linear", None).unsupported_ops_warnings(False)
+    b = a.copy()
+    assert type(b) is MyAnalysis
+    assert b.total() == 0 and b.unsupported_ops() == {}
+    c = a.copy(new_model=OwnerVsCaller(), new_inputs=torch.randn(4, 4)).set_op_handle(
+        "aten::linear", spec_handle(lambda i, o: tensor(i[0]).shape[0], macs=True)
+    )
+    assert c.total("a") == 2 * (4 + 4)  # caller mode kept; 2 flops per multiply-add kept
+    assert a.total() == 0  # the original is untouched by the copy's new handle
+
+
+def test_flops_per_mac_scales_multiply_adds_only() -> None:
+    model = nn.Sequential(nn.Linear(10, 20), nn.BatchNorm1d(20).eval())
+    one = FlopCountAnalysis(model, torch.randn(4, 10))
+    two = FlopCountAnalysis(model, torch.randn(4, 10), flops_per_mac=2)
+    assert one.by_operator() == {"linear": 800, "batch_norm": 4 * 20 * 2}
+    assert two.by_operator() == {"linear": 1600, "batch_norm": 4 * 20 * 2}
+    with pytest.raises(ValueError, match="flops_per_mac"):
+        FlopCountAnalysis(model, torch.randn(4, 10), flops_per_mac=3)
