@@ -11,7 +11,7 @@ import copy as _copy
 import logging
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from numbers import Number
 from typing import Any, TypeVar
@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from .errors import HandleError
-from .handles import Handle
+from .handles import ACTIVATIONS, Handle
 from .ir import ListSpec, OpCall, TensorSpec
 from .presets import flop_preset
 from .scopes import ModuleTree
@@ -31,9 +31,12 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T", bound="JitModelAnalysis")
 AnyHandle = Callable[..., Any]
+K = TypeVar("K", bound=Hashable)
 
 ANCESTOR_MODES = ("owner", "caller")
 WARN_MODES = ("all", "no_tracer_warning", "none")
+
+_NOTHING: Counter[str] = Counter()  # an ignored call's value; never mutated
 
 # Modules that never run arithmetic of their own: not worth an "uncalled" warning.
 _NO_FORWARD = (nn.ModuleList, nn.ModuleDict, nn.Module, nn.Identity)
@@ -66,6 +69,8 @@ class JitModelAnalysis:
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         self._model = model
         self._inputs = inputs
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise TypeError(f"kwargs must be a mapping of argument names to values, got {type(kwargs).__name__}")
         self._kwargs = dict(kwargs) if kwargs is not None else None
         self._tree = ModuleTree(model)
         self._handles: dict[str, AnyHandle] = {}
@@ -78,6 +83,16 @@ class JitModelAnalysis:
         self._warn_uncalled = True
         self._warn_trace = "no_tracer_warning"
         self._ancestor_mode = "owner"
+
+    @property
+    def model(self) -> nn.Module:
+        """The analyzed model."""
+        return self._model
+
+    @property
+    def module_tree(self) -> ModuleTree:
+        """The model's module tree: canonical names, owners and aliases."""
+        return self._tree
 
     # ----- queries -------------------------------------------------------------------------
     def total(self, module_name: str = "") -> int:
@@ -192,24 +207,42 @@ class JitModelAnalysis:
         if self._stats is not None:
             return self._stats
         trace = self._traced()
+        counts, unsupported = self._aggregate(trace.calls, map(self._value, trace.calls))
+        uncalled = set(self._tree.names) - trace.called
+        self._stats = Statistics(counts, unsupported, uncalled)
+        self._warn(unsupported[""], uncalled)
+        return self._stats
+
+    def _value(self, call: OpCall) -> Counter[str] | None:
+        """One call's statistic: None when unsupported, empty when ignored."""
+        handle = self._handles.get(call.kind)
+        if handle is None:
+            return _NOTHING if self._is_ignored(call.kind) else None
+        return self._apply(handle, call)
+
+    def _aggregate(
+        self, calls: Iterable[OpCall], values: Iterable[Mapping[K, float] | None]
+    ) -> tuple[dict[str, Counter[K]], dict[str, Counter[str]]]:
+        """Roll each call's value (None: unsupported) up to every module it belongs to.
+
+        Subclasses that measure several quantities per call pass composite keys (e.g.
+        ``(operator, "read")``) and split the counters afterwards: one walk over the calls.
+        """
         tree = self._tree
-        counts: dict[str, Counter[str]] = {name: Counter() for name in tree.names}
+        counts: dict[str, Counter[K]] = {name: Counter() for name in tree.names}
         unsupported: dict[str, Counter[str]] = {name: Counter() for name in tree.names}
         ancestors_of: dict[tuple[str, ...], tuple[str, ...]] = {}
         caller = self._ancestor_mode == "caller"
-        for call in trace.calls:
+        for call, result in zip(calls, values):
             ancestors = ancestors_of.get(call.scope)
             if ancestors is None:
                 # A set: an operator counts at most once per module, even under recursion.
                 chain = call.scope if caller else tree.owners(call.scope[-1])
                 ancestors = ancestors_of[call.scope] = tuple(dict.fromkeys(("", *chain)))
-            handle = self._handles.get(call.kind)
-            if handle is None:
-                if not self._is_ignored(call.kind):
-                    for name in ancestors:
-                        unsupported[name][call.kind] += 1
+            if result is None:
+                for name in ancestors:
+                    unsupported[name][call.kind] += 1
                 continue
-            result = self._apply(handle, call)
             for name in ancestors:
                 counter = counts[name]
                 for op, value in result.items():
@@ -217,10 +250,7 @@ class JitModelAnalysis:
         for counter in counts.values():  # fvcore's Counter arithmetic keeps positive counts only
             for op in [op for op, v in counter.items() if v <= 0]:
                 del counter[op]
-        uncalled = set(tree.names) - trace.called
-        self._stats = Statistics(counts, unsupported, uncalled)
-        self._warn(unsupported[""], uncalled)
-        return self._stats
+        return counts, unsupported
 
     def _is_ignored(self, kind: str) -> bool:
         if kind in self._ignored:
@@ -228,7 +258,9 @@ class JitModelAnalysis:
         # Other prim:: nodes are graph structure; PythonOp and CallFunction run user code.
         return kind.startswith("prim::") and not kind.startswith(("prim::PythonOp", "prim::CallFunction"))
 
-    def _apply(self, handle: AnyHandle, call: OpCall) -> Counter[str]:
+    def _invoke(self, handle: AnyHandle, call: OpCall) -> tuple[Any, int, str]:
+        """Run a handle on one call: (its raw result, the mac scale, the operator key).
+        Failures are re-raised naming the operator, the module and the input shapes."""
         try:
             if isinstance(handle, Handle):
                 value = handle(call.inputs, call.outputs)
@@ -248,6 +280,10 @@ class JitModelAnalysis:
                 f"the handle for {call.kind} failed in module '{call.scope[-1]}' "
                 f"on inputs {describe(call.inputs)}: {type(e).__name__}: {e}"
             ) from e
+        return value, scale, name
+
+    def _apply(self, handle: AnyHandle, call: OpCall) -> Counter[str]:
+        value, scale, name = self._invoke(handle, call)
         counter = Counter({name: value}) if isinstance(value, Number) else value
         if not isinstance(counter, Mapping):
             raise HandleError(f"the handle for {call.kind} returned {type(value).__name__}, not a number or Counter")
@@ -319,3 +355,18 @@ class FlopCountAnalysis(JitModelAnalysis):
     @property
     def flops_per_mac(self) -> int:
         return self._flops_per_mac
+
+
+class ActivationCountAnalysis(JitModelAnalysis):
+    """Activations per operator and module; a drop-in for ``fvcore.nn.ActivationCountAnalysis``.
+
+    fvcore's convention: the output elements of convolutions (key ``"conv"``), ``addmm``,
+    ``bmm``, ``einsum``, ``matmul`` and ``linear``; fvcore's ignore list is free and any other
+    operator is reported as unsupported.
+    """
+
+    def __init__(self, model: nn.Module, inputs: Any, kwargs: Mapping[str, Any] | None = None) -> None:
+        super().__init__(model, inputs, kwargs)
+        self._base_ignored = ACTIVATIONS.zero
+        self._ignored = set(ACTIVATIONS.zero)
+        self._handles = dict(ACTIVATIONS.handles)

@@ -7,6 +7,7 @@ Python values. Everything downstream (handles, aggregation, reports) sees only t
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -22,10 +23,17 @@ DTYPE_BYTES: dict[str, float] = {
 
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
-    """A tensor seen by the tracer: its shape and dtype name (e.g. ``"float32"``)."""
+    """A tensor seen by the tracer: its shape and dtype name (e.g. ``"float32"``).
+
+    ``param`` is the qualified name of the parameter or buffer this tensor is, when it is one.
+    ``id`` identifies the value within one trace (the output of one call and the input of the
+    next share it), so data flow can be followed; neither takes part in equality.
+    """
 
     shape: tuple[int, ...]
     dtype: str = "float32"
+    param: str | None = field(default=None, compare=False)
+    id: int | None = field(default=None, compare=False)
 
     @property
     def numel(self) -> int:
@@ -67,7 +75,6 @@ class ListSpec:
 Spec = Union[TensorSpec, Const, ListSpec]
 
 
-@dataclass(frozen=True, slots=True)
 class OpCall:
     """One operator call recorded by a tracer.
 
@@ -76,13 +83,59 @@ class OpCall:
     ``forward`` when the operator was called, outermost first; the root module is ``""``.
     ``raw`` keeps the tracer's native node so that handles written for fvcore (which take
     ``torch._C.Value`` lists) still work; it takes no part in equality.
+
+    A tracer may pass ``resolve`` instead of the specs: a function of ``raw`` that returns
+    ``(inputs, outputs)``, called on first access, so that operators nobody asks about (views,
+    ignored operators) cost no conversion.
     """
 
-    kind: str
-    inputs: tuple[Spec, ...]
-    outputs: tuple[Spec, ...]
-    scope: tuple[str, ...]
-    raw: object = field(default=None, compare=False, repr=False)
+    __slots__ = ("kind", "scope", "raw", "_inputs", "_outputs", "_resolve")
+
+    def __init__(
+        self,
+        kind: str,
+        inputs: tuple[Spec, ...] | None = None,
+        outputs: tuple[Spec, ...] | None = None,
+        scope: tuple[str, ...] = ("",),
+        raw: object = None,
+        resolve: Callable[[object], tuple[tuple[Spec, ...], tuple[Spec, ...]]] | None = None,
+    ) -> None:
+        if resolve is None and (inputs is None or outputs is None):
+            raise ValueError("OpCall needs inputs and outputs, or a resolve function")
+        self.kind = kind
+        self.scope = scope
+        self.raw = raw
+        self._inputs = inputs
+        self._outputs = outputs
+        self._resolve = resolve
+
+    def _load(self) -> None:
+        assert self._resolve is not None
+        self._inputs, self._outputs = self._resolve(self.raw)
+        self._resolve = None
+
+    @property
+    def inputs(self) -> tuple[Spec, ...]:
+        if self._inputs is None:
+            self._load()
+        return self._inputs  # type: ignore[return-value]
+
+    @property
+    def outputs(self) -> tuple[Spec, ...]:
+        if self._outputs is None:
+            self._load()
+        return self._outputs  # type: ignore[return-value]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, OpCall):
+            return NotImplemented
+        return (self.kind, self.scope, self.inputs, self.outputs) == (other.kind, other.scope, other.inputs, other.outputs)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.scope, self.inputs, self.outputs))
+
+    def __repr__(self) -> str:
+        return f"OpCall(kind={self.kind!r}, inputs={self.inputs!r}, outputs={self.outputs!r}, scope={self.scope!r})"
 
 
 def tensor(spec: Spec) -> TensorSpec:

@@ -53,6 +53,9 @@ class ModuleTree:
         except KeyError:
             raise KeyError(f"no module named {name!r} in the analyzed model") from None
 
+    def has(self, module: nn.Module) -> bool:
+        return id(module) in self._by_id
+
     def name_of(self, module: nn.Module) -> str:
         return self._by_id[id(module)]
 
