@@ -27,12 +27,13 @@ class TwoArgs(nn.Module):
 
 def test_tuple_of_arguments_and_constants() -> None:
     a = FlopCountAnalysis(TwoArgs(), (torch.randn(2, 4), 0.5))
-    assert a.total() == 24
+    assert a.by_operator() == {"linear": 24, "mul": 2 * 3}  # the scale multiplies each output once
 
 
 def test_keyword_arguments() -> None:
     a = FlopCountAnalysis(TwoArgs(), (torch.randn(2, 4),), kwargs={"extra": torch.randn(5, 4)})
     assert a.total("fc") == 24 + 5 * 4 * 3
+    assert a.by_operator() == {"linear": 24 + 5 * 4 * 3, "mul": 2 * 3}
 
 
 class Nested(nn.Module):

@@ -15,9 +15,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._runtime import gc_paused
 from ..errors import TraceError
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
-from ..scopes import ModuleTree
+from ..scopes import ModuleTree, named_modules_with_aliases
 from .structure import FlatCall, normalize_inputs, output_tensors
 
 # TorchScript scalar type names -> torch dtype names.
@@ -87,23 +88,33 @@ def trace_jit(
     args, kw = normalize_inputs(inputs, kwargs)
     inner = model.module if isinstance(model, WRAPPERS) else model
     flat = _Flat(inner, FlatCall(args, kw))
-    with _preserved(tree), _warnings(warn_mode), _scopes_recorded(tree, inner):
+    with gc_paused(), _preserved(tree), _warnings(warn_mode), _scopes_recorded(tree, inner):
         try:
             graph, _ = torch.jit._get_trace_graph(flat, flat._call.tensors)
         except Exception as e:  # noqa: BLE001  re-raised with the module path
             raise _trace_error(model, tree, e) from e
-    calls = tuple(_records(graph, tree, lambda: _param_names(flat, graph, len(flat._call.tensors))))
+        calls = tuple(_records(graph, tree, lambda: _param_names(inner, graph, len(flat._call.tensors))))
     called = {name for scope in {call.scope for call in calls} for name in scope} | {""}
     return Trace(calls=calls, called=frozenset(called))
 
 
-def _param_names(flat: _Flat, graph: torch._C.Graph, n_inputs: int) -> dict[int, str]:
-    """Graph value id -> qualified parameter/buffer name. The tracer appends the module state
-    (deduplicated, in state-dict order) to the graph inputs after the traced tensors."""
-    state = torch.jit._unique_state_dict(flat, keep_vars=True)
-    prefix = "model."
+def _param_names(inner: nn.Module, graph: torch._C.Graph, n_inputs: int) -> dict[int, str]:
+    """Graph value id -> qualified parameter/buffer name.
+
+    The tracer appends the module state to the graph inputs after the traced tensors, in
+    ``state_dict`` order without duplicates; walking the modules directly gives the same order
+    at a fraction of ``state_dict``'s cost on models with thousands of modules.
+    """
+    names: list[str] = []
+    seen: set[int] = set()
+    for prefix, module in named_modules_with_aliases(inner):
+        skip = module._non_persistent_buffers_set
+        for key, value in (*module._parameters.items(), *((k, b) for k, b in module._buffers.items() if k not in skip)):
+            if value is not None and id(value) not in seen:
+                seen.add(id(value))
+                names.append(f"{prefix}.{key}" if prefix else key)
     inputs = list(graph.inputs())[n_inputs:]
-    return {v.unique(): name[len(prefix):] if name.startswith(prefix) else name for v, name in zip(inputs, state)}
+    return {v.unique(): name for v, name in zip(inputs, names)}
 
 
 def _failing_module(tree: ModuleTree, e: BaseException) -> str | None:
@@ -184,8 +195,11 @@ class _Converter:
         self._cache: dict[int, Spec] = {}
 
     def node_specs(self, node: object) -> tuple[tuple[Spec, ...], tuple[Spec, ...]]:
+        # inputsAt/outputsAt: several times faster than iterating node.inputs() in pybind.
         n: Any = node
-        return tuple(map(self.spec, n.inputs())), tuple(map(self.spec, n.outputs()))
+        spec = self.spec
+        ins = tuple(spec(n.inputsAt(i)) for i in range(n.inputsSize()))
+        return ins, tuple(spec(n.outputsAt(i)) for i in range(n.outputsSize()))
 
     def spec(self, value: torch._C.Value) -> Spec:
         uid = value.unique()
@@ -209,7 +223,7 @@ class _Converter:
         if kind == "prim::Constant":
             return Const(value.toIValue())
         if kind == "prim::ListConstruct":
-            items = tuple(map(self.spec, node.inputs()))
+            items = tuple(self.spec(node.inputsAt(i)) for i in range(node.inputsSize()))
             if all(isinstance(i, Const) and i.known for i in items):
                 return Const(tuple(i.value for i in items))  # type: ignore[union-attr]
             return ListSpec(items)
