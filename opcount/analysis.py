@@ -8,6 +8,7 @@ Changing handles re-aggregates without tracing again.
 from __future__ import annotations
 
 import copy as _copy
+import functools
 import logging
 import math
 from collections import Counter
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ._runtime import gc_paused
 from .errors import HandleError
 from .handles import ACTIVATIONS, Handle
 from .ir import ListSpec, OpCall, TensorSpec
@@ -49,6 +51,7 @@ class Statistics:
     uncalled_mods: set[str]
 
 
+@functools.lru_cache(maxsize=4096)
 def op_key(kind: str) -> str:
     """Result key of an operator kind: namespace dropped, custom Functions by class name."""
     if kind.startswith("prim::PythonOp."):
@@ -111,6 +114,11 @@ class JitModelAnalysis:
     def by_module_and_operator(self) -> dict[str, Counter[str]]:
         """The statistic of every module per operator."""
         return self._analyze().counts
+
+    def per_call(self) -> list[tuple[OpCall, Counter[str] | None]]:
+        """Every recorded call in execution order with its statistic (empty when the operator is
+        ignored, None when unsupported): the per-layer data a roofline needs."""
+        return [(call, self._value(call)) for call in self._traced().calls]
 
     def unsupported_ops(self, module_name: str = "") -> Counter[str]:
         """How often each operator without a handle (and not declared free) ran in ``module_name``."""
@@ -207,7 +215,8 @@ class JitModelAnalysis:
         if self._stats is not None:
             return self._stats
         trace = self._traced()
-        counts, unsupported = self._aggregate(trace.calls, map(self._value, trace.calls))
+        with gc_paused():
+            counts, unsupported = self._aggregate(trace.calls, map(self._value, trace.calls))
         uncalled = set(self._tree.names) - trace.called
         self._stats = Statistics(counts, unsupported, uncalled)
         self._warn(unsupported[""], uncalled)
@@ -282,8 +291,10 @@ class JitModelAnalysis:
             ) from e
         return value, scale, name
 
-    def _apply(self, handle: AnyHandle, call: OpCall) -> Counter[str]:
+    def _apply(self, handle: AnyHandle, call: OpCall) -> Mapping[str, Any]:
         value, scale, name = self._invoke(handle, call)
+        if type(value) is int:  # the common case, checked without the cost of ABC isinstance
+            return {name: value * scale}
         counter = Counter({name: value}) if isinstance(value, Number) else value
         if not isinstance(counter, Mapping):
             raise HandleError(f"the handle for {call.kind} returned {type(value).__name__}, not a number or Counter")
@@ -292,7 +303,7 @@ class JitModelAnalysis:
                 raise HandleError(f"the handle for {call.kind} returned {v!r}, not a number")
         if scale != 1:
             counter = Counter({k: v * scale for k, v in counter.items()})
-        return counter  # type: ignore[return-value]
+        return counter
 
     def _warn(self, unsupported: Counter[str], uncalled: set[str]) -> None:
         if self._warn_unsupported:
