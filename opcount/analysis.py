@@ -28,6 +28,8 @@ from .ir import ListSpec, OpCall, TensorSpec
 from .presets import flop_preset
 from .scopes import ModuleTree
 from .trace import Trace, trace_jit
+from .trace.dispatch import MODES, trace_dispatch
+from .trace.meta import device_of, has_shapes, materialize
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,7 @@ AnyHandle = Callable[..., Any]
 K = TypeVar("K", bound=Hashable)
 
 ANCESTOR_MODES = ("owner", "caller")
+TRACERS = ("jit", "dispatch")
 WARN_MODES = ("all", "no_tracer_warning", "none")
 
 _NOTHING: Counter[str] = Counter()  # an ignored call's value; never mutated
@@ -64,12 +67,34 @@ class JitModelAnalysis:
 
     ``inputs`` is a tensor, a tuple of positional arguments, or any other single argument
     (e.g. a list of images); ``kwargs`` holds keyword arguments. Both may nest lists, tuples
-    and dicts of tensors and non-tensor constants.
+    and dicts of tensors, :class:`~opcount.TensorShape` placeholders and non-tensor constants.
+
+    ``tracer``: ``"jit"`` (default, torch.jit tracing) or ``"dispatch"`` (a dispatch mode, see
+    docs/dispatch.md), which alone takes ``mode`` (``"eval"``: the forward pass; ``"train"``:
+    forward and backward, loss ``loss_fn(output)`` or the sum of the outputs) and ``device``
+    (``"meta"``: no weights touched, no arithmetic run).
     """
 
-    def __init__(self, model: nn.Module, inputs: Any, kwargs: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        inputs: Any,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        tracer: str = "jit",
+        mode: str = "eval",
+        loss_fn: Callable[[Any], torch.Tensor] | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if tracer not in TRACERS:
+            raise ValueError(f"unknown tracer {tracer!r}; choose 'jit' or 'dispatch'")
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; choose 'eval' or 'train'")
+        if tracer == "jit" and (mode != "eval" or loss_fn is not None or device is not None):
+            raise ValueError("mode, loss_fn and device need tracer='dispatch'; the jit tracer runs the forward pass as is")
+        self._tracer, self._mode, self._loss_fn, self._device = tracer, mode, loss_fn, device
         self._model = model
         self._inputs = inputs
         if kwargs is not None and not isinstance(kwargs, Mapping):
@@ -207,8 +232,16 @@ class JitModelAnalysis:
 
     # ----- the work ------------------------------------------------------------------------
     def _traced(self) -> Trace:
-        if self._trace is None:
-            self._trace = trace_jit(self._model, self._inputs, self._kwargs, self._tree, self._warn_trace)
+        if self._trace is None and self._tracer == "dispatch":
+            self._trace = trace_dispatch(
+                self._model, self._inputs, self._kwargs, self._tree, self._warn_trace,
+                mode=self._mode, loss_fn=self._loss_fn, device=self._device,
+            )
+        elif self._trace is None:
+            inputs, kwargs = self._inputs, self._kwargs
+            if has_shapes((inputs, kwargs)):  # TensorShape placeholders become zeros for jit
+                inputs, kwargs = materialize((inputs, kwargs), device_of(self._model))
+            self._trace = trace_jit(self._model, inputs, kwargs, self._tree, self._warn_trace)
         return self._trace
 
     def _analyze(self) -> Statistics:
@@ -217,10 +250,17 @@ class JitModelAnalysis:
         trace = self._traced()
         with gc_paused():
             counts, unsupported = self._aggregate(trace.calls, map(self._value, trace.calls))
-        uncalled = set(self._tree.names) - trace.called
+        uncalled = set(self._tree.names) - self._called(trace)
         self._stats = Statistics(counts, unsupported, uncalled)
         self._warn(unsupported[""], uncalled)
         return self._stats
+
+    def _called(self, trace: Trace) -> set[str]:
+        """Modules an operator ran in; in owner mode also their owners (fvcore's definition,
+        so that a ModuleList whose members ran is not reported as uncalled)."""
+        if self._ancestor_mode == "caller":
+            return set(trace.called)
+        return {owner for name in trace.called for owner in self._tree.owners(name)}
 
     def _value(self, call: OpCall) -> Counter[str] | None:
         """One call's statistic: None when unsupported, empty when ignored."""
@@ -230,7 +270,7 @@ class JitModelAnalysis:
         return self._apply(handle, call)
 
     def _aggregate(
-        self, calls: Iterable[OpCall], values: Iterable[Mapping[K, float] | None]
+        self, calls: Iterable[OpCall], values: Iterable[Mapping[K, Any] | None]
     ) -> tuple[dict[str, Counter[K]], dict[str, Counter[str]]]:
         """Roll each call's value (None: unsupported) up to every module it belongs to.
 
@@ -243,14 +283,17 @@ class JitModelAnalysis:
         ancestors_of: dict[tuple[str, ...], tuple[str, ...]] = {}
         caller = self._ancestor_mode == "caller"
         for call, result in zip(calls, values):
+            if result is not None and not result:
+                continue  # ignored: nothing to add anywhere
             ancestors = ancestors_of.get(call.scope)
             if ancestors is None:
                 # A set: an operator counts at most once per module, even under recursion.
                 chain = call.scope if caller else tree.owners(call.scope[-1])
                 ancestors = ancestors_of[call.scope] = tuple(dict.fromkeys(("", *chain)))
             if result is None:
+                kind = "::".join((*call.within, call.kind)) if call.within else call.kind
                 for name in ancestors:
-                    unsupported[name][call.kind] += 1
+                    unsupported[name][kind] += 1
                 continue
             for name in ancestors:
                 counter = counts[name]
@@ -284,6 +327,8 @@ class JitModelAnalysis:
                 node: Any = call.raw
                 value = handle(list(node.inputs()), list(node.outputs()))
                 scale, name = 1, op_key(call.kind)
+            if call.within:  # inside a custom autograd Function: "MyFn::mm" (seed 004)
+                name = "::".join((*call.within, name))
         except Exception as e:  # noqa: BLE001  re-raised with operator, module and shapes
             raise HandleError(
                 f"the handle for {call.kind} failed in module '{call.scope[-1]}' "
@@ -301,6 +346,9 @@ class JitModelAnalysis:
         for v in counter.values():
             if not isinstance(v, (int, float, np.integer, np.floating)) or (isinstance(v, float) and math.isnan(v)):
                 raise HandleError(f"the handle for {call.kind} returned {v!r}, not a number")
+        if call.within and counter is value:  # a handle's own keys, prefixed as ``name`` is
+            prefix = "::".join(call.within)
+            counter = Counter({f"{prefix}::{k}": v for k, v in counter.items()})
         if scale != 1:
             counter = Counter({k: v * scale for k, v in counter.items()})
         return counter
@@ -342,6 +390,7 @@ class FlopCountAnalysis(JitModelAnalysis):
     ``preset``: ``"default"`` (every formula), ``"fvcore"`` (exactly fvcore's default set, so
     totals equal fvcore's) or ``"macs"`` (multiply-add kinds only).
     ``flops_per_mac``: 1 (fvcore's convention) or 2; scales every multiply-add formula.
+    ``tracer``, ``mode``, ``loss_fn``, ``device``: how the model is traced (:class:`JitModelAnalysis`).
     """
 
     def __init__(
@@ -352,8 +401,9 @@ class FlopCountAnalysis(JitModelAnalysis):
         *,
         preset: str = "default",
         flops_per_mac: int = 1,
+        **trace_options: Any,
     ) -> None:
-        super().__init__(model, inputs, kwargs)
+        super().__init__(model, inputs, kwargs, **trace_options)
         if flops_per_mac not in (1, 2):
             raise ValueError(f"flops_per_mac must be 1 or 2, got {flops_per_mac!r}")
         chosen = flop_preset(preset)
@@ -376,8 +426,10 @@ class ActivationCountAnalysis(JitModelAnalysis):
     operator is reported as unsupported.
     """
 
-    def __init__(self, model: nn.Module, inputs: Any, kwargs: Mapping[str, Any] | None = None) -> None:
-        super().__init__(model, inputs, kwargs)
+    def __init__(
+        self, model: nn.Module, inputs: Any, kwargs: Mapping[str, Any] | None = None, **trace_options: Any
+    ) -> None:
+        super().__init__(model, inputs, kwargs, **trace_options)
         self._base_ignored = ACTIVATIONS.zero
         self._ignored = set(ACTIVATIONS.zero)
         self._handles = dict(ACTIVATIONS.handles)

@@ -101,3 +101,4 @@ class Registry:
 
 FLOPS = Registry("flops")
 ACTIVATIONS = Registry("activations")
+MEMORY = Registry("memory")
