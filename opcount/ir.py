@@ -84,12 +84,15 @@ class OpCall:
     ``raw`` keeps the tracer's native node so that handles written for fvcore (which take
     ``torch._C.Value`` lists) still work; it takes no part in equality.
 
+    ``within`` names the custom autograd Functions the call ran inside, outermost first (the
+    dispatch tracer sees inside them); results report the call under ``"MyFn::mm"``.
+
     A tracer may pass ``resolve`` instead of the specs: a function of ``raw`` that returns
     ``(inputs, outputs)``, called on first access, so that operators nobody asks about (views,
     ignored operators) cost no conversion.
     """
 
-    __slots__ = ("kind", "scope", "raw", "_inputs", "_outputs", "_resolve")
+    __slots__ = ("kind", "scope", "raw", "within", "_inputs", "_outputs", "_resolve")
 
     def __init__(
         self,
@@ -99,12 +102,14 @@ class OpCall:
         scope: tuple[str, ...] = ("",),
         raw: object = None,
         resolve: Callable[[object], tuple[tuple[Spec, ...], tuple[Spec, ...]]] | None = None,
+        within: tuple[str, ...] = (),
     ) -> None:
         if resolve is None and (inputs is None or outputs is None):
             raise ValueError("OpCall needs inputs and outputs, or a resolve function")
         self.kind = kind
         self.scope = scope
         self.raw = raw
+        self.within = within
         self._inputs = inputs
         self._outputs = outputs
         self._resolve = resolve
@@ -129,13 +134,16 @@ class OpCall:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, OpCall):
             return NotImplemented
-        return (self.kind, self.scope, self.inputs, self.outputs) == (other.kind, other.scope, other.inputs, other.outputs)
+        return (self.kind, self.scope, self.within, self.inputs, self.outputs) == (
+            other.kind, other.scope, other.within, other.inputs, other.outputs
+        )
 
     def __hash__(self) -> int:
-        return hash((self.kind, self.scope, self.inputs, self.outputs))
+        return hash((self.kind, self.scope, self.within, self.inputs, self.outputs))
 
     def __repr__(self) -> str:
-        return f"OpCall(kind={self.kind!r}, inputs={self.inputs!r}, outputs={self.outputs!r}, scope={self.scope!r})"
+        within = f", within={self.within!r}" if self.within else ""
+        return f"OpCall(kind={self.kind!r}, inputs={self.inputs!r}, outputs={self.outputs!r}, scope={self.scope!r}{within})"
 
 
 def tensor(spec: Spec) -> TensorSpec:

@@ -1,7 +1,26 @@
 """Per-operator cost formulas. Importing this package fills the registries."""
 
-from . import conv, matmul, norm, pool, resize, zero_cost  # noqa: F401  (registration side effects)
-from .registry import ACTIVATIONS, FLOPS, Handle, Registry, spec_handle
+from . import (  # noqa: F401  (registration side effects)
+    activations,
+    attention,
+    conv,
+    einsum,
+    elementwise,
+    embedding,
+    matmul,
+    memory,
+    nonlinearity,
+    norm,
+    pool,
+    reduction,
+    resize,
+    rnn,
+    softmax,
+    tv_ops,
+    zero_cost,
+)
+from . import dispatch_ops  # noqa: F401,I001  last: it claims only operators no family claims
+from .registry import ACTIVATIONS, FLOPS, MEMORY, Handle, Registry, spec_handle
 from .zero_cost import FVCORE_IGNORED
 
-__all__ = ["ACTIVATIONS", "FLOPS", "FVCORE_IGNORED", "Handle", "Registry", "spec_handle"]
+__all__ = ["ACTIVATIONS", "FLOPS", "FVCORE_IGNORED", "MEMORY", "Handle", "Registry", "spec_handle"]

@@ -1,5 +1,7 @@
 """Tracers: run the model once and emit :class:`opcount.ir.OpCall` records."""
 
+from .dispatch import trace_dispatch
 from .jit import Trace, trace_jit
+from .meta import TensorShape
 
-__all__ = ["Trace", "trace_jit"]
+__all__ = ["Trace", "TensorShape", "trace_dispatch", "trace_jit"]

@@ -1,0 +1,364 @@
+"""The dispatch tracer: every aten operator recorded as it is dispatched (a TorchDispatchMode).
+
+Unlike jit tracing it needs no real arithmetic (it can run on meta tensors), keeps operators whose
+results only steer Python control flow, sees inside custom autograd Functions and can follow
+the backward pass. It emits the records the jit tracer emits, so handles, aggregation and
+reports are shared:
+
+- **Forward pass below autograd.** The model runs with autograd's dispatch keys excluded
+  (grad mode untouched, so models take the same paths as under jit). There, composite
+  operators such as ``linear``, ``matmul``, ``einsum``, ``batch_norm``, ``layer_norm`` and
+  ``scaled_dot_product_attention`` reach the mode whole, as the jit tracer records them,
+  instead of decomposed into ``t``/``addmm``/``native_batch_norm``. :mod:`.aten` binds their
+  arguments as jit does and renames the few jit records differently (``conv2d`` ->
+  ``_convolution``).
+- **Training.** With ``mode="train"`` each forward operator is run with autograd re-enabled
+  inside the mode, so autograd builds its graph of the decomposed operators; every new
+  autograd node is tagged with the module scope (and custom Function) of the operator that
+  made it. ``torch.autograd.grad`` then runs the backward pass under the mode, and each
+  backward operator takes the scope of the node running it (``_current_autograd_node``).
+- **Custom autograd Functions.** ``Function.apply`` is wrapped for the trace so that the
+  operators inside ``forward`` and ``backward`` are recorded under the Function's name
+  (``OpCall.within``, reported as ``"MyFn::mm"``; seed 004's custom-operator prefixes).
+  ``torch.library`` custom operators are recorded whole under their qualified name, as jit
+  records them: on meta tensors only their fake implementation would run inside.
+- **Scopes** come from forward pre/post hooks on every module of the tree (removed in
+  ``finally``), with the jit tracer's semantics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.autograd import Function
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.weak import WeakIdKeyDictionary
+
+from .._runtime import gc_paused
+from ..errors import TraceError
+from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
+from ..scopes import ModuleTree
+from .aten import Record, backward_records, bind, forward_records, jit_constant, outputs_of
+from .jit import WRAPPERS, Trace, _failing_module, _preserved, _warnings
+from .meta import CPU, META, FakeTensorMode, device_of, fake_state, is_meta_model, materialize, state_names
+from .structure import normalize_inputs, output_tensors
+
+MODES = ("eval", "train")
+ROOT: tuple[str, ...] = ("",)
+_TAG = "opcount"  # key of the (scope, within) tag in autograd nodes' metadata
+_ACCUMULATE = torch._C._functions.AccumulateGrad
+
+Scope = tuple[str, ...]
+Tag = tuple[Scope, tuple[str, ...]]
+
+
+def trace_dispatch(
+    model: nn.Module,
+    inputs: Any,
+    kwargs: Mapping[str, Any] | None,
+    tree: ModuleTree,
+    warn_mode: str = "no_tracer_warning",
+    *,
+    mode: str = "eval",
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    device: torch.device | str | None = None,
+) -> Trace:
+    """Run one forward pass (``mode="eval"``) or one training step's forward and backward
+    (``mode="train"``) of ``model`` under a dispatch mode and return its operator records.
+
+    ``mode`` sets the modules' training flags for the trace (restored afterwards). In training,
+    the loss is ``loss_fn(output)`` or, by default, the sum of every output tensor that requires
+    grad; gradients are taken for every parameter and input tensor that requires grad (nothing
+    is written to ``.grad``). ``device="meta"`` analyzes the model on storage-less (fake)
+    tensors without touching its weights (:mod:`.meta`); a model already on the meta device is
+    analyzed that way by default.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose 'eval' (forward) or 'train' (forward and backward)")
+    if loss_fn is not None and mode != "train":
+        raise ValueError("loss_fn is only used with mode='train'")
+    if device is not None and torch.device(device) != META:
+        raise ValueError(f"device must be None (where the model is) or 'meta', got {device!r}")
+    args, kw = normalize_inputs(inputs, kwargs)
+    inner = model.module if isinstance(model, WRAPPERS) else model
+    built_on_meta = is_meta_model(inner)
+    # storage-less fake tensors claiming the model's device (CPU for a model built on meta)
+    fake = FakeTensorMode(allow_non_fake_inputs=True) if device is not None or built_on_meta else None
+    claimed = CPU if built_on_meta else device_of(inner)
+    train = mode == "train"
+    with gc_paused(), _training_flags(model, train), _preserved(tree), _warnings(warn_mode):
+        args, kw = materialize((args, kw), claimed, fake)
+        state = fake_state(inner, claimed, fake) if fake is not None else {}
+        step = _Step(inner, state, args, kw, loss_fn if train else None, train)
+        recorder = _Recorder(_Scopes(tree, inner), state_names(inner, state), train)
+        with fake or contextlib.nullcontext(), recorder.scopes.installed(), _functions_named(recorder):
+            try:
+                recorder.run(step)
+            except TrainingError:
+                raise
+            except Exception as e:  # re-raised with the module path
+                raise _trace_error(model, tree, e, fake is not None) from e
+    calls = tuple(recorder.calls)
+    called = {name for scope in {call.scope for call in calls} for name in scope} | {""}
+    return Trace(calls=calls, called=frozenset(called))
+
+
+class TrainingError(ValueError):
+    """``mode="train"`` cannot differentiate: no loss, or nothing that requires grad."""
+
+
+class _Step:
+    """What the recorder runs: the forward call and, when training, the loss and what to
+    differentiate it by."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        state: dict[str, torch.Tensor],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        loss_fn: Callable[[Any], torch.Tensor] | None,
+        train: bool,
+    ) -> None:
+        self.model, self.state, self.args, self.kwargs = model, state, args, kwargs
+        self.loss_fn = loss_fn
+        self.train = train
+
+    def forward(self) -> Any:
+        if self.state:  # fake stand-ins for the weights, for this call only
+            return torch.func.functional_call(self.model, self.state, self.args, self.kwargs, tie_weights=True, strict=False)
+        return self.model(*self.args, **self.kwargs)
+
+    def loss(self, output: Any) -> torch.Tensor:
+        if self.loss_fn is not None:
+            loss = self.loss_fn(output)
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                raise TrainingError(f"loss_fn must return a one-element tensor, got {type(loss).__name__}")
+            return loss
+        outs = [t for t in output_tensors(output) if t.requires_grad]
+        if not outs:
+            raise TrainingError("mode='train': no output tensor requires grad; pass loss_fn, or check requires_grad")
+        return functools.reduce(torch.add, (t.sum() for t in outs))
+
+    def differentiable(self) -> list[torch.Tensor]:
+        """Every parameter (as the forward saw it) and input tensor that requires grad."""
+        params = dict(self.model.named_parameters()) | self.state
+        inputs = [t for t in pytree.tree_leaves((self.args, self.kwargs)) if isinstance(t, torch.Tensor)]
+        wrt = [t for t in (*params.values(), *inputs) if t.requires_grad]
+        if not wrt:
+            raise TrainingError("mode='train': no parameter or input requires grad, nothing to differentiate")
+        return wrt
+
+
+class _Scopes:
+    """Forward pre/post hooks that keep the scope of the running module (jit's semantics:
+    operators run by a user's own forward hooks land in the caller's scope)."""
+
+    def __init__(self, tree: ModuleTree, model: nn.Module) -> None:
+        self._tree = tree
+        self._model = model
+        self._stack: list[Scope] = [ROOT]
+
+    @property
+    def current(self) -> Scope:
+        return self._stack[-1]
+
+    def _push(self, name: str) -> Callable[[nn.Module, Any], None]:
+        stack = self._stack
+
+        def hook(module: nn.Module, args: Any) -> None:
+            top = stack[-1]
+            stack.append(top if top == ROOT and name == "" else (*top, name))
+
+        return hook
+
+    def _pop(self, module: nn.Module, args: Any, output: Any) -> None:
+        if len(self._stack) > 1:
+            self._stack.pop()
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        handles = []
+        try:
+            for name in self._tree.names:
+                module = self._tree.module(name)
+                if module is self._model or not isinstance(module, WRAPPERS):
+                    # after the user's pre-hooks, before the user's post-hooks, also on errors
+                    handles.append(module.register_forward_pre_hook(self._push(name)))
+                    handles.append(module.register_forward_hook(self._pop, prepend=True, always_call=True))
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+
+class _Recorder(TorchDispatchMode):
+    """Records each dispatched operator as :class:`~opcount.ir.OpCall` records."""
+
+    def __init__(self, scopes: _Scopes, names: dict[int, str], train: bool) -> None:
+        super().__init__()
+        self.scopes = scopes
+        self.calls: list[OpCall] = []
+        self.within: list[str] = []  # custom autograd Functions running, outermost first
+        self._names = names
+        self._train = train
+        self._backward = False
+        self._autograd = torch._C._dispatch_tls_local_exclude_set()  # set by run()
+        self._ids: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> value id, while it lives
+        self._next_id = 0
+        self._dtypes: dict[torch.dtype, str] = {}
+
+    def run(self, step: _Step) -> None:
+        before = torch._C._dispatch_tls_local_exclude_set()
+        # a training step needs grad mode even when called under torch.no_grad()
+        with self, torch.enable_grad() if step.train else contextlib.nullcontext():
+            # Below autograd and ADInplaceOrView, as in inference mode but with grad mode on.
+            # Training re-enables both per operator, so in-place operators bump versions once.
+            with torch._C._AutoDispatchBelowADInplaceOrView():
+                # the keys this guard excludes: re-enabled per operator when training
+                self._autograd = torch._C._dispatch_tls_local_exclude_set() - before
+                output = step.forward()
+                loss = step.loss(output) if step.train else None
+            if loss is not None:
+                if not loss.requires_grad:
+                    raise TrainingError("mode='train': the loss does not require grad; check requires_grad")
+                wrt = step.differentiable()
+                self._backward = True
+                torch.autograd.grad(loss, wrt, allow_unused=True)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if self._backward:
+            out = func(*args, **kwargs)
+            scope, within = _running_node_tag()
+            self._record(backward_records, func, args, kwargs, out, scope, within)
+            return out
+        scope, within = self.scopes.current, tuple(self.within)
+        if self._train:
+            exclude = torch._C._dispatch_tls_local_exclude_set() - self._autograd
+            with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude):
+                out = func(*args, **kwargs)
+            self.tag(out, (scope, within))
+        else:
+            out = func(*args, **kwargs)
+        self._record(forward_records, func, args, kwargs, out, scope, within)
+        return out
+
+    def _record(
+        self,
+        normalize: Callable[[str, list[Any], list[Any]], list[Record]],
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        scope: Scope,
+        within: tuple[str, ...],
+    ) -> None:
+        records = normalize(func._schema.name, bind(func, args, kwargs), outputs_of(func, out))
+        spec = self._spec
+        for kind, ins, outs in records:
+            self.calls.append(OpCall(kind, tuple(map(spec, ins)), tuple(map(spec, outs)), scope, within=within))
+
+    def tag(self, out: Any, tag: Tag) -> None:
+        """Tag the autograd nodes that made ``out`` and are not tagged yet: those just created
+        (earlier nodes were tagged by the operators that made them)."""
+        pending = [t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        while pending:
+            node = pending.pop()
+            metadata: dict[str, Any] = node.metadata  # type: ignore[assignment]
+            if _TAG in metadata:
+                continue
+            metadata[_TAG] = tag
+            pending.extend(n for n, _ in node.next_functions if n is not None and not isinstance(n, _ACCUMULATE))
+
+    def _spec(self, value: Any) -> Spec:
+        if isinstance(value, torch.Tensor):
+            return self._tensor(value)
+        if isinstance(value, (TensorSpec, Const, ListSpec)):
+            return value
+        if isinstance(value, (list, tuple)):
+            items = tuple(map(self._spec, value))
+            if all(isinstance(i, Const) for i in items):
+                return Const(tuple(i.value for i in items))  # type: ignore[union-attr]
+            return ListSpec(items)
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return Const(None, known=False)  # a size only known at run time, as jit records it
+        return Const(jit_constant(value))
+
+    def _tensor(self, t: torch.Tensor) -> TensorSpec:
+        uid = self._ids.get(t)
+        if uid is None:
+            uid = self._ids[t] = self._next_id
+            self._next_id += 1
+        dtype = self._dtypes.get(t.dtype)
+        if dtype is None:
+            dtype = self._dtypes[t.dtype] = str(t.dtype).removeprefix("torch.")
+        return TensorSpec(tuple(t.shape), dtype, self._names.get(id(t)), uid)
+
+
+def _running_node_tag() -> Tag:
+    """The tag of the autograd node the backward pass is running (the root scope outside one)."""
+    node = torch._C._current_autograd_node()
+    if node is None:
+        return ROOT, ()
+    metadata: dict[str, Any] = node.metadata  # type: ignore[assignment]
+    tag: Tag | None = metadata.get(_TAG)
+    return tag if tag is not None else (ROOT, ())
+
+
+@contextlib.contextmanager
+def _training_flags(model: nn.Module, train: bool) -> Iterator[None]:
+    """``model.train(train)`` for the trace; every module's own flag restored afterwards."""
+    saved = [(m, m.training) for m in model.modules()]
+    try:
+        model.train(train)
+        yield
+    finally:
+        for module, flag in saved:
+            module.training = flag
+
+
+@contextlib.contextmanager
+def _functions_named(recorder: _Recorder) -> Iterator[None]:
+    """Wrap ``torch.autograd.Function.apply`` for the trace: the operators a custom Function
+    runs are recorded under its name, and its backward node is tagged for the backward pass.
+
+    ``apply`` is a class attribute shared by every Function, so this is process-wide while the
+    trace runs; it is restored in ``finally``.
+    """
+    original = Function.__dict__["apply"]
+
+    def apply(cls: type[Function], *args: Any, **kwargs: Any) -> Any:
+        recorder.within.append(cls.__name__)
+        try:
+            out = original.__get__(None, cls)(*args, **kwargs)
+        finally:
+            recorder.within.pop()
+        recorder.tag(out, (recorder.scopes.current, (*recorder.within, cls.__name__)))
+        return out
+
+    Function.apply = classmethod(apply)  # type: ignore[assignment,method-assign]
+    try:
+        yield
+    finally:
+        Function.apply = original  # type: ignore[method-assign]
+
+
+def _trace_error(model: nn.Module, tree: ModuleTree, e: Exception, on_meta: bool) -> TraceError:
+    where = _failing_module(tree, e) or ""
+    module = tree.module(where) if where in tree.modules else model
+    path = f"module '{where}' ({type(module).__name__})" if where else f"the model ({type(model).__name__})"
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    hint = (
+        "on the meta device tensors have no values, so a forward that reads them (.item(), "
+        "data-dependent shapes or branches) cannot run: analyze real tensors (device=None)"
+        if on_meta
+        else "check the inputs' shapes and types"
+    )
+    return TraceError(f"could not trace {path} with the dispatch tracer: {type(e).__name__}: {first}. Hint: {hint}.")
