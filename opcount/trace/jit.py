@@ -134,11 +134,26 @@ def _trace_error(model: nn.Module, tree: ModuleTree, e: Exception) -> TraceError
     module = tree.module(where) if where in tree.modules else model
     path = f"module '{where}' ({type(module).__name__})" if where else f"the model ({type(model).__name__})"
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return TraceError(
-        f"could not trace {path}: {type(e).__name__}: {first}. "
-        "Hint: check the inputs' shapes and types; for a model whose forward is not traceable, "
-        "wrap the traceable part in a module and analyze that."
+    hint = (
+        "check the inputs' shapes and types; for a model whose forward is not traceable, "
+        "wrap the traceable part in a module and analyze that, or use tracer='dispatch'."
     )
+    if "unordered_map::at" in first and _on_traceback(e, "vmap"):
+        # torch.jit tracing cannot record torch.vmap; transformers builds attention masks with it.
+        hint = (
+            "torch.jit tracing cannot record torch.vmap (transformers builds its attention mask with it, "
+            "e.g. with use_cache=False): pass a ready 4-D attention mask, or use tracer='dispatch'."
+        )
+    return TraceError(f"could not trace {path}: {type(e).__name__}: {first}. Hint: {hint}")
+
+
+def _on_traceback(e: BaseException, name: str) -> bool:
+    tb = e.__traceback__
+    while tb is not None:
+        if name in tb.tb_frame.f_code.co_name or name in tb.tb_frame.f_code.co_filename:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 @contextlib.contextmanager
