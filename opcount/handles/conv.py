@@ -35,3 +35,45 @@ def convolution(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Counter[str]
     out = first_tensor_out(outputs).shape
     macs = conv_macs(shape_of(inputs[CONV_INPUT]), shape_of(inputs[CONV_WEIGHT]), out, transposed)
     return Counter({"conv": macs})
+
+
+# --- other convolution entry points (issue 3) --------------------------------------------------
+# jit traces of torch 2.14 record aten::_convolution for nn.ConvNd / ConvTransposeNd, with or
+# without grad, and aten::_convolution_mode for string padding ("same"/"valid"); the public
+# overloads below appear in other tracers (dispatch, scripted code).
+
+# convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+# conv{1,2,3}d(input, weight, bias, stride, padding, dilation, groups)
+# _convolution_mode(input, weight, bias, stride, str padding, dilation, groups)
+# conv_transpose{1,2,3}d(input, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+def _conv(inputs: Sequence[Spec], outputs: Sequence[Spec], transposed: bool) -> int:
+    out = first_tensor_out(outputs).shape
+    x, w = shape_of(inputs[CONV_INPUT]), shape_of(inputs[CONV_WEIGHT])
+    if len(x) == len(w) - 1:  # unbatched input [c, *i]: a batch of one
+        x, out = (1, *x), (1, *out)
+    if len(x) != len(w):
+        raise ValueError(f"convolution: input {tuple(x)} and weight {tuple(w)} ranks do not fit")
+    return conv_macs(x, w, out, transposed)
+
+
+@FLOPS.register("aten::convolution", macs=True, name="conv")
+def convolution_public(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
+    """[n, c_out, *o] = convolution(x, w, ..., transposed, ...): n * prod(w) * prod(o) multiply-adds (transposed: prod(i)), as _convolution."""
+    transposed = const(inputs[CONV_TRANSPOSED])
+    if not isinstance(transposed, bool):
+        raise ValueError(f"aten::convolution: argument {CONV_TRANSPOSED} is not 'transposed': {transposed!r}")
+    return _conv(inputs, outputs, transposed)
+
+
+@FLOPS.register("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution_mode", macs=True, name="conv")
+def conv_nd(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
+    """[n, c_out, *o] = convNd([n, c_in, *i], [c_out, c_in/g, *k]): n * prod(w) * prod(o) multiply-adds; grouped, dilated and padding='same' alike."""
+    return _conv(inputs, outputs, transposed=False)
+
+
+@FLOPS.register("aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d", macs=True, name="conv")
+def conv_transpose_nd(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
+    """[n, c_out, *o] = conv_transposeNd([n, c_in, *i], [c_in, c_out/g, *k]): n * prod(w) * prod(i) multiply-adds (each input meets the whole kernel; output_padding adds none)."""
+    return _conv(inputs, outputs, transposed=True)

@@ -51,3 +51,46 @@ layer_norm = FLOPS.register("aten::layer_norm", fvcore=True)(
 instance_norm = FLOPS.register("aten::instance_norm", fvcore=True)(
     _affine_norm(1, "numel * (5 if affine else 4): mean, variance, subtract, divide (+ scale and shift).")
 )
+
+
+# --- more normalizations (issue 3) -------------------------------------------------------------
+# local_response_norm has no aten operator: F.local_response_norm traces to mul, pad, avg_pool,
+# mul, add, pow, div, each counted by its own handle.
+
+# rms_norm(input, normalized_shape, weight, eps)
+RMS_WEIGHT = 2
+
+
+@FLOPS.register("aten::rms_norm")
+def rms_norm(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
+    """numel * (4 if affine else 3): square, mean, scale by the reciprocal root (+ weight multiply), in the per-element style of fvcore's layer norm."""
+    affine = len(inputs) > RMS_WEIGHT and maybe_tensor(inputs[RMS_WEIGHT]) is not None
+    return numel(shape_of(inputs[0])) * (4 if affine else 3)
+
+
+# native_layer_norm(input, normalized_shape, weight, bias, eps) -> (out, mean, rstd)
+native_layer_norm = FLOPS.register("aten::native_layer_norm")(
+    _affine_norm(2, "As layer_norm: numel * (5 if affine else 4) (fvcore's layer_norm convention).")
+)
+# native_group_norm(input, weight, bias, N, C, HxW, group, eps) -> (out, mean, rstd)
+native_group_norm = FLOPS.register("aten::native_group_norm")(
+    _affine_norm(1, "As group_norm: numel * (5 if affine else 4) (fvcore's group_norm convention).")
+)
+
+# native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+# _native_batch_norm_legit(input, weight, bias, running_mean, running_var, training, momentum, eps)
+# _native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, momentum, eps)
+
+
+@FLOPS.register("aten::native_batch_norm", "aten::_native_batch_norm_legit")
+def native_batch_norm(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
+    """As batch_norm (fvcore): eval numel * (2 if affine else 1), training numel * (5 if affine else 4)."""
+    value = batch_norm(inputs, outputs)  # the same schema up to 'training'
+    assert isinstance(value, int)
+    return value
+
+
+@FLOPS.register("aten::_native_batch_norm_legit_no_training")
+def native_batch_norm_eval(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
+    """As batch_norm in eval (fvcore): numel * (2 if affine else 1), a folded scale and shift."""
+    return numel(shape_of(inputs[0])) * (2 if maybe_tensor(inputs[BN_WEIGHT]) is not None else 1)

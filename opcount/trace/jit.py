@@ -190,7 +190,11 @@ def _records(
         if kind.startswith("prim::"):
             if kind == "prim::PythonOp":
                 kind = f"prim::PythonOp.{node.pyname()}"
-            elif kind != "prim::CallFunction":
+            elif kind == "prim::CallFunction":
+                # A scripted function called from traced code: named by the function, e.g.
+                # prim::CallFunction.torchvision.ops.boxes._batched_nms_coordinate_trick.
+                kind = f"prim::CallFunction.{str(node.inputsAt(0).type()).removeprefix('__torch__.')}"
+            else:
                 continue  # constants, list construction, getattr: structure, not operators
         scope_str = node.scopeName()
         scope = scopes.get(scope_str)

@@ -1,0 +1,36 @@
+"""docs/operators.md is generated from the handles' docstrings and must not go stale."""
+
+from pathlib import Path
+
+from opcount.docs import DEFAULT_PATH, render
+from opcount.handles import FLOPS
+
+
+def test_operators_page_is_current() -> None:
+    assert DEFAULT_PATH.exists(), "docs/operators.md is missing; run `python -m opcount.docs`"
+    assert Path(DEFAULT_PATH).read_text(encoding="utf-8") == render(), (
+        "docs/operators.md is stale; run `python -m opcount.docs`"
+    )
+
+
+def test_page_lists_every_operator_and_the_zero_cost_ones() -> None:
+    text = render()
+    for op in FLOPS.handles:
+        assert f"`{op}`" in text, op
+    for op in FLOPS.zero:
+        assert f"`{op}`" in text, op
+
+
+def test_every_handle_documents_itself() -> None:
+    undocumented = sorted(op for op, h in FLOPS.handles.items() if not h.doc.strip())
+    assert not undocumented, f"handles without a docstring: {undocumented}"
+
+
+def test_check_mode_reports_a_stale_page(tmp_path) -> None:
+    from opcount.docs import main
+
+    page = tmp_path / "operators.md"
+    page.write_text("stale", encoding="utf-8")
+    assert main(["--output", str(page), "--check"]) == 1
+    assert main(["--output", str(page)]) == 0
+    assert main(["--output", str(page), "--check"]) == 0
