@@ -149,3 +149,37 @@ def test_flops_per_mac_scales_multiply_adds_only() -> None:
     assert two.by_operator() == {"linear": 1600, "batch_norm": 4 * 20 * 2}
     with pytest.raises(ValueError, match="flops_per_mac"):
         FlopCountAnalysis(model, torch.randn(4, 10), flops_per_mac=3)
+
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):  # noqa: ANN001, ANN205
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):  # noqa: ANN001, ANN205
+        return g
+
+
+@torch.library.custom_op("opcount_scopes_test::scale", mutates_args=())
+def scale(x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+
+
+@scale.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class UsesCustomOps(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return scale(Square.apply(x))
+
+
+def test_custom_operators_are_named_and_take_handles_by_name() -> None:
+    a = FlopCountAnalysis(UsesCustomOps(), torch.randn(2, 5))
+    assert a.unsupported_ops() == {"prim::PythonOp.Square": 1, "opcount_scopes_test::scale": 1}
+    one_per_element = spec_handle(lambda i, o: tensor(i[0]).numel)
+    a.set_op_handle("prim::PythonOp.Square", one_per_element, "opcount_scopes_test::scale", one_per_element)
+    assert a.by_operator() == {"Square": 10, "scale": 10}  # class name; namespace dropped as for aten
+    assert a.unsupported_ops() == {}
