@@ -17,7 +17,6 @@ import contextlib
 import inspect
 import io
 import logging
-import resource
 import statistics
 import subprocess
 import sys
@@ -104,7 +103,7 @@ def time_methods(name: str, runs: int) -> dict[str, float]:
         for k, fn in list(todo.items()):  # warm-up; a method that fails is dropped
             try:
                 fn()
-            except Exception as e:  # noqa: BLE001  reported, not fatal: peers fail on some models
+            except Exception as e:
                 print(f"  {name}: {k} failed: {type(e).__name__}: {str(e).splitlines()[0][:100]}")
                 del todo[k], times[k]
         for _ in range(runs):

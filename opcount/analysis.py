@@ -140,7 +140,7 @@ class JitModelAnalysis:
         """The statistic of every module per operator."""
         return self._analyze().counts
 
-    def per_call(self) -> list[tuple[OpCall, Counter[str] | None]]:
+    def per_call(self) -> list[tuple[OpCall, Mapping[str, Any] | None]]:
         """Every recorded call in execution order with its statistic (empty when the operator is
         ignored, None when unsupported): the per-layer data a roofline needs."""
         return [(call, self._value(call)) for call in self._traced().calls]
@@ -262,7 +262,7 @@ class JitModelAnalysis:
             return set(trace.called)
         return {owner for name in trace.called for owner in self._tree.owners(name)}
 
-    def _value(self, call: OpCall) -> Counter[str] | None:
+    def _value(self, call: OpCall) -> Mapping[str, Any] | None:
         """One call's statistic: None when unsupported, empty when ignored."""
         handle = self._handles.get(call.kind)
         if handle is None:
@@ -329,7 +329,7 @@ class JitModelAnalysis:
                 scale, name = 1, op_key(call.kind)
             if call.within:  # inside a custom autograd Function: "MyFn::mm" (seed 004)
                 name = "::".join((*call.within, name))
-        except Exception as e:  # noqa: BLE001  re-raised with operator, module and shapes
+        except Exception as e:
             raise HandleError(
                 f"the handle for {call.kind} failed in module '{call.scope[-1]}' "
                 f"on inputs {describe(call.inputs)}: {type(e).__name__}: {e}"

@@ -316,7 +316,7 @@ def _factory(spec: str, args: argparse.Namespace) -> Loaded:
         obj = getattr(obj, part)
     try:
         made = obj() if callable(obj) and not isinstance(obj, nn.Module) else obj
-    except Exception as e:  # noqa: BLE001  the user's factory failed: say so in one line
+    except Exception as e:
         raise UsageError(f"{spec}() failed: {_one_line(e)}") from e
     model, inputs, kwargs = _unpack(spec, made)
     model = _prepare(model, args)
@@ -346,7 +346,7 @@ def _import(target: str) -> Any:
         raise
     except ModuleNotFoundError as e:
         raise UsageError(f"cannot import {target!r}: {_one_line(e)}") from e
-    except Exception as e:  # noqa: BLE001  user code failed on import
+    except Exception as e:
         raise UsageError(f"importing {target} failed: {_one_line(e)}") from e
 
 
@@ -378,7 +378,7 @@ def _huggingface(name: str, args: argparse.Namespace) -> Loaded:
             except ValueError as e:
                 raise UsageError(f"transformers has no model for {name}: {_one_line(e)}") from e
     elif isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
-        config_class: Any = cls.config_class
+        config_class: Any = getattr(cls, "config_class")
         config = config_class(**overrides)
         model = cls(config)
     else:
@@ -742,7 +742,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = str(e) if isinstance(e, (UsageError, OpcountError)) else _one_line(e)
         stderr.write(f"opcount: error: {message.splitlines()[0] if message else type(e).__name__}\n")
         return 2
-    except Exception as e:  # noqa: BLE001  anything else is opcount's fault: still one line
+    except Exception as e:
         if debug:
             traceback.print_exc()
         stderr.write(f"opcount: internal error: {_one_line(e)} (run with --debug for the traceback)\n")

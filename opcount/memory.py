@@ -147,12 +147,12 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
         stats = self._analyze()
         return {"both": stats.counts, "read": stats.reads, "write": stats.writes}[_check_kind(kind)]
 
-    def per_call(self, kind: str = "both") -> list[tuple[OpCall, Counter[str] | None]]:
+    def per_call(self, kind: str = "both") -> list[tuple[OpCall, Mapping[str, Any] | None]]:
         """Every recorded call in execution order with its bytes (``{operator: bytes}``; None when
         unsupported), the conventions (``fuse``, ``resident_params``) applied."""
         _check_kind(kind)
         stats = self._analyze()
-        result: list[tuple[OpCall, Counter[str] | None]] = []
+        result: list[tuple[OpCall, Mapping[str, Any] | None]] = []
         for call, key, t in zip(self._traced().calls, stats.keys, stats.traffic):
             if t is None:
                 result.append((call, None))

@@ -580,7 +580,7 @@ def _flops(handle: Any, call: OpCall) -> float:
     try:
         value = handle(call.inputs, call.outputs)
         total = float(sum(value.values()) if isinstance(value, Mapping) else value)
-    except Exception as e:  # noqa: BLE001  re-raised naming the operator, module and shapes
+    except Exception as e:
         raise HandleError(
             f"the flop handle for {call.kind} failed in module '{call.scope[-1]}' on inputs "
             f"{describe(call.inputs)}: {type(e).__name__}: {e}"

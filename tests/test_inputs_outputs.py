@@ -20,7 +20,7 @@ class TwoArgs(nn.Module):
         super().__init__()
         self.fc = nn.Linear(4, 3)
 
-    def forward(self, x, scale=1.0, extra=None):  # noqa: ANN001, ANN201
+    def forward(self, x, scale=1.0, extra=None):
         y = self.fc(x) * scale
         return y if extra is None else (y, self.fc(extra))
 
@@ -41,7 +41,7 @@ class Nested(nn.Module):
         super().__init__()
         self.fc = nn.Linear(4, 2)
 
-    def forward(self, batch):  # noqa: ANN001, ANN201
+    def forward(self, batch):
         images, meta = batch["images"], batch["meta"]
         return [self.fc(img) for img in images] if meta["flag"] else []
 
@@ -70,7 +70,7 @@ class RichOutputs(nn.Module):
         super().__init__()
         self.fc = nn.Linear(4, 4)
 
-    def forward(self, x):  # noqa: ANN001, ANN201
+    def forward(self, x):
         y = self.fc(x)
         return {"p": Point(y, 3), "o": Out(y, "s"), "c": Cache(y), "n": None}
 
@@ -81,7 +81,7 @@ def test_outputs_of_any_structure() -> None:
 
 def test_list_input_is_one_argument() -> None:
     class TakesList(nn.Module):
-        def forward(self, images):  # noqa: ANN001, ANN201
+        def forward(self, images):
             return torch.stack([i.sum() for i in images])
 
     a = FlopCountAnalysis(TakesList(), [torch.randn(3, 2), torch.randn(3, 2)], preset="fvcore")
@@ -102,7 +102,7 @@ class Fails(nn.Module):
         super().__init__()
         self.body = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(5, 2))
 
-    def forward(self, x):  # noqa: ANN001, ANN201
+    def forward(self, x):
         return self.body(x)
 
 

@@ -80,7 +80,7 @@ def test_data_parallel_is_unwrapped_with_module_prefix() -> None:
 
 
 def test_fvcore_style_handle_receives_jit_values() -> None:
-    def relu_handle(inputs, outputs):  # noqa: ANN001  (an fvcore handle, as users write them)
+    def relu_handle(inputs, outputs):
         return outputs[0].type().sizes()[0] * outputs[0].type().sizes()[1]
 
     model = nn.Sequential(nn.Linear(4, 6), nn.ReLU())
@@ -153,11 +153,11 @@ def test_flops_per_mac_scales_multiply_adds_only() -> None:
 
 class Square(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x):  # noqa: ANN001, ANN205
+    def forward(ctx, x):
         return x * x
 
     @staticmethod
-    def backward(ctx, g):  # noqa: ANN001, ANN205
+    def backward(ctx, g):
         return g
 
 

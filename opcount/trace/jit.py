@@ -91,7 +91,7 @@ def trace_jit(
     with gc_paused(), _preserved(tree), _warnings(warn_mode), _scopes_recorded(tree, inner):
         try:
             graph, _ = torch.jit._get_trace_graph(flat, flat._call.tensors)
-        except Exception as e:  # noqa: BLE001  re-raised with the module path
+        except Exception as e:
             raise _trace_error(model, tree, e) from e
         calls = tuple(_records(graph, tree, lambda: _param_names(inner, graph, len(flat._call.tensors))))
     called = {name for scope in {call.scope for call in calls} for name in scope} | {""}

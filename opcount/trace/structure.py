@@ -90,11 +90,11 @@ def _collect(obj: Any, found: list[torch.Tensor], seen: set[int], depth: int) ->
     if isinstance(obj, Mapping):
         children = obj.values
     elif isinstance(obj, (list, tuple, set, frozenset)):
-        children = lambda: obj  # noqa: E731
+        children = lambda: obj
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        children = lambda: (getattr(obj, f.name) for f in dataclasses.fields(obj))  # noqa: E731
+        children = lambda: (getattr(obj, f.name) for f in dataclasses.fields(obj))
     elif hasattr(obj, "__dict__") and not isinstance(obj, (type, torch.nn.Module)):
-        children = lambda: vars(obj).values()  # noqa: E731
+        children = lambda: vars(obj).values()
     else:
         return
     for child in list(children()):
