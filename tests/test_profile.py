@@ -1,4 +1,4 @@
-"""profile(): measured per-module and per-operator times beside the roofline (issue 10).
+"""profile(): measured per-module and per-operator times beside the roofline.
 
 Timing tolerance. Within one profiled pass a module's ``record_function`` range opens before and
 closes after the ranges of its children and operators, on one thread and one clock with

@@ -23,7 +23,7 @@ def first_tensor_out(outputs: Sequence[Spec]) -> TensorSpec:
     raise ValueError(f"operator has no tensor output: {outputs!r}")
 
 
-# --- helpers added with the operator library (issue 3) ---------------------------------------
+# --- helpers for the operator library ---------------------------------------
 
 # dtypes whose arithmetic counts as floating-point work; integer and bool tensors carry indices,
 # sizes and masks, whose arithmetic seed 000 treats as free index calculation.

@@ -37,7 +37,7 @@ def convolution(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Counter[str]
     return Counter({"conv": macs})
 
 
-# --- other convolution entry points (issue 3) --------------------------------------------------
+# --- other convolution entry points --------------------------------------------------
 # jit traces of torch 2.14 record aten::_convolution for nn.ConvNd / ConvTransposeNd, with or
 # without grad, and aten::_convolution_mode for string padding ("same"/"valid"); the public
 # overloads below appear in other tracers (dispatch, scripted code).

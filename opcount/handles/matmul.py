@@ -81,7 +81,7 @@ def linear(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
     return numel(x) * out_features
 
 
-# --- the rest of the matmul family (issue 3) -------------------------------------------------
+# --- the rest of the matmul family -------------------------------------------------
 
 # baddbmm(self, batch1, batch2, beta, alpha) / addbmm(self, batch1, batch2, beta, alpha)
 BADDBMM_BATCH1, BADDBMM_BATCH2 = 1, 2

@@ -53,7 +53,7 @@ instance_norm = FLOPS.register("aten::instance_norm", fvcore=True)(
 )
 
 
-# --- more normalizations (issue 3) -------------------------------------------------------------
+# --- more normalizations -------------------------------------------------------------
 # local_response_norm has no aten operator: F.local_response_norm traces to mul, pad, avg_pool,
 # mul, add, pow, div, each counted by its own handle.
 

@@ -15,7 +15,7 @@ def adaptive_avg_pool(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
     return numel(shape_of(inputs[0]))
 
 
-# --- the rest of pooling (issue 3) ---------------------------------------------------------------
+# --- the rest of pooling ---------------------------------------------------------------
 # max_pool{1,2,3}d(self, kernel_size, stride, padding, dilation, ceil_mode)
 # max_pool{2,3}d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode) -> (out, indices)
 # avg_pool{1,2,3}d(self, kernel_size, stride, padding, ceil_mode, count_include_pad[, divisor_override])

@@ -21,7 +21,7 @@ def upsample_bilinear(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
     return 4 * first_tensor_out(outputs).numel
 
 
-# --- the other interpolation modes (issue 3) -------------------------------------------------------
+# --- the other interpolation modes -------------------------------------------------------
 # Extending fvcore's one-per-source-value reading (nearest 1, bilinear 4): each output element is a
 # weighted sum of the 2^d (linear) or 4^d (cubic) nearest inputs, one operation per input taken.
 # Seed 000 charges bilinear 9 (3 per 2-point interpolation); fvcore's 4 is kept for consistency.

@@ -32,7 +32,7 @@ VIEWS_AND_COPIES: tuple[str, ...] = tuple(
 
 FLOPS.zero_cost(*VIEWS_AND_COPIES)
 
-# More data movement, creation and metadata (issue 3): copies, padding and pixel shuffles move
+# More data movement, creation and metadata: copies, padding and pixel shuffles move
 # values without arithmetic (seed 000: Concat, Transpose, GetItem, Shift are 0 flops).
 MORE_COPIES: tuple[str, ...] = tuple(
     "aten::" + op
