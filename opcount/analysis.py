@@ -25,6 +25,7 @@ from ._runtime import gc_paused
 from .errors import HandleError
 from .handles import ACTIVATIONS, Handle
 from .ir import ListSpec, OpCall, TensorSpec
+from .handles.attention import sdpa_handle
 from .presets import flop_preset
 from .scopes import ModuleTree
 from .trace import Trace, trace_jit
@@ -390,6 +391,9 @@ class FlopCountAnalysis(JitModelAnalysis):
     ``preset``: ``"default"`` (every formula), ``"fvcore"`` (exactly fvcore's default set, so
     totals equal fvcore's) or ``"macs"`` (multiply-add kinds only).
     ``flops_per_mac``: 1 (fvcore's convention) or 2; scales every multiply-add formula.
+    ``causal_attention``: ``"full"`` counts attention as the full query x key product whatever
+    the mask, as published tables do; ``"unmasked"`` counts only the pairs a causal
+    ``scaled_dot_product_attention`` call keeps.
     ``tracer``, ``mode``, ``loss_fn``, ``device``: how the model is traced (:class:`JitModelAnalysis`).
     """
 
@@ -401,21 +405,31 @@ class FlopCountAnalysis(JitModelAnalysis):
         *,
         preset: str = "default",
         flops_per_mac: int = 1,
+        causal_attention: str = "full",
         **trace_options: Any,
     ) -> None:
         super().__init__(model, inputs, kwargs, **trace_options)
         if flops_per_mac not in (1, 2):
             raise ValueError(f"flops_per_mac must be 1 or 2, got {flops_per_mac!r}")
+        if causal_attention not in ("full", "unmasked"):
+            raise ValueError(f"causal_attention must be 'full' or 'unmasked', got {causal_attention!r}")
         chosen = flop_preset(preset)
         self._preset = preset
         self._flops_per_mac = flops_per_mac
         self._base_ignored = chosen.ignored
         self._ignored = set(chosen.ignored)
         self._handles = dict(chosen.handles)
+        if causal_attention == "unmasked" and SDPA in self._handles:
+            # Published model tables count the full q.k^T product; this counts only the pairs an
+            # is_causal=True call keeps, L*(L+1)/2 of L*L.
+            self._handles[SDPA] = Handle(sdpa_handle(causal_unmasked_only=True), ops=(SDPA,), macs=True)
 
     @property
     def flops_per_mac(self) -> int:
         return self._flops_per_mac
+
+
+SDPA = "aten::scaled_dot_product_attention"
 
 
 class ActivationCountAnalysis(JitModelAnalysis):

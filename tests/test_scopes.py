@@ -183,3 +183,20 @@ def test_custom_operators_are_named_and_take_handles_by_name() -> None:
     a.set_op_handle("prim::PythonOp.Square", one_per_element, "opcount_scopes_test::scale", one_per_element)
     assert a.by_operator() == {"Square": 10, "scale": 10}  # class name; namespace dropped as for aten
     assert a.unsupported_ops() == {}
+
+
+class CausalAttention(nn.Module):
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_causal_attention_full_or_unmasked() -> None:
+    # q, k, v: [batch 1, heads 2, L = S = 8, E = 16]. Full: q.k^T and attn.v are 2*8*8*16 each.
+    qkv = tuple(torch.randn(1, 2, 8, 16) for _ in range(3))
+    full = FlopCountAnalysis(CausalAttention(), qkv, preset="macs")
+    assert full.total() == 2 * (2 * 8 * 8 * 16)
+    # Unmasked only: row i of the causal mask keeps i + 1 keys, 8*9/2 = 36 of the 64 pairs.
+    unmasked = FlopCountAnalysis(CausalAttention(), qkv, preset="macs", causal_attention="unmasked")
+    assert unmasked.total() == 2 * (2 * 36 * 16)
+    with pytest.raises(ValueError, match="causal_attention"):
+        FlopCountAnalysis(CausalAttention(), qkv, causal_attention="half")
