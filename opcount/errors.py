@@ -1,5 +1,14 @@
 """Errors raised by opcount, each naming what went wrong and where."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torch import nn
+
+if TYPE_CHECKING:
+    from .scopes import ModuleTree
+
 
 class OpcountError(RuntimeError):
     """Base class of opcount's errors."""
@@ -11,3 +20,24 @@ class TraceError(OpcountError):
 
 class HandleError(OpcountError):
     """A cost formula failed on an operator; the message names the operator, module and shapes."""
+
+
+def failure_site(model: nn.Module, tree: ModuleTree, e: BaseException) -> str:
+    """Where a forward pass failed: the innermost module of ``model`` whose ``forward`` is on the
+    exception's traceback (``module 'body.2' (Linear)``), else ``the model (ResNet)``."""
+    where = None
+    tb = e.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if isinstance(owner, nn.Module) and tree.has(owner):
+            where = tree.name_of(owner)
+        tb = tb.tb_next
+    if where:
+        return f"module '{where}' ({type(tree.module(where)).__name__})"
+    return f"the model ({type(model).__name__})"
+
+
+def first_line(e: BaseException, default: str = "") -> str:
+    """The first line of an exception's message, or ``default`` when it has none."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else default

@@ -53,7 +53,7 @@ from torch.autograd import Function
 from torch.autograd.profiler import record_function
 
 from .analysis import op_key
-from .errors import OpcountError
+from .errors import OpcountError, failure_site, first_line
 from .handles import FLOPS
 from .hardware import Hardware
 from .report import COMPACT, format_number
@@ -498,15 +498,7 @@ class _Runner:
 
 
 def _forward_error(model: nn.Module, tree: ModuleTree, e: Exception) -> ProfileError:
-    where = None
-    tb = e.__traceback__
-    while tb is not None:  # the innermost module of the model whose forward is on the traceback
-        owner = tb.tb_frame.f_locals.get("self")
-        if isinstance(owner, nn.Module) and tree.has(owner):
-            where = tree.name_of(owner)
-        tb = tb.tb_next
-    what = f"module '{where}' ({type(tree.module(where)).__name__})" if where else f"the model ({type(model).__name__})"
-    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    what, first = failure_site(model, tree, e), first_line(e)
     return ProfileError(f"forward pass failed while profiling, in {what}: {type(e).__name__}: {first}")
 
 

@@ -41,11 +41,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from .._runtime import gc_paused
-from ..errors import TraceError
+from ..errors import TraceError, failure_site, first_line
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
 from ..scopes import ModuleTree
 from .aten import Record, backward_records, bind, forward_records, jit_constant, outputs_of
-from .jit import WRAPPERS, Trace, _failing_module, _preserved, _warnings
+from .jit import WRAPPERS, Trace, _preserved, _warnings
 from .meta import CPU, META, FakeTensorMode, device_of, fake_state, is_meta_model, materialize, state_names
 from .structure import normalize_inputs, output_tensors
 
@@ -351,10 +351,7 @@ def _functions_named(recorder: _Recorder) -> Iterator[None]:
 
 
 def _trace_error(model: nn.Module, tree: ModuleTree, e: Exception, on_meta: bool) -> TraceError:
-    where = _failing_module(tree, e) or ""
-    module = tree.module(where) if where in tree.modules else model
-    path = f"module '{where}' ({type(module).__name__})" if where else f"the model ({type(model).__name__})"
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    path, first = failure_site(model, tree, e), first_line(e, type(e).__name__)
     hint = (
         "on the meta device tensors have no values, so a forward that reads them (.item(), "
         "data-dependent shapes or branches) cannot run: analyze real tensors (device=None)"

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from .._runtime import gc_paused
-from ..errors import TraceError
+from ..errors import TraceError, failure_site, first_line
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
 from ..scopes import ModuleTree, named_modules_with_aliases
 from .structure import FlatCall, normalize_inputs, output_tensors
@@ -117,23 +117,8 @@ def _param_names(inner: nn.Module, graph: torch._C.Graph, n_inputs: int) -> dict
     return {v.unique(): name for v, name in zip(inputs, names)}
 
 
-def _failing_module(tree: ModuleTree, e: BaseException) -> str | None:
-    """The innermost module of the model whose ``forward`` is on the exception's traceback."""
-    found = None
-    tb = e.__traceback__
-    while tb is not None:
-        owner = tb.tb_frame.f_locals.get("self")
-        if isinstance(owner, nn.Module) and tree.has(owner):
-            found = tree.name_of(owner)
-        tb = tb.tb_next
-    return found
-
-
 def _trace_error(model: nn.Module, tree: ModuleTree, e: Exception) -> TraceError:
-    where = _failing_module(tree, e) or ""
-    module = tree.module(where) if where in tree.modules else model
-    path = f"module '{where}' ({type(module).__name__})" if where else f"the model ({type(model).__name__})"
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    path, first = failure_site(model, tree, e), first_line(e, type(e).__name__)
     hint = (
         "check the inputs' shapes and types; for a model whose forward is not traceable, "
         "wrap the traceable part in a module and analyze that, or use tracer='dispatch'."
