@@ -13,7 +13,6 @@ It reports zero unsupported operators (a list of op kinds and counts on failure)
 from __future__ import annotations
 
 import contextlib
-import logging
 
 import pytest
 import torch
@@ -24,12 +23,6 @@ from . import zoo
 
 GRAD_MODES = {"grad": contextlib.nullcontext, "no_grad": torch.no_grad}
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def _unsupported(model: torch.nn.Module, inputs: tuple, mode: str) -> dict[str, int]:

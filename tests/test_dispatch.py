@@ -4,7 +4,6 @@ custom Functions and custom operators, and a model left as it was. Numbers worke
 
 from __future__ import annotations
 
-import logging
 import resource
 from collections import Counter
 from collections.abc import Callable
@@ -22,12 +21,6 @@ from .models import CalledTwice, Nested, OwnerVsCaller, Recursive, Shared, ViaFo
 
 transformers = pytest.importorskip("transformers")
 
-
-@pytest.fixture(autouse=True)
-def _no_warnings():
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def _both(model: nn.Module, inputs: object, kwargs: dict | None = None, **options: object):

@@ -7,7 +7,6 @@ counted on top.
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 
 import pytest
@@ -33,22 +32,18 @@ def _restrict(counts: dict[str, Counter[str]], ops: set[str]) -> dict[str, Count
 
 
 def _check(name: str) -> None:
-    logging.disable(logging.WARNING)
-    try:
-        model, x = _model_and_input(name)
-        with torch.no_grad():
-            reference = fvcore_nn.FlopCountAnalysis(model, x)
-            expected = reference.by_module_and_operator()
-            ours = FlopCountAnalysis(model, x, preset="fvcore")
-            assert ours.by_module_and_operator() == expected
-            assert ours.by_module() == reference.by_module()
-            assert ours.by_operator() == reference.by_operator()
-            default = FlopCountAnalysis(model, x)
-            fv_ops = {op for c in expected.values() for op in c}
-            assert _restrict(default.by_module_and_operator(), fv_ops) == expected
-            assert default.total() > reference.total()  # elementwise and pooling on top
-    finally:
-        logging.disable(logging.NOTSET)
+    model, x = _model_and_input(name)
+    with torch.no_grad():
+        reference = fvcore_nn.FlopCountAnalysis(model, x)
+        expected = reference.by_module_and_operator()
+        ours = FlopCountAnalysis(model, x, preset="fvcore")
+        assert ours.by_module_and_operator() == expected
+        assert ours.by_module() == reference.by_module()
+        assert ours.by_operator() == reference.by_operator()
+        default = FlopCountAnalysis(model, x)
+        fv_ops = {op for c in expected.values() for op in c}
+        assert _restrict(default.by_module_and_operator(), fv_ops) == expected
+        assert default.total() > reference.total()  # elementwise and pooling on top
 
 
 @pytest.mark.parametrize("name", FAST)

@@ -11,7 +11,6 @@ not compared. The full comparison is slow: ``pytest -m slow tests/test_published
 
 from __future__ import annotations
 
-import logging
 
 import pytest
 import torch
@@ -21,12 +20,6 @@ from opcount import FlopCountAnalysis
 
 from . import zoo
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def _published_case(name: str) -> tuple[torch.nn.Module, tuple, float]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 
 import pytest
 import torch
@@ -12,12 +11,6 @@ from opcount import FlopCountAnalysis
 
 transformers = pytest.importorskip("transformers")
 
-
-@pytest.fixture(autouse=True)
-def _no_warnings():
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def test_detection_model_with_a_list_of_images() -> None:
