@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import torch
 from torch import nn
 
 
@@ -34,7 +35,7 @@ class ModuleTree:
                 self.names.append(name)
             self.modules[name] = module
             self.aliases[name] = canonical
-        self._owners = {name: self._owner_chain(name) for name in self.names}
+        self._owners: dict[str, tuple[str, ...]] = {}  # filled on demand
 
     def _owner_chain(self, name: str) -> tuple[str, ...]:
         # The prefixes of a canonical name are canonical too: a module first met through
@@ -61,7 +62,31 @@ class ModuleTree:
 
     def owners(self, name: str) -> tuple[str, ...]:
         """The module and its ancestors by ownership (by name), root first."""
-        return self._owners[name]
+        found = self._owners.get(name)
+        if found is None:
+            if name not in self.aliases or self.aliases[name] != name:
+                raise KeyError(name)
+            found = self._owners[name] = self._owner_chain(name)
+        return found
 
     def module(self, name: str) -> nn.Module:
         return self.modules[name]
+
+    def state(self, root: str = "", *, persistent_only: bool = False) -> list[tuple[str, torch.Tensor]]:
+        """The parameters and buffers of module ``root`` (default: the model) and its descendants,
+        named relative to it, each tensor once under its first name: ``state_dict``'s order and
+        naming (``persistent_only``: its choice of buffers too), without its per-module calls."""
+        found: list[tuple[str, torch.Tensor]] = []
+        seen: set[int] = set()
+        prefix = root + "." if root else ""
+        for name in self.names:
+            if root and name != root and not name.startswith(prefix):
+                continue
+            module = self.modules[name]
+            here = name[len(prefix):] + "." if name != root else ""
+            skip = module._non_persistent_buffers_set if persistent_only else ()
+            for key, t in (*module._parameters.items(), *((k, b) for k, b in module._buffers.items() if k not in skip)):
+                if t is not None and id(t) not in seen:
+                    seen.add(id(t))
+                    found.append((here + key, t))
+        return found

@@ -1,4 +1,4 @@
-"""The jit tracer: torch.jit tracing with a tracing scope pushed and popped around each module call.
+"""The jit tracer: torch.jit tracing with each module call marked in the traced graph.
 
 This is the only module that touches ``torch._C``. It turns each graph node into an
 :class:`~opcount.ir.OpCall` of plain values.
@@ -18,7 +18,7 @@ from torch import nn
 from .._runtime import gc_paused
 from ..errors import TraceError, failure_site, first_line
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
-from ..scopes import ModuleTree, named_modules_with_aliases
+from ..scopes import ModuleTree
 from .structure import FlatCall, normalize_inputs, output_tensors
 
 # TorchScript scalar type names -> torch dtype names.
@@ -32,6 +32,11 @@ _DTYPES = {
 
 WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
+# The marks a module call leaves in the graph. Both kinds count as side effects for torch's
+# dead-code elimination, so the tracer's clean-up passes keep them in place; a real
+# prim::Enter/Exit (a scripted ``with`` block) takes an input, a mark takes none.
+_ENTER, _EXIT = "prim::Enter", "prim::Exit"
+
 
 @dataclass(frozen=True)
 class Trace:
@@ -44,37 +49,71 @@ class Trace:
 class _Flat(nn.Module):
     """Presents ``model`` to the tracer as tensors in, tensors out."""
 
-    def __init__(self, model: nn.Module, call: FlatCall) -> None:
+    def __init__(self, model: nn.Module, call: FlatCall, marks: _Marks) -> None:
         super().__init__()
         self.model = model
         self._call = call
+        self._marks = marks
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        args, kwargs = self._call.rebuild(tensors)
+        self._marks.start(torch._C._get_tracing_state().graph())
+        args, kwargs = self._call.rebuild(tensors[: len(self._call.tensors)])
         return output_tensors(self.model(*args, **kwargs))
 
 
-@contextlib.contextmanager
-def _scopes_recorded(tree: ModuleTree, model: nn.Module) -> Iterator[None]:
-    """Make every module call push its scope (its index in ``tree.names``) while tracing.
+class _Marks:
+    """Marks each module call in the graph being traced: a ``prim::Enter`` node when the module's
+    ``forward`` starts and a ``prim::Exit`` node when it returns, in the order of the operators.
 
-    ``Module.__call__`` already pushes and pops a tracing scope for each module found in
-    ``torch.jit._trace._trace_module_map`` (the mechanism behind ``torch.jit.trace_module``).
-    Using it instead of a forward pre/post hook pair per module keeps ``__call__`` on its fast
-    path: hooks cost 25-50% of the tracing time on torchvision models. Operators a user's own
-    forward hooks run land in the caller's scope, as they run outside ``forward``.
+    While tracing, ``Module.__call__`` runs ``forward`` through the module's ``_slow_forward``
+    (after the module's forward pre-hooks, before its forward hooks); an instance attribute of
+    that name, set for the trace only, places the marks. Torch's own alternative,
+    ``tracing_state.push_scope``, nests every module call in a block that the tracer inlines
+    again at the end: on deep models that costs as much as the tracing itself.
     """
-    scope_map: dict[nn.Module, str] = {}
-    for index, name in enumerate(tree.names):
-        module = tree.module(name)
-        if module is model or not isinstance(module, WRAPPERS):
-            scope_map[module] = str(index)
-    previous = torch.jit._trace._trace_module_map
-    torch.jit._trace._trace_module_map = scope_map
-    try:
-        yield
-    finally:
-        torch.jit._trace._trace_module_map = previous
+
+    def __init__(self, tree: ModuleTree, model: nn.Module) -> None:
+        self.entered: list[int] = []  # scope index of each prim::Enter mark, in graph order
+        self._tree = tree
+        self._model = model
+        self._mark: Callable[[str], None] = _not_tracing
+
+    def start(self, graph: torch._C.Graph) -> None:
+        create, insert = graph.create, graph.insertNode
+        self._mark = lambda kind: insert(create(kind, 0))
+
+    def _slow_forward(self, module: nn.Module, index: int) -> Callable[..., Any]:
+        entered = self.entered
+
+        def slow_forward(*args: Any, **kwargs: Any) -> Any:
+            self._mark(_ENTER)
+            entered.append(index)
+            try:
+                return module.forward(*args, **kwargs)
+            finally:
+                self._mark(_EXIT)
+
+        return slow_forward
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        marked: list[nn.Module] = []
+        try:
+            for index, name in enumerate(self._tree.names):
+                module = self._tree.module(name)
+                if isinstance(module, torch.jit.ScriptModule) or "_slow_forward" in module.__dict__:
+                    continue  # scripted modules run as one call; a patched one is left alone
+                if module is self._model or not isinstance(module, WRAPPERS):
+                    module.__dict__["_slow_forward"] = self._slow_forward(module, index)
+                    marked.append(module)
+            yield
+        finally:
+            for module in marked:
+                module.__dict__.pop("_slow_forward", None)
+
+
+def _not_tracing(kind: str) -> None:
+    raise RuntimeError("module marks are placed only while tracing")
 
 
 def trace_jit(
@@ -87,34 +126,25 @@ def trace_jit(
     """Trace one forward pass of ``model`` and return its operator records."""
     args, kw = normalize_inputs(inputs, kwargs)
     inner = model.module if isinstance(model, WRAPPERS) else model
-    flat = _Flat(inner, FlatCall(args, kw))
-    with gc_paused(), _preserved(tree), _warnings(warn_mode), _scopes_recorded(tree, inner):
+    marks = _Marks(tree, inner)
+    flat = _Flat(inner, FlatCall(args, kw), marks)
+    named = tree.state(tree.name_of(inner), persistent_only=True)  # what torch.jit.trace takes as inputs
+    state, names = [t for _, t in named], [n for n, _ in named]
+    with gc_paused(), _preserved(tree), _warnings(warn_mode), marks.installed():
         try:
-            graph, _ = torch.jit._get_trace_graph(flat, flat._call.tensors)
+            # What torch.jit._get_trace_graph does, less its two costs nobody here needs:
+            # naming each value after the Python variable that held it, and a state_dict().
+            graph, _ = torch._C._create_graph_by_tracing(flat, [*flat._call.tensors, *state], _no_name, True, False)
         except Exception as e:
             raise _trace_error(model, tree, e) from e
-        calls = tuple(_records(graph, tree, lambda: _param_names(inner, graph, len(flat._call.tensors))))
+        n_inputs = len(flat._call.tensors)
+        calls = tuple(_records(graph, tree, marks.entered, _Converter(graph, n_inputs, state, names)))
     called = {name for scope in {call.scope for call in calls} for name in scope} | {""}
     return Trace(calls=calls, called=frozenset(called))
 
 
-def _param_names(inner: nn.Module, graph: torch._C.Graph, n_inputs: int) -> dict[int, str]:
-    """Graph value id -> qualified parameter/buffer name.
-
-    The tracer appends the module state to the graph inputs after the traced tensors, in
-    ``state_dict`` order without duplicates; walking the modules directly gives the same order
-    at a fraction of ``state_dict``'s cost on models with thousands of modules.
-    """
-    names: list[str] = []
-    seen: set[int] = set()
-    for prefix, module in named_modules_with_aliases(inner):
-        skip = module._non_persistent_buffers_set
-        for key, value in (*module._parameters.items(), *((k, b) for k, b in module._buffers.items() if k not in skip)):
-            if value is not None and id(value) not in seen:
-                seen.add(id(value))
-                names.append(f"{prefix}.{key}" if prefix else key)
-    inputs = list(graph.inputs())[n_inputs:]
-    return {v.unique(): name for v, name in zip(inputs, names)}
+def _no_name(value: torch.Tensor) -> str:
+    return ""
 
 
 def _trace_error(model: nn.Module, tree: ModuleTree, e: Exception) -> TraceError:
@@ -164,15 +194,26 @@ def _warnings(mode: str) -> Iterator[None]:
         yield
 
 
-def _records(
-    graph: torch._C.Graph, tree: ModuleTree, params: Callable[[], dict[int, str]]
-) -> Iterator[OpCall]:
-    scopes: dict[str, tuple[str, ...]] = {}
+def _records(graph: torch._C.Graph, tree: ModuleTree, entered: list[int], converter: _Converter) -> Iterator[OpCall]:
     names = tree.names
-    resolve = _Converter(params).node_specs
+    root: tuple[str, ...] = ("",)
+    stack = [root]
+    pushed: dict[tuple[tuple[str, ...], int], tuple[str, ...]] = {}  # one tuple per distinct scope
+    entries = iter(entered)
+    resolve = converter.node_specs
     for node in graph.nodes():
         kind = node.kind()
         if kind.startswith("prim::"):
+            if kind == _ENTER and not node.inputsSize():
+                top, index = stack[-1], next(entries)
+                scope = pushed.get((top, index))
+                if scope is None:  # the root model's own call keeps the root scope
+                    scope = pushed[(top, index)] = top if top == root and not names[index] else (*top, names[index])
+                stack.append(scope)
+                continue
+            if kind == _EXIT and not node.inputsSize():
+                stack.pop()
+                continue
             if kind == "prim::PythonOp":
                 kind = f"prim::PythonOp.{node.pyname()}"
             elif kind == "prim::CallFunction":
@@ -181,53 +222,70 @@ def _records(
                 kind = f"prim::CallFunction.{str(node.inputsAt(0).type()).removeprefix('__torch__.')}"
             else:
                 continue  # constants, list construction, getattr: structure, not operators
-        scope_str = node.scopeName()
-        scope = scopes.get(scope_str)
-        if scope is None:
-            # Each distinct scope string is parsed once; "" is the root even when not pushed.
-            idx = [names[int(i)] for i in scope_str.split("/") if i.isdigit()]
-            scope = scopes[scope_str] = tuple(idx) if idx and idx[0] == "" else ("", *idx)
-        yield OpCall(kind, None, None, scope, raw=node, resolve=resolve)
+        yield OpCall(kind, None, None, stack[-1], raw=node, resolve=resolve)
 
 
 class _Converter:
-    """Graph values -> specs, each value converted once (an output is the next call's input)."""
+    """Graph values -> specs, each value converted once (an output is the next call's input).
 
-    def __init__(self, params: Callable[[], dict[int, str]]) -> None:
-        self._param_names = params
-        self._params: dict[int, str] | None = None  # found on first use: few analyses need it
-        self._cache: dict[int, Spec] = {}
+    Values are looked up by their Python wrapper: pybind returns the same wrapper for a value
+    while one is alive, and the cache keeps them alive. A spec's ``id`` numbers the values of
+    the trace. The specs of the parameters and buffers come from the tensors themselves, which
+    know their names. The converter holds the graph: the records' nodes live as long as it does.
+    """
+
+    def __init__(self, graph: torch._C.Graph, n_inputs: int, state: list[torch.Tensor], names: list[str]) -> None:
+        self._graph = graph
+        self._state = (n_inputs, state, names)
+        self._cache: dict[torch._C.Value, Spec] | None = None  # filled on first use: few analyses need it
 
     def node_specs(self, node: object) -> tuple[tuple[Spec, ...], tuple[Spec, ...]]:
         # inputsAt/outputsAt: several times faster than iterating node.inputs() in pybind.
         n: Any = node
-        spec = self.spec
-        ins = tuple(spec(n.inputsAt(i)) for i in range(n.inputsSize()))
-        return ins, tuple(spec(n.outputsAt(i)) for i in range(n.outputsSize()))
+        cache = self._cache if self._cache is not None else self._start()
+        get, convert = cache.get, self._convert
+        ins = []
+        for i in range(n.inputsSize()):
+            value = n.inputsAt(i)
+            ins.append(get(value) or convert(value))
+        outs = []
+        for i in range(n.outputsSize()):
+            value = n.outputsAt(i)
+            outs.append(get(value) or convert(value))
+        return tuple(ins), tuple(outs)
 
-    def spec(self, value: torch._C.Value) -> Spec:
-        uid = value.unique()
-        found = self._cache.get(uid)
-        if found is None:
-            found = self._cache[uid] = self._convert(value, uid)
-        return found
+    def _start(self) -> dict[torch._C.Value, Spec]:
+        n_inputs, state, names = self._state
+        dtypes: dict[torch.dtype, str] = {}
+        cache: dict[torch._C.Value, Spec] = {}
+        for value, t, name in zip(list(self._graph.inputs())[n_inputs:], state, names):
+            dtype = dtypes.get(t.dtype)
+            if dtype is None:
+                dtype = dtypes[t.dtype] = str(t.dtype).removeprefix("torch.")
+            cache[value] = TensorSpec(tuple(t.shape), dtype, name, len(cache))
+        self._cache = cache
+        return cache
 
-    def _convert(self, value: torch._C.Value, uid: int) -> Spec:
+    def _convert(self, value: torch._C.Value) -> Spec:
+        cache = self._cache
+        assert cache is not None
+        spec = cache[value] = self._spec(value, len(cache))
+        return spec
+
+    def _spec(self, value: torch._C.Value, uid: int) -> Spec:
         typ = value.type()
         if isinstance(typ, torch._C.TensorType):
             sizes = typ.sizes()
             if sizes is None:
                 return Const(None, known=False)
-            if self._params is None:
-                self._params = self._param_names()
-            dtype = _DTYPES.get(typ.scalarType() or "Float", "float32")
-            return TensorSpec(tuple(sizes), dtype, self._params.get(uid), uid)
+            return TensorSpec(tuple(sizes), _DTYPES.get(typ.scalarType() or "Float", "float32"), None, uid)
         node = value.node()
         kind = node.kind()
         if kind == "prim::Constant":
             return Const(value.toIValue())
         if kind == "prim::ListConstruct":
-            items = tuple(self.spec(node.inputsAt(i)) for i in range(node.inputsSize()))
+            get, convert = self._cache.get, self._convert  # type: ignore[union-attr]
+            items = tuple(get(v) or convert(v) for v in (node.inputsAt(i) for i in range(node.inputsSize())))
             if all(isinstance(i, Const) and i.known for i in items):
                 return Const(tuple(i.value for i in items))  # type: ignore[union-attr]
             return ListSpec(items)
