@@ -315,8 +315,8 @@ class JitModelAnalysis:
         """Run a handle on one call: (its raw result, the mac scale, the operator key).
         Failures are re-raised naming the operator, the module and the input shapes."""
         try:
-            if isinstance(handle, Handle):
-                value = handle(call.inputs, call.outputs)
+            if type(handle) is Handle or isinstance(handle, Handle):
+                value = handle.fn(call.inputs, call.outputs)
                 scale = self._flops_per_mac if handle.macs else 1
                 name = handle.name or op_key(call.kind)
             else:

@@ -17,7 +17,7 @@ scalars, lists) or already as :mod:`opcount.ir` specs; the tracer converts the r
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -52,23 +52,37 @@ def jit_constant(value: Any) -> Any:
     return value
 
 
-_DEFAULTS: dict[Any, tuple[tuple[str, Any], ...]] = {}  # op -> (argument name, default or None)
+class Schema(NamedTuple):
+    """What the tracer reads of an operator's schema, read once per operator."""
+
+    name: str  # "aten::conv2d"
+    defaults: tuple[tuple[str, Any], ...]  # (argument name, default or None), in order
+    returns: int
+
+
+_SCHEMAS: dict[Any, Schema] = {}
+
+
+def schema(func: torch._ops.OpOverload) -> Schema:
+    found = _SCHEMAS.get(func)
+    if found is None:
+        s = func._schema
+        defaults = tuple((a.name, a.default_value if a.has_default_value() else None) for a in s.arguments)
+        found = _SCHEMAS[func] = Schema(s.name, defaults, len(s.returns))
+    return found
 
 
 def bind(func: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
     """Every schema argument in order, defaults filled in: the layout the jit tracer records."""
-    defaults = _DEFAULTS.get(func)
-    if defaults is None:
-        defaults = _DEFAULTS[func] = tuple(
-            (a.name, a.default_value if a.has_default_value() else None) for a in func._schema.arguments
-        )
+    defaults = schema(func).defaults
+    if len(args) == len(defaults):
+        return list(args)
     return [*args, *(kwargs.get(name, default) for name, default in defaults[len(args):])]
 
 
 def outputs_of(func: torch._ops.OpOverload, out: Any) -> list[Any]:
     """The op's return values as a list: one entry per schema return (a Tensor[] is one entry)."""
-    n = len(func._schema.returns)
-    if n == 1:
+    if schema(func).returns == 1:
         return [out]
     return list(out) if isinstance(out, (tuple, list)) else [out]
 

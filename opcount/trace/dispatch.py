@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator, Mapping
+import logging
 from typing import Any
 
 import torch
@@ -44,10 +45,13 @@ from .._runtime import gc_paused
 from ..errors import TraceError, failure_site, first_line
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
 from ..scopes import ModuleTree
-from .aten import Record, backward_records, bind, forward_records, jit_constant, outputs_of
+from .aten import Record, backward_records, bind, forward_records, jit_constant, outputs_of, schema
 from .jit import WRAPPERS, Trace, _preserved, _warnings
-from .meta import CPU, META, FakeTensorMode, device_of, fake_state, is_meta_model, materialize, state_names
+from .meta import CPU, META, FakeTensorMode, TensorShape, fake_state, materialize
+from .shapes import ShapeRunner, ShapeTensor
 from .structure import normalize_inputs, output_tensors
+
+logger = logging.getLogger(__name__)
 
 MODES = ("eval", "train")
 ROOT: tuple[str, ...] = ("",)
@@ -87,26 +91,119 @@ def trace_dispatch(
         raise ValueError(f"device must be None (where the model is) or 'meta', got {device!r}")
     args, kw = normalize_inputs(inputs, kwargs)
     inner = model.module if isinstance(model, WRAPPERS) else model
-    built_on_meta = is_meta_model(inner)
-    # storage-less fake tensors claiming the model's device (CPU for a model built on meta)
-    fake = FakeTensorMode(allow_non_fake_inputs=True) if device is not None or built_on_meta else None
-    claimed = CPU if built_on_meta else device_of(inner)
+    state = tree.state(tree.name_of(inner))
+    built_on_meta = any(t.is_meta for _, t in state)
+    on_meta = device is not None or built_on_meta
+    claimed = CPU if built_on_meta or not state else state[0][1].device  # what meta tensors claim
     train = mode == "train"
-    with gc_paused(), _training_flags(model, train), _preserved(tree), _warnings(warn_mode):
-        args, kw = materialize((args, kw), claimed, fake)
-        state = fake_state(inner, claimed, fake) if fake is not None else {}
-        step = _Step(inner, state, args, kw, loss_fn if train else None, train)
-        recorder = _Recorder(_Scopes(tree, inner), state_names(inner, state), train)
-        with fake or contextlib.nullcontext(), recorder.scopes.installed(), _functions_named(recorder):
+    if on_meta and not train:
+        try:
+            return _trace(model, inner, tree, state, args, kw, warn_mode, _ShapeTensors(claimed), train, None)
+        except TrainingError:
+            raise
+        except Exception as e:  # what a shape-only tensor cannot follow, fake tensors may
+            logger.debug("shape-only tensors could not follow the forward pass (%s); using fake tensors", e)
+    tensors = _FakeTensors(claimed) if on_meta else _RealTensors(claimed)
+    return _trace(model, inner, tree, state, args, kw, warn_mode, tensors, train, loss_fn if train else None)
+
+
+def _trace(
+    model: nn.Module,
+    inner: nn.Module,
+    tree: ModuleTree,
+    named: list[tuple[str, torch.Tensor]],
+    args: tuple[Any, ...],
+    kw: dict[str, Any],
+    warn_mode: str,
+    tensors: _RealTensors,
+    train: bool,
+    loss_fn: Callable[[Any], torch.Tensor] | None,
+) -> Trace:
+    with gc_paused(), _training_flags(tree, model, train), _preserved(tree), _warnings(warn_mode):
+        args, kw = tensors.inputs((args, kw))
+        state = tensors.state(inner, named)
+        step = _Step(inner, state, args, kw, loss_fn, train)
+        names = {id(t): name for name, t in (*named, *state.items())}  # the tensors the forward sees
+        recorder = _Recorder(_Scopes(tree, inner), names, train, tensors.compute)
+        with tensors.mode(), recorder.scopes.installed(), _functions_named(recorder):
             try:
                 recorder.run(step)
             except TrainingError:
                 raise
             except Exception as e:  # re-raised with the module path
-                raise _trace_error(model, tree, e, fake is not None) from e
+                raise _trace_error(model, tree, e, tensors.on_meta) from e
     calls = tuple(recorder.calls)
     called = {name for scope in {call.scope for call in calls} for name in scope} | {""}
     return Trace(calls=calls, called=frozenset(called))
+
+
+class _RealTensors:
+    """What the model runs on: how inputs and weights are made, and how an operator computes.
+
+    This one: the model's own tensors, kernels run as usual; inputs given by shape become zeros
+    on the model's device.
+    """
+
+    on_meta = False
+
+    def __init__(self, claimed: torch.device) -> None:
+        self.claimed = claimed
+        self.compute: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any] | None = None  # None: the kernel
+
+    def inputs(self, tree: Any) -> Any:
+        return materialize(tree, self.claimed)
+
+    def state(self, model: nn.Module, named: list[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        """Stand-ins for the model's parameters and buffers during the call, by name."""
+        return {}  # none: the model's own
+
+    def mode(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+
+class _FakeTensors(_RealTensors):
+    """torch's fake tensors (:mod:`.meta`): the weights swapped for fake stand-ins for the call."""
+
+    on_meta = True
+
+    def __init__(self, claimed: torch.device) -> None:
+        super().__init__(claimed)
+        self._fake = FakeTensorMode(allow_non_fake_inputs=True)
+
+    def inputs(self, tree: Any) -> Any:
+        return materialize(tree, self.claimed, self._fake)
+
+    def state(self, model: nn.Module, named: list[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        return fake_state(model, self.claimed, self._fake)
+
+    def mode(self) -> contextlib.AbstractContextManager[Any]:
+        return self._fake
+
+
+class _ShapeTensors(_RealTensors):
+    """Shape-only tensors (:mod:`.shapes`): inputs become shape-only, the weights stay as they are
+    (no kernel ever reads them), and each operator's outputs come from its inputs' metadata."""
+
+    on_meta = True
+
+    def __init__(self, claimed: torch.device) -> None:
+        super().__init__(claimed)
+        self._runner = ShapeRunner(claimed)
+        self.compute = self._runner.run
+
+    def inputs(self, tree: Any) -> Any:
+        runner = self._runner
+
+        def leaf(x: Any) -> Any:
+            if isinstance(x, TensorShape):
+                return runner.empty(x.shape, x.dtype)
+            return runner.wrap(x) if isinstance(x, torch.Tensor) else x
+
+        return pytree.tree_map(leaf, tree)
+
+    def state(self, model: nn.Module, named: list[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        self._runner.remember(t for _, t in named)
+        return {}
 
 
 class TrainingError(ValueError):
@@ -157,55 +254,114 @@ class _Step:
 
 
 class _Scopes:
-    """Forward pre/post hooks that keep the scope of the running module (jit's semantics:
-    operators run by a user's own forward hooks land in the caller's scope)."""
+    """Keeps the scope of the running module, with the jit tracer's semantics: a module's scope
+    covers its ``forward`` (after its forward pre-hooks, before its forward hooks), so operators
+    that a user's own hooks run land in the caller's scope.
+
+    A module without hooks gets its scope from a wrapper of its ``__call__`` (the
+    ``_compiled_call_impl`` instance attribute ``Module.__call__`` runs when set, as
+    ``Module.compile`` sets it): one Python call per module call. A module with hooks gets a
+    forward pre/post hook pair, which takes every call of it off torch's fast path. Both are
+    removed in ``finally``.
+    """
 
     def __init__(self, tree: ModuleTree, model: nn.Module) -> None:
         self._tree = tree
         self._model = model
         self._stack: list[Scope] = [ROOT]
+        self._pushed: dict[tuple[Scope, str], Scope] = {}  # one tuple per distinct scope
 
     @property
     def current(self) -> Scope:
         return self._stack[-1]
 
-    def _push(self, name: str) -> Callable[[nn.Module, Any], None]:
-        stack = self._stack
+    def _enter(self, name: str) -> None:
+        top = self._stack[-1]
+        scope = self._pushed.get((top, name))
+        if scope is None:  # the root model's own call keeps the root scope
+            scope = self._pushed[(top, name)] = top if top == ROOT and not name else (*top, name)
+        self._stack.append(scope)
 
-        def hook(module: nn.Module, args: Any) -> None:
-            top = stack[-1]
-            stack.append(top if top == ROOT and name == "" else (*top, name))
+    def _call(self, name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        enter, stack = self._enter, self._stack
 
-        return hook
+        def scoped_call(*args: Any, **kwargs: Any) -> Any:
+            enter(name)
+            try:
+                return call(*args, **kwargs)
+            finally:
+                stack.pop()
 
-    def _pop(self, module: nn.Module, args: Any, output: Any) -> None:
+        return scoped_call
+
+    def _pre_hook(self, name: str) -> Callable[[nn.Module, Any], None]:
+        return lambda module, args: self._enter(name)
+
+    def _post_hook(self, module: nn.Module, args: Any, output: Any) -> None:
         if len(self._stack) > 1:
             self._stack.pop()
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
         handles = []
+        wrapped: list[nn.Module] = []
+        hooked = _global_hooks()
         try:
             for name in self._tree.names:
                 module = self._tree.module(name)
-                if module is self._model or not isinstance(module, WRAPPERS):
-                    # after the user's pre-hooks, before the user's post-hooks, also on errors
-                    handles.append(module.register_forward_pre_hook(self._push(name)))
-                    handles.append(module.register_forward_hook(self._pop, prepend=True, always_call=True))
+                if module is not self._model and isinstance(module, WRAPPERS):
+                    continue
+                if not hooked and not _has_hooks(module) and not _compiled(module):
+                    module.__dict__["_compiled_call_impl"] = self._call(name, module._call_impl)
+                    wrapped.append(module)
+                else:  # after the user's pre-hooks, before the user's post-hooks, also on errors
+                    handles.append(module.register_forward_pre_hook(self._pre_hook(name)))
+                    handles.append(module.register_forward_hook(self._post_hook, prepend=True, always_call=True))
             yield
         finally:
+            for module in wrapped:
+                del module.__dict__["_compiled_call_impl"]
             for h in handles:
                 h.remove()
+
+
+def _compiled(module: nn.Module) -> bool:
+    return "_compiled_call_impl" in module.__dict__ or module._compiled_call_impl is not None
+
+
+def _has_hooks(module: nn.Module) -> bool:
+    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks)
+
+
+def _global_hooks() -> bool:
+    from torch.nn.modules import module as m
+
+    return bool(m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks
+                or m._global_backward_pre_hooks)
 
 
 class _Recorder(TorchDispatchMode):
     """Records each dispatched operator as :class:`~opcount.ir.OpCall` records."""
 
-    def __init__(self, scopes: _Scopes, names: dict[int, str], train: bool) -> None:
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's __torch_dispatch__ to keep torch.compile out of it: two more
+        # Python calls per operator, for a mode that nothing compiles.
+        return False
+
+    def __init__(
+        self,
+        scopes: _Scopes,
+        names: dict[int, str],
+        train: bool,
+        compute: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any] | None = None,
+    ) -> None:
         super().__init__()
         self.scopes = scopes
+        self._compute = compute  # how an operator's outputs are made; None: its kernel runs
         self.calls: list[OpCall] = []
-        self.within: list[str] = []  # custom autograd Functions running, outermost first
+        self.within: tuple[str, ...] = ()  # custom autograd Functions running, outermost first
         self._names = names
         self._train = train
         self._backward = False
@@ -213,6 +369,8 @@ class _Recorder(TorchDispatchMode):
         self._ids: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> value id, while it lives
         self._next_id = 0
         self._dtypes: dict[torch.dtype, str] = {}
+        self._state_specs: dict[int, TensorSpec] = {}  # id of a parameter or buffer -> its spec
+        self._consts: dict[tuple[type, Any], Const] = {}  # the constants seen, made once
 
     def run(self, step: _Step) -> None:
         before = torch._C._dispatch_tls_local_exclude_set()
@@ -239,12 +397,14 @@ class _Recorder(TorchDispatchMode):
             scope, within = _running_node_tag()
             self._record(backward_records, func, args, kwargs, out, scope, within)
             return out
-        scope, within = self.scopes.current, tuple(self.within)
+        scope, within = self.scopes.current, self.within
         if self._train:
             exclude = torch._C._dispatch_tls_local_exclude_set() - self._autograd
             with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude):
                 out = func(*args, **kwargs)
             self.tag(out, (scope, within))
+        elif self._compute is not None:
+            out = self._compute(func, args, kwargs)
         else:
             out = func(*args, **kwargs)
         self._record(forward_records, func, args, kwargs, out, scope, within)
@@ -260,7 +420,7 @@ class _Recorder(TorchDispatchMode):
         scope: Scope,
         within: tuple[str, ...],
     ) -> None:
-        records = normalize(func._schema.name, bind(func, args, kwargs), outputs_of(func, out))
+        records = normalize(schema(func).name, bind(func, args, kwargs), outputs_of(func, out))
         spec = self._spec
         for kind, ins, outs in records:
             self.calls.append(OpCall(kind, tuple(map(spec, ins)), tuple(map(spec, outs)), scope, within=within))
@@ -278,8 +438,17 @@ class _Recorder(TorchDispatchMode):
             pending.extend(n for n, _ in node.next_functions if n is not None and not isinstance(n, _ACCUMULATE))
 
     def _spec(self, value: Any) -> Spec:
+        kind = type(value)
+        if kind is ShapeTensor:
+            spec = value.spec
+            return spec if spec is not None else self._shape_spec(value)
         if isinstance(value, torch.Tensor):
             return self._tensor(value)
+        if kind is int or kind is bool or kind is float or value is None:
+            found = self._consts.get((kind, value))
+            if found is None:
+                found = self._consts[(kind, value)] = Const(value)
+            return found
         if isinstance(value, (TensorSpec, Const, ListSpec)):
             return value
         if isinstance(value, (list, tuple)):
@@ -291,15 +460,33 @@ class _Recorder(TorchDispatchMode):
             return Const(None, known=False)  # a size only known at run time, as jit records it
         return Const(jit_constant(value))
 
+    def _shape_spec(self, t: ShapeTensor) -> TensorSpec:
+        meta = t.meta
+        spec = t.spec = TensorSpec(meta.shape, self._dtype(meta.dtype), None, self._next_id)
+        self._next_id += 1
+        return spec
+
     def _tensor(self, t: torch.Tensor) -> TensorSpec:
+        if type(t) is ShapeTensor:
+            return t.spec if t.spec is not None else self._shape_spec(t)
+        name = self._names.get(id(t))
+        if name is not None:  # a parameter or buffer: alive all along, so its id is its own
+            spec = self._state_specs.get(id(t))
+            if spec is None:
+                spec = self._state_specs[id(t)] = TensorSpec(tuple(t.shape), self._dtype(t.dtype), name, self._next_id)
+                self._next_id += 1
+            return spec
         uid = self._ids.get(t)
         if uid is None:
             uid = self._ids[t] = self._next_id
             self._next_id += 1
-        dtype = self._dtypes.get(t.dtype)
-        if dtype is None:
-            dtype = self._dtypes[t.dtype] = str(t.dtype).removeprefix("torch.")
-        return TensorSpec(tuple(t.shape), dtype, self._names.get(id(t)), uid)
+        return TensorSpec(tuple(t.shape), self._dtype(t.dtype), None, uid)
+
+    def _dtype(self, dtype: torch.dtype) -> str:
+        name = self._dtypes.get(dtype)
+        if name is None:
+            name = self._dtypes[dtype] = str(dtype).removeprefix("torch.")
+        return name
 
 
 def _running_node_tag() -> Tag:
@@ -313,9 +500,12 @@ def _running_node_tag() -> Tag:
 
 
 @contextlib.contextmanager
-def _training_flags(model: nn.Module, train: bool) -> Iterator[None]:
+def _training_flags(tree: ModuleTree, model: nn.Module, train: bool) -> Iterator[None]:
     """``model.train(train)`` for the trace; every module's own flag restored afterwards."""
-    saved = [(m, m.training) for m in model.modules()]
+    saved = [(m, m.training) for m in map(tree.module, tree.names)]
+    if all(flag == train for _, flag in saved):
+        yield  # the common case: an eval model analyzed in eval mode
+        return
     try:
         model.train(train)
         yield
@@ -335,12 +525,13 @@ def _functions_named(recorder: _Recorder) -> Iterator[None]:
     original = Function.__dict__["apply"]
 
     def apply(cls: type[Function], *args: Any, **kwargs: Any) -> Any:
-        recorder.within.append(cls.__name__)
+        outer = recorder.within
+        recorder.within = (*outer, cls.__name__)
         try:
             out = original.__get__(None, cls)(*args, **kwargs)
         finally:
-            recorder.within.pop()
-        recorder.tag(out, (recorder.scopes.current, (*recorder.within, cls.__name__)))
+            recorder.within = outer
+        recorder.tag(out, (recorder.scopes.current, (*outer, cls.__name__)))
         return out
 
     Function.apply = classmethod(apply)  # type: ignore[assignment,method-assign]
