@@ -98,3 +98,19 @@ class OwnerVsCaller(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.a(x)
+
+
+class WithHooks(nn.Module):
+    """``child`` (2*4*4 = 32 on [2, 4]) has a forward pre-hook that scales its input (8 muls) and
+    a forward hook that multiplies its output by ``extra`` (2*4*4 = 32 multiply-adds). Hooks run
+    outside the child's ``forward``: their cost is the caller's (the root's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.child = nn.Linear(4, 4)
+        self.extra = nn.Parameter(torch.randn(4, 4))
+        self.child.register_forward_pre_hook(lambda module, args: (args[0] * 2.0,))
+        self.child.register_forward_hook(lambda module, args, out: out @ self.extra)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.child(x)

@@ -56,6 +56,17 @@ def test_fast_transformers_models_fully_supported(name: str, mode: str) -> None:
     assert _unsupported(model, inputs, mode) == {}
 
 
+def test_llama_without_cache_on_meta_fully_supported() -> None:
+    # benchmarks/llama70b_meta.py's configuration, small: without a cache transformers looks for
+    # packed sequences in the position ids (torch.diff), on integers: free, but not unsupported.
+    pytest.importorskip("transformers")
+    model, (ids,) = zoo.TRANSFORMERS["llama"]()
+    analysis = FlopCountAnalysis(model, (ids,), {"use_cache": False}, tracer="dispatch", device="meta")
+    assert analysis.total() > 0
+    assert analysis.unsupported_ops() == {}
+    assert analysis.by_operator()["linear"] == FlopCountAnalysis(model, (ids,)).by_operator()["linear"]
+
+
 def test_vit_b_16_multiply_adds_match_the_published_figure() -> None:
     """torchvision's table lists ViT-B/16 at 17.56 GFLOPS (multiply-adds). fvcore's multiply-add kinds
     (linear, conv) give 11.27 G: it counts none of the attention (11.29 G with its layer norms)."""

@@ -17,7 +17,7 @@ from opcount import FlopCountAnalysis, TensorShape, TraceError, spec_handle
 from opcount.scopes import ModuleTree
 from opcount.trace import trace_dispatch, trace_jit
 
-from .models import CalledTwice, Nested, OwnerVsCaller, Recursive, Shared, ViaForward
+from .models import CalledTwice, Nested, OwnerVsCaller, Recursive, Shared, ViaForward, WithHooks
 
 transformers = pytest.importorskip("transformers")
 
@@ -95,16 +95,18 @@ def test_bert_parity_but_for_the_attention_mask_transformers_expands_only_under_
     }
 
 
-@pytest.mark.parametrize("make", [Nested, CalledTwice, Shared, Recursive, ViaForward, OwnerVsCaller])
+@pytest.mark.parametrize("make", [Nested, CalledTwice, Shared, Recursive, ViaForward, OwnerVsCaller, WithHooks])
 @pytest.mark.parametrize("ancestors", ["owner", "caller"])
 def test_scope_semantics_match_the_jit_tracer(make: Callable[[], nn.Module], ancestors: str) -> None:
     model = make()
     x = torch.randn(2, 10 if make is Nested else 8 if make in (CalledTwice, Shared) else 6 if make is Recursive else 4)
+    # on meta tensors too: the shape-only pass, with the same scopes
+    meta = FlopCountAnalysis(model, x, tracer="dispatch", device="meta").ancestor_mode(ancestors)
     jit, dispatch = _both(model, x)
     jit.ancestor_mode(ancestors)
     dispatch.ancestor_mode(ancestors)
-    assert dispatch.by_module_and_operator() == jit.by_module_and_operator()
-    assert dispatch.uncalled_modules() == jit.uncalled_modules()
+    assert dispatch.by_module_and_operator() == jit.by_module_and_operator() == meta.by_module_and_operator()
+    assert dispatch.uncalled_modules() == jit.uncalled_modules() == meta.uncalled_modules()
 
 
 def test_data_parallel_is_unwrapped_as_by_the_jit_tracer() -> None:
@@ -388,15 +390,16 @@ class WithNorm(nn.Module):
 
 
 def _snapshot(model: nn.Module) -> tuple:
+    # every module's attributes too: no hook, no scope wrapper, nothing else left behind
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return state, [(m.training, dict(m._forward_hooks), dict(m._forward_pre_hooks)) for m in model.modules()]
+    return state, [(m.training, dict(m._forward_hooks), dict(m._forward_pre_hooks), set(vars(m))) for m in model.modules()]
 
 
 def _assert_unchanged(model: nn.Module, snapshot: tuple) -> None:
     state, flags = snapshot
     now = model.state_dict()
     assert now.keys() == state.keys() and all(torch.equal(now[k], v) for k, v in state.items())
-    assert [(m.training, dict(m._forward_hooks), dict(m._forward_pre_hooks)) for m in model.modules()] == flags
+    assert [(m.training, dict(m._forward_hooks), dict(m._forward_pre_hooks), set(vars(m))) for m in model.modules()] == flags
     assert all(p.grad is None for p in model.parameters())
     assert torch.autograd.Function.__dict__["apply"] is torch._C._FunctionBase.__dict__["apply"]
 

@@ -172,6 +172,7 @@ for _name in (
     EXAMPLES[f"aten::{_name}"] = _with(_name, [1, 2])
 for _name in ("prod", "argmax", "argmin", "cumsum", "cumsum_", "cumprod", "cumprod_"):
     EXAMPLES[f"aten::{_name}"] = _with(_name, 1)
+EXAMPLES["aten::diff"] = lambda n, k: (aten.diff, (_x(n, k, 3), 2, 1))
 EXAMPLES["aten::max"] = _with("max", 1)
 EXAMPLES["aten::min"] = lambda n, k: (aten.min, (_x(n, k, 3), _x(n, k, 3)))
 EXAMPLES["aten::norm"] = _with("norm", 3, [1, 2])

@@ -33,6 +33,11 @@ def test_seed_000_max_over_two_axes() -> None:
         ("aten::logsumexp", [T(3, 4), C((1,)), C(False)], [T(3)], 48),
         ("aten::cumsum", [T(2, 5), C(1), NONE], [T(2, 5)], 8),
         ("aten::cumsum", [T(2, 5), C(0), NONE], [T(2, 5)], 5),
+        # diff along the 5: 4 subtractions per row; twice: 4 + 3; with a column prepended: 5
+        ("aten::diff", [T(2, 5), C(1), C(-1), NONE, NONE], [T(2, 4)], 8),
+        ("aten::diff", [T(2, 5), C(2), C(-1), NONE, NONE], [T(2, 3)], 14),
+        ("aten::diff", [T(2, 5), C(1), C(1), T(2, 1), NONE], [T(2, 5)], 10),
+        ("aten::diff", [T(3, 4), C(1), C(0), NONE, NONE], [T(2, 4)], 8),
     ],
 )
 def test_reductions(op, inputs, outputs, expected) -> None:
@@ -42,3 +47,4 @@ def test_reductions(op, inputs, outputs, expected) -> None:
 def test_integer_reductions_are_free() -> None:
     assert flops("aten::sum", [T(100, dtype="bool"), NONE], [T(dtype="int64")]) == 0
     assert flops("aten::cumsum", [T(10, dtype="int64"), C(0), NONE], [T(10, dtype="int64")]) == 0
+    assert flops("aten::diff", [T(1, 9, dtype="int64"), C(1), C(-1), NONE, NONE], [T(1, 8, dtype="int64")]) == 0

@@ -9,7 +9,7 @@ from torch import nn
 from opcount import FlopCountAnalysis, spec_handle
 from opcount.ir import tensor
 
-from .models import CalledTwice, Nested, OwnerVsCaller, Recursive, Shared, ViaForward
+from .models import CalledTwice, Nested, OwnerVsCaller, Recursive, Shared, ViaForward, WithHooks
 
 
 def test_nested_modules_roll_up_to_every_ancestor() -> None:
@@ -52,6 +52,13 @@ def test_forward_called_directly_is_attributed_to_the_caller() -> None:
     assert a.total() == 3 * 4 * 4
     assert a.total("child") == 0
     assert "child" in a.uncalled_modules()
+
+
+def test_operators_of_forward_hooks_count_in_the_caller() -> None:
+    a = FlopCountAnalysis(WithHooks(), torch.randn(2, 4))
+    assert a.by_module_and_operator()["child"] == {"linear": 32}
+    assert a.by_module_and_operator()[""] == {"linear": 32, "matmul": 32, "mul": 8}
+    assert not any("_slow_forward" in m.__dict__ for m in a.model.modules())
 
 
 def test_owner_and_caller_modes() -> None:

@@ -156,7 +156,7 @@ products = _register(
 
 reductions = _register(
     *_aten("""sum mean prod max min amax amin argmax argmin var std var_mean std_mean norm
-    linalg_vector_norm frobenius_norm logsumexp all any cumsum cumprod topk sort argsort kthvalue
+    linalg_vector_norm frobenius_norm logsumexp all any cumsum cumprod diff topk sort argsort kthvalue
     median softmax _softmax log_softmax _log_softmax layer_norm native_layer_norm group_norm
     native_group_norm instance_norm rms_norm""")
 )(

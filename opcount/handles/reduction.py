@@ -136,3 +136,18 @@ def cumulative(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
         return 0
     c = x.shape[dim_index(const(inputs[SCAN_DIM]), x.rank, "aten::cumsum")] if x.shape else 1
     return x.numel - x.numel // c
+
+
+# [..., L - n, ...] = diff([..., L, ...], n, dim, prepend, append): n rounds of neighbour differences,
+# L the length along dim after prepend and append are concatenated.
+DIFF_N, DIFF_DIM = 1, 2
+
+
+@FLOPS.register("aten::diff")
+def diff(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
+    """Round k of n subtracts neighbours, (L - k) per line along dim: lines * sum_{k=1..n} (L - k), L = out.shape[dim] + n; integer differences (positions, indices) cost 0."""
+    out, n = tensor(outputs[0]), int(const(inputs[DIFF_N]))  # type: ignore[call-overload]
+    if not is_floating(out) or out.numel == 0:
+        return 0
+    length = out.shape[dim_index(const(inputs[DIFF_DIM]), out.rank, "aten::diff")]
+    return out.numel // length * sum(length + n - k for k in range(1, n + 1))

@@ -22,8 +22,12 @@ reports are shared:
   (``OpCall.within``, reported as ``"MyFn::mm"``; seed 004's custom-operator prefixes).
   ``torch.library`` custom operators are recorded whole under their qualified name, as jit
   records them: on meta tensors only their fake implementation would run inside.
-- **Scopes** come from forward pre/post hooks on every module of the tree (removed in
-  ``finally``), with the jit tracer's semantics.
+- **Meta analysis.** A forward pass on the meta device runs on shape-only tensors
+  (:mod:`.shapes`): each operator's outputs come from a cache keyed by its inputs' metadata.
+  What they cannot follow (a value read, an in-place reshape) runs again on torch's fake
+  tensors (:mod:`.meta`), which training always uses.
+- **Scopes** come from a wrapper of each module's ``__call__``, or a forward pre/post hook pair
+  for a module with hooks of its own (removed in ``finally``), with the jit tracer's semantics.
 """
 
 from __future__ import annotations
@@ -102,7 +106,9 @@ def trace_dispatch(
         except TrainingError:
             raise
         except Exception as e:  # what a shape-only tensor cannot follow, fake tensors may
-            logger.debug("shape-only tensors could not follow the forward pass (%s); using fake tensors", e)
+            cause = e.__cause__ or e
+            logger.debug("shape-only tensors stopped at %s: %s; running on fake tensors", type(cause).__name__,
+                         first_line(cause))
     tensors = _FakeTensors(claimed) if on_meta else _RealTensors(claimed)
     return _trace(model, inner, tree, state, args, kw, warn_mode, tensors, train, loss_fn if train else None)
 

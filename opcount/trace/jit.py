@@ -273,6 +273,9 @@ class _Converter:
         return spec
 
     def _spec(self, value: torch._C.Value, uid: int) -> Spec:
+        constant = value.toIValue()  # one call answers for most non-tensor arguments
+        if constant is not None and not isinstance(constant, torch.Tensor):
+            return Const(constant)
         typ = value.type()
         if isinstance(typ, torch._C.TensorType):
             sizes = typ.sizes()
