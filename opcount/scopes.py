@@ -84,9 +84,14 @@ class ModuleTree:
                 continue
             module = self.modules[name]
             here = name[len(prefix):] + "." if name != root else ""
-            skip = module._non_persistent_buffers_set if persistent_only else ()
-            for key, t in (*module._parameters.items(), *((k, b) for k, b in module._buffers.items() if k not in skip)):
+            for key, t in module._parameters.items():
                 if t is not None and id(t) not in seen:
                     seen.add(id(t))
                     found.append((here + key, t))
+            if module._buffers:
+                skip = module._non_persistent_buffers_set if persistent_only else ()
+                for key, t in module._buffers.items():
+                    if t is not None and key not in skip and id(t) not in seen:
+                        seen.add(id(t))
+                        found.append((here + key, t))
         return found

@@ -33,8 +33,9 @@ _DTYPES = {
 WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
 # The marks a module call leaves in the graph. Both kinds count as side effects for torch's
-# dead-code elimination, so the tracer's clean-up passes keep them in place; a real
-# prim::Enter/Exit (a scripted ``with`` block) takes an input, a mark takes none.
+# dead-code elimination, so the tracer's clean-up passes keep them in place. A traced graph has
+# no other: torch emits them only for ``with`` blocks of scripted code, which stays inside the
+# prim::CallFunction / CallMethod node that calls it.
 _ENTER, _EXIT = "prim::Enter", "prim::Exit"
 
 
@@ -203,26 +204,26 @@ def _records(graph: torch._C.Graph, tree: ModuleTree, entered: list[int], conver
     resolve = converter.node_specs
     for node in graph.nodes():
         kind = node.kind()
-        if kind.startswith("prim::"):
-            if kind == _ENTER and not node.inputsSize():
-                top, index = stack[-1], next(entries)
-                scope = pushed.get((top, index))
-                if scope is None:  # the root model's own call keeps the root scope
-                    scope = pushed[(top, index)] = top if top == root and not names[index] else (*top, names[index])
-                stack.append(scope)
-                continue
-            if kind == _EXIT and not node.inputsSize():
-                stack.pop()
-                continue
-            if kind == "prim::PythonOp":
-                kind = f"prim::PythonOp.{node.pyname()}"
-            elif kind == "prim::CallFunction":
-                # A scripted function called from traced code: named by the function, e.g.
-                # prim::CallFunction.torchvision.ops.boxes._batched_nms_coordinate_trick.
-                kind = f"prim::CallFunction.{str(node.inputsAt(0).type()).removeprefix('__torch__.')}"
-            else:
-                continue  # constants, list construction, getattr: structure, not operators
-        yield OpCall(kind, None, None, stack[-1], raw=node, resolve=resolve)
+        if kind == _ENTER:
+            top, index = stack[-1], next(entries)
+            scope = pushed.get((top, index))
+            if scope is None:  # the root model's own call keeps the root scope
+                scope = pushed[(top, index)] = top if top == root and not names[index] else (*top, names[index])
+            stack.append(scope)
+        elif kind == _EXIT:
+            stack.pop()
+        elif not kind.startswith("prim::"):
+            yield OpCall(kind, None, None, stack[-1], raw=node, resolve=resolve)
+        elif kind == "prim::PythonOp":
+            yield OpCall(f"prim::PythonOp.{node.pyname()}", None, None, stack[-1], raw=node, resolve=resolve)
+        elif kind == "prim::CallFunction":
+            # A scripted function called from traced code: named by the function, e.g.
+            # prim::CallFunction.torchvision.ops.boxes._batched_nms_coordinate_trick.
+            name = str(node.inputsAt(0).type()).removeprefix("__torch__.")
+            yield OpCall(f"prim::CallFunction.{name}", None, None, stack[-1], raw=node, resolve=resolve)
+        # other prim:: nodes (constants, list construction, getattr) are structure, not operators
+    if len(stack) != 1 or next(entries, None) is not None:  # every mark is the tracer's: check
+        raise TraceError(f"internal error: module marks do not pair up ({len(stack) - 1} left open)")
 
 
 class _Converter:
