@@ -115,7 +115,7 @@ def time_methods(name: str, runs: int) -> dict[str, float]:
         for k, fn in list(todo.items()):  # warm-up; a method that fails is dropped
             try:
                 fn()
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 -- reported, and the method left out
                 print(f"  {name}: {k} failed: {type(e).__name__}: {str(e).splitlines()[0][:100]}")
                 del todo[k], times[k]
         for _ in range(runs):
@@ -144,7 +144,7 @@ def peak_rss_mb(name: str, method: str) -> float:
 
 def llama70b_peak_gb() -> float:
     """Peak resident memory of benchmarks/llama70b_meta.py (the whole process), in GB."""
-    out = subprocess.run([sys.executable, str(HERE / "llama70b_meta.py")], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, str(HERE / "llama70b_meta.py")], capture_output=True, text=True, check=False)
     found = re.search(r"ru_maxrss\): ([0-9.]+) GB", out.stdout)
     if found is None:
         raise RuntimeError(f"llama70b_meta.py printed no peak memory:\n{out.stdout}\n{out.stderr}")
@@ -188,7 +188,10 @@ def main() -> None:
         print(f"| {name} | " + " | ".join(cells + [f"{r:.2f}" if r else "n/a" for r in ratios]) + " |", flush=True)
 
     targets = Targets()
-    per_model = lambda a, b: {n: r for n in names if (r := _ratio(results[n], a, b))}  # noqa: E731
+
+    def per_model(a: str, b: str) -> dict[str, float]:
+        return {n: r for n in names if (r := _ratio(results[n], a, b))}
+
     targets.check("opcount jit at most 1.1x bare jit tracing", per_model("jit", "bare_jit"), lambda r: r <= 1.1)
     faster = per_model("fvcore", "jit")
     targets.check("opcount jit faster than fvcore on every model", faster, lambda r: r > 1.0)

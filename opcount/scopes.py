@@ -90,8 +90,8 @@ class ModuleTree:
                     found.append((here + key, t))
             if module._buffers:
                 skip = module._non_persistent_buffers_set if persistent_only else ()
-                for key, t in module._buffers.items():
-                    if t is not None and key not in skip and id(t) not in seen:
-                        seen.add(id(t))
-                        found.append((here + key, t))
+                for key, buffer in module._buffers.items():
+                    if buffer is not None and key not in skip and id(buffer) not in seen:
+                        seen.add(id(buffer))
+                        found.append((here + key, buffer))
         return found

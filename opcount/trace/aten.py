@@ -58,6 +58,7 @@ class Schema(NamedTuple):
     name: str  # "aten::conv2d"
     defaults: tuple[tuple[str, Any], ...]  # (argument name, default or None), in order
     returns: int
+    number: int  # numbers the operators seen: a cheap key (an OpOverload hashes in Python)
 
 
 _SCHEMAS: dict[Any, Schema] = {}
@@ -68,21 +69,21 @@ def schema(func: torch._ops.OpOverload) -> Schema:
     if found is None:
         s = func._schema
         defaults = tuple((a.name, a.default_value if a.has_default_value() else None) for a in s.arguments)
-        found = _SCHEMAS[func] = Schema(s.name, defaults, len(s.returns))
+        found = _SCHEMAS[func] = Schema(s.name, defaults, len(s.returns), len(_SCHEMAS))
     return found
 
 
-def bind(func: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
+def bind(s: Schema, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
     """Every schema argument in order, defaults filled in: the layout the jit tracer records."""
-    defaults = schema(func).defaults
+    defaults = s.defaults
     if len(args) == len(defaults):
         return list(args)
     return [*args, *(kwargs.get(name, default) for name, default in defaults[len(args):])]
 
 
-def outputs_of(func: torch._ops.OpOverload, out: Any) -> list[Any]:
+def outputs_of(s: Schema, out: Any) -> list[Any]:
     """The op's return values as a list: one entry per schema return (a Tensor[] is one entry)."""
-    if schema(func).returns == 1:
+    if s.returns == 1:
         return [out]
     return list(out) if isinstance(out, (tuple, list)) else [out]
 

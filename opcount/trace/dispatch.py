@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator, Mapping
 import logging
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -105,7 +105,7 @@ def trace_dispatch(
             return _trace(model, inner, tree, state, args, kw, warn_mode, _ShapeTensors(claimed), train, None)
         except TrainingError:
             raise
-        except Exception as e:  # what a shape-only tensor cannot follow, fake tensors may
+        except Exception as e:  # noqa: BLE001 -- what a shape-only tensor cannot follow, fake tensors may
             cause = e.__cause__ or e
             logger.debug("shape-only tensors stopped at %s: %s; running on fake tensors", type(cause).__name__,
                          first_line(cause))
@@ -154,7 +154,8 @@ class _RealTensors:
 
     def __init__(self, claimed: torch.device) -> None:
         self.claimed = claimed
-        self.compute: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any] | None = None  # None: the kernel
+        # how an operator's outputs are made, from (func, args, kwargs, operator number); None: its kernel
+        self.compute: Callable[[Any, tuple[Any, ...], dict[str, Any], int], Any] | None = None
 
     def inputs(self, tree: Any) -> Any:
         return materialize(tree, self.claimed)
@@ -361,7 +362,7 @@ class _Recorder(TorchDispatchMode):
         scopes: _Scopes,
         names: dict[int, str],
         train: bool,
-        compute: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any] | None = None,
+        compute: Callable[[Any, tuple[Any, ...], dict[str, Any], int], Any] | None = None,
     ) -> None:
         super().__init__()
         self.scopes = scopes
@@ -410,7 +411,7 @@ class _Recorder(TorchDispatchMode):
                 out = func(*args, **kwargs)
             self.tag(out, (scope, within))
         elif self._compute is not None:
-            out = self._compute(func, args, kwargs)
+            out = self._compute(func, args, kwargs, schema(func).number)
         else:
             out = func(*args, **kwargs)
         self._record(forward_records, func, args, kwargs, out, scope, within)
@@ -426,7 +427,8 @@ class _Recorder(TorchDispatchMode):
         scope: Scope,
         within: tuple[str, ...],
     ) -> None:
-        records = normalize(schema(func).name, bind(func, args, kwargs), outputs_of(func, out))
+        s = schema(func)
+        records = normalize(s.name, bind(s, args, kwargs), outputs_of(s, out))
         spec = self._spec
         for kind, ins, outs in records:
             self.calls.append(OpCall(kind, tuple(map(spec, ins)), tuple(map(spec, outs)), scope, within=within))

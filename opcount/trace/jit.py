@@ -77,11 +77,11 @@ class _Marks:
         self.entered: list[int] = []  # scope index of each prim::Enter mark, in graph order
         self._tree = tree
         self._model = model
-        self._mark: Callable[[str], None] = _not_tracing
+        self._mark: Callable[[str], object] = _not_tracing
 
     def start(self, graph: torch._C.Graph) -> None:
         create, insert = graph.create, graph.insertNode
-        self._mark = lambda kind: insert(create(kind, 0))
+        self._mark = lambda kind: insert(create(kind, 0))  # type: ignore[call-arg]  # (kind, outputs)
 
     def _slow_forward(self, module: nn.Module, index: int) -> Callable[..., Any]:
         entered = self.entered
@@ -215,7 +215,7 @@ def _records(graph: torch._C.Graph, tree: ModuleTree, entered: list[int], conver
         elif not kind.startswith("prim::"):
             yield OpCall(kind, None, None, stack[-1], raw=node, resolve=resolve)
         elif kind == "prim::PythonOp":
-            yield OpCall(f"prim::PythonOp.{node.pyname()}", None, None, stack[-1], raw=node, resolve=resolve)
+            yield OpCall(f"prim::PythonOp.{node.pyname()}", None, None, stack[-1], raw=node, resolve=resolve)  # type: ignore[attr-defined]
         elif kind == "prim::CallFunction":
             # A scripted function called from traced code: named by the function, e.g.
             # prim::CallFunction.torchvision.ops.boxes._batched_nms_coordinate_trick.

@@ -18,7 +18,7 @@ tensors can answer for the small constants made from Python numbers.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 
 import torch
 
@@ -47,12 +47,12 @@ class ShapeTensor(torch.Tensor):
     ``spec`` is the tracer's record of it, made when it is first recorded.
     """
 
-    __torch_function__ = torch._C._disabled_torch_function_impl  # torch functions see a plain tensor
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]  # no Python layer
     meta: Meta
     spec: TensorSpec | None
 
     @staticmethod
-    def __new__(cls, meta: Meta) -> ShapeTensor:
+    def __new__(cls, meta: Meta) -> Self:
         t = torch.Tensor._make_wrapper_subclass(
             cls, meta.shape, meta.stride, storage_offset=meta.offset, dtype=meta.dtype, device=meta.device
         )
@@ -61,17 +61,17 @@ class ShapeTensor(torch.Tensor):
         return t  # type: ignore[no-any-return]
 
     @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:  # type: ignore[override]
         # The tracer's mode answers every operator first; one reaching here ran outside the trace.
         raise ShapeUnsupported(f"{func} on a shape-only tensor outside opcount's trace: it has no values")
 
-    def __repr__(self) -> str:  # printing must not ask for values
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # no values to print
         m = self.meta
         return f"ShapeTensor(shape={list(m.shape)}, dtype={m.dtype}, device={m.device})"
 
 
 def meta_of(t: torch.Tensor) -> Meta:
-    return Meta(tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device)
+    return Meta(tuple(t.shape), t.stride(), int(t.storage_offset()), t.dtype, t.device)
 
 
 # Recipes by claimed device, then by call: pure functions of their keys, so shared by every
@@ -115,8 +115,10 @@ class ShapeRunner:
             step *= max(size, 1)
         return ShapeTensor(Meta(tuple(shape), tuple(reversed(stride)), 0, dtype, self._device))
 
-    def run(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        key = (func, *map(self._freeze, args), *[(k, self._freeze(v)) for k, v in kwargs.items()])
+    def run(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], op: Hashable | None = None) -> Any:
+        """``func(*args, **kwargs)`` on shape-only tensors. ``op``: a cheaper stand-in for ``func``
+        in the cache key, one per operator (an OpOverload hashes in Python)."""
+        key = (func if op is None else op, *map(self._freeze, args), *[(k, self._freeze(v)) for k, v in kwargs.items()])
         try:
             recipe = self._cache.get(key)
         except TypeError:  # an unhashable constant: computed, not cached
