@@ -145,7 +145,7 @@ def peak_rss_mb(name: str, method: str) -> float:
 def llama70b_peak_gb() -> float:
     """Peak resident memory of benchmarks/llama70b_meta.py (the whole process), in GB."""
     out = subprocess.run([sys.executable, str(HERE / "llama70b_meta.py")], capture_output=True, text=True, check=False)
-    found = re.search(r"ru_maxrss\): ([0-9.]+) GB", out.stdout)
+    found = re.search(r"peak resident memory: ([0-9.]+) GB", out.stdout)
     if found is None:
         raise RuntimeError(f"llama70b_meta.py printed no peak memory:\n{out.stdout}\n{out.stderr}")
     print(out.stdout.rstrip())
