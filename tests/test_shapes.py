@@ -56,6 +56,8 @@ def test_in_place_and_out_operators_return_their_tensor(runner: ShapeRunner) -> 
     assert runner.run(aten.add_.Tensor, (x, y), {}) is x
     out = runner.empty((2, 3), torch.float32)
     assert runner.run(aten.mul.out, (x, y), {"out": out}) is out
+    with pytest.raises(ShapeUnsupported, match="changes the shape"):  # an out= tensor torch would resize
+        runner.run(aten.mul.out, (x, y), {"out": runner.empty((5,), torch.float32)})
 
 
 def test_tuple_and_list_outputs(runner: ShapeRunner) -> None:
@@ -78,7 +80,7 @@ def test_factories_and_copies_claim_the_device_asked_for() -> None:
 
 def test_what_shape_only_tensors_cannot_do_is_refused(runner: ShapeRunner) -> None:
     x = runner.empty((2, 3), torch.float32)
-    with pytest.raises(ShapeUnsupported, match="in place"):
+    with pytest.raises(ShapeUnsupported, match="changes the shape"):
         runner.run(aten.unsqueeze_.default, (x, 0), {})
     with pytest.raises(RuntimeError, match="meta"):
         runner.run(aten._local_scalar_dense.default, (runner.run(aten.sum.default, (x,), {}),), {})
@@ -92,9 +94,21 @@ def test_recipes_are_shared_by_later_analyses() -> None:
     model = torchvision.models.resnet18(weights=None).eval()
     x = TensorShape((1, 3, 64, 64))
     first = FlopCountAnalysis(model, x, tracer="dispatch", device="meta").total()
-    recipes = len(shapes._RECIPES[CPU])
+    recipes = len(shapes._RECIPES[(CPU, torch.float32)])
     assert FlopCountAnalysis(model, x, tracer="dispatch", device="meta").total() == first
-    assert len(shapes._RECIPES[CPU]) == recipes
+    assert len(shapes._RECIPES[(CPU, torch.float32)]) == recipes
+
+
+def test_recipes_follow_the_default_dtype() -> None:
+    # aten::zeros gets no dtype argument when none is given: the kernel reads the default dtype.
+    first = ShapeRunner(CPU).run(aten.zeros.default, ([2],), {"device": CPU})
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        again = ShapeRunner(CPU).run(aten.zeros.default, ([2],), {"device": CPU})
+    finally:
+        torch.set_default_dtype(previous)
+    assert (first.dtype, again.dtype) == (torch.float32, torch.float64)
 
 
 def _no_fake_tensors(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -74,9 +74,10 @@ def meta_of(t: torch.Tensor) -> Meta:
     return Meta(tuple(t.shape), t.stride(), int(t.storage_offset()), t.dtype, t.device)
 
 
-# Recipes by claimed device, then by call: pure functions of their keys, so shared by every
+# Recipes by claimed device and default dtype (a factory called without a dtype gets it inside
+# the kernel, not as an argument), then by call: pure functions of their keys, so shared by every
 # trace in the process as torch's fake tensors share theirs. Cleared when it grows past a bound.
-_RECIPES: dict[torch.device, dict[Hashable, tuple[int, Any]]] = {}
+_RECIPES: dict[tuple[torch.device, torch.dtype], dict[Hashable, tuple[int, Any]]] = {}
 _MAX_RECIPES = 100_000
 
 # How a cached call rebuilds its outputs: a new tensor, an input returned as is (in-place and
@@ -94,10 +95,10 @@ class ShapeRunner:
     def __init__(self, device: torch.device) -> None:
         self._device = device
         self._metas: dict[int, Meta] = {}  # id -> metadata of the model's parameters and buffers
-        self._cache = _RECIPES.setdefault(device, {})
+        self._cache = _RECIPES.setdefault((device, torch.get_default_dtype()), {})
         if len(self._cache) > _MAX_RECIPES:
             self._cache.clear()
-        self._aliases: dict[Any, tuple[dict[int, tuple[int, Any]], tuple[int, ...]]] = {}
+        self._aliases: dict[Any, tuple[dict[int, tuple[int, Any]], tuple[tuple[int, Any], ...]]] = {}
 
     def remember(self, state: Iterable[torch.Tensor]) -> None:
         """Read the metadata of the model's parameters and buffers once, for the whole pass."""
@@ -163,23 +164,23 @@ class ShapeRunner:
 
         margs = tuple(map(stand_in, args))
         mkwargs = {k: stand_in(v) for k, v in kwargs.items()}
-        before = {i: meta_of(margs[i]) for i in self._written(func) if isinstance(margs[i], torch.Tensor)}
+        written = [t for w in self._written(func) if isinstance(t := _lookup(w, margs, mkwargs), torch.Tensor)]
+        before = [meta_of(t) for t in written]
         out = func(*margs, **mkwargs)
-        for i, m in before.items():
-            if meta_of(margs[i]) != m:
-                raise ShapeUnsupported(f"{func} changes the shape of its input in place")
+        if [meta_of(t) for t in written] != before:
+            raise ShapeUnsupported(f"{func} changes the shape of a tensor it writes to")
         device = next((d for d in requested if d.type != "meta"), self._device)
         return self._describe(func, out, margs, mkwargs, device)
 
-    def _written(self, func: Any) -> tuple[int, ...]:
-        """Positions of the arguments ``func`` writes to (in-place operators)."""
+    def _written(self, func: Any) -> tuple[tuple[int, Any], ...]:
+        """Where the arguments ``func`` writes to are (in-place and out= operators)."""
         return self._schema_aliases(func)[1]
 
     def _alias_map(self, func: Any) -> dict[int, tuple[int, Any]]:
         """Return index -> the argument that return is (in-place and out= operators return it)."""
         return self._schema_aliases(func)[0]
 
-    def _schema_aliases(self, func: Any) -> tuple[dict[int, tuple[int, Any]], tuple[int, ...]]:
+    def _schema_aliases(self, func: Any) -> tuple[dict[int, tuple[int, Any]], tuple[tuple[int, Any], ...]]:
         found = self._aliases.get(func)
         if found is None:
             schema = func._schema
@@ -195,8 +196,7 @@ class ShapeRunner:
                 match = next((written[s] for s in info.before_set if s in written), None) if info else None
                 if match is not None:
                     returns[r] = match
-            positions = tuple(sorted({i for how, i in written.values() if how == _ARG}))
-            found = self._aliases[func] = (returns, positions)
+            found = self._aliases[func] = (returns, tuple(dict.fromkeys(written.values())))
         return found
 
     def _describe(self, func: Any, out: Any, margs: Any, mkwargs: Any, device: torch.device) -> tuple[int, Any]:
@@ -219,14 +219,20 @@ class ShapeRunner:
         how, what = recipe
         if how == _NEW:
             return ShapeTensor(what)
-        if how == _ARG:
-            return args[what]
-        if how == _KWARG:
-            return kwargs[what]
+        if how == _ARG or how == _KWARG:
+            return _lookup(recipe, args, kwargs)
         if how == _VALUE:
             return what
         kind, parts = what
         return kind(self._build(p, args, kwargs) for p in parts)
+
+
+def _lookup(where: tuple[int, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The argument at ``(_ARG, position)`` or ``(_KWARG, name)``; None when not given."""
+    how, at = where
+    if how == _ARG:
+        return args[at] if at < len(args) else None
+    return kwargs.get(at)
 
 
 def _meta_tensor(m: Meta) -> torch.Tensor:
