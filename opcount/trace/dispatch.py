@@ -83,9 +83,10 @@ def trace_dispatch(
     ``mode`` sets the modules' training flags for the trace (restored afterwards). In training,
     the loss is ``loss_fn(output)`` or, by default, the sum of every output tensor that requires
     grad; gradients are taken for every parameter and input tensor that requires grad (nothing
-    is written to ``.grad``). ``device="meta"`` analyzes the model on storage-less (fake)
-    tensors without touching its weights (:mod:`.meta`); a model already on the meta device is
-    analyzed that way by default.
+    is written to ``.grad``). ``device="meta"`` analyzes the model on storage-less tensors
+    without touching its weights: shape-only tensors (:mod:`.shapes`) for a forward pass, fake
+    tensors (:mod:`.meta`) for a training step or what shape-only tensors cannot follow; a model
+    already on the meta device is analyzed that way by default.
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose 'eval' (forward) or 'train' (forward and backward)")
