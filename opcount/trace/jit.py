@@ -58,6 +58,7 @@ class _Flat(nn.Module):
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         self._marks.start(torch._C._get_tracing_state().graph())
+        # the model's parameters and buffers follow the inputs: traced as inputs, used in place
         args, kwargs = self._call.rebuild(tensors[: len(self._call.tensors)])
         return output_tensors(self.model(*args, **kwargs))
 
