@@ -12,6 +12,14 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+ROOT: tuple[str, ...] = ("",)  # the scope of an operator that ran in the model itself
+
+
+def inner_scope(scope: tuple[str, ...], name: str) -> tuple[str, ...]:
+    """The scope of module ``name`` called within ``scope``: the stack of canonical names of the
+    modules running, outermost first. The model's own call (name ``""``) keeps the root scope."""
+    return scope if scope == ROOT and not name else (*scope, name)
+
 
 def named_modules_with_aliases(model: nn.Module, prefix: str = "") -> Iterator[tuple[str, nn.Module]]:
     """Like ``named_modules()`` but also yields every further name of a shared module."""

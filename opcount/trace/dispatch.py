@@ -48,7 +48,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from .._runtime import gc_paused
 from ..errors import TraceError, failure_site, first_line
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
-from ..scopes import ModuleTree
+from ..scopes import ROOT, ModuleTree, inner_scope
 from .aten import Record, backward_records, bind, forward_records, jit_constant, outputs_of, schema
 from .jit import WRAPPERS, Trace, _preserved, _warnings
 from .meta import CPU, META, FakeTensorMode, TensorShape, fake_state, materialize
@@ -58,7 +58,6 @@ from .structure import normalize_inputs, output_tensors
 logger = logging.getLogger(__name__)
 
 MODES = ("eval", "train")
-ROOT: tuple[str, ...] = ("",)
 _TAG = "opcount"  # key of the (scope, within) tag in autograd nodes' metadata
 _ACCUMULATE = torch._C._functions.AccumulateGrad
 
@@ -286,8 +285,8 @@ class _Scopes:
     def _enter(self, name: str) -> None:
         top = self._stack[-1]
         scope = self._pushed.get((top, name))
-        if scope is None:  # the root model's own call keeps the root scope
-            scope = self._pushed[(top, name)] = top if top == ROOT and not name else (*top, name)
+        if scope is None:
+            scope = self._pushed[(top, name)] = inner_scope(top, name)
         self._stack.append(scope)
 
     def _call(self, name: str, call: Callable[..., Any]) -> Callable[..., Any]:

@@ -18,7 +18,7 @@ from torch import nn
 from .._runtime import gc_paused
 from ..errors import TraceError, failure_site, first_line
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
-from ..scopes import ModuleTree
+from ..scopes import ROOT, ModuleTree, inner_scope
 from .structure import FlatCall, normalize_inputs, output_tensors
 
 # TorchScript scalar type names -> torch dtype names.
@@ -198,8 +198,7 @@ def _warnings(mode: str) -> Iterator[None]:
 
 def _records(graph: torch._C.Graph, tree: ModuleTree, entered: list[int], converter: _Converter) -> Iterator[OpCall]:
     names = tree.names
-    root: tuple[str, ...] = ("",)
-    stack = [root]
+    stack = [ROOT]
     pushed: dict[tuple[tuple[str, ...], int], tuple[str, ...]] = {}  # one tuple per distinct scope
     entries = iter(entered)
     resolve = converter.node_specs
@@ -208,8 +207,8 @@ def _records(graph: torch._C.Graph, tree: ModuleTree, entered: list[int], conver
         if kind == _ENTER:
             top, index = stack[-1], next(entries)
             scope = pushed.get((top, index))
-            if scope is None:  # the root model's own call keeps the root scope
-                scope = pushed[(top, index)] = top if top == root and not names[index] else (*top, names[index])
+            if scope is None:
+                scope = pushed[(top, index)] = inner_scope(top, names[index])
             stack.append(scope)
         elif kind == _EXIT:
             stack.pop()

@@ -1,8 +1,9 @@
 """Inputs given by shape, and analysis without weights or arithmetic ("meta" analysis).
 
 The dispatch tracer analyzes a model on storage-less tensors when the model lives on the meta
-device (built under ``with torch.device("meta")``) or when asked to with ``device="meta"``. It
-uses torch's fake tensors: meta tensors underneath (a shape and a dtype, no storage; operators
+device (built under ``with torch.device("meta")``) or when asked to with ``device="meta"``. A
+forward pass runs on shape-only tensors (:mod:`.shapes`); a training step, and what those cannot
+follow, on torch's fake tensors, made here: meta tensors underneath (a shape and a dtype, no storage; operators
 only compute their outputs' shapes) that report a real device. Plain meta tensors would do but
 for one thing: code that asks a tensor for its device (``torch.autocast(x.device.type)`` in
 transformers' rotary embeddings, attention backends chosen by device) fails or takes another
@@ -87,11 +88,6 @@ def device_of(model: nn.Module) -> torch.device:
     return CPU
 
 
-def is_meta_model(model: nn.Module) -> bool:
-    """Whether any parameter or buffer of ``model`` lives on the meta device."""
-    return any(t.is_meta for t in _state(model))
-
-
 def fake_state(model: nn.Module, device: torch.device, fake: FakeTensorMode) -> dict[str, torch.Tensor]:
     """Fake stand-ins claiming ``device`` for every parameter and buffer of ``model``, by
     qualified name (shared tensors once, under their first name; ``functional_call``'s
@@ -100,13 +96,6 @@ def fake_state(model: nn.Module, device: torch.device, fake: FakeTensorMode) -> 
         name: _keep_grad(_fake_like(t, device, fake), t.requires_grad)
         for name, t in (*model.named_parameters(), *model.named_buffers())
     }
-
-
-def state_names(model: nn.Module, substituted: dict[str, torch.Tensor]) -> dict[int, str]:
-    """id of each parameter/buffer tensor the forward will see -> its qualified name."""
-    names = {id(t): name for name, t in (*model.named_parameters(), *model.named_buffers())}
-    names.update({id(t): name for name, t in substituted.items()})
-    return names
 
 
 def _fake_like(t: torch.Tensor, device: torch.device, fake: FakeTensorMode) -> torch.Tensor:
