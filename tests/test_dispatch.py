@@ -109,6 +109,26 @@ def test_scope_semantics_match_the_jit_tracer(make: Callable[[], nn.Module], anc
     assert dispatch.uncalled_modules() == jit.uncalled_modules() == meta.uncalled_modules()
 
 
+def test_global_module_hooks_keep_the_jit_tracers_scopes() -> None:
+    # With a global forward hook every module call runs hooks, so every scope comes from a hook
+    # pair: the hook's own operator (a doubling, 8 muls per call on [2, 4]) lands in the caller.
+    calls: list[str] = []
+
+    def double(module: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
+        calls.append(type(module).__name__)
+        return out * 2 if isinstance(module, nn.Linear) else out
+
+    handle = torch.nn.modules.module.register_module_forward_hook(double)
+    try:
+        model, x = WithHooks(), torch.randn(2, 4)
+        jit, dispatch = _both(model, x)
+        assert dispatch.by_module_and_operator() == jit.by_module_and_operator()
+        assert dispatch.by_module_and_operator()[""]["mul"] == 8 + 8  # the pre-hook's and the global hook's
+        assert "_compiled_call_impl" not in vars(model.child)
+    finally:
+        handle.remove()
+
+
 def test_data_parallel_is_unwrapped_as_by_the_jit_tracer() -> None:
     jit, dispatch = _both(nn.DataParallel(Nested()), torch.randn(4, 10))
     assert dispatch.by_module_and_operator() == jit.by_module_and_operator()

@@ -268,7 +268,9 @@ class _Scopes:
     A module without hooks gets its scope from a wrapper of its ``__call__`` (the
     ``_compiled_call_impl`` instance attribute ``Module.__call__`` runs when set, as
     ``Module.compile`` sets it): one Python call per module call. A module with hooks gets a
-    forward pre/post hook pair, which takes every call of it off torch's fast path. Both are
+    forward pre-hook after its own and a forward hook before its own, which take every call of
+    it off torch's fast path; global module hooks (``register_module_forward_hook``) run before
+    a module's own, so with any of those the closing hook is a global one, placed first. All are
     removed in ``finally``.
     """
 
@@ -276,37 +278,43 @@ class _Scopes:
         self._tree = tree
         self._model = model
         self._stack: list[Scope] = [ROOT]
+        self._opened: list[nn.Module | None] = [None]  # the module whose call opened each scope
         self._pushed: dict[tuple[Scope, str], Scope] = {}  # one tuple per distinct scope
 
     @property
     def current(self) -> Scope:
         return self._stack[-1]
 
-    def _enter(self, name: str) -> None:
+    def _enter(self, name: str, module: nn.Module | None = None) -> None:
         top = self._stack[-1]
         scope = self._pushed.get((top, name))
         if scope is None:
             scope = self._pushed[(top, name)] = inner_scope(top, name)
         self._stack.append(scope)
+        self._opened.append(module)
+
+    def _exit(self) -> None:
+        self._stack.pop()
+        self._opened.pop()
 
     def _call(self, name: str, call: Callable[..., Any]) -> Callable[..., Any]:
-        enter, stack = self._enter, self._stack
+        enter, exit_ = self._enter, self._exit
 
         def scoped_call(*args: Any, **kwargs: Any) -> Any:
             enter(name)
             try:
                 return call(*args, **kwargs)
             finally:
-                stack.pop()
+                exit_()
 
         return scoped_call
 
     def _pre_hook(self, name: str) -> Callable[[nn.Module, Any], None]:
-        return lambda module, args: self._enter(name)
+        return lambda module, args: self._enter(name, module)
 
     def _post_hook(self, module: nn.Module, args: Any, output: Any) -> None:
-        if len(self._stack) > 1:
-            self._stack.pop()
+        if self._opened[-1] is module:  # a global hook sees modules outside the tree too
+            self._exit()
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -314,6 +322,11 @@ class _Scopes:
         wrapped: list[nn.Module] = []
         hooked = _global_hooks()
         try:
+            if hooked:
+                handle = torch.nn.modules.module.register_module_forward_hook(self._post_hook, always_call=True)
+                # what register_forward_hook(prepend=True) does for a module's own hooks (an OrderedDict)
+                torch.nn.modules.module._global_forward_hooks.move_to_end(handle.id, last=False)  # type: ignore[attr-defined]
+                handles.append(handle)
             for name in self._tree.names:
                 module = self._tree.module(name)
                 if module is not self._model and isinstance(module, WRAPPERS):
@@ -321,8 +334,10 @@ class _Scopes:
                 if not hooked and not _has_hooks(module) and not _compiled(module):
                     module.__dict__["_compiled_call_impl"] = self._call(name, module._call_impl)
                     wrapped.append(module)
-                else:  # after the user's pre-hooks, before the user's post-hooks, also on errors
-                    handles.append(module.register_forward_pre_hook(self._pre_hook(name)))
+                    continue
+                # after the user's pre-hooks, before the user's post-hooks, also on errors
+                handles.append(module.register_forward_pre_hook(self._pre_hook(name)))
+                if not hooked:
                     handles.append(module.register_forward_hook(self._post_hook, prepend=True, always_call=True))
             yield
         finally:
@@ -342,8 +357,7 @@ def _has_hooks(module: nn.Module) -> bool:
 
 
 def _global_hooks() -> bool:
-    from torch.nn.modules import module as m
-
+    m = torch.nn.modules.module
     return bool(m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks
                 or m._global_backward_pre_hooks)
 
@@ -446,12 +460,9 @@ class _Recorder(TorchDispatchMode):
             pending.extend(n for n, _ in node.next_functions if n is not None and not isinstance(n, _ACCUMULATE))
 
     def _spec(self, value: Any) -> Spec:
-        kind = type(value)
-        if kind is ShapeTensor:
-            spec = value.spec
-            return spec if spec is not None else self._shape_spec(value)
         if isinstance(value, torch.Tensor):
             return self._tensor(value)
+        kind = type(value)
         if kind is int or kind is bool or kind is float or value is None:
             found = self._consts.get((kind, value))
             if found is None:
