@@ -286,7 +286,7 @@ class _Converter:
         node = value.node()
         kind = node.kind()
         if kind == "prim::Constant":
-            return Const(value.toIValue())
+            return Const(constant)  # None, or a constant toIValue() would not read
         if kind == "prim::ListConstruct":
             get, convert = self._cache.get, self._convert  # type: ignore[union-attr]
             items = tuple(get(v) or convert(v) for v in (node.inputsAt(i) for i in range(node.inputsSize())))

@@ -170,7 +170,7 @@ class ShapeRunner:
         if [meta_of(t) for t in written] != before:
             raise ShapeUnsupported(f"{func} changes the shape of a tensor it writes to")
         device = next((d for d in requested if d.type != "meta"), self._device)
-        return self._describe(func, out, margs, mkwargs, device)
+        return self._describe(func, out, device)
 
     def _written(self, func: Any) -> tuple[tuple[int, Any], ...]:
         """Where the arguments ``func`` writes to are (in-place and out= operators)."""
@@ -199,7 +199,7 @@ class ShapeRunner:
             found = self._aliases[func] = (returns, tuple(dict.fromkeys(written.values())))
         return found
 
-    def _describe(self, func: Any, out: Any, margs: Any, mkwargs: Any, device: torch.device) -> tuple[int, Any]:
+    def _describe(self, func: Any, out: Any, device: torch.device) -> tuple[int, Any]:
         aliases = self._alias_map(func)
         n_returns = len(func._schema.returns)
 
