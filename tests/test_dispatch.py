@@ -125,6 +125,7 @@ def test_global_module_hooks_keep_the_jit_tracers_scopes() -> None:
         assert dispatch.by_module_and_operator() == jit.by_module_and_operator()
         assert dispatch.by_module_and_operator()[""]["mul"] == 8 + 8  # the pre-hook's and the global hook's
         assert "_compiled_call_impl" not in vars(model.child)
+        assert nn.Module.__call__ is nn.Module._wrapped_call_impl  # restored
     finally:
         handle.remove()
 
@@ -422,6 +423,7 @@ def _assert_unchanged(model: nn.Module, snapshot: tuple) -> None:
     assert [(m.training, dict(m._forward_hooks), dict(m._forward_pre_hooks), set(vars(m))) for m in model.modules()] == flags
     assert all(p.grad is None for p in model.parameters())
     assert torch.autograd.Function.__dict__["apply"] is torch._C._FunctionBase.__dict__["apply"]
+    assert nn.Module.__call__ is nn.Module._wrapped_call_impl  # the scopes' __call__ is gone
 
 
 @pytest.mark.parametrize("mode", ["eval", "train"])
@@ -435,9 +437,10 @@ def test_model_unchanged_after_success(mode: str, device: str | None) -> None:
 
 
 @pytest.mark.parametrize("mode", ["eval", "train"])
-def test_model_unchanged_after_failure(mode: str) -> None:
+@pytest.mark.parametrize("device", [None, "meta"])
+def test_model_unchanged_after_failure(mode: str, device: str | None) -> None:
     model = WithNorm(fail=True).train()
     snapshot = _snapshot(model)
     with pytest.raises(TraceError, match="module 'op' \\(UsesMyOp\\)"):
-        FlopCountAnalysis(model, torch.randn(2, 3, 8, 8), tracer="dispatch", mode=mode).total()
+        FlopCountAnalysis(model, torch.randn(2, 3, 8, 8), tracer="dispatch", mode=mode, device=device).total()
     _assert_unchanged(model, snapshot)

@@ -106,11 +106,15 @@ class Fails(nn.Module):
         return self.body(x)
 
 
+_MODULE_CALL = nn.Module.__call__
+
+
 def _hooks(model: nn.Module) -> int:
-    """Hooks and per-instance overrides (the tracer's scope marks) left on the model."""
+    """Hooks and overrides (the tracers' scope marks) left on the model or on nn.Module."""
     overrides = ("_slow_forward", "_compiled_call_impl", "forward")
-    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + sum(k in vars(m) for k in overrides)
+    left = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + sum(k in vars(m) for k in overrides)
                for m in model.modules())
+    return left + (nn.Module.__call__ is not _MODULE_CALL)
 
 
 def test_trace_failure_names_the_module_and_leaves_the_model_unchanged() -> None:

@@ -26,8 +26,10 @@ reports are shared:
   (:mod:`.shapes`): each operator's outputs come from a cache keyed by its inputs' metadata.
   What they cannot follow (a value read, an in-place reshape) runs again on torch's fake
   tensors (:mod:`.meta`), which training always uses.
-- **Scopes** come from a wrapper of each module's ``__call__``, or a forward pre/post hook pair
-  for a module with hooks of its own (removed in ``finally``), with the jit tracer's semantics.
+- **Scopes** come from ``nn.Module.__call__``, replaced for the trace, or a forward pre/post
+  hook pair for a module with hooks of its own (removed in ``finally``), with the jit tracer's
+  semantics. On shape-only tensors, calls of torch.nn's own leaf modules are replayed from
+  their first call's records (:mod:`.replay`).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from ..scopes import ROOT, ModuleTree, inner_scope
 from .aten import Record, backward_records, bind, forward_records, jit_constant, outputs_of, schema
 from .jit import WRAPPERS, Trace, _preserved, _warnings
 from .meta import CPU, META, FakeTensorMode, TensorShape, fake_state, materialize
+from .replay import Replayer, replayable
 from .shapes import ShapeRunner, ShapeTensor
 from .structure import normalize_inputs, output_tensors
 
@@ -131,7 +134,7 @@ def _trace(
         step = _Step(inner, state, args, kw, loss_fn, train)
         names = {id(t): name for name, t in (*named, *state.items())}  # the tensors the forward sees
         recorder = _Recorder(_Scopes(tree, inner), names, train, tensors.compute)
-        with tensors.mode(), recorder.scopes.installed(), _functions_named(recorder):
+        with tensors.mode(), recorder.scopes.installed(tensors.replayer(recorder)), _functions_named(recorder):
             try:
                 recorder.run(step)
             except TrainingError:
@@ -166,6 +169,10 @@ class _RealTensors:
 
     def mode(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
+
+    def replayer(self, recorder: _Recorder) -> Replayer | None:
+        """What replays leaf module calls from their records (:mod:`.replay`); None: they all run."""
+        return None
 
 
 class _FakeTensors(_RealTensors):
@@ -211,6 +218,9 @@ class _ShapeTensors(_RealTensors):
     def state(self, model: nn.Module, named: list[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         self._runner.remember(t for _, t in named)
         return {}
+
+    def replayer(self, recorder: _Recorder) -> Replayer | None:
+        return Replayer(recorder, recorder.scopes.scope_of, self.claimed, self._runner.freeze, self._runner.metas)
 
 
 class TrainingError(ValueError):
@@ -265,9 +275,9 @@ class _Scopes:
     covers its ``forward`` (after its forward pre-hooks, before its forward hooks), so operators
     that a user's own hooks run land in the caller's scope.
 
-    A module without hooks gets its scope from a wrapper of its ``__call__`` (the
-    ``_compiled_call_impl`` instance attribute ``Module.__call__`` runs when set, as
-    ``Module.compile`` sets it): one Python call per module call. A module with hooks gets a
+    A module without hooks gets its scope from ``nn.Module.__call__``, replaced for the trace
+    (as ``Function.apply`` is, see :func:`_functions_named`): one lookup per module call, and
+    nothing set on the modules. A module with hooks gets a
     forward pre-hook after its own and a forward hook before its own, which take every call of
     it off torch's fast path; global module hooks (``register_module_forward_hook``) run before
     a module's own, so with any of those the closing hook is a global one, placed first. All are
@@ -285,29 +295,51 @@ class _Scopes:
     def current(self) -> Scope:
         return self._stack[-1]
 
-    def _enter(self, name: str, module: nn.Module | None = None) -> None:
+    def scope_of(self, name: str) -> Scope:
+        """The scope of module ``name`` called now."""
         top = self._stack[-1]
         scope = self._pushed.get((top, name))
         if scope is None:
             scope = self._pushed[(top, name)] = inner_scope(top, name)
-        self._stack.append(scope)
+        return scope
+
+    def _enter(self, name: str, module: nn.Module | None = None) -> None:
+        self._stack.append(self.scope_of(name))
         self._opened.append(module)
 
     def _exit(self) -> None:
         self._stack.pop()
         self._opened.pop()
 
-    def _call(self, name: str, call: Callable[..., Any]) -> Callable[..., Any]:
-        enter, exit_ = self._enter, self._exit
+    def _run(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A module's call in its scope."""
+        self._enter(name)
+        try:
+            return module._call_impl(*args, **kwargs)
+        finally:
+            self._exit()
 
-        def scoped_call(*args: Any, **kwargs: Any) -> Any:
+    def _module_call(self, plain: dict[int, tuple[str, bool]], original: Callable[..., Any],
+                     replayer: Replayer | None) -> Callable[..., Any]:
+        """``nn.Module.__call__`` for the trace: the modules in ``plain`` (id -> name, replayed)
+        run in their scope, or are replayed; any other module as usual."""
+        enter, exit_, run = self._enter, self._exit, self._run
+        replay = replayer.call if replayer is not None else None
+
+        def module_call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            entry = plain.get(id(module))
+            if entry is None:
+                return original(module, *args, **kwargs)
+            name, replayed = entry
+            if replayed:
+                return replay(module, name, args, kwargs, run)  # type: ignore[misc]
             enter(name)
             try:
-                return call(*args, **kwargs)
+                return module._call_impl(*args, **kwargs)
             finally:
                 exit_()
 
-        return scoped_call
+        return module_call
 
     def _pre_hook(self, name: str) -> Callable[[nn.Module, Any], None]:
         return lambda module, args: self._enter(name, module)
@@ -317,32 +349,35 @@ class _Scopes:
             self._exit()
 
     @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
+    def installed(self, replayer: Replayer | None = None) -> Iterator[None]:
+        """Scopes for the trace; with ``replayer``, torch.nn's leaf modules replayed (:mod:`.replay`)."""
         handles = []
-        wrapped: list[nn.Module] = []
+        plain: dict[int, tuple[str, bool]] = {}  # modules scoped by __call__: id -> (name, replayed)
         hooked = _global_hooks()
+        original = nn.Module.__call__
         try:
             if hooked:
                 handle = torch.nn.modules.module.register_module_forward_hook(self._post_hook, always_call=True)
                 # what register_forward_hook(prepend=True) does for a module's own hooks (an OrderedDict)
                 torch.nn.modules.module._global_forward_hooks.move_to_end(handle.id, last=False)  # type: ignore[attr-defined]
                 handles.append(handle)
+            modules = self._tree.modules
             for name in self._tree.names:
-                module = self._tree.module(name)
+                module = modules[name]
                 if module is not self._model and isinstance(module, WRAPPERS):
                     continue
                 if not hooked and not _has_hooks(module) and not _compiled(module):
-                    module.__dict__["_compiled_call_impl"] = self._call(name, module._call_impl)
-                    wrapped.append(module)
+                    plain[id(module)] = (name, replayer is not None and replayable(module))
                     continue
                 # after the user's pre-hooks, before the user's post-hooks, also on errors
                 handles.append(module.register_forward_pre_hook(self._pre_hook(name)))
                 if not hooked:
                     handles.append(module.register_forward_hook(self._post_hook, prepend=True, always_call=True))
+            if plain:
+                nn.Module.__call__ = self._module_call(plain, original, replayer)  # type: ignore[method-assign]
             yield
         finally:
-            for module in wrapped:
-                del module.__dict__["_compiled_call_impl"]
+            nn.Module.__call__ = original  # type: ignore[method-assign]
             for h in handles:
                 h.remove()
 
@@ -388,7 +423,7 @@ class _Recorder(TorchDispatchMode):
         self._backward = False
         self._autograd = torch._C._dispatch_tls_local_exclude_set()  # set by run()
         self._ids: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> value id, while it lives
-        self._next_id = 0
+        self.next_id = 0  # the id of the next value recorded
         self._dtypes: dict[torch.dtype, str] = {}
         self._state_specs: dict[int, TensorSpec] = {}  # id of a parameter or buffer -> its spec
         self._consts: dict[tuple[type, Any], Const] = {}  # the constants seen, made once
@@ -461,7 +496,7 @@ class _Recorder(TorchDispatchMode):
 
     def _spec(self, value: Any) -> Spec:
         if isinstance(value, torch.Tensor):
-            return self._tensor(value)
+            return self.spec_of(value)
         kind = type(value)
         if kind is int or kind is bool or kind is float or value is None:
             found = self._consts.get((kind, value))
@@ -481,24 +516,41 @@ class _Recorder(TorchDispatchMode):
 
     def _shape_spec(self, t: ShapeTensor) -> TensorSpec:
         meta = t.meta
-        spec = t.spec = TensorSpec(meta.shape, self._dtype(meta.dtype), None, self._next_id)
-        self._next_id += 1
+        spec = t.spec = TensorSpec(meta.shape, self._dtype(meta.dtype), None, self.next_id)
+        self.next_id += 1
         return spec
 
-    def _tensor(self, t: torch.Tensor) -> TensorSpec:
+    def fresh_spec(self, shape: tuple[int, ...], dtype: str) -> TensorSpec:
+        """The spec of a new value (one a replayed module call made)."""
+        spec = TensorSpec(shape, dtype, None, self.next_id)
+        self.next_id += 1
+        return spec
+
+    def known_spec(self, t: torch.Tensor) -> TensorSpec | None:
+        """``t``'s spec if it was recorded already, without recording it."""
+        if type(t) is ShapeTensor:
+            return t.spec
+        found = self._state_specs.get(id(t))
+        if found is not None or id(t) in self._names:
+            return found
+        uid = self._ids.get(t)
+        return None if uid is None else TensorSpec(tuple(t.shape), self._dtype(t.dtype), None, uid)
+
+    def spec_of(self, t: torch.Tensor) -> TensorSpec:
+        """``t``'s spec, recording it the first time."""
         if type(t) is ShapeTensor:
             return t.spec if t.spec is not None else self._shape_spec(t)
         name = self._names.get(id(t))
         if name is not None:  # a parameter or buffer: alive all along, so its id is its own
             spec = self._state_specs.get(id(t))
             if spec is None:
-                spec = self._state_specs[id(t)] = TensorSpec(tuple(t.shape), self._dtype(t.dtype), name, self._next_id)
-                self._next_id += 1
+                spec = self._state_specs[id(t)] = TensorSpec(tuple(t.shape), self._dtype(t.dtype), name, self.next_id)
+                self.next_id += 1
             return spec
         uid = self._ids.get(t)
         if uid is None:
-            uid = self._ids[t] = self._next_id
-            self._next_id += 1
+            uid = self._ids[t] = self.next_id
+            self.next_id += 1
         return TensorSpec(tuple(t.shape), self._dtype(t.dtype), None, uid)
 
     def _dtype(self, dtype: torch.dtype) -> str:

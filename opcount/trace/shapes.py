@@ -94,7 +94,7 @@ class ShapeRunner:
 
     def __init__(self, device: torch.device) -> None:
         self._device = device
-        self._metas: dict[int, Meta] = {}  # id -> metadata of the model's parameters and buffers
+        self.metas: dict[int, Meta] = {}  # id -> metadata of the model's parameters and buffers
         self._cache = _RECIPES.setdefault((device, torch.get_default_dtype()), {})
         if len(self._cache) > _MAX_RECIPES:
             self._cache.clear()
@@ -102,7 +102,7 @@ class ShapeRunner:
 
     def remember(self, state: Iterable[torch.Tensor]) -> None:
         """Read the metadata of the model's parameters and buffers once, for the whole pass."""
-        self._metas.update({id(t): self._claim(meta_of(t)) for t in state})
+        self.metas.update({id(t): self._claim(meta_of(t)) for t in state})
 
     def wrap(self, t: torch.Tensor) -> ShapeTensor:
         """A shape-only stand-in for an input tensor."""
@@ -119,7 +119,7 @@ class ShapeRunner:
     def run(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], op: Hashable | None = None) -> Any:
         """``func(*args, **kwargs)`` on shape-only tensors. ``op``: a cheaper stand-in for ``func``
         in the cache key, one per operator (an OpOverload hashes in Python)."""
-        key = (func if op is None else op, *map(self._freeze, args), *[(k, self._freeze(v)) for k, v in kwargs.items()])
+        key = (func if op is None else op, *map(self.freeze, args), *[(k, self.freeze(v)) for k, v in kwargs.items()])
         try:
             recipe = self._cache.get(key)
         except TypeError:  # an unhashable constant: computed, not cached
@@ -132,16 +132,17 @@ class ShapeRunner:
         return self._build(recipe, args, kwargs)
 
     # ----- the cache key: each argument's metadata or value ----------------------------------
-    def _freeze(self, a: Any) -> Hashable:
+    def freeze(self, a: Any) -> Hashable:
+        """A hashable stand-in for an argument: a tensor's metadata, a constant's value."""
         t = type(a)
         if t is ShapeTensor:
             return a.meta
         if t is int or t is float or t is bool or t is complex:
             return (t, a)  # 1, 1.0 and True hash alike but promote differently
         if isinstance(a, torch.Tensor):
-            return self._metas.get(id(a)) or self._claim(meta_of(a))
+            return self.metas.get(id(a)) or self._claim(meta_of(a))
         if t is list or t is tuple:
-            return (t, *map(self._freeze, a))
+            return (t, *map(self.freeze, a))
         return a  # None, str, dtype, device, layout, memory format
 
     def _claim(self, meta: Meta) -> Meta:
