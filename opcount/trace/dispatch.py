@@ -220,7 +220,8 @@ class _ShapeTensors(_RealTensors):
         return {}
 
     def replayer(self, recorder: _Recorder) -> Replayer | None:
-        return Replayer(recorder, recorder.scopes.scope_of, self.claimed, self._runner.freeze, self._runner.metas)
+        scopes = recorder.scopes
+        return Replayer(recorder, scopes.scope_of, scopes.run, self.claimed, self._runner.freeze, self._runner.metas)
 
 
 class TrainingError(ValueError):
@@ -311,7 +312,7 @@ class _Scopes:
         self._stack.pop()
         self._opened.pop()
 
-    def _run(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def run(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A module's call in its scope."""
         self._enter(name)
         try:
@@ -323,7 +324,7 @@ class _Scopes:
                      replayer: Replayer | None) -> Callable[..., Any]:
         """``nn.Module.__call__`` for the trace: the modules in ``plain`` (id -> name, replayed)
         run in their scope, or are replayed; any other module as usual."""
-        enter, exit_, run = self._enter, self._exit, self._run
+        run = self.run
         replay = replayer.call if replayer is not None else None
 
         def module_call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
@@ -332,12 +333,8 @@ class _Scopes:
                 return original(module, *args, **kwargs)
             name, replayed = entry
             if replayed:
-                return replay(module, name, args, kwargs, run)  # type: ignore[misc]
-            enter(name)
-            try:
-                return module._call_impl(*args, **kwargs)
-            finally:
-                exit_()
+                return replay(module, name, args, kwargs)  # type: ignore[misc]
+            return run(module, name, args, kwargs)
 
         return module_call
 
@@ -514,17 +511,18 @@ class _Recorder(TorchDispatchMode):
             return Const(None, known=False)  # a size only known at run time, as jit records it
         return Const(jit_constant(value))
 
-    def _shape_spec(self, t: ShapeTensor) -> TensorSpec:
-        meta = t.meta
-        spec = t.spec = TensorSpec(meta.shape, self._dtype(meta.dtype), None, self.next_id)
+    def _new_id(self) -> int:
+        uid = self.next_id
         self.next_id += 1
+        return uid
+
+    def _shape_spec(self, t: ShapeTensor) -> TensorSpec:
+        spec = t.spec = self.fresh_spec(t.meta.shape, self._dtype(t.meta.dtype))
         return spec
 
     def fresh_spec(self, shape: tuple[int, ...], dtype: str) -> TensorSpec:
         """The spec of a new value (one a replayed module call made)."""
-        spec = TensorSpec(shape, dtype, None, self.next_id)
-        self.next_id += 1
-        return spec
+        return TensorSpec(shape, dtype, None, self._new_id())
 
     def known_spec(self, t: torch.Tensor) -> TensorSpec | None:
         """``t``'s spec if it was recorded already, without recording it."""
@@ -544,13 +542,11 @@ class _Recorder(TorchDispatchMode):
         if name is not None:  # a parameter or buffer: alive all along, so its id is its own
             spec = self._state_specs.get(id(t))
             if spec is None:
-                spec = self._state_specs[id(t)] = TensorSpec(tuple(t.shape), self._dtype(t.dtype), name, self.next_id)
-                self.next_id += 1
+                spec = self._state_specs[id(t)] = TensorSpec(tuple(t.shape), self._dtype(t.dtype), name, self._new_id())
             return spec
         uid = self._ids.get(t)
         if uid is None:
-            uid = self._ids[t] = self.next_id
-            self.next_id += 1
+            uid = self._ids[t] = self._new_id()
         return TensorSpec(tuple(t.shape), self._dtype(t.dtype), None, uid)
 
     def _dtype(self, dtype: torch.dtype) -> str:

@@ -28,6 +28,7 @@ from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
 from .shapes import Meta, ShapeTensor
 
 Scope = tuple[str, ...]
+Run = Callable[[nn.Module, str, tuple[Any, ...], dict[str, Any]], Any]
 
 # Templates by claimed device and default dtype, then by call key; bounded as the recipes are.
 _TEMPLATES: dict[tuple[torch.device, torch.dtype], dict[Hashable, _Template | None]] = {}
@@ -76,15 +77,19 @@ class _Template:
         self.slot_of: dict[int, int] = {}  # spec id in the first call -> slot, while learning
 
     @classmethod
-    def of(cls, records: list[OpCall], sources: dict[int, tuple[int, Any]], first_id: int) -> _Template:
-        """The template of ``records``: ``sources`` says which specs are arguments and state;
-        any other tensor must be new (numbered from ``first_id`` on)."""
+    def of(cls, records: list[OpCall], sources: dict[int, tuple[int, Any]], first_id: int,
+           out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Template:
+        """The template of a call's ``records`` and of ``out``, what it returned from ``args`` and
+        ``kwargs``: ``sources`` says which specs are arguments and state; any other tensor must
+        be new (numbered from ``first_id`` on)."""
         t = cls()
         t.records = tuple(
             (c.kind, tuple(t._slot(s, sources, first_id) for s in c.inputs),
              tuple(t._slot(s, sources, first_id) for s in c.outputs))
             for c in records
         )
+        t.output = _describe(out, args, kwargs, t.slot_of)
+        t.slot_of = {}  # the first call's numbering: not needed to replay
         return t
 
     def _slot(self, spec: Spec, sources: dict[int, tuple[int, Any]], first_id: int) -> int:
@@ -126,19 +131,20 @@ class Replayer:
     cache keys its calls by.
     """
 
-    def __init__(self, recording: Recording, scope_of: Callable[[str], Scope], device: torch.device,
+    def __init__(self, recording: Recording, scope_of: Callable[[str], Scope], run: Run, device: torch.device,
                  freeze: Callable[[Any], Hashable], metas: dict[int, Meta]) -> None:
         self._rec = recording
         self._scope_of = scope_of  # module name -> the scope its operators get, called now
+        self._run = run  # a module call in its scope, as without replay
         self._freeze = freeze
         self._metas = metas  # id -> metadata of the model's parameters and buffers
         self._cache = _TEMPLATES.setdefault((device, torch.get_default_dtype()), {})
         if len(self._cache) > _MAX_TEMPLATES:
             self._cache.clear()
 
-    def call(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
-             run: Callable[[nn.Module, str, tuple[Any, ...], dict[str, Any]], Any]) -> Any:
-        """Module ``name``'s call: replayed when a template for its key exists; else ``run``."""
+    def call(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Module ``name``'s call: replayed when a template for its key exists, else run."""
+        run = self._run
         if module._forward_hooks or module._forward_pre_hooks:  # registered during the pass
             return run(module, name, args, kwargs)
         try:
@@ -149,7 +155,7 @@ class Replayer:
         if template is None:
             return run(module, name, args, kwargs)
         if template is _MISSING:
-            out, self._cache[key] = self._learn(module, name, args, kwargs, run)
+            out, self._cache[key] = self._learn(module, name, args, kwargs)
             return out
         return self._replay(cast(_Template, template), module, self._scope_of(name), args, kwargs)
 
@@ -181,11 +187,11 @@ class Replayer:
                 torch.is_grad_enabled(), torch._C._is_any_autocast_enabled())
 
     # ----- a first call: run it and keep its records as a template -------------------------
-    def _learn(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
-               run: Callable[[nn.Module, str, tuple[Any, ...], dict[str, Any]], Any]) -> tuple[Any, _Template | None]:
+    def _learn(self, module: nn.Module, name: str, args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> tuple[Any, _Template | None]:
         rec = self._rec
         first, first_id, within, scope = len(rec.calls), rec.next_id, rec.within, self._scope_of(name)
-        out = run(module, name, args, kwargs)
+        out = self._run(module, name, args, kwargs)
         records = rec.calls[first:]
         if any(c.scope != scope or c.within != within for c in records):
             return out, None  # operators of another module or Function: not this call's alone
@@ -201,12 +207,9 @@ class Replayer:
                 if t is not None and (spec := rec.known_spec(t)) is not None:
                     sources.setdefault(spec.id, (how, key))  # type: ignore[arg-type]
         try:
-            template = _Template.of(records, sources, first_id)
-            template.output = _describe(out, args, kwargs, template.slot_of)
+            return out, _Template.of(records, sources, first_id, out, args, kwargs)
         except _Unreplayable:
             return out, None
-        template.slot_of = {}  # the first call's numbering: not needed to replay
-        return out, template
 
     # ----- a later call: the template's records with this call's tensors -------------------
     def _replay(self, template: _Template, module: nn.Module, scope: Scope, args: tuple[Any, ...],
