@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ import torch
 from torch import nn
 
 logging.disable(logging.WARNING)
+warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated", FutureWarning)  # fvcore's import
 HERE = Path(__file__).resolve().parent
 ALL = ["resnet50", "mobilenet_v3_large", "vit_b_16", "swin_t", "gpt2", "mlp1000", "mlp2000", "mlp4000"]
 QUICK = ["resnet50", "mlp1000", "mlp2000", "mlp4000"]

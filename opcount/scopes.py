@@ -49,9 +49,12 @@ class ModuleTree:
         # The prefixes of a canonical name are canonical too: a module first met through
         # "a.b" is met before any of its children, so the children's first names extend "a.b".
         if not name:
-            return ("",)
-        parts = name.split(".")
-        return ("", *(".".join(parts[: k + 1]) for k in range(len(parts))))
+            return ROOT
+        parent = name.rpartition(".")[0]
+        up = self._owners.get(parent)
+        if up is None:
+            up = self._owners[parent] = self._owner_chain(parent)
+        return (*up, name)
 
     def canonical(self, name: str) -> str:
         """The canonical name of ``name``; KeyError if no module has that name."""

@@ -13,8 +13,8 @@ from torch import nn
 from opcount import FlopCountAnalysis, MemoryTrafficAnalysis
 from opcount.ir import ListSpec, OpCall, TensorSpec
 from opcount.scopes import ModuleTree
-from opcount.trace import dispatch, replay, trace_dispatch
-from opcount.trace.shapes import ShapeRunner
+from opcount.trace import replay, trace_dispatch
+from opcount.trace.shapes import ShapeRunner, ShapeTensor
 
 from . import zoo
 
@@ -44,6 +44,24 @@ class Assorted(nn.Module):
         seq, _ = self.lstm(b.unsqueeze(1).expand(-1, 3, -1))
         out, _ = self.attn(seq, seq, seq, need_weights=False)
         return self.norm(out).sum() + y.mean()
+
+
+class _First(nn.Module):
+    def forward(self, pair: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return pair[0] * 2
+
+
+def _chained() -> nn.Module:
+    """Sequentials (inlined on shape-only tensors) of leaves that return their argument, a new
+    tensor or a tuple, with children that are not replayed: a module of the model's own, a
+    nested Sequential, a module called twice."""
+    shared = nn.Linear(8, 8)
+    return nn.Sequential(
+        shared, nn.ReLU(inplace=True), nn.Identity(), nn.Dropout(0.1), shared,
+        nn.Sequential(nn.Linear(8, 8), nn.GELU()),
+        nn.Unflatten(1, (2, 4)), nn.MaxPool1d(2, return_indices=True), _First(), nn.Flatten(),
+        nn.Linear(4, 8), nn.LayerNorm(8), nn.Sequential(), nn.Softmax(-1),
+    ).eval()
 
 
 def _mlp(blocks: int) -> nn.Module:
@@ -76,12 +94,13 @@ def _models() -> dict[str, tuple[nn.Module, object]]:
     return {
         "assorted": (Assorted().eval(), torch.randn(2, 3, 8, 8)),
         "mlp": (_mlp(6), torch.randn(4, 16)),
+        "chained": (_chained(), torch.randn(3, 8)),
         "resnet18": (torchvision.models.resnet18(weights=None).eval(), torch.randn(1, 3, 64, 64)),
         "mobilenet_v3_small": (torchvision.models.mobilenet_v3_small(weights=None).eval(), torch.randn(1, 3, 64, 64)),
     }
 
 
-@pytest.mark.parametrize("name", ["assorted", "mlp", "resnet18", "mobilenet_v3_small", "gpt2", "t5"])
+@pytest.mark.parametrize("name", ["assorted", "mlp", "chained", "resnet18", "mobilenet_v3_small", "gpt2", "t5"])
 def test_replayed_records_equal_the_records_of_running_every_module(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if name in ("gpt2", "t5"):
         pytest.importorskip("transformers")
@@ -89,7 +108,7 @@ def test_replayed_records_equal_the_records_of_running_every_module(name: str, m
     else:
         model, inputs = _models()[name]
     with monkeypatch.context() as m:
-        m.setattr(dispatch, "replayable", lambda module: False)
+        m.setattr(replay.Replayer, "adopt", lambda self, module, name: replay.RUN)
         expected = _records(_meta_calls(model, inputs))
     # replay on: the first pass learns, the second replays what it learned
     assert _records(_meta_calls(model, inputs)) == expected
@@ -97,13 +116,29 @@ def test_replayed_records_equal_the_records_of_running_every_module(name: str, m
     assert _records(_meta_calls(model, inputs)) == expected
 
 
-def test_results_equal_real_tensors() -> None:
+@pytest.mark.parametrize("name", ["assorted", "chained"])
+def test_results_equal_real_tensors(name: str) -> None:
     # Value ids steer the memory traffic (what is read twice, what is written in place).
-    model, x = Assorted().eval(), torch.randn(2, 3, 8, 8)
+    model, x = _models()[name]
     for analysis in (FlopCountAnalysis, MemoryTrafficAnalysis):
         real = analysis(model, x, tracer="dispatch").by_module_and_operator()
         for _ in range(2):  # learning, then replaying
             assert analysis(model, x, tracer="dispatch", device="meta").by_module_and_operator() == real
+
+
+def test_a_chain_makes_no_tensor_between_replayed_children(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[ShapeTensor] = []
+    new = ShapeTensor.__new__
+
+    def counted(cls: type, meta: object) -> ShapeTensor:
+        made.append(new(cls, meta))
+        return made[-1]
+
+    model, x = _mlp(6), torch.randn(4, 16)
+    FlopCountAnalysis(model, x, tracer="dispatch", device="meta").total()  # learns the templates
+    monkeypatch.setattr(ShapeTensor, "__new__", staticmethod(counted))
+    FlopCountAnalysis(model, x, tracer="dispatch", device="meta").total()
+    assert [t.shape for t in made] == [(4, 16)] * 2  # the input, and the Sequential's output
 
 
 def test_a_replayed_call_runs_no_operator(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -184,3 +219,53 @@ def test_hooks_added_during_the_pass_run() -> None:
     expected = FlopCountAnalysis(model, x, tracer="dispatch").by_module_and_operator()
     assert expected[""]["mul"] == 8
     assert FlopCountAnalysis(model, x, tracer="dispatch", device="meta").by_module_and_operator() == expected
+
+
+def test_hooks_added_during_the_pass_run_in_a_chain() -> None:
+    class HooksInItsSequential(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seq = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.seq(x)
+            handles = [self.seq[2].register_forward_hook(lambda m, i, o: o * 2),  # one mul more
+                       self.seq.register_forward_pre_hook(lambda m, i: (i[0] + 1,))]  # one add more
+            try:
+                return self.seq(y)
+            finally:
+                for h in handles:
+                    h.remove()
+
+    model, x = HooksInItsSequential().eval(), torch.randn(2, 4)
+    expected = FlopCountAnalysis(model, x, tracer="dispatch").by_module_and_operator()
+    assert expected[""]["mul"] == 8 and expected[""]["add"] == 8
+    for _ in range(2):
+        assert FlopCountAnalysis(model, x, tracer="dispatch", device="meta").by_module_and_operator() == expected
+
+
+def test_global_hooks_added_during_the_pass_run() -> None:
+    class HooksEveryModule(nn.Module):
+        """Registers a global forward hook halfway through its forward: the Linear calls after it
+        would otherwise be replayed from the first call's template."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.first, self.second, self.third = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4)
+            self.seen: list[nn.Module] = []
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.first(x)
+            handle = nn.modules.module.register_module_forward_hook(lambda m, i, o: self.seen.append(m))
+            try:
+                return self.third(self.second(y))
+            finally:
+                handle.remove()
+
+    model, x = HooksEveryModule().eval(), torch.randn(2, 4)
+    expected = FlopCountAnalysis(model, x, tracer="dispatch").by_module_and_operator()
+    assert model.seen == [model.second, model.third]
+    for _ in range(2):  # the second analysis finds the template learned by the first
+        model.seen.clear()
+        assert FlopCountAnalysis(model, x, tracer="dispatch", device="meta").by_module_and_operator() == expected
+        assert model.seen == [model.second, model.third]

@@ -54,8 +54,8 @@ from ..scopes import ROOT, ModuleTree, inner_scope
 from .aten import Record, backward_records, bind, forward_records, jit_constant, outputs_of, schema
 from .jit import WRAPPERS, Trace, _preserved, _warnings
 from .meta import CPU, META, FakeTensorMode, TensorShape, fake_state, materialize
-from .replay import Replayer, replayable
-from .shapes import ShapeRunner, ShapeTensor
+from .replay import CHAIN, LEAF, RUN, Replayer
+from .shapes import Meta, ShapeRunner, ShapeTensor
 from .structure import normalize_inputs, output_tensors
 
 logger = logging.getLogger(__name__)
@@ -220,8 +220,7 @@ class _ShapeTensors(_RealTensors):
         return {}
 
     def replayer(self, recorder: _Recorder) -> Replayer | None:
-        scopes = recorder.scopes
-        return Replayer(recorder, scopes.scope_of, scopes.run, self.claimed, self._runner.freeze, self._runner.metas)
+        return Replayer(recorder, recorder.scopes, self.claimed, self._runner.freeze, self._runner.metas)
 
 
 class TrainingError(ValueError):
@@ -304,52 +303,56 @@ class _Scopes:
             scope = self._pushed[(top, name)] = inner_scope(top, name)
         return scope
 
-    def _enter(self, name: str, module: nn.Module | None = None) -> None:
+    def enter(self, name: str, module: nn.Module | None = None) -> None:
+        """Open the scope of module ``name``, called now."""
         self._stack.append(self.scope_of(name))
         self._opened.append(module)
 
-    def _exit(self) -> None:
+    def exit(self) -> None:
         self._stack.pop()
         self._opened.pop()
 
     def run(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A module's call in its scope."""
-        self._enter(name)
+        self.enter(name)
         try:
             return module._call_impl(*args, **kwargs)
         finally:
-            self._exit()
+            self.exit()
 
-    def _module_call(self, plain: dict[int, tuple[str, bool]], original: Callable[..., Any],
+    def _module_call(self, plain: dict[int, tuple[str, int]], original: Callable[..., Any],
                      replayer: Replayer | None) -> Callable[..., Any]:
-        """``nn.Module.__call__`` for the trace: the modules in ``plain`` (id -> name, replayed)
-        run in their scope, or are replayed; any other module as usual."""
+        """``nn.Module.__call__`` for the trace: the modules in ``plain`` (id -> name, how) run
+        in their scope, are replayed or have their forward inlined (:mod:`.replay`); any other
+        module runs as usual."""
         run = self.run
-        replay = replayer.call if replayer is not None else None
+        replay, chain = (replayer.call, replayer.chain) if replayer is not None else (run, run)
 
         def module_call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
             entry = plain.get(id(module))
             if entry is None:
                 return original(module, *args, **kwargs)
-            name, replayed = entry
-            if replayed:
-                return replay(module, name, args, kwargs)  # type: ignore[misc]
+            name, how = entry
+            if how == LEAF:
+                return replay(module, name, args, kwargs)
+            if how == CHAIN:
+                return chain(module, name, args, kwargs)
             return run(module, name, args, kwargs)
 
         return module_call
 
     def _pre_hook(self, name: str) -> Callable[[nn.Module, Any], None]:
-        return lambda module, args: self._enter(name, module)
+        return lambda module, args: self.enter(name, module)
 
     def _post_hook(self, module: nn.Module, args: Any, output: Any) -> None:
         if self._opened[-1] is module:  # a global hook sees modules outside the tree too
-            self._exit()
+            self.exit()
 
     @contextlib.contextmanager
     def installed(self, replayer: Replayer | None = None) -> Iterator[None]:
         """Scopes for the trace; with ``replayer``, torch.nn's leaf modules replayed (:mod:`.replay`)."""
         handles = []
-        plain: dict[int, tuple[str, bool]] = {}  # modules scoped by __call__: id -> (name, replayed)
+        plain: dict[int, tuple[str, int]] = {}  # modules scoped by __call__: id -> (name, how)
         hooked = _global_hooks()
         original = nn.Module.__call__
         try:
@@ -364,7 +367,7 @@ class _Scopes:
                 if module is not self._model and isinstance(module, WRAPPERS):
                     continue
                 if not hooked and not _has_hooks(module) and not _compiled(module):
-                    plain[id(module)] = (name, replayer is not None and replayable(module))
+                    plain[id(module)] = (name, RUN if replayer is None else replayer.adopt(module, name))
                     continue
                 # after the user's pre-hooks, before the user's post-hooks, also on errors
                 handles.append(module.register_forward_pre_hook(self._pre_hook(name)))
@@ -372,6 +375,8 @@ class _Scopes:
                     handles.append(module.register_forward_hook(self._post_hook, prepend=True, always_call=True))
             if plain:
                 nn.Module.__call__ = self._module_call(plain, original, replayer)  # type: ignore[method-assign]
+            if replayer is not None:
+                replayer.begin()
             yield
         finally:
             nn.Module.__call__ = original  # type: ignore[method-assign]
@@ -517,8 +522,12 @@ class _Recorder(TorchDispatchMode):
         return uid
 
     def _shape_spec(self, t: ShapeTensor) -> TensorSpec:
-        spec = t.spec = self.fresh_spec(t.meta.shape, self._dtype(t.meta.dtype))
+        spec = t.spec = self.meta_spec(t.meta)
         return spec
+
+    def meta_spec(self, meta: Meta) -> TensorSpec:
+        """The spec of a new shape-only value."""
+        return self.fresh_spec(meta.shape, self._dtype(meta.dtype))
 
     def fresh_spec(self, shape: tuple[int, ...], dtype: str) -> TensorSpec:
         """The spec of a new value (one a replayed module call made)."""

@@ -13,6 +13,11 @@ A call is not replayed, and runs as usual, when its key cannot be made (an attri
 not a plain value, such as the list of weights an ``LSTM`` keeps) or when its records are not
 all expressible in its arguments, its own state and tensors it made (it read a tensor from
 elsewhere, or returned something other than tensors).
+
+An ``nn.Sequential`` (torch.nn's ``forward`` and iteration) is a chain of such calls: its
+forward is inlined, and the tensors one replayed child hands the next are never made, only
+their metadata and specs passed on. A child that is not replayed gets a real shape-only tensor
+and is called as usual.
 """
 
 from __future__ import annotations
@@ -23,12 +28,12 @@ from typing import Any, Protocol, cast
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
 from .shapes import Meta, ShapeTensor
 
 Scope = tuple[str, ...]
-Run = Callable[[nn.Module, str, tuple[Any, ...], dict[str, Any]], Any]
 
 # Templates by claimed device and default dtype, then by call key; bounded as the recipes are.
 _TEMPLATES: dict[tuple[torch.device, torch.dtype], dict[Hashable, _Template | None]] = {}
@@ -44,6 +49,10 @@ _OUT_ARG, _OUT_KWARG, _OUT_NEW, _OUT_SEQ = range(4)
 _PLAIN = frozenset({int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format})
 _PLAIN_OR_TUPLE = _PLAIN | {tuple}
 
+# How the trace's ``nn.Module.__call__`` takes a module of the model: run in its scope,
+# replayed (a leaf), or its forward inlined (a Sequential).
+RUN, LEAF, CHAIN = range(3)
+
 
 class Recording(Protocol):
     """What replay needs of the dispatch tracer's recorder."""
@@ -57,6 +66,20 @@ class Recording(Protocol):
     def known_spec(self, t: torch.Tensor) -> TensorSpec | None: ...
 
     def fresh_spec(self, shape: tuple[int, ...], dtype: str) -> TensorSpec: ...
+
+    def meta_spec(self, meta: Meta) -> TensorSpec: ...
+
+
+class Scoping(Protocol):
+    """What replay needs of the dispatch tracer's module scopes."""
+
+    def scope_of(self, name: str) -> Scope: ...
+
+    def run(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+
+    def enter(self, name: str) -> None: ...
+
+    def exit(self) -> None: ...
 
 
 class _Unreplayable(Exception):
@@ -124,6 +147,34 @@ def replayable(module: nn.Module) -> bool:
     )
 
 
+def chainable(module: nn.Module) -> bool:
+    """A Sequential whose call is torch.nn's: each child called on the last one's output."""
+    kind = type(module)
+    return (
+        isinstance(module, nn.Sequential)
+        and kind.forward is nn.Sequential.forward
+        and getattr(kind, "__iter__", None) is nn.Sequential.__iter__
+        and kind._call_impl is nn.Module._call_impl
+        and "forward" not in module.__dict__
+        and None not in module._modules.values()
+    )
+
+
+class _Pending:
+    """A shape-only tensor a chain hands on without making it: its metadata, and its spec once
+    it is recorded."""
+
+    __slots__ = ("meta", "spec")
+
+    def __init__(self, meta: Meta, spec: TensorSpec | None) -> None:
+        self.meta, self.spec = meta, spec
+
+    def tensor(self) -> ShapeTensor:
+        t = ShapeTensor(self.meta)
+        t.spec = self.spec
+        return t
+
+
 class Replayer:
     """Memoizes the calls of replayable leaf modules during one shape-only pass.
 
@@ -131,21 +182,45 @@ class Replayer:
     cache keys its calls by.
     """
 
-    def __init__(self, recording: Recording, scope_of: Callable[[str], Scope], run: Run, device: torch.device,
+    def __init__(self, recording: Recording, scopes: Scoping, device: torch.device,
                  freeze: Callable[[Any], Hashable], metas: dict[int, Meta]) -> None:
         self._rec = recording
-        self._scope_of = scope_of  # module name -> the scope its operators get, called now
-        self._run = run  # a module call in its scope, as without replay
+        self._scopes = scopes
+        self._scope_of = scopes.scope_of  # module name -> the scope its operators get, called now
+        self._run = scopes.run  # a module call in its scope, as without replay
         self._freeze = freeze
         self._metas = metas  # id -> metadata of the model's parameters and buffers
+        self._leaves: dict[int, str] = {}  # id -> name of the model's replayable leaves
+        self._global_hooks = _global_hook_dicts()
+        self._epoch = -1  # the number the next hook handle takes when the pass begins
         self._cache = _TEMPLATES.setdefault((device, torch.get_default_dtype()), {})
         if len(self._cache) > _MAX_TEMPLATES:
             self._cache.clear()
 
+    def adopt(self, module: nn.Module, name: str) -> int:
+        """How the trace calls module ``name`` of the model (which has no hooks): RUN, LEAF or CHAIN."""
+        if replayable(module):
+            self._leaves[id(module)] = name
+            return LEAF
+        return CHAIN if chainable(module) else RUN
+
+    def begin(self) -> None:
+        """The pass begins: the modules adopted have no hooks, and no global hook exists."""
+        self._epoch = RemovableHandle.next_id
+
+    def _hooked(self, module: nn.Module) -> bool:
+        """Whether a hook, of the module's own or a global one, registered during the pass
+        would run around its forward."""
+        if RemovableHandle.next_id == self._epoch:  # every hook's handle takes the next number
+            return False
+        g = self._global_hooks
+        return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                    or module._backward_pre_hooks or g[0] or g[1] or g[2] or g[3])
+
     def call(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Module ``name``'s call: replayed when a template for its key exists, else run."""
+        """Leaf ``name``'s call: replayed when a template for its key exists, else run."""
         run = self._run
-        if module._forward_hooks or module._forward_pre_hooks:  # registered during the pass
+        if self._hooked(module):
             return run(module, name, args, kwargs)
         try:
             key = self._key(module, args, kwargs)
@@ -157,10 +232,59 @@ class Replayer:
         if template is _MISSING:
             out, self._cache[key] = self._learn(module, name, args, kwargs)
             return out
-        return self._replay(cast(_Template, template), module, self._scope_of(name), args, kwargs)
+        template = cast(_Template, template)
+        slots = self._emit(template, module, self._scope_of(name), args, kwargs)
+        return _rebuild(template.output, args, kwargs, slots)
+
+    def chain(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Sequential ``name``'s call: its forward inlined (see the module docstring)."""
+        x = args[0] if len(args) == 1 and not kwargs else None
+        if type(x) is not ShapeTensor or self._hooked(module):
+            return self._run(module, name, args, kwargs)
+        scopes = self._scopes
+        scopes.enter(name)
+        try:
+            out = self._chain(module, x)
+        finally:
+            scopes.exit()
+        return out.tensor() if type(out) is _Pending else out
+
+    def _chain(self, module: nn.Module, x: ShapeTensor) -> Any:
+        value: Any = x  # what the next child gets: a tensor or anything, or a _Pending
+        leaves, cache = self._leaves, self._cache
+        for child in cast("dict[str, nn.Module]", module._modules).values():  # chainable: no None
+            name = leaves.get(id(child))
+            template: _Template | None = None
+            kind = type(value)
+            if name is not None and (kind is _Pending or kind is ShapeTensor) and not self._hooked(child):
+                try:
+                    template = cache.get(self._key_of(child, value.meta, ()))
+                except (_Unreplayable, TypeError):
+                    pass
+            if template is None or name is None:  # not replayed (or not learned yet): called as Sequential would
+                value = child(value.tensor() if kind is _Pending else value)
+                continue
+            slots = self._emit(template, child, self._scope_of(name), (value,), {})
+            how = template.output
+            if how[0] == _OUT_NEW:
+                value = _Pending(how[1], None if how[2] is None else slots[how[2]])
+            elif how[0] != _OUT_ARG:
+                args = (value.tensor() if type(value) is _Pending else value,)
+                value = _rebuild(how, args, {}, slots)
+        return value
 
     # ----- the key -----------------------------------------------------------------------
     def _key(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Hashable:
+        freeze = self._freeze
+        if not kwargs and len(args) == 1:
+            return self._key_of(module, freeze(args[0]), ())
+        inputs = (*map(freeze, args), *[(k, freeze(v)) for k, v in kwargs.items()])
+        ids = [id(a) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        return self._key_of(module, inputs, tuple(map(ids.index, ids)))  # a tensor passed twice is not two
+
+    def _key_of(self, module: nn.Module, inputs: Hashable, same: tuple[int, ...]) -> Hashable:
+        """The key of a call of ``module`` on arguments frozen to ``inputs``; ``same``: which
+        of them are one tensor."""
         d = module.__dict__
         names = _attribute_names(tuple(d))
         values = tuple(map(d.__getitem__, names))
@@ -174,14 +298,6 @@ class Replayer:
         state = tuple(map(self._metas.get, map(id, tensors)))
         if None in state and any(m is None and t is not None for m, t in zip(state, tensors)):
             raise _Unreplayable("a parameter or buffer that is not the model's")  # assigned during the pass
-        freeze = self._freeze
-        if not kwargs and len(args) == 1:
-            inputs: Hashable = freeze(args[0])
-            same: tuple[int, ...] = ()
-        else:
-            inputs = (*map(freeze, args), *[(k, freeze(v)) for k, v in kwargs.items()])
-            ids = [id(a) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-            same = tuple(map(ids.index, ids))  # a tensor passed twice is not two tensors
         kind = type(module)  # its forward too: a library may patch torch.nn's classes
         return (kind, kind.forward, names, values, types, tuple(params), tuple(buffers), state, inputs, same,
                 torch.is_grad_enabled(), torch._C._is_any_autocast_enabled())
@@ -212,8 +328,9 @@ class Replayer:
             return out, None
 
     # ----- a later call: the template's records with this call's tensors -------------------
-    def _replay(self, template: _Template, module: nn.Module, scope: Scope, args: tuple[Any, ...],
-                kwargs: dict[str, Any]) -> Any:
+    def _emit(self, template: _Template, module: nn.Module, scope: Scope, args: tuple[Any, ...],
+              kwargs: dict[str, Any]) -> list[Any]:
+        """Append the template's records with this call's specs; return the specs by slot."""
         rec = self._rec
         spec_of = rec.spec_of
         slots: list[Any] = list(template.base)
@@ -221,7 +338,13 @@ class Replayer:
             if how == _NEW:
                 slots[i] = rec.fresh_spec(*what)
             elif how == _ARG:
-                slots[i] = spec_of(args[what])
+                a = args[what]
+                if type(a) is _Pending:
+                    if a.spec is None:
+                        a.spec = rec.meta_spec(a.meta)
+                    slots[i] = a.spec
+                else:
+                    slots[i] = spec_of(a)
             elif how == _PARAM:
                 slots[i] = spec_of(module._parameters[what])  # type: ignore[arg-type]
             elif how == _BUFFER:
@@ -233,10 +356,18 @@ class Replayer:
         get, calls, within = slots.__getitem__, rec.calls, rec.within
         for kind, ins, outs in template.records:
             calls.append(OpCall(kind, tuple(map(get, ins)), tuple(map(get, outs)), scope, within=within))
-        return _rebuild(template.output, args, kwargs, slots)
+        return slots
 
 
 _MISSING = object()
+
+
+def _global_hook_dicts() -> tuple[dict[int, Any], ...]:
+    """torch's global module hooks (``register_module_forward_hook`` and kin): dicts that are
+    filled in place, so held once."""
+    m = torch.nn.modules.module
+    return (m._global_forward_hooks, m._global_forward_pre_hooks, m._global_backward_hooks,
+            m._global_backward_pre_hooks)
 
 
 @functools.lru_cache(maxsize=1024)
