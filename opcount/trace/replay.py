@@ -300,7 +300,7 @@ class Replayer:
             raise _Unreplayable("a parameter or buffer that is not the model's")  # assigned during the pass
         kind = type(module)  # its forward too: a library may patch torch.nn's classes
         return (kind, kind.forward, names, values, types, tuple(params), tuple(buffers), state, inputs, same,
-                torch.is_grad_enabled(), torch._C._is_any_autocast_enabled())
+                _grad_enabled(), _autocast_enabled())
 
     # ----- a first call: run it and keep its records as a template -------------------------
     def _learn(self, module: nn.Module, name: str, args: tuple[Any, ...],
@@ -360,6 +360,7 @@ class Replayer:
 
 
 _MISSING = object()
+_grad_enabled, _autocast_enabled = torch.is_grad_enabled, torch._C._is_any_autocast_enabled
 
 
 def _global_hook_dicts() -> tuple[dict[int, Any], ...]:
