@@ -29,7 +29,8 @@ reports are shared:
 - **Scopes** come from ``nn.Module.__call__``, replaced for the trace, or a forward pre/post
   hook pair for a module with hooks of its own (removed in ``finally``), with the jit tracer's
   semantics. On shape-only tensors, calls of torch.nn's own leaf modules are replayed from
-  their first call's records (:mod:`.replay`).
+  their first call's records, and Sequentials run their loop without making the tensors
+  their replayed children pass on (:mod:`.replay`).
 """
 
 from __future__ import annotations
