@@ -268,13 +268,6 @@ class JitModelAnalysis:
         handle = self._handles.get(call.kind)
         if handle is None:
             return _NOTHING if self._is_ignored(call.kind) else None
-        if type(handle) is Handle and not call.within:  # the common case, in one call less
-            try:
-                value = handle.fn(call.inputs, call.outputs)
-            except Exception as e:
-                raise _handle_error(call, e) from e
-            if type(value) is int:
-                return {handle.name or op_key(call.kind): value * self._flops_per_mac if handle.macs else value}
         return self._apply(handle, call)
 
     def _aggregate(
@@ -340,7 +333,10 @@ class JitModelAnalysis:
             if call.within:  # inside a custom autograd Function: "MyFn::mm" (seed 004)
                 name = "::".join((*call.within, name))
         except Exception as e:
-            raise _handle_error(call, e) from e
+            raise HandleError(
+                f"the handle for {call.kind} failed in module '{call.scope[-1]}' "
+                f"on inputs {describe(call.inputs)}: {type(e).__name__}: {e}"
+            ) from e
         return value, scale, name
 
     def _apply(self, handle: AnyHandle, call: OpCall) -> Mapping[str, Any]:
@@ -372,13 +368,6 @@ class JitModelAnalysis:
                     "reached through .forward() or another method; their cost, if any, is in their caller.",
                     ", ".join(shown),
                 )
-
-
-def _handle_error(call: OpCall, e: Exception) -> HandleError:
-    return HandleError(
-        f"the handle for {call.kind} failed in module '{call.scope[-1]}' "
-        f"on inputs {describe(call.inputs)}: {type(e).__name__}: {e}"
-    )
 
 
 def _counter() -> Counter[Any]:

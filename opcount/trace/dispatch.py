@@ -53,6 +53,7 @@ from ..errors import TraceError, failure_site, first_line
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
 from ..scopes import ROOT, ModuleTree, inner_scope
 from .aten import Record, backward_records, bind, forward_records, jit_constant, outputs_of, schema
+from .hooks import global_hooks, has_hooks
 from .jit import WRAPPERS, Trace, _preserved, _warnings
 from .meta import CPU, META, FakeTensorMode, TensorShape, fake_state, materialize
 from .replay import CHAIN, LEAF, RUN, Replayer
@@ -354,7 +355,7 @@ class _Scopes:
         """Scopes for the trace; with ``replayer``, torch.nn's leaf modules replayed (:mod:`.replay`)."""
         handles = []
         plain: dict[int, tuple[str, int]] = {}  # modules scoped by __call__: id -> (name, how)
-        hooked = _global_hooks()
+        hooked = global_hooks()
         original = nn.Module.__call__
         try:
             if hooked:
@@ -367,7 +368,7 @@ class _Scopes:
                 module = modules[name]
                 if module is not self._model and isinstance(module, WRAPPERS):
                     continue
-                if not hooked and not _has_hooks(module) and not _compiled(module):
+                if not hooked and not has_hooks(module) and not _compiled(module):
                     plain[id(module)] = (name, RUN if replayer is None else replayer.adopt(module, name))
                     continue
                 # after the user's pre-hooks, before the user's post-hooks, also on errors
@@ -388,16 +389,6 @@ class _Scopes:
 def _compiled(module: nn.Module) -> bool:
     return "_compiled_call_impl" in module.__dict__ or module._compiled_call_impl is not None
 
-
-def _has_hooks(module: nn.Module) -> bool:
-    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                or module._backward_pre_hooks)
-
-
-def _global_hooks() -> bool:
-    m = torch.nn.modules.module
-    return bool(m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks
-                or m._global_backward_pre_hooks)
 
 
 class _Recorder(TorchDispatchMode):

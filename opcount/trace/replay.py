@@ -31,6 +31,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
+from .hooks import global_hooks, has_hooks
 from .shapes import Meta, ShapeTensor
 
 Scope = tuple[str, ...]
@@ -191,7 +192,6 @@ class Replayer:
         self._freeze = freeze
         self._metas = metas  # id -> metadata of the model's parameters and buffers
         self._leaves: dict[int, str] = {}  # id -> name of the model's replayable leaves
-        self._global_hooks = _global_hook_dicts()
         self._epoch = -1  # the number the next hook handle takes when the pass begins
         self._cache = _TEMPLATES.setdefault((device, torch.get_default_dtype()), {})
         if len(self._cache) > _MAX_TEMPLATES:
@@ -211,11 +211,8 @@ class Replayer:
     def _hooked(self, module: nn.Module) -> bool:
         """Whether a hook, of the module's own or a global one, registered during the pass
         would run around its forward."""
-        if RemovableHandle.next_id == self._epoch:  # every hook's handle takes the next number
-            return False
-        g = self._global_hooks
-        return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                    or module._backward_pre_hooks or g[0] or g[1] or g[2] or g[3])
+        # every hook's handle takes the next number: unchanged, none was registered
+        return RemovableHandle.next_id != self._epoch and (has_hooks(module) or global_hooks())
 
     def call(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Leaf ``name``'s call: replayed when a template for its key exists, else run."""
@@ -361,14 +358,6 @@ class Replayer:
 
 _MISSING = object()
 _grad_enabled, _autocast_enabled = torch.is_grad_enabled, torch._C._is_any_autocast_enabled
-
-
-def _global_hook_dicts() -> tuple[dict[int, Any], ...]:
-    """torch's global module hooks (``register_module_forward_hook`` and kin): dicts that are
-    filled in place, so held once."""
-    m = torch.nn.modules.module
-    return (m._global_forward_hooks, m._global_forward_pre_hooks, m._global_backward_hooks,
-            m._global_backward_pre_hooks)
 
 
 @functools.lru_cache(maxsize=1024)
