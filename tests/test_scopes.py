@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+import sys
+import threading
+
 import pytest
 import torch
 from torch import nn
@@ -207,3 +211,159 @@ def test_causal_attention_full_or_unmasked() -> None:
     assert unmasked.total() == 2 * (2 * 36 * 16)
     with pytest.raises(ValueError, match="causal_attention"):
         FlopCountAnalysis(CausalAttention(), qkv, causal_attention="half")
+
+
+class Gaps(nn.Module):
+    """Operators before, between and after child calls, and children that trace nothing: on
+    [2, 4], each Linear(4, 4) is 2*4*4 = 32 multiply-adds and each multiply 8."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Identity()
+        self.b = nn.Linear(4, 4)
+        self.c = nn.Sequential(nn.Identity(), nn.Sequential())
+        self.d = nn.Linear(4, 4, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.b(self.a(x * 2.0))
+        x = self.c(x) * 3.0
+        return self.d(self.a(x)) * x
+
+
+@pytest.mark.parametrize("tracer", ["jit", "dispatch"])
+def test_scopes_between_children_and_around_children_that_trace_nothing(tracer: str) -> None:
+    a = FlopCountAnalysis(Gaps(), torch.randn(2, 4), tracer=tracer)
+    by = a.by_module_and_operator()
+    assert by[""] == {"mul": 3 * 8, "linear": 2 * 32}
+    assert by["b"] == by["d"] == {"linear": 32}
+    assert a.total("a") == a.total("c") == a.total("c.0") == a.total("c.1") == 0
+    assert a.uncalled_modules() == {"a", "c", "c.0", "c.1"}  # fvcore's sense: no operator ran in them
+
+
+class HookedMidPass(nn.Module):
+    """``fc`` runs three times; before the second call the forward registers a forward hook
+    (``fc``'s own, or a global one) that multiplies the output by 2 (8 multiplies on [2, 4]),
+    and removes it after the second call. The hook's multiply runs outside ``fc.forward``: the
+    root's cost, as with a hook registered before the pass."""
+
+    def __init__(self, global_hook: bool) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.global_hook = global_hook
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.fc(x)
+        def double(module: nn.Module, args: object, out: torch.Tensor) -> torch.Tensor | None:
+            return out * 2.0 if module is self.fc else None
+
+        if self.global_hook:
+            handle = torch.nn.modules.module.register_module_forward_hook(double)
+        else:
+            handle = self.fc.register_forward_hook(double)
+        x = self.fc(x)
+        handle.remove()
+        return self.fc(x)
+
+
+@pytest.mark.parametrize("tracer", ["jit", "dispatch"])
+@pytest.mark.parametrize("global_hook", [False, True])
+def test_hooks_registered_during_the_pass_run_and_cost_the_caller(tracer: str, global_hook: bool) -> None:
+    model, x = HookedMidPass(global_hook), torch.randn(2, 4)
+    a = FlopCountAnalysis(model, x, tracer=tracer)
+    assert a.by_module_and_operator()["fc"] == {"linear": 3 * 32}
+    assert a.by_module_and_operator()[""] == {"linear": 3 * 32, "mul": 8}
+
+
+class Depth(nn.Module):
+    """Records the number of Python frames under which each nesting level's forward runs."""
+
+    def __init__(self, child: nn.Module | None, seen: list[int]) -> None:
+        super().__init__()
+        self.child, self.seen = child, seen
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        frame, depth = sys._getframe(), 0
+        while frame is not None:
+            frame, depth = frame.f_back, depth + 1
+        self.seen.append(depth)
+        return self.child(x) if self.child is not None else x + 1
+
+
+def test_jit_tracing_adds_two_python_frames_per_module_level() -> None:
+    # torch's tracer records the whole Python stack at every operator: frames cost time per
+    # operator, and a module call without hooks costs __call__ and forward, as without tracing.
+    seen: list[int] = []
+    FlopCountAnalysis(Depth(Depth(Depth(None, seen), seen), seen), torch.randn(2)).total()
+    assert [b - a for a, b in itertools.pairwise(seen)] == [2, 2]
+
+
+class Waits(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.started, self.go_on = threading.Event(), threading.Event()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.started.set()
+        self.go_on.wait(timeout=10)
+        return x + 1
+
+
+class CallsFromAThread(nn.Module):
+    """Runs ``fc`` (32 on [2, 4]) while another thread is inside ``side``: torch traces the
+    tracing thread only, and the other thread's module call must not open a scope around fc."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.side = Waits()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        worker = threading.Thread(target=self.side, args=(torch.randn(2, 4),))
+        worker.start()
+        self.side.started.wait(timeout=10)
+        try:
+            return self.fc(x)
+        finally:
+            self.side.go_on.set()
+            worker.join()
+
+
+@pytest.mark.parametrize("tracer", ["jit", "dispatch"])
+@pytest.mark.parametrize("hooked", [False, True])
+def test_module_calls_from_other_threads_are_not_traced(tracer: str, hooked: bool) -> None:
+    model = CallsFromAThread()
+    if hooked:  # scoped by hooks instead of __call__
+        model.side.register_forward_hook(lambda module, args, out: None)
+    a = FlopCountAnalysis(model, torch.randn(2, 4), tracer=tracer).ancestor_mode("caller")
+    assert a.by_module_and_operator()[""] == {"linear": 32}
+    assert a.total("fc") == 32
+    assert a.total("side") == 0
+
+
+class RecursesHooked(nn.Module):
+    """Runs ``fc`` (32 on [2, 4]) and calls itself twice more, after registering a forward hook
+    on itself that multiplies the output by 2 (8). The first call started before the hook: the
+    hook runs after the two inner calls only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, depth: int = 2) -> torch.Tensor:
+        x = self.fc(x)
+        if depth == 2:
+            handle = self.register_forward_hook(lambda module, args, out: out * 2.0)
+            x = self(x, depth=1)
+            handle.remove()
+        elif depth == 1:
+            x = self(x, depth=0)
+        return x
+
+
+@pytest.mark.parametrize("tracer", ["jit", "dispatch"])
+def test_module_hooked_during_the_pass_calling_itself(tracer: str) -> None:
+    model = RecursesHooked()
+    a = FlopCountAnalysis(model, torch.randn(2, 4), tracer=tracer)
+    assert a.by_module_and_operator()[""] == {"linear": 3 * 32, "mul": 2 * 8}
+    assert a.by_module_and_operator()["fc"] == {"linear": 3 * 32}
+    assert "forward" not in vars(model) and "_slow_forward" not in vars(model)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -53,7 +54,7 @@ from ..errors import TraceError, failure_site, first_line
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
 from ..scopes import ROOT, ModuleTree, inner_scope
 from .aten import Record, backward_records, bind, forward_records, jit_constant, outputs_of, schema
-from .hooks import global_hooks, has_hooks
+from .hooks import compiled, global_hooks, has_hooks, hook_epoch, hooked_since
 from .jit import WRAPPERS, Trace, _preserved, _warnings
 from .meta import CPU, META, FakeTensorMode, TensorShape, fake_state, materialize
 from .replay import CHAIN, LEAF, RUN, Replayer
@@ -65,6 +66,7 @@ logger = logging.getLogger(__name__)
 MODES = ("eval", "train")
 _TAG = "opcount"  # key of the (scope, within) tag in autograd nodes' metadata
 _ACCUMULATE = torch._C._functions.AccumulateGrad
+_UNSET = object()
 
 Scope = tuple[str, ...]
 Tag = tuple[Scope, tuple[str, ...]]
@@ -292,6 +294,9 @@ class _Scopes:
         self._stack: list[Scope] = [ROOT]
         self._opened: list[nn.Module | None] = [None]  # the module whose call opened each scope
         self._pushed: dict[tuple[Scope, str], Scope] = {}  # one tuple per distinct scope
+        self._epoch = -1  # the number the next hook handle took when the pass began
+        self._forwards: dict[int, int] = {}  # id -> depth of the modules whose forward is scoped
+        self._thread = threading.get_ident()  # the tracing thread: module calls of others open no scope
 
     @property
     def current(self) -> Scope:
@@ -314,25 +319,60 @@ class _Scopes:
         self._stack.pop()
         self._opened.pop()
 
+    def hooked(self, module: nn.Module) -> bool:
+        """Whether a hook registered during the pass would run around the module's forward."""
+        return hooked_since(self._epoch, module)
+
     def run(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A module's call in its scope."""
+        if self.hooked(module):
+            return self._run_hooked(module, name, args, kwargs)
         self.enter(name)
         try:
             return module._call_impl(*args, **kwargs)
         finally:
             self.exit()
 
+    def _run_hooked(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The call of a module that got a hook during the pass: its scope covers its ``forward``
+        alone, as with the hooks placed at set-up, so the hooks' operators are the caller's.
+        ``_call_impl`` calls ``self.forward``: an instance attribute of that name, set for the
+        call (and the calls it makes of the same module), opens the scope."""
+        key, depth = id(module), self._forwards.get(id(module), 0)
+        saved = module.__dict__.get("forward", _UNSET)
+        if depth == 0:
+            forward = module.forward
+
+            def scoped(*a: Any, **k: Any) -> Any:
+                self.enter(name, module)
+                try:
+                    return forward(*a, **k)
+                finally:
+                    self.exit()
+
+            module.__dict__["forward"] = scoped
+        self._forwards[key] = depth + 1
+        try:
+            return module._call_impl(*args, **kwargs)
+        finally:
+            self._forwards[key] = depth
+            if depth == 0:
+                if saved is _UNSET:
+                    module.__dict__.pop("forward", None)
+                else:
+                    module.__dict__["forward"] = saved
+
     def _module_call(self, plain: dict[int, tuple[str, int]], original: Callable[..., Any],
                      replayer: Replayer | None) -> Callable[..., Any]:
         """``nn.Module.__call__`` for the trace: the modules in ``plain`` (id -> name, how) run
         in their scope, are replayed or have their forward inlined (:mod:`.replay`); any other
         module runs as usual."""
-        run = self.run
+        run, get_ident, thread = self.run, threading.get_ident, self._thread
         replay, chain = (replayer.call, replayer.chain) if replayer is not None else (run, run)
 
         def module_call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
             entry = plain.get(id(module))
-            if entry is None:
+            if entry is None or get_ident() != thread:
                 return original(module, *args, **kwargs)
             name, how = entry
             if how == LEAF:
@@ -344,10 +384,15 @@ class _Scopes:
         return module_call
 
     def _pre_hook(self, name: str) -> Callable[[nn.Module, Any], None]:
-        return lambda module, args: self.enter(name, module)
+        def enter(module: nn.Module, args: Any) -> None:
+            if threading.get_ident() == self._thread:
+                self.enter(name, module)
+
+        return enter
 
     def _post_hook(self, module: nn.Module, args: Any, output: Any) -> None:
-        if self._opened[-1] is module:  # a global hook sees modules outside the tree too
+        # a global hook sees modules outside the tree too, and calls from other threads
+        if self._opened[-1] is module and threading.get_ident() == self._thread:
             self.exit()
 
     @contextlib.contextmanager
@@ -368,7 +413,7 @@ class _Scopes:
                 module = modules[name]
                 if module is not self._model and isinstance(module, WRAPPERS):
                     continue
-                if not hooked and not has_hooks(module) and not _compiled(module):
+                if not hooked and not has_hooks(module) and not compiled(module):
                     plain[id(module)] = (name, RUN if replayer is None else replayer.adopt(module, name))
                     continue
                 # after the user's pre-hooks, before the user's post-hooks, also on errors
@@ -377,18 +422,12 @@ class _Scopes:
                     handles.append(module.register_forward_hook(self._post_hook, prepend=True, always_call=True))
             if plain:
                 nn.Module.__call__ = self._module_call(plain, original, replayer)  # type: ignore[method-assign]
-            if replayer is not None:
-                replayer.begin()
+            self._epoch = hook_epoch()
             yield
         finally:
             nn.Module.__call__ = original  # type: ignore[method-assign]
             for h in handles:
                 h.remove()
-
-
-def _compiled(module: nn.Module) -> bool:
-    return "_compiled_call_impl" in module.__dict__ or module._compiled_call_impl is not None
-
 
 
 class _Recorder(TorchDispatchMode):

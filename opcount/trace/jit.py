@@ -7,6 +7,7 @@ This is the only module that touches ``torch._C``. It turns each graph node into
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from .._runtime import gc_paused
 from ..errors import TraceError, failure_site, first_line
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
 from ..scopes import ROOT, ModuleTree, inner_scope
+from .hooks import compiled, global_hooks, has_hooks, hook_epoch, hooked_since
 from .structure import FlatCall, normalize_inputs, output_tensors
 
 # TorchScript scalar type names -> torch dtype names.
@@ -32,11 +34,11 @@ _DTYPES = {
 
 WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
-# The marks a module call leaves in the graph. Both kinds count as side effects for torch's
-# dead-code elimination, so the tracer's clean-up passes keep them in place. A traced graph has
-# no other: torch emits them only for ``with`` blocks of scripted code, which stays inside the
-# prim::CallFunction / CallMethod node that calls it.
-_ENTER, _EXIT = "prim::Enter", "prim::Exit"
+# The node kind of the marks that module calls leave in the graph. It counts as a side effect
+# for torch's dead-code elimination, so the tracer's clean-up passes keep marks in place. A
+# traced graph has no other: torch emits it only for ``with`` blocks of scripted code, which
+# stay inside the prim::CallFunction / CallMethod node that calls them.
+_MARK = "prim::Enter"
 
 
 @dataclass(frozen=True)
@@ -47,59 +49,101 @@ class Trace:
     called: frozenset[str]  # canonical names of the modules whose __call__ ran
 
 
-class _Flat(nn.Module):
-    """Presents ``model`` to the tracer as tensors in, tensors out."""
+def _flat(model: nn.Module, call: FlatCall, marks: _Marks) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """Presents ``model`` to the tracer as tensors in, tensors out.
 
-    def __init__(self, model: nn.Module, call: FlatCall, marks: _Marks) -> None:
-        super().__init__()
-        self.model = model
-        self._call = call
-        self._marks = marks
+    A plain function, not a module: torch records the Python stack at every operator it
+    traces, so each frame between the tracer and the operator costs time per operator.
+    """
 
-    def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        self._marks.start(torch._C._get_tracing_state().graph())
+    def traced(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        marks.start(torch._C._get_tracing_state().graph())
         # the model's parameters and buffers follow the inputs: traced as inputs, used in place
-        args, kwargs = self._call.rebuild(tensors[: len(self._call.tensors)])
-        return output_tensors(self.model(*args, **kwargs))
+        args, kwargs = call.rebuild(tensors[: len(call.tensors)])
+        return output_tensors(model(*args, **kwargs))
+
+    return traced
 
 
 class _Marks:
-    """Marks each module call in the graph being traced: a ``prim::Enter`` node when the module's
-    ``forward`` starts and a ``prim::Exit`` node when it returns, in the order of the operators.
+    """Marks where each module call's ``forward`` starts and ends among the traced operators.
+
+    Each start and end is an event, kept here in order: the module's scope index, or -1 for an
+    end. A mark is a ``prim::Enter`` node placed in the graph at an event; events with no
+    operator traced between them share one mark (a Sequential's child ends, the next starts),
+    which the graph's last node tells: it is still the last mark. So the records can replay the
+    events in graph order, at the marks.
 
     While tracing, ``Module.__call__`` runs ``forward`` through the module's ``_slow_forward``
     (after the module's forward pre-hooks, before its forward hooks); an instance attribute of
-    that name, set for the trace only, places the marks. Torch's own alternative,
-    ``tracing_state.push_scope``, nests every module call in a block that the tracer inlines
-    again at the end: on deep models that costs as much as the tracing itself.
+    that name, set for the trace only, places the events. A module without hooks skips that
+    path: ``nn.Module.__call__``, replaced for the trace, places them around ``forward``
+    itself. Both give the same graph; the second has two Python frames per nesting level
+    instead of four, and torch walks the whole Python stack at every operator it traces.
+    Torch's own alternative, ``tracing_state.push_scope``, nests every module call in a block
+    that the tracer inlines again at the end: on deep models that costs as much as the tracing.
     """
 
     def __init__(self, tree: ModuleTree, model: nn.Module) -> None:
-        self.entered: list[int] = []  # scope index of each prim::Enter mark, in graph order
+        self.events: list[int] = []  # each forward's start (its scope index) and end (-1), in order
+        self.cuts: list[int] = []  # for each mark, in graph order: how many events precede it
         self._tree = tree
         self._model = model
-        self._mark: Callable[[str], object] = _not_tracing
+        self._event: Callable[[int], None] = _not_tracing
 
     def start(self, graph: torch._C.Graph) -> None:
-        create, insert = graph.create, graph.insertNode
-        self._mark = lambda kind: insert(create(kind, 0))  # type: ignore[call-arg]  # (kind, outputs)
+        create, insert, last_node = graph.create, graph.insertNode, graph.return_node().prev
+        events, cuts = self.events, self.cuts
+        last = None  # the last mark: pybind returns its wrapper, held here, for the same node
+
+        def event(what: int) -> None:
+            nonlocal last
+            events.append(what)
+            if last is not None and last_node() is last:  # nothing traced since the last mark
+                cuts[-1] = len(events)
+            else:
+                last = insert(create(_MARK, 0))  # type: ignore[call-arg]  # (kind, outputs)
+                cuts.append(len(events))
+
+        self._event = event
 
     def _slow_forward(self, module: nn.Module, index: int) -> Callable[..., Any]:
-        entered = self.entered
-
         def slow_forward(*args: Any, **kwargs: Any) -> Any:
-            self._mark(_ENTER)
-            entered.append(index)
+            self._event(index)
             try:
                 return module.forward(*args, **kwargs)
             finally:
-                self._mark(_EXIT)
+                self._event(-1)
 
         return slow_forward
+
+    def _module_call(self, plain: dict[int, int], original: Callable[..., Any], epoch: int) -> Callable[..., Any]:
+        """``nn.Module.__call__`` for the trace: a module of ``plain`` (id -> scope index) runs
+        its ``forward`` between marks, as ``_call_impl`` would with no hook to run; any other
+        module, or one that got a hook during the pass, or a call from another thread, runs
+        as usual."""
+        get_ident = threading.get_ident
+        thread = get_ident()
+
+        def module_call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            index = plain.get(id(module))
+            if (index is None or get_ident() != thread
+                    or hooked_since(epoch, module)):
+                return original(module, *args, **kwargs)  # through _slow_forward: marked the same
+            self._event(index)
+            try:
+                return module.forward(*args, **kwargs)
+            finally:
+                self._event(-1)
+
+        return module_call
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
         marked: list[nn.Module] = []
+        plain: dict[int, int] = {}  # modules marked by nn.Module.__call__: id -> scope index
+        hooked = global_hooks()
+        original = nn.Module.__call__
         try:
             for index, name in enumerate(self._tree.names):
                 module = self._tree.module(name)
@@ -108,13 +152,19 @@ class _Marks:
                 if module is self._model or not isinstance(module, WRAPPERS):
                     module.__dict__["_slow_forward"] = self._slow_forward(module, index)
                     marked.append(module)
+                    if not hooked and not has_hooks(module) and not compiled(module):
+                        plain[id(module)] = index
+            if plain:
+                # a hook registered from here on takes a higher number: see _module_call
+                nn.Module.__call__ = self._module_call(plain, original, hook_epoch())  # type: ignore[method-assign]
             yield
         finally:
+            nn.Module.__call__ = original  # type: ignore[method-assign]
             for module in marked:
                 module.__dict__.pop("_slow_forward", None)
 
 
-def _not_tracing(kind: str) -> None:
+def _not_tracing(what: int) -> None:
     raise RuntimeError("module marks are placed only while tracing")
 
 
@@ -129,18 +179,19 @@ def trace_jit(
     args, kw = normalize_inputs(inputs, kwargs)
     inner = model.module if isinstance(model, WRAPPERS) else model
     marks = _Marks(tree, inner)
-    flat = _Flat(inner, FlatCall(args, kw), marks)
+    call = FlatCall(args, kw)
+    flat = _flat(inner, call, marks)
     named = tree.state(tree.name_of(inner), persistent_only=True)  # what torch.jit.trace takes as inputs
     state, names = [t for _, t in named], [n for n, _ in named]
     with gc_paused(), _preserved(tree), _warnings(warn_mode), marks.installed():
         try:
             # What torch.jit._get_trace_graph does, less its two costs nobody here needs:
             # naming each value after the Python variable that held it, and a state_dict().
-            graph, _ = torch._C._create_graph_by_tracing(flat, [*flat._call.tensors, *state], _no_name, True, False)
+            graph, _ = torch._C._create_graph_by_tracing(flat, [*call.tensors, *state], _no_name, True, False)
         except Exception as e:
             raise _trace_error(model, tree, e) from e
-        n_inputs = len(flat._call.tensors)
-        calls = tuple(_records(graph, tree, marks.entered, _Converter(graph, n_inputs, state, names)))
+        n_inputs = len(call.tensors)
+        calls = tuple(_records(graph, tree, marks, _Converter(graph, n_inputs, state, names)))
     called = {name for scope in {call.scope for call in calls} for name in scope} | {""}
     return Trace(calls=calls, called=frozenset(called))
 
@@ -196,22 +247,29 @@ def _warnings(mode: str) -> Iterator[None]:
         yield
 
 
-def _records(graph: torch._C.Graph, tree: ModuleTree, entered: list[int], converter: _Converter) -> Iterator[OpCall]:
-    names = tree.names
+def _records(graph: torch._C.Graph, tree: ModuleTree, marks: _Marks, converter: _Converter) -> Iterator[OpCall]:
+    names, events = tree.names, marks.events
     stack = [ROOT]
     pushed: dict[tuple[tuple[str, ...], int], tuple[str, ...]] = {}  # one tuple per distinct scope
-    entries = iter(entered)
+    cuts = iter(marks.cuts)
+    done = 0  # events replayed
     resolve = converter.node_specs
     for node in graph.nodes():
         kind = node.kind()
-        if kind == _ENTER:
-            top, index = stack[-1], next(entries)
-            scope = pushed.get((top, index))
-            if scope is None:
-                scope = pushed[(top, index)] = inner_scope(top, names[index])
-            stack.append(scope)
-        elif kind == _EXIT:
-            stack.pop()
+        if kind == _MARK:
+            end = next(cuts, None)
+            if end is None:
+                break  # more marks than placed: reported below
+            for index in events[done:end]:  # the forwards that started or ended here
+                if index < 0:
+                    stack.pop()
+                    continue
+                top = stack[-1]
+                scope = pushed.get((top, index))
+                if scope is None:
+                    scope = pushed[(top, index)] = inner_scope(top, names[index])
+                stack.append(scope)
+            done = end
         elif not kind.startswith("prim::"):
             yield OpCall(kind, None, None, stack[-1], raw=node, resolve=resolve)
         elif kind == "prim::PythonOp":
@@ -222,7 +280,7 @@ def _records(graph: torch._C.Graph, tree: ModuleTree, entered: list[int], conver
             name = str(node.inputsAt(0).type()).removeprefix("__torch__.")
             yield OpCall(f"prim::CallFunction.{name}", None, None, stack[-1], raw=node, resolve=resolve)
         # other prim:: nodes (constants, list construction, getattr) are structure, not operators
-    if len(stack) != 1 or next(entries, None) is not None:  # every mark is the tracer's: check
+    if len(stack) != 1 or done != len(events):  # every mark is the tracer's: check
         raise TraceError(f"internal error: module marks do not pair up ({len(stack) - 1} left open)")
 
 

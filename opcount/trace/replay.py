@@ -28,10 +28,8 @@ from typing import Any, Protocol, cast
 
 import torch
 from torch import nn
-from torch.utils.hooks import RemovableHandle
 
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
-from .hooks import global_hooks, has_hooks
 from .shapes import Meta, ShapeTensor
 
 Scope = tuple[str, ...]
@@ -77,6 +75,8 @@ class Scoping(Protocol):
     def scope_of(self, name: str) -> Scope: ...
 
     def run(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+
+    def hooked(self, module: nn.Module) -> bool: ...
 
     def enter(self, name: str) -> None: ...
 
@@ -192,7 +192,7 @@ class Replayer:
         self._freeze = freeze
         self._metas = metas  # id -> metadata of the model's parameters and buffers
         self._leaves: dict[int, str] = {}  # id -> name of the model's replayable leaves
-        self._epoch = -1  # the number the next hook handle takes when the pass begins
+        self._hooked = scopes.hooked  # whether a hook registered during the pass would run
         self._cache = _TEMPLATES.setdefault((device, torch.get_default_dtype()), {})
         if len(self._cache) > _MAX_TEMPLATES:
             self._cache.clear()
@@ -203,16 +203,6 @@ class Replayer:
             self._leaves[id(module)] = name
             return LEAF
         return CHAIN if chainable(module) else RUN
-
-    def begin(self) -> None:
-        """The pass begins: the modules adopted have no hooks, and no global hook exists."""
-        self._epoch = RemovableHandle.next_id
-
-    def _hooked(self, module: nn.Module) -> bool:
-        """Whether a hook, of the module's own or a global one, registered during the pass
-        would run around its forward."""
-        # every hook's handle takes the next number: unchanged, none was registered
-        return RemovableHandle.next_id != self._epoch and (has_hooks(module) or global_hooks())
 
     def call(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Leaf ``name``'s call: replayed when a template for its key exists, else run."""
