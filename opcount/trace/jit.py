@@ -74,12 +74,13 @@ class _Marks:
     which the graph's last node tells: it is still the last mark. So the records can replay the
     events in graph order, at the marks.
 
-    While tracing, ``Module.__call__`` runs ``forward`` through the module's ``_slow_forward``
-    (after the module's forward pre-hooks, before its forward hooks); an instance attribute of
-    that name, set for the trace only, places the events. A module without hooks skips that
-    path: ``nn.Module.__call__``, replaced for the trace, places them around ``forward``
-    itself. Both give the same graph; the second has two Python frames per nesting level
-    instead of four, and torch walks the whole Python stack at every operator it traces.
+    A module without hooks is called by ``nn.Module.__call__``, replaced for the trace, which
+    places the events around ``forward`` itself. For a module with hooks (or one that gets a
+    hook during the pass) ``Module.__call__`` runs as usual; while tracing it calls ``forward``
+    through the module's ``_slow_forward``, after the forward pre-hooks and before the forward
+    hooks, and an instance attribute of that name, set for the trace, places the events. Both
+    give the same graph; the first has two Python frames per nesting level instead of four,
+    and torch walks the whole Python stack at every operator it traces.
     Torch's own alternative, ``tracing_state.push_scope``, nests every module call in a block
     that the tracer inlines again at the end: on deep models that costs as much as the tracing.
     """
@@ -90,6 +91,7 @@ class _Marks:
         self._tree = tree
         self._model = model
         self._event: Callable[[int], None] = _not_tracing
+        self._patched: list[nn.Module] = []  # modules given a _slow_forward for the trace
 
     def start(self, graph: torch._C.Graph) -> None:
         create, insert, last_node = graph.create, graph.insertNode, graph.return_node().prev
@@ -127,9 +129,12 @@ class _Marks:
 
         def module_call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
             index = plain.get(id(module))
-            if (index is None or get_ident() != thread
-                    or hooked_since(epoch, module)):
-                return original(module, *args, **kwargs)  # through _slow_forward: marked the same
+            if index is None or get_ident() != thread:
+                return original(module, *args, **kwargs)
+            if hooked_since(epoch, module):  # the hooks run: marks from _slow_forward, inside them
+                if "_slow_forward" not in module.__dict__:
+                    self._patch(module, index)
+                return original(module, *args, **kwargs)
             self._event(index)
             try:
                 return module.forward(*args, **kwargs)
@@ -138,29 +143,34 @@ class _Marks:
 
         return module_call
 
+    def _patch(self, module: nn.Module, index: int) -> None:
+        module.__dict__["_slow_forward"] = self._slow_forward(module, index)
+        self._patched.append(module)
+
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        marked: list[nn.Module] = []
         plain: dict[int, int] = {}  # modules marked by nn.Module.__call__: id -> scope index
         hooked = global_hooks()
         original = nn.Module.__call__
+        modules = self._tree.modules
         try:
             for index, name in enumerate(self._tree.names):
-                module = self._tree.module(name)
+                module = modules[name]
                 if isinstance(module, torch.jit.ScriptModule) or "_slow_forward" in module.__dict__:
                     continue  # scripted modules run as one call; a patched one is left alone
-                if module is self._model or not isinstance(module, WRAPPERS):
-                    module.__dict__["_slow_forward"] = self._slow_forward(module, index)
-                    marked.append(module)
-                    if not hooked and not has_hooks(module) and not compiled(module):
-                        plain[id(module)] = index
+                if module is not self._model and isinstance(module, WRAPPERS):
+                    continue
+                if hooked or has_hooks(module) or compiled(module):
+                    self._patch(module, index)
+                else:
+                    plain[id(module)] = index
             if plain:
                 # a hook registered from here on takes a higher number: see _module_call
                 nn.Module.__call__ = self._module_call(plain, original, hook_epoch())  # type: ignore[method-assign]
             yield
         finally:
             nn.Module.__call__ = original  # type: ignore[method-assign]
-            for module in marked:
+            for module in self._patched:
                 module.__dict__.pop("_slow_forward", None)
 
 
@@ -303,15 +313,8 @@ class _Converter:
         n: Any = node
         cache = self._cache if self._cache is not None else self._start()
         get, convert = cache.get, self._convert
-        ins = []
-        for i in range(n.inputsSize()):
-            value = n.inputsAt(i)
-            ins.append(get(value) or convert(value))
-        outs = []
-        for i in range(n.outputsSize()):
-            value = n.outputsAt(i)
-            outs.append(get(value) or convert(value))
-        return tuple(ins), tuple(outs)
+        ins = tuple([get(v) or convert(v) for v in map(n.inputsAt, range(n.inputsSize()))])
+        return ins, tuple([get(v) or convert(v) for v in map(n.outputsAt, range(n.outputsSize()))])
 
     def _start(self) -> dict[torch._C.Value, Spec]:
         n_inputs, state, names = self._state
