@@ -367,3 +367,22 @@ def test_module_hooked_during_the_pass_calling_itself(tracer: str) -> None:
     assert a.by_module_and_operator()[""] == {"linear": 3 * 32, "mul": 2 * 8}
     assert a.by_module_and_operator()["fc"] == {"linear": 3 * 32}
     assert "forward" not in vars(model) and "_slow_forward" not in vars(model)
+
+
+class CountsCalls(nn.Linear):
+    """A Linear whose class extends torch's ``_call_impl``: the trace must still go through it."""
+
+    calls = 0
+
+    def _call_impl(self, *args: object, **kwargs: object) -> torch.Tensor:
+        CountsCalls.calls += 1
+        return super()._call_impl(*args, **kwargs)
+
+
+@pytest.mark.parametrize("tracer", ["jit", "dispatch"])
+def test_a_class_s_own_call_impl_runs(tracer: str) -> None:
+    model = nn.Sequential(CountsCalls(4, 4), nn.ReLU())
+    CountsCalls.calls = 0
+    a = FlopCountAnalysis(model, torch.randn(2, 4), tracer=tracer)
+    assert a.total("0") == 32
+    assert CountsCalls.calls == 1

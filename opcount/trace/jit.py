@@ -76,7 +76,7 @@ class _Marks:
 
     A module without hooks is called by ``nn.Module.__call__``, replaced for the trace, which
     places the events around ``forward`` itself. For a module with hooks (or one that gets a
-    hook during the pass) ``Module.__call__`` runs as usual; while tracing it calls ``forward``
+    hook during the pass, or whose class has a call of its own) ``Module.__call__`` runs as usual; while tracing it calls ``forward``
     through the module's ``_slow_forward``, after the forward pre-hooks and before the forward
     hooks, and an instance attribute of that name, set for the trace, places the events. Both
     give the same graph; the first has two Python frames per nesting level instead of four,
@@ -160,7 +160,7 @@ class _Marks:
                     continue  # scripted modules run as one call; a patched one is left alone
                 if module is not self._model and isinstance(module, WRAPPERS):
                     continue
-                if hooked or has_hooks(module) or compiled(module):
+                if hooked or has_hooks(module) or compiled(module) or not _torch_call(module):
                     self._patch(module, index)
                 else:
                     plain[id(module)] = index
@@ -172,6 +172,12 @@ class _Marks:
             nn.Module.__call__ = original  # type: ignore[method-assign]
             for module in self._patched:
                 module.__dict__.pop("_slow_forward", None)
+
+
+def _torch_call(module: nn.Module) -> bool:
+    """Whether the module's class calls it as torch.nn does (``_wrapped_call_impl``, ``_call_impl``)."""
+    kind = type(module)
+    return kind._call_impl is nn.Module._call_impl and kind._wrapped_call_impl is nn.Module._wrapped_call_impl
 
 
 def _not_tracing(what: int) -> None:
