@@ -75,12 +75,13 @@ class _Marks:
     events in graph order, at the marks.
 
     A module without hooks is called by ``nn.Module.__call__``, replaced for the trace, which
-    places the events around ``forward`` itself. For a module with hooks (or one that gets a
-    hook during the pass, or whose class has a call of its own) ``Module.__call__`` runs as usual; while tracing it calls ``forward``
-    through the module's ``_slow_forward``, after the forward pre-hooks and before the forward
-    hooks, and an instance attribute of that name, set for the trace, places the events. Both
-    give the same graph; the first has two Python frames per nesting level instead of four,
-    and torch walks the whole Python stack at every operator it traces.
+    places the events around ``forward`` itself. A module with hooks (or one that gets a hook
+    during the pass, or whose class has a ``_call_impl`` of its own) is called as usual; while
+    tracing, ``_call_impl`` calls ``forward`` through the module's ``_slow_forward``, after the
+    forward pre-hooks and before the forward hooks, and an instance attribute of that name, set
+    for the trace, places the events. Both give the same graph; the first has two Python frames
+    per nesting level instead of four, and torch walks the whole Python stack at every operator
+    it traces.
     Torch's own alternative, ``tracing_state.push_scope``, nests every module call in a block
     that the tracer inlines again at the end: on deep models that costs as much as the tracing.
     """
@@ -175,9 +176,8 @@ class _Marks:
 
 
 def _torch_call(module: nn.Module) -> bool:
-    """Whether the module's class calls it as torch.nn does (``_wrapped_call_impl``, ``_call_impl``)."""
-    kind = type(module)
-    return kind._call_impl is nn.Module._call_impl and kind._wrapped_call_impl is nn.Module._wrapped_call_impl
+    """Whether the module's class keeps torch's ``_call_impl``, which ``__call__`` runs."""
+    return type(module)._call_impl is nn.Module._call_impl
 
 
 def _not_tracing(what: int) -> None:
