@@ -339,8 +339,8 @@ class _Scopes:
         ``_call_impl`` calls ``self.forward``: an instance attribute of that name, set for the
         call (and the calls it makes of the same module), opens the scope."""
         key, depth = id(module), self._forwards.get(id(module), 0)
-        saved = module.__dict__.get("forward", _UNSET)
         if depth == 0:
+            saved = module.__dict__.get("forward", _UNSET)  # a forward of the instance's own
             forward = module.forward
 
             def scoped(*a: Any, **k: Any) -> Any:
