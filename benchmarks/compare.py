@@ -206,8 +206,9 @@ def main() -> None:
     targets.check("dispatch on meta (cold) at least 5x faster than fvcore", per_model("fvcore", "meta_cold"),
                   lambda r: r >= 5)
     if "mlp2000" in results and "mlp4000" in results:
-        linear = {k: results["mlp4000"][k] / results["mlp2000"][k] for k in ("bare_jit", "jit", "meta", "fvcore")
-                  if k in results["mlp2000"] and k in results["mlp4000"]}
+        small, large = results["mlp2000"], results["mlp4000"]
+        compared: tuple[str, ...] = ("bare_jit", "jit", "meta", "fvcore")
+        linear = {k: large[k] / small[k] for k in compared if k in small and k in large}
         targets.check("cost linear in size: mlp4000 at most 2.1x mlp2000", linear, lambda r: r <= 2.1)
     if args.memory:
         print("\npeak resident memory (MB): | model | forward | opcount jit | analysis adds |")

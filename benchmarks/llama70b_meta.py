@@ -29,7 +29,7 @@ def llama70b() -> torch.nn.Module:
         num_key_value_heads=8, vocab_size=32000, max_position_embeddings=4096, torch_dtype=torch.bfloat16,
     )
     with torch.device("meta"):
-        return LlamaForCausalLM(config).to(torch.bfloat16).eval()
+        return LlamaForCausalLM(config).to(torch.bfloat16).eval()  # type: ignore[arg-type]  # transformers' typing of .to
 
 
 def peak_rss_gb() -> float:

@@ -1,0 +1,23 @@
+"""The benchmark scripts run end to end on a small model (their timings are not checked here:
+speed targets live in the scripts, measured side by side, never in unit tests)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def run(script: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, str(BENCHMARKS / script), *args], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_jit_floor_prints_a_row_per_model():
+    out = run("jit_floor.py", "--models", "mlp20", "--runs", "1")
+    cell = r"[0-9.]+ \([0-9]+%\)"
+    # bare jit, then the three reads and opcount's analysis, each with its share of bare tracing
+    assert re.search(rf"^\| mlp20 \| [0-9.]+ \| {cell} \| {cell} \| {cell} \| {cell} \|$", out, re.M), out
