@@ -9,8 +9,9 @@ machine noise hits them alike, one intra-op thread): the plain forward pass, bar
 (torch.jit._get_trace_graph), fvcore's FlopCountAnalysis, FlopCounterMode, and opcount with each
 tracer: jit, dispatch on real tensors, and dispatch on meta tensors, the latter both warm (its
 process-wide caches of operator recipes and module templates filled by the warm-up, as in any
-later analysis of a similar model) and cold (both emptied first, as in a fresh process). It then checks the targets of
-docs/benchmarks.md against the ratios measured in this run and prints each as met or missed.
+later analysis of a similar model) and cold (both emptied first, as in a fresh process). It
+then checks the targets of docs/benchmarks.md against the ratios measured in this run and
+prints each as met or missed.
 """
 
 from __future__ import annotations
