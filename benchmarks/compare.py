@@ -39,8 +39,14 @@ HERE = Path(__file__).resolve().parent
 ALL = ["resnet50", "mobilenet_v3_large", "vit_b_16", "swin_t", "gpt2", "mlp1000", "mlp2000", "mlp4000"]
 QUICK = ["resnet50", "mlp1000", "mlp2000", "mlp4000"]
 COLUMNS = {  # method -> column title
-    "forward": "forward", "bare_jit": "bare jit", "fvcore": "fvcore", "flop_counter_mode": "FlopCounterMode",
-    "jit": "opcount jit", "dispatch": "dispatch", "meta": "meta", "meta_cold": "meta cold",
+    "forward": "forward",
+    "bare_jit": "bare jit",
+    "fvcore": "fvcore",
+    "flop_counter_mode": "FlopCounterMode",
+    "jit": "opcount jit",
+    "dispatch": "dispatch",
+    "meta": "meta",
+    "meta_cold": "meta cold",
 }
 
 
@@ -200,12 +206,17 @@ def main() -> None:
     faster = per_model("fvcore", "jit")
     targets.check("opcount jit faster than fvcore on every model", faster, lambda r: r > 1.0)
     if faster:
-        targets.check("... and at least 1.2x faster on the median", {"median": statistics.median(faster.values())},
-                      lambda r: r >= 1.2)
-    targets.check("dispatch on meta (warm) at least 5x faster than fvcore", per_model("fvcore", "meta"),
-                  lambda r: r >= 5)
-    targets.check("dispatch on meta (cold) at least 5x faster than fvcore", per_model("fvcore", "meta_cold"),
-                  lambda r: r >= 5)
+        targets.check(
+            "... and at least 1.2x faster on the median",
+            {"median": statistics.median(faster.values())},
+            lambda r: r >= 1.2,
+        )
+    targets.check(
+        "dispatch on meta (warm) at least 5x faster than fvcore", per_model("fvcore", "meta"), lambda r: r >= 5
+    )
+    targets.check(
+        "dispatch on meta (cold) at least 5x faster than fvcore", per_model("fvcore", "meta_cold"), lambda r: r >= 5
+    )
     if "mlp2000" in results and "mlp4000" in results:
         small, large = results["mlp2000"], results["mlp4000"]
         compared: tuple[str, ...] = ("bare_jit", "jit", "meta", "fvcore")
@@ -218,11 +229,16 @@ def main() -> None:
             fwd, ours = peak_rss_mb(name, "forward"), peak_rss_mb(name, "jit")
             added[name] = 100 * (ours - fwd) / fwd
             print(f"| {name} | {fwd:.0f} | {ours:.0f} | {added[name]:+.1f}% |", flush=True)
-        targets.check("jit analysis adds at most 10% to a forward pass's peak memory", added, lambda p: p <= 10,
-                      "{:+.1f}%")
+        targets.check(
+            "jit analysis adds at most 10% to a forward pass's peak memory", added, lambda p: p <= 10, "{:+.1f}%"
+        )
         print()
-        targets.check("70B decoder on meta tensors under 2 GB peak resident memory", {"llama70b": llama70b_peak_gb()},
-                      lambda gb: gb < 2, "{:.2f} GB")
+        targets.check(
+            "70B decoder on meta tensors under 2 GB peak resident memory",
+            {"llama70b": llama70b_peak_gb()},
+            lambda gb: gb < 2,
+            "{:.2f} GB",
+        )
     print("\ntargets (ratios of this run):\n" + "\n".join(targets.lines))
 
 

@@ -34,8 +34,14 @@ from opcount.hardware import hardware as lookup_hardware
 
 logging.disable(logging.WARNING)
 
-CASES = [("resnet50", 1), ("resnet50", 64), ("vit_b_16", 1), ("vit_b_16", 64), ("mobilenet_v3_large", 1),
-         ("mobilenet_v3_large", 64)]
+CASES = [
+    ("resnet50", 1),
+    ("resnet50", 64),
+    ("vit_b_16", 1),
+    ("vit_b_16", 64),
+    ("mobilenet_v3_large", 1),
+    ("mobilenet_v3_large", 64),
+]
 
 
 def cuda_time(fn: Callable[[], object], repeats: int = 20, warmup: int = 5) -> float:
@@ -87,8 +93,9 @@ def predict(name: str, batch: int, hw: str) -> tuple[float, float, float, float]
     model = torchvision.models.get_model(name, weights=None).eval()
     x = TensorShape((batch, 3, 224, 224))
     plain = roofline(MemoryTrafficAnalysis(model, x, tracer="dispatch", device="meta"), hardware=hw, dtype="float16")
-    fused = roofline(MemoryTrafficAnalysis(model, x, tracer="dispatch", device="meta", fuse=True), hardware=hw,
-                     dtype="float16")
+    fused = roofline(
+        MemoryTrafficAnalysis(model, x, tracer="dispatch", device="meta", fuse=True), hardware=hw, dtype="float16"
+    )
     return plain.total_time, fused.total_time, plain.total_flops, plain.total_bytes
 
 
@@ -114,8 +121,11 @@ def main() -> None:
     parser.add_argument("--hardware", default="h100-sxm")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--compile", action="store_true", help="also time torch.compile(mode='reduce-overhead')")
-    parser.add_argument("--cases", nargs="*", help="model:batch pairs (default: resnet50, vit_b_16, "
-                        "mobilenet_v3_large at batch 1 and 64)")
+    parser.add_argument(
+        "--cases",
+        nargs="*",
+        help="model:batch pairs (default: resnet50, vit_b_16, mobilenet_v3_large at batch 1 and 64)",
+    )
     parser.add_argument("--no-profile", action="store_true", help="skip the per-operator profile")
     args = parser.parse_args()
     cases = [(c.split(":")[0], int(c.split(":")[1])) for c in args.cases] if args.cases else CASES
@@ -127,15 +137,19 @@ def main() -> None:
     lines = [
         f"# Predicted beside measured: {props.name}, preset `{hw.name}`",
         "",
-        (f"torch {torch.__version__}, torchvision {torchvision.__version__}, {props.multi_processor_count} SMs; "
-         f"float16, eval, median of 20 passes timed with CUDA events."),
+        (
+            f"torch {torch.__version__}, torchvision {torchvision.__version__}, {props.multi_processor_count} SMs; "
+            f"float16, eval, median of 20 passes timed with CUDA events."
+        ),
         "",
         "What the preset assumes, measured:",
         "",
         *peaks(),
         "",
-        ("| model | batch | GFLOP | MB moved | speed of light | fused | eager | channels last | CUDA graph | "
-         "compiled | % of speed of light (fused / best) |"),
+        (
+            "| model | batch | GFLOP | MB moved | speed of light | fused | eager | channels last | CUDA graph | "
+            "compiled | % of speed of light (fused / best) |"
+        ),
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
@@ -144,9 +158,14 @@ def main() -> None:
         sol, sol_fused, flops, nbytes = predict(name, batch, args.hardware)
         measured = measure(name, batch, args.compile)
         best = min(measured.values())
-        cells = [f"{measured[k] * 1e6:.0f} us" if k in measured else "-" for k in ("eager", "channels_last", "cuda_graph", "compiled")]
-        row = (f"| {name} | {batch} | {flops / 1e9:.1f} | {nbytes / 1e6:.0f} | {sol * 1e6:.0f} us | "
-               f"{sol_fused * 1e6:.0f} us | " + " | ".join(cells) + f" | {100 * sol_fused / best:.0f}% |")
+        cells = [
+            f"{measured[k] * 1e6:.0f} us" if k in measured else "-"
+            for k in ("eager", "channels_last", "cuda_graph", "compiled")
+        ]
+        row = (
+            f"| {name} | {batch} | {flops / 1e9:.1f} | {nbytes / 1e6:.0f} | {sol * 1e6:.0f} us | "
+            f"{sol_fused * 1e6:.0f} us | " + " | ".join(cells) + f" | {100 * sol_fused / best:.0f}% |"
+        )
         lines.append(row)
         print(row + f"  ({time.perf_counter() - start:.0f} s)", flush=True)
 
@@ -157,8 +176,11 @@ def main() -> None:
     model = torchvision.models.resnet50(weights=None).eval().half().cuda()
     x = torch.randn(64, 3, 224, 224, device="cuda", dtype=torch.float16)
     report = profile(model, x, hardware=args.hardware, dtype="float16", repeats=10)
-    for text in (f"\n## resnet50, batch 64, per operator (profile())\n\n{report.summary()}\n",
-                 report.table(by="operator", top=10), report.table(max_depth=1)):
+    for text in (
+        f"\n## resnet50, batch 64, per operator (profile())\n\n{report.summary()}\n",
+        report.table(by="operator", top=10),
+        report.table(max_depth=1),
+    ):
         lines.append(text)
         print(text, flush=True)
     _write(args.out, lines)

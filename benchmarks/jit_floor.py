@@ -52,7 +52,9 @@ def walk_outputs(graph: torch._C.Graph) -> None:
 
 
 READS: dict[str, Callable[[torch._C.Graph], None]] = {
-    "nodes": walk_nodes, "+ inputs": walk_inputs, "+ outputs": walk_outputs,
+    "nodes": walk_nodes,
+    "+ inputs": walk_inputs,
+    "+ outputs": walk_outputs,
 }
 
 

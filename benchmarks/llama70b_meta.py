@@ -25,8 +25,14 @@ def llama70b() -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
-        num_key_value_heads=8, vocab_size=32000, max_position_embeddings=4096, torch_dtype=torch.bfloat16,
+        hidden_size=8192,
+        intermediate_size=28672,
+        num_hidden_layers=80,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        vocab_size=32000,
+        max_position_embeddings=4096,
+        torch_dtype=torch.bfloat16,
     )
     with torch.device("meta"):
         return LlamaForCausalLM(config).to(torch.bfloat16).eval()  # type: ignore[arg-type]  # transformers' typing of .to

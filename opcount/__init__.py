@@ -14,19 +14,50 @@ from .trace.meta import TensorShape
 
 __all__ = [
     # analyses and their building blocks
-    "ActivationCountAnalysis", "Const", "FlopCountAnalysis", "Handle", "HandleError", "JitModelAnalysis",
-    "ListSpec", "MemoryTrafficAnalysis", "OpCall", "OpcountError", "TensorShape", "TensorSpec", "TraceError",
+    "ActivationCountAnalysis",
+    "Const",
+    "FlopCountAnalysis",
+    "Handle",
+    "HandleError",
+    "JitModelAnalysis",
+    "ListSpec",
+    "MemoryTrafficAnalysis",
+    "OpCall",
+    "OpcountError",
+    "TensorShape",
+    "TensorSpec",
+    "TraceError",
     "spec_handle",
     # reports (fvcore-compatible printers; opcount.report has the rest)
-    "flop_count_str", "flop_count_table", "parameter_count", "parameter_count_table",
+    "flop_count_str",
+    "flop_count_table",
+    "parameter_count",
+    "parameter_count_table",
     # bytes and arithmetic intensity
-    "Access", "Traffic", "arithmetic_intensity", "module_intensity",
+    "Access",
+    "Traffic",
+    "arithmetic_intensity",
+    "module_intensity",
     # roofline (opcount.plot holds the charts; it imports matplotlib on use)
-    "Hardware", "Layer", "RooflineReport", "UnknownHardwareError", "hardware", "mac_array_scale",
-    "nvdla_scale_ops", "roofline", "speed_of_light",
+    "Hardware",
+    "Layer",
+    "RooflineReport",
+    "UnknownHardwareError",
+    "hardware",
+    "mac_array_scale",
+    "nvdla_scale_ops",
+    "roofline",
+    "speed_of_light",
     # measured beside predicted
-    "ProfileError", "ProfileReport", "ProfileRow", "profile",
+    "ProfileError",
+    "ProfileReport",
+    "ProfileRow",
+    "profile",
     # sparsity roofline (opcount.sparsity_plot holds its charts)
-    "SparseSupport", "Sparsity", "SparsityReport", "prune", "sparsity_roofline",
+    "SparseSupport",
+    "Sparsity",
+    "SparsityReport",
+    "prune",
+    "sparsity_roofline",
 ]
 __version__ = "0.1.0"

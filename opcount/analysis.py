@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 from torch import nn
+from typing_extensions import Self
 
 from ._runtime import gc_paused
 from .errors import HandleError
@@ -94,7 +95,9 @@ class JitModelAnalysis:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose 'eval' or 'train'")
         if tracer == "jit" and (mode != "eval" or loss_fn is not None or device is not None):
-            raise ValueError("mode, loss_fn and device need tracer='dispatch'; the jit tracer runs the forward pass as is")
+            raise ValueError(
+                "mode, loss_fn and device need tracer='dispatch'; the jit tracer runs the forward pass as is"
+            )
         self._tracer, self._mode, self._loss_fn, self._device = tracer, mode, loss_fn, device
         self._model = model
         self._inputs = inputs
@@ -159,7 +162,7 @@ class JitModelAnalysis:
         return self._tree.canonical(name)
 
     # ----- settings ------------------------------------------------------------------------
-    def set_op_handle(self: T, *args: Any, **kwargs: AnyHandle | None) -> T:
+    def set_op_handle(self, *args: Any, **kwargs: AnyHandle | None) -> Self:
         """Set or replace handles: ``set_op_handle("aten::mm", fn, "aten::bmm", None)`` or
         ``set_op_handle(**{"aten::mm": fn})``. ``None`` ignores the operator.
 
@@ -183,14 +186,14 @@ class JitModelAnalysis:
         self._stats = None
         return self
 
-    def clear_op_handles(self: T) -> T:
+    def clear_op_handles(self) -> Self:
         """Remove every handle; only the explicitly free operators stay ignored."""
         self._handles = {}
         self._ignored = set(self._base_ignored)
         self._stats = None
         return self
 
-    def ancestor_mode(self: T, mode: str) -> T:
+    def ancestor_mode(self, mode: str) -> Self:
         """``"owner"``: an operator belongs to the module that ran it and that module's owners by
         name. ``"caller"``: to every module on the call stack when it ran."""
         if mode not in ANCESTOR_MODES:
@@ -199,22 +202,22 @@ class JitModelAnalysis:
         self._stats = None
         return self
 
-    def tracer_warnings(self: T, mode: str) -> T:
+    def tracer_warnings(self, mode: str) -> Self:
         """Which warnings tracing may show: ``"all"``, ``"no_tracer_warning"`` (default), ``"none"``."""
         if mode not in WARN_MODES:
             raise ValueError(f"unknown tracer warning mode {mode!r}; choose one of {WARN_MODES}")
         self._warn_trace = mode
         return self
 
-    def unsupported_ops_warnings(self: T, enabled: bool) -> T:
+    def unsupported_ops_warnings(self, enabled: bool) -> Self:
         self._warn_unsupported = bool(enabled)
         return self
 
-    def uncalled_modules_warnings(self: T, enabled: bool) -> T:
+    def uncalled_modules_warnings(self, enabled: bool) -> Self:
         self._warn_uncalled = bool(enabled)
         return self
 
-    def copy(self: T, new_model: nn.Module | None = None, new_inputs: Any = None) -> T:
+    def copy(self, new_model: nn.Module | None = None, new_inputs: Any = None) -> Self:
         """The same analysis (class and every setting) on a new model and/or new inputs."""
         new = _copy.copy(self)
         new._handles = dict(self._handles)
@@ -235,8 +238,14 @@ class JitModelAnalysis:
     def _traced(self) -> Trace:
         if self._trace is None and self._tracer == "dispatch":
             self._trace = trace_dispatch(
-                self._model, self._inputs, self._kwargs, self._tree, self._warn_trace,
-                mode=self._mode, loss_fn=self._loss_fn, device=self._device,
+                self._model,
+                self._inputs,
+                self._kwargs,
+                self._tree,
+                self._warn_trace,
+                mode=self._mode,
+                loss_fn=self._loss_fn,
+                device=self._device,
             )
         elif self._trace is None:
             inputs, kwargs = self._inputs, self._kwargs

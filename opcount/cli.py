@@ -36,12 +36,28 @@ from .errors import OpcountError
 from .presets import PRESETS
 
 FORMATS = ("table", "tree", "json", "csv", "md")
-COLUMN_ALIASES = {"acts": "activations", "read": "bytes_read", "write": "bytes_written", "ai": "intensity", "%": "percent"}
+COLUMN_ALIASES = {
+    "acts": "activations",
+    "read": "bytes_read",
+    "write": "bytes_written",
+    "ai": "intensity",
+    "%": "percent",
+}
 DTYPES = {
-    "float32": torch.float32, "float": torch.float32, "float16": torch.float16, "half": torch.float16,
-    "bfloat16": torch.bfloat16, "float64": torch.float64, "double": torch.float64,
-    "int64": torch.int64, "long": torch.int64, "int32": torch.int32, "int": torch.int32,
-    "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool,
+    "float32": torch.float32,
+    "float": torch.float32,
+    "float16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+    "double": torch.float64,
+    "int64": torch.int64,
+    "long": torch.int64,
+    "int32": torch.int32,
+    "int": torch.int32,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
 }
 MEMORY_COLUMNS = {"bytes_read", "bytes_written", "bytes", "intensity"}
 ROOFLINE_COLUMNS = {"time", "time_share", "bound", "unit"}
@@ -80,60 +96,136 @@ def build_parser() -> argparse.ArgumentParser:
         "opcount resnet50 --format tree --depth 2; opcount hf:GPT2Config --seq-len 128 --format json; "
         "opcount mypkg.models:build --input 1,3,64,64 --columns params,flops,percent",
     )
-    p.add_argument("model", help="a torchvision model name (resnet50), module.path:factory or file.py:factory "
-                   "(returning a model, (model, inputs) or (model, inputs, kwargs)), or hf:ConfigOrModelClass")
+    p.add_argument(
+        "model",
+        help="a torchvision model name (resnet50), module.path:factory or file.py:factory "
+        "(returning a model, (model, inputs) or (model, inputs, kwargs)), or hf:ConfigOrModelClass",
+    )
     g = p.add_argument_group("inputs")
-    g.add_argument("--input", action="append", metavar="SHAPE", type=parse_shape,
-                   help="input shape such as 1,3,224,224; repeat for several positional inputs")
-    g.add_argument("--dtype", default="float32", choices=sorted(DTYPES),
-                   help="dtype of --input tensors; a float dtype also converts the model (default float32)")
-    g.add_argument("--seq-len", type=_positive_int, metavar="N",
-                   help="hf: sequence length (default 128; audio models: samples, default 16000)")
-    g.add_argument("--hf-config", action="append", default=[], metavar="KEY=VALUE",
-                   help="hf: override a config field, e.g. num_hidden_layers=2 (repeatable)")
+    g.add_argument(
+        "--input",
+        action="append",
+        metavar="SHAPE",
+        type=parse_shape,
+        help="input shape such as 1,3,224,224; repeat for several positional inputs",
+    )
+    g.add_argument(
+        "--dtype",
+        default="float32",
+        choices=sorted(DTYPES),
+        help="dtype of --input tensors; a float dtype also converts the model (default float32)",
+    )
+    g.add_argument(
+        "--seq-len",
+        type=_positive_int,
+        metavar="N",
+        help="hf: sequence length (default 128; audio models: samples, default 16000)",
+    )
+    g.add_argument(
+        "--hf-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="hf: override a config field, e.g. num_hidden_layers=2 (repeatable)",
+    )
     g = p.add_argument_group("analysis")
-    g.add_argument("--preset", default="default", choices=PRESETS,
-                   help="flop formulas: every one (default), exactly fvcore's, or multiply-adds only")
-    g.add_argument("--flops-per-mac", type=int, default=1, choices=(1, 2),
-                   help="flops per multiply-add (fvcore: 1, FlopCounterMode and vendor peaks: 2)")
-    g.add_argument("--tracer", default="jit", choices=("jit", "dispatch"),
-                   help="jit tracing (default) or the dispatch tracer (docs/dispatch.md)")
-    g.add_argument("--mode", default="eval", choices=("eval", "train"),
-                   help="dispatch tracer: the forward pass (default) or a training step, forward and backward")
-    g.add_argument("--meta", action="store_true",
-                   help="dispatch tracer: analyze on meta tensors, without the weights or arithmetic")
+    g.add_argument(
+        "--preset",
+        default="default",
+        choices=PRESETS,
+        help="flop formulas: every one (default), exactly fvcore's, or multiply-adds only",
+    )
+    g.add_argument(
+        "--flops-per-mac",
+        type=int,
+        default=1,
+        choices=(1, 2),
+        help="flops per multiply-add (fvcore: 1, FlopCounterMode and vendor peaks: 2)",
+    )
+    g.add_argument(
+        "--tracer",
+        default="jit",
+        choices=("jit", "dispatch"),
+        help="jit tracing (default) or the dispatch tracer (docs/dispatch.md)",
+    )
+    g.add_argument(
+        "--mode",
+        default="eval",
+        choices=("eval", "train"),
+        help="dispatch tracer: the forward pass (default) or a training step, forward and backward",
+    )
+    g.add_argument(
+        "--meta",
+        action="store_true",
+        help="dispatch tracer: analyze on meta tensors, without the weights or arithmetic",
+    )
     g = p.add_argument_group("roofline")
-    g.add_argument("--hardware", type=_hardware_arg, metavar="NAME_OR_FILE",
-                   help="speed-of-light time per module on a preset (h100-sxm, a100-sxm, l4, t4, rtx-4090, "
-                   "xeon-8480-2s, m2-max, nvdla-full, ...) or a .toml/.json hardware file; adds columns time, bound")
-    g.add_argument("--roofline-dtype", metavar="DTYPE",
-                   help="dtype the roofline assumes (bytes scaled, peaks chosen); default: the model's dtype")
+    g.add_argument(
+        "--hardware",
+        type=_hardware_arg,
+        metavar="NAME_OR_FILE",
+        help="speed-of-light time per module on a preset (h100-sxm, a100-sxm, l4, t4, rtx-4090, "
+        "xeon-8480-2s, m2-max, nvdla-full, ...) or a .toml/.json hardware file; adds columns time, bound",
+    )
+    g.add_argument(
+        "--roofline-dtype",
+        metavar="DTYPE",
+        help="dtype the roofline assumes (bytes scaled, peaks chosen); default: the model's dtype",
+    )
     g.add_argument("--fuse", action="store_true", help="roofline: fuse elementwise epilogues into their producers")
     g.add_argument("--tf32", action="store_true", help="roofline: float32 multiply-adds run as TF32 on tensor units")
-    g.add_argument("--plot", metavar="FILE", help="roofline: write the roofline chart (.png/.svg) to FILE and the "
-                   "per-module time chart beside it (FILE.time.png); needs --hardware")
-    g.add_argument("--sparsity", action="append", metavar="PATTERN[@NAME]",
-                   help="sparsity roofline (needs --hardware): 'measured' (the weights' own zeros), '2:4', "
-                   "'unstructured=0.9', 'block16=87.5%%', or PATTERN@NAME for the weights of modules NAME (a glob); "
-                   "repeatable; adds columns sparse_flops, sparse_time, speedup, sparsity")
+    g.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="roofline: write the roofline chart (.png/.svg) to FILE and the "
+        "per-module time chart beside it (FILE.time.png); needs --hardware",
+    )
+    g.add_argument(
+        "--sparsity",
+        action="append",
+        metavar="PATTERN[@NAME]",
+        help="sparsity roofline (needs --hardware): 'measured' (the weights' own zeros), '2:4', "
+        "'unstructured=0.9', 'block16=87.5%%', or PATTERN@NAME for the weights of modules NAME (a glob); "
+        "repeatable; adds columns sparse_flops, sparse_time, speedup, sparsity",
+    )
     g = p.add_argument_group("measured")
-    g.add_argument("--profile", action="store_true",
-                   help="also run the model: measured time per module and operator (torch.profiler), beside the "
-                   "prediction with --hardware (%% of speed-of-light); json/csv then hold the measured report; "
-                   "with --plot, measured vs predicted per module in FILE.profile.png")
-    g.add_argument("--repeats", type=_positive_int, default=10, metavar="N",
-                   help="--profile: profiled forward passes after 2 warm-up passes (default 10)")
+    g.add_argument(
+        "--profile",
+        action="store_true",
+        help="also run the model: measured time per module and operator (torch.profiler), beside the "
+        "prediction with --hardware (%% of speed-of-light); json/csv then hold the measured report; "
+        "with --plot, measured vs predicted per module in FILE.profile.png",
+    )
+    g.add_argument(
+        "--repeats",
+        type=_positive_int,
+        default=10,
+        metavar="N",
+        help="--profile: profiled forward passes after 2 warm-up passes (default 10)",
+    )
     g = p.add_argument_group("output")
     g.add_argument("--format", default="table", choices=FORMATS, help="default: table (fvcore's layout)")
-    g.add_argument("--columns", type=_column_list, metavar="LIST",
-                   help=f"comma-separated: {', '.join(report.COLUMNS)} (aliases: acts, read, write); "
-                   "default params,flops (json/csv: every exact statistic computed)")
-    g.add_argument("--by-operator", action="store_true",
-                   help="the module x operator breakdown instead of one row per module (table, csv, md)")
-    g.add_argument("--depth", type=_natural_int, metavar="N",
-                   help="module levels shown (default 3; json/csv: every level)")
-    g.add_argument("--units", default=None, choices=("auto", "exact", "1", "K", "M", "G", "T", "P"),
-                   help="auto: K/M/G/T by magnitude; exact: unrounded; or one fixed unit (1: none)")
+    g.add_argument(
+        "--columns",
+        type=_column_list,
+        metavar="LIST",
+        help=f"comma-separated: {', '.join(report.COLUMNS)} (aliases: acts, read, write); "
+        "default params,flops (json/csv: every exact statistic computed)",
+    )
+    g.add_argument(
+        "--by-operator",
+        action="store_true",
+        help="the module x operator breakdown instead of one row per module (table, csv, md)",
+    )
+    g.add_argument(
+        "--depth", type=_natural_int, metavar="N", help="module levels shown (default 3; json/csv: every level)"
+    )
+    g.add_argument(
+        "--units",
+        default=None,
+        choices=("auto", "exact", "1", "K", "M", "G", "T", "P"),
+        help="auto: K/M/G/T by magnitude; exact: unrounded; or one fixed unit (1: none)",
+    )
     digits = g.add_mutually_exclusive_group()
     digits.add_argument("--decimals", type=_natural_int, metavar="N", help="decimals after scaling (table default 3)")
     digits.add_argument("--sig-figs", type=_positive_int, metavar="N", help="significant figures (tree/md default 3)")
@@ -189,7 +281,9 @@ def _column_list(text: str) -> list[str]:
     keys = [COLUMN_ALIASES.get(k.strip(), k.strip()) for k in text.split(",") if k.strip()]
     unknown = [k for k in keys if k not in report.COLUMNS]
     if unknown or not keys:
-        raise argparse.ArgumentTypeError(f"unknown column {', '.join(unknown) or text!r}; choose from {', '.join(report.COLUMNS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown column {', '.join(unknown) or text!r}; choose from {', '.join(report.COLUMNS)}"
+        )
     return keys
 
 
@@ -378,7 +472,7 @@ def _huggingface(name: str, args: argparse.Namespace) -> Loaded:
             except ValueError as e:
                 raise UsageError(f"transformers has no model for {name}: {_one_line(e)}") from e
     elif isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
-        config_class: Any = getattr(cls, "config_class")
+        config_class: Any = cls.config_class
         config = config_class(**overrides)
         model = cls(config)
     else:
@@ -424,8 +518,11 @@ def _config_overrides(items: Sequence[str]) -> dict[str, Any]:
 
 def _is_causal_lm(transformers: Any, config: Any) -> bool:
     kind = type(config)
-    return (not getattr(config, "is_encoder_decoder", False) and kind in transformers.MODEL_FOR_CAUSAL_LM_MAPPING
-            and kind not in transformers.MODEL_FOR_MASKED_LM_MAPPING)
+    return (
+        not getattr(config, "is_encoder_decoder", False)
+        and kind in transformers.MODEL_FOR_CAUSAL_LM_MAPPING
+        and kind not in transformers.MODEL_FOR_MASKED_LM_MAPPING
+    )
 
 
 def _hf_inputs(model: nn.Module, config: Any, seq_len: int | None) -> dict[str, torch.Tensor]:
@@ -444,7 +541,9 @@ def _hf_inputs(model: nn.Module, config: Any, seq_len: int | None) -> dict[str, 
         inputs = {"input_values": torch.randn(1, seq_len or 16000, generator=gen).to(dtype)}
     elif main == "input_features":
         frames = 2 * getattr(config, "max_source_positions", 1500)
-        inputs = {"input_features": torch.randn(1, getattr(config, "num_mel_bins", 80), frames, generator=gen).to(dtype)}
+        inputs = {
+            "input_features": torch.randn(1, getattr(config, "num_mel_bins", 80), frames, generator=gen).to(dtype)
+        }
     else:
         raise UsageError(
             f"{type(model).__name__} takes {main!r}, which opcount cannot make up; "
@@ -562,7 +661,12 @@ def _analyses(loaded: Loaded, args: argparse.Namespace, inputs: Any, kwargs: Any
     if getattr(args, "meta", False):
         trace["device"] = "meta"
     found["flops"] = FlopCountAnalysis(
-        loaded.model, inputs, kwargs, preset=args.preset, flops_per_mac=args.flops_per_mac, **trace,
+        loaded.model,
+        inputs,
+        kwargs,
+        preset=args.preset,
+        flops_per_mac=args.flops_per_mac,
+        **trace,
     )
     if "activations" in roles:
         found["activations"] = ActivationCountAnalysis(loaded.model, inputs, kwargs, **trace)
@@ -594,15 +698,22 @@ def analyze(loaded: Loaded, args: argparse.Namespace, spinner: _Spinner) -> dict
                 spinner.update(f"roofline on {args.hardware.name}")
                 traced = found["roofline"]
                 found["roofline"] = roofline(
-                    traced, hardware=args.hardware, dtype=args.roofline_dtype, allow_tf32=args.tf32,
+                    traced,
+                    hardware=args.hardware,
+                    dtype=args.roofline_dtype,
+                    allow_tf32=args.tf32,
                 )
                 if _wants_sparsity(args):
                     from .sparsity import parse_sparsity_args, sparsity_roofline
 
                     spinner.update(f"sparsity roofline on {args.hardware.name}")
                     found["sparsity"] = sparsity_roofline(
-                        traced, hardware=args.hardware, sparsity=parse_sparsity_args(args.sparsity or []),
-                        dtype=args.roofline_dtype, allow_tf32=args.tf32, flops_per_mac=args.flops_per_mac,
+                        traced,
+                        hardware=args.hardware,
+                        sparsity=parse_sparsity_args(args.sparsity or []),
+                        dtype=args.roofline_dtype,
+                        allow_tf32=args.tf32,
+                        flops_per_mac=args.flops_per_mac,
                     )
             return found
         except OpcountError as e:
@@ -644,8 +755,12 @@ def _render(flops: Any, common: dict[str, Any], args: argparse.Namespace) -> str
     number_format = _number_format(args, significant=fmt in ("tree", "md"))
     if fmt == "md":
         return report.to_markdown(
-            flops, level="operators" if args.by_operator else "modules", columns=columns, max_depth=depth,
-            number_format=number_format, **common,
+            flops,
+            level="operators" if args.by_operator else "modules",
+            columns=columns,
+            max_depth=depth,
+            number_format=number_format,
+            **common,
         )
     if fmt == "tree":
         if args.by_operator:
@@ -655,8 +770,12 @@ def _render(flops: Any, common: dict[str, Any], args: argparse.Namespace) -> str
         cols = [c for c in columns if c != "params"] or ["flops"]
         return report.operator_table(flops, columns=cols, max_depth=args.depth, number_format=number_format, **common)
     return report.module_table(
-        flops, columns=columns, max_depth=depth, number_format=number_format,
-        show_param_shapes=not args.no_param_shapes, **common,
+        flops,
+        columns=columns,
+        max_depth=depth,
+        number_format=number_format,
+        show_param_shapes=not args.no_param_shapes,
+        **common,
     )
 
 
@@ -680,8 +799,9 @@ def _profiled(loaded: Loaded, analyses: dict[str, Any], args: argparse.Namespace
     from .profile import profile
 
     spinner.update(f"profiling {loaded.label} ({args.repeats} passes)")
-    measured = profile(loaded.model, loaded.inputs, loaded.kwargs, repeats=args.repeats,
-                       predicted=analyses.get("roofline"))
+    measured = profile(
+        loaded.model, loaded.inputs, loaded.kwargs, repeats=args.repeats, predicted=analyses.get("roofline")
+    )
     if args.plot:
         path = Path(args.plot)
         measured.plot(path.with_name(f"{path.stem}.profile{path.suffix}"))
@@ -713,8 +833,7 @@ def run(args: argparse.Namespace, stderr: TextIO) -> str:
         finally:
             spinner.close()
     if not args.quiet:
-        for message in dict.fromkeys(caught.messages):
-            stderr.write(f"opcount: warning: {message}\n")
+        stderr.writelines(f"opcount: warning: {message}\n" for message in dict.fromkeys(caught.messages))
     return text
 
 

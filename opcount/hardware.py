@@ -115,13 +115,13 @@ class Hardware:
     def from_file(cls, path: str | Path) -> Hardware:
         """Load a user-defined device from TOML (``.toml``) or JSON (any other suffix). Example TOML::
 
-            name = "my-npu"
-            bandwidth = 64e9          # bytes/s
-            clock_hz = 1e9
-            [peak.tensor]
-            float16 = 2.048e12        # FLOP/s, 2 per multiply-add
-            [peak.vector]
-            float16 = 16e9
+        name = "my-npu"
+        bandwidth = 64e9          # bytes/s
+        clock_hz = 1e9
+        [peak.tensor]
+        float16 = 2.048e12        # FLOP/s, 2 per multiply-add
+        [peak.vector]
+        float16 = 16e9
         """
         path = Path(path)
         text = path.read_text(encoding="utf-8")
@@ -151,8 +151,12 @@ def _xeon_8480_2s() -> Hardware:
     return Hardware(
         "xeon-8480-2s",
         {
-            VECTOR: {"float64": 32 * per_cycle, "float32": 64 * per_cycle, "float16": 128 * per_cycle,
-                     "bfloat16": 128 * per_cycle},
+            VECTOR: {
+                "float64": 32 * per_cycle,
+                "float32": 64 * per_cycle,
+                "float16": 128 * per_cycle,
+                "bfloat16": 128 * per_cycle,
+            },
             TENSOR: {"bfloat16": 1024 * per_cycle, "int8": 2048 * per_cycle},
         },
         bandwidth=2 * 8 * 4800e6 * 8,  # 2 sockets x 8 DDR5-4800 channels x 8 bytes
@@ -187,40 +191,73 @@ PRESETS: dict[str, Hardware] = {
             "h100-sxm",
             {
                 VECTOR: {"float64": 33.5 * T, "float32": 66.9 * T, "float16": 133.8 * T, "bfloat16": 133.8 * T},
-                TENSOR: {"float64": 66.9 * T, "tf32": 494.7 * T, "float16": 989.4 * T, "bfloat16": 989.4 * T,
-                         "float8_e4m3fn": 1978.9 * T, "float8_e5m2": 1978.9 * T, "int8": 1978.9 * T},
+                TENSOR: {
+                    "float64": 66.9 * T,
+                    "tf32": 494.7 * T,
+                    "float16": 989.4 * T,
+                    "bfloat16": 989.4 * T,
+                    "float8_e4m3fn": 1978.9 * T,
+                    "float8_e5m2": 1978.9 * T,
+                    "int8": 1978.9 * T,
+                },
             },
-            bandwidth=3.35e12, buffer_bytes=50 * 2**20, clock_hz=1.98e9,
+            bandwidth=3.35e12,
+            buffer_bytes=50 * 2**20,
+            clock_hz=1.98e9,
             description="NVIDIA H100 SXM5 80 GB (HBM3)",
         ),
         Hardware(
             "h100-pcie",
             {
                 VECTOR: {"float64": 25.6 * T, "float32": 51.2 * T, "float16": 102.4 * T, "bfloat16": 102.4 * T},
-                TENSOR: {"float64": 51.2 * T, "tf32": 378 * T, "float16": 756.5 * T, "bfloat16": 756.5 * T,
-                         "float8_e4m3fn": 1513 * T, "float8_e5m2": 1513 * T, "int8": 1513 * T},
+                TENSOR: {
+                    "float64": 51.2 * T,
+                    "tf32": 378 * T,
+                    "float16": 756.5 * T,
+                    "bfloat16": 756.5 * T,
+                    "float8_e4m3fn": 1513 * T,
+                    "float8_e5m2": 1513 * T,
+                    "int8": 1513 * T,
+                },
             },
-            bandwidth=2.0e12, buffer_bytes=50 * 2**20, clock_hz=1.755e9,
+            bandwidth=2.0e12,
+            buffer_bytes=50 * 2**20,
+            clock_hz=1.755e9,
             description="NVIDIA H100 PCIe 80 GB (HBM2e)",
         ),
         Hardware(
             "a100-sxm",
             {
                 VECTOR: {"float64": 9.7 * T, "float32": 19.5 * T, "float16": 78 * T, "bfloat16": 39 * T},
-                TENSOR: {"float64": 19.5 * T, "tf32": 156 * T, "float16": 312 * T, "bfloat16": 312 * T,
-                         "int8": 624 * T},
+                TENSOR: {
+                    "float64": 19.5 * T,
+                    "tf32": 156 * T,
+                    "float16": 312 * T,
+                    "bfloat16": 312 * T,
+                    "int8": 624 * T,
+                },
             },
-            bandwidth=2.039e12, buffer_bytes=40 * 2**20, clock_hz=1.41e9,
+            bandwidth=2.039e12,
+            buffer_bytes=40 * 2**20,
+            clock_hz=1.41e9,
             description="NVIDIA A100 SXM4 80 GB (HBM2e)",
         ),
         Hardware(
             "l4",
             {
                 VECTOR: {"float32": 30.3 * T, "float16": 30.3 * T, "bfloat16": 30.3 * T},
-                TENSOR: {"tf32": 60 * T, "float16": 121 * T, "bfloat16": 121 * T, "float8_e4m3fn": 242.5 * T,
-                         "float8_e5m2": 242.5 * T, "int8": 242.5 * T},
+                TENSOR: {
+                    "tf32": 60 * T,
+                    "float16": 121 * T,
+                    "bfloat16": 121 * T,
+                    "float8_e4m3fn": 242.5 * T,
+                    "float8_e5m2": 242.5 * T,
+                    "int8": 242.5 * T,
+                },
             },
-            bandwidth=300e9, buffer_bytes=48 * 2**20, clock_hz=2.04e9,
+            bandwidth=300e9,
+            buffer_bytes=48 * 2**20,
+            clock_hz=2.04e9,
             description="NVIDIA L4 24 GB (GDDR6)",
         ),
         Hardware(
@@ -229,7 +266,9 @@ PRESETS: dict[str, Hardware] = {
                 VECTOR: {"float32": 8.1 * T, "float16": 16.2 * T},
                 TENSOR: {"float16": 65 * T, "int8": 130 * T},
             },
-            bandwidth=320e9, buffer_bytes=4 * 2**20, clock_hz=1.59e9,
+            bandwidth=320e9,
+            buffer_bytes=4 * 2**20,
+            clock_hz=1.59e9,
             description="NVIDIA T4 16 GB (GDDR6); Turing: no bf16, no TF32",
         ),
         Hardware(
@@ -237,10 +276,18 @@ PRESETS: dict[str, Hardware] = {
             {
                 VECTOR: {"float32": 82.6 * T, "float16": 82.6 * T, "bfloat16": 82.6 * T},
                 # fp32 accumulation, as PyTorch's fp16/bf16 matmuls use (fp16 accumulation: 330.3)
-                TENSOR: {"tf32": 82.6 * T, "float16": 165.2 * T, "bfloat16": 165.2 * T,
-                         "float8_e4m3fn": 330.3 * T, "float8_e5m2": 330.3 * T, "int8": 660.6 * T},
+                TENSOR: {
+                    "tf32": 82.6 * T,
+                    "float16": 165.2 * T,
+                    "bfloat16": 165.2 * T,
+                    "float8_e4m3fn": 330.3 * T,
+                    "float8_e5m2": 330.3 * T,
+                    "int8": 660.6 * T,
+                },
             },
-            bandwidth=1008e9, buffer_bytes=72 * 2**20, clock_hz=2.52e9,
+            bandwidth=1008e9,
+            buffer_bytes=72 * 2**20,
+            clock_hz=2.52e9,
             description="NVIDIA GeForce RTX 4090 24 GB (GDDR6X)",
         ),
         _xeon_8480_2s(),
@@ -249,7 +296,8 @@ PRESETS: dict[str, Hardware] = {
             # 38-core GPU: 38 cores x 128 ALUs x 2 x 1.398 GHz; fp16 at the fp32 rate. The 15.8 TOPS
             # Neural Engine is left out: PyTorch (MPS) does not run on it.
             {VECTOR: {"float32": 13.6 * T, "float16": 13.6 * T}},
-            bandwidth=400e9, clock_hz=1.398e9,
+            bandwidth=400e9,
+            clock_hz=1.398e9,
             description="Apple M2 Max, 38-core GPU, 400 GB/s unified memory (GPU only)",
         ),
         _nvdla_full(),
@@ -278,5 +326,7 @@ def hardware(name_or_path: str | Path | Hardware) -> Hardware:
             raise FileNotFoundError(f"no hardware file {text!r}")
         return Hardware.from_file(path)
     names = ", ".join(sorted(PRESETS))
-    raise UnknownHardwareError(f"unknown hardware {text!r}: choose one of {names} (aliases: "
-                   f"{', '.join(f'{a}={n}' for a, n in sorted(ALIASES.items()))}) or give a .toml/.json file")
+    raise UnknownHardwareError(
+        f"unknown hardware {text!r}: choose one of {names} (aliases: "
+        f"{', '.join(f'{a}={n}' for a, n in sorted(ALIASES.items()))}) or give a .toml/.json file"
+    )

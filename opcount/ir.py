@@ -9,15 +9,33 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Union
 
 # Bytes per element of each dtype name the tracers emit (torch dtype names without "torch.").
 DTYPE_BYTES: dict[str, float] = {
-    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
-    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
-    "complex128": 16, "complex64": 8, "complex32": 4,
-    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
-    "uint16": 2, "uint32": 4, "uint64": 8, "quint8": 1, "qint8": 1, "qint32": 4, "quint4x2": 0.5,
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1,
+    "complex128": 16,
+    "complex64": 8,
+    "complex32": 4,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "uint16": 2,
+    "uint32": 4,
+    "uint64": 8,
+    "quint8": 1,
+    "qint8": 1,
+    "qint32": 4,
+    "quint4x2": 0.5,
 }
 
 
@@ -35,8 +53,9 @@ class TensorSpec:
     param: str | None = field(default=None, compare=False)
     id: int | None = field(default=None, compare=False)
 
-    def __init__(self, shape: tuple[int, ...], dtype: str = "float32", param: str | None = None,
-                 id: int | None = None) -> None:
+    def __init__(
+        self, shape: tuple[int, ...], dtype: str = "float32", param: str | None = None, id: int | None = None
+    ) -> None:
         # What the generated frozen __init__ does, through the slots' own setters: a third of
         # its cost, and tracers make one spec per value.
         _set_shape(self, shape)
@@ -62,7 +81,9 @@ class TensorSpec:
         return self.numel * self.itemsize
 
 
-_set_shape, _set_dtype, _set_param, _set_id = (TensorSpec.__dict__[f].__set__ for f in ("shape", "dtype", "param", "id"))
+_set_shape, _set_dtype, _set_param, _set_id = (
+    TensorSpec.__dict__[f].__set__ for f in ("shape", "dtype", "param", "id")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +102,10 @@ class Const:
 class ListSpec:
     """A list argument that holds tensors or run-time values (e.g. the tensors of ``cat``)."""
 
-    items: tuple["Spec", ...]
+    items: tuple[Spec, ...]
 
 
-Spec = Union[TensorSpec, Const, ListSpec]
+Spec = TensorSpec | Const | ListSpec
 
 
 class OpCall:
@@ -104,7 +125,7 @@ class OpCall:
     ignored operators) cost no conversion.
     """
 
-    __slots__ = ("kind", "scope", "raw", "within", "_inputs", "_outputs", "_resolve")
+    __slots__ = ("_inputs", "_outputs", "_resolve", "kind", "raw", "scope", "within")
 
     def __init__(
         self,
@@ -147,7 +168,11 @@ class OpCall:
         if not isinstance(other, OpCall):
             return NotImplemented
         return (self.kind, self.scope, self.within, self.inputs, self.outputs) == (
-            other.kind, other.scope, other.within, other.inputs, other.outputs
+            other.kind,
+            other.scope,
+            other.within,
+            other.inputs,
+            other.outputs,
         )
 
     def __hash__(self) -> int:

@@ -60,7 +60,12 @@ from .ir import OpCall, TensorSpec
 KINDS = ("read", "write", "both")
 
 __all__ = [
-    "KINDS", "Access", "MemoryTrafficAnalysis", "Traffic", "arithmetic_intensity", "generic_traffic",
+    "KINDS",
+    "Access",
+    "MemoryTrafficAnalysis",
+    "Traffic",
+    "arithmetic_intensity",
+    "generic_traffic",
     "module_intensity",
 ]
 

@@ -53,8 +53,10 @@ def _points(report: RooflineReport, by: str) -> list[tuple[str, str, float, floa
         ]
     elif by in ("module", "operator"):
         rows: dict[str, Summary] = report.leaf_modules() if by == "module" else report.by_operator()
-        raw = [(s.name or "(model)", s.units[0] if s.units else "", s.intensity, s.throughput, s.time)
-               for s in rows.values()]
+        raw = [
+            (s.name or "(model)", s.units[0] if s.units else "", s.intensity, s.throughput, s.time)
+            for s in rows.values()
+        ]
     else:
         raise ValueError(f"by must be one of {', '.join(BYS)}, got {by!r}")
     # Log axes: points without flops or without bytes have no place on the chart.
@@ -88,8 +90,13 @@ def roofline_chart(
     for (u, precision), ridge in zip(roofs, ridges):
         peak = hw.peak[u][precision]
         color = _color(u, units)
-        ax.plot([lo, ridge, hi], [lo * hw.bandwidth, peak, peak], color=color, lw=1.8,
-                label=f"{u} {precision}: {peak / 1e12:.3g} TFLOP/s, ridge {ridge:.3g} FLOP/B")
+        ax.plot(
+            [lo, ridge, hi],
+            [lo * hw.bandwidth, peak, peak],
+            color=color,
+            lw=1.8,
+            label=f"{u} {precision}: {peak / 1e12:.3g} TFLOP/s, ridge {ridge:.3g} FLOP/B",
+        )
         ax.plot([ridge], [peak], marker="o", color=color, ms=5)
         ax.axvline(ridge, color=color, lw=0.6, ls=":")
 
@@ -97,8 +104,16 @@ def roofline_chart(
     for u in units:
         mine = [p for p in points if p[1] == u]
         if mine:
-            ax.scatter([p[2] for p in mine], [p[3] for p in mine], s=[10 + 600 * p[4] / total for p in mine],
-                       color=_color(u, units), alpha=0.55, edgecolors="black", linewidths=0.4, zorder=3)
+            ax.scatter(
+                [p[2] for p in mine],
+                [p[3] for p in mine],
+                s=[10 + 600 * p[4] / total for p in mine],
+                color=_color(u, units),
+                alpha=0.55,
+                edgecolors="black",
+                linewidths=0.4,
+                zorder=3,
+            )
     labeled: list[tuple[float, float]] = []
     for label, _, x, y, _ in sorted(points, key=lambda p: -p[4]):
         if len(labeled) >= label_top:
@@ -108,8 +123,9 @@ def roofline_chart(
         if any(abs(here[0] - a) < 0.15 and abs(here[1] - b) < 0.15 for a, b in labeled):
             continue
         labeled.append(here)
-        text = ax.annotate(_short(label), (x, y), xytext=(4, -10), textcoords="offset points", fontsize=7,
-                           annotation_clip=True)
+        text = ax.annotate(
+            _short(label), (x, y), xytext=(4, -10), textcoords="offset points", fontsize=7, annotation_clip=True
+        )
         text.set_in_layout(False)  # a long name must not shrink the axes
 
     ax.set_xlim(lo, hi)
@@ -117,8 +133,12 @@ def roofline_chart(
     ax.set_ylim(min(min(ys), lo * hw.bandwidth) / 2, max(ys) * 2)
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("attainable throughput (FLOP/s)")
-    ax.set_title(title or f"{hw.name}, {report.dtype}: {len(points)} {by}s, "
-                 f"{_time(report.total_time)} speed of light ({hw.bandwidth / 1e9:.4g} GB/s)", fontsize=10)
+    ax.set_title(
+        title
+        or f"{hw.name}, {report.dtype}: {len(points)} {by}s, "
+        f"{_time(report.total_time)} speed of light ({hw.bandwidth / 1e9:.4g} GB/s)",
+        fontsize=10,
+    )
     ax.grid(True, which="major", lw=0.4, alpha=0.5)
     ax.legend(fontsize=7, loc="lower right")
     _save(fig, path)
@@ -140,7 +160,7 @@ def time_chart(
     rows = sorted(report.modules(max_depth, within), key=lambda s: -s.time)[:top][::-1]  # slowest on top
     fig = _figure(8, 1.2 + 0.28 * max(len(rows), 1))
     ax = fig.add_subplot()
-    names = [(s.name[len(within) + 1:] if within else s.name) or "(model)" for s in rows]
+    names = [(s.name[len(within) + 1 :] if within else s.name) or "(model)" for s in rows]
     # Effective time split in the proportion of the module's own compute- and memory-bound time.
     compute, memory = [], []
     for s in rows:
@@ -153,8 +173,11 @@ def time_chart(
     ax.set_xlabel("speed-of-light time (µs)")
     ax.tick_params(axis="y", labelsize=7)
     scope = f" in {within}" if within else ""
-    ax.set_title(title or f"{report.hardware.name}, {report.dtype}: time per module{scope} "
-                 f"(model total {_time(report.total_time)})", fontsize=10)
+    ax.set_title(
+        title
+        or f"{report.hardware.name}, {report.dtype}: time per module{scope} (model total {_time(report.total_time)})",
+        fontsize=10,
+    )
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(True, axis="x", lw=0.4, alpha=0.5)
     _save(fig, path)

@@ -208,12 +208,16 @@ class ProfileReport:
     def summary(self) -> str:
         t = self.total
         how = f"{self.statistic} of {self.repeats} passes"
-        text = (f"{self.model_type} on {self.device}: {_seconds(t.measured)} per forward pass profiled ({how}), "
-                f"{_seconds(self.wall)} without the profiler")
+        text = (
+            f"{self.model_type} on {self.device}: {_seconds(t.measured)} per forward pass profiled ({how}), "
+            f"{_seconds(self.wall)} without the profiler"
+        )
         if self.roofline is not None and t.predicted is not None:
-            text += (f"; speed of light on {self.roofline.hardware.name} ({self.roofline.dtype}) "
-                     f"{_seconds(t.predicted)} = {_percent(t.sol_percent)} of the measured time; "
-                     f"achieved {_rate(t.flop_rate)}FLOP/s, {_rate(t.byte_rate)}B/s")
+            text += (
+                f"; speed of light on {self.roofline.hardware.name} ({self.roofline.dtype}) "
+                f"{_seconds(t.predicted)} = {_percent(t.sol_percent)} of the measured time; "
+                f"achieved {_rate(t.flop_rate)}FLOP/s, {_rate(t.byte_rate)}B/s"
+            )
             if self.roofline.unsupported:
                 text += f"; no formula (predicted free): {', '.join(sorted(self.roofline.unsupported))}"
         return text
@@ -225,8 +229,11 @@ class ProfileReport:
         import tabulate
 
         if by == "module":
-            rows = [(self._indent(n), r) for n, r in self.modules.items()
-                    if r.calls > 0 and (max_depth is None or len(self.tree.owners(n)) - 1 <= max_depth)]
+            rows = [
+                (self._indent(n), r)
+                for n, r in self.modules.items()
+                if r.calls > 0 and (max_depth is None or len(self.tree.owners(n)) - 1 <= max_depth)
+            ]
         elif by == "leaf":
             rows = [(n, r) for n, r in sorted(self.leaf_modules().items(), key=lambda kv: -kv[1].measured)]
         elif by == "operator":
@@ -236,25 +243,37 @@ class ProfileReport:
         rows = rows[:top] if top is not None else rows
         total = self.total.measured
         modules = by != "operator"
-        headers = ["module" if modules else "operator", *(["type"] if modules else []), "calls", "measured", "share",
-                   *(["self"] if modules else [])]
+        headers = [
+            "module" if modules else "operator",
+            *(["type"] if modules else []),
+            "calls",
+            "measured",
+            "share",
+            *(["self"] if modules else []),
+        ]
         if self.roofline is not None:
             headers += ["predicted", "% SOL", "FLOP/s", "B/s"]
         body = []
         for label, r in rows:
-            cells = [label or "model", *([r.type] if modules else []), f"{r.calls:g}", _seconds(r.measured),
-                     _percent(100 * r.measured / total if total > 0 else None),
-                     *([_seconds(r.self_time)] if modules else [])]
+            cells = [
+                label or "model",
+                *([r.type] if modules else []),
+                f"{r.calls:g}",
+                _seconds(r.measured),
+                _percent(100 * r.measured / total if total > 0 else None),
+                *([_seconds(r.self_time)] if modules else []),
+            ]
             if self.roofline is not None:
                 cells += [_seconds(r.predicted), _percent(r.sol_percent), _rate(r.flop_rate), _rate(r.byte_rate)]
             body.append(cells)
-        return tabulate.tabulate(body, headers=headers, tablefmt="github", disable_numparse=True,
-                                 preserve_whitespace=True)
+        return tabulate.tabulate(
+            body, headers=headers, tablefmt="github", disable_numparse=True, preserve_whitespace=True
+        )
 
     def _indent(self, name: str) -> str:
         depth = len(self.tree.owners(name)) - 1
         parent = self.parent(name)
-        local = name[len(parent) + 1:] if parent else name  # owners are prefixes of the name
+        local = name[len(parent) + 1 :] if parent else name  # owners are prefixes of the name
         return "  " * depth + (local or "model")
 
     def __str__(self) -> str:
@@ -298,8 +317,9 @@ class ProfileReport:
         return out.getvalue()
 
     # ----- chart ---------------------------------------------------------------------------
-    def plot(self, path: str | Path | None = None, *, top: int = 20, max_depth: int | None = None,
-             title: str | None = None) -> Figure:
+    def plot(
+        self, path: str | Path | None = None, *, top: int = 20, max_depth: int | None = None, title: str | None = None
+    ) -> Figure:
         """Horizontal bars, measured beside predicted, for the ``top`` slowest innermost modules
         (or the modules ``max_depth`` levels down), log time axis (on a CPU the two differ by
         orders of magnitude); each measured bar is labelled with its % of speed-of-light."""
@@ -310,27 +330,43 @@ class ProfileReport:
         if max_depth is None:
             rows = list(self.leaf_modules().values())
         else:
-            rows = [r for n, r in self.modules.items() if n and r.calls > 0 and len(self.tree.owners(n)) - 1 == max_depth]
+            rows = [
+                r for n, r in self.modules.items() if n and r.calls > 0 and len(self.tree.owners(n)) - 1 == max_depth
+            ]
         rows = sorted(rows, key=lambda r: -r.measured)[:top][::-1]  # slowest at the top
         fig = Figure(figsize=(8, 1.4 + 0.32 * max(len(rows), 1)), dpi=100, layout="constrained")
         ax = fig.add_subplot()
         ys = list(range(len(rows)))
         height = 0.4
-        ax.barh([y + height / 2 for y in ys], [r.measured * 1e6 for r in rows], height, color="tab:blue",
-                label="measured")
+        ax.barh(
+            [y + height / 2 for y in ys], [r.measured * 1e6 for r in rows], height, color="tab:blue", label="measured"
+        )
         if self.roofline is not None:
-            ax.barh([y - height / 2 for y in ys], [(r.predicted or 0) * 1e6 for r in rows], height,
-                    color="tab:orange", label=f"speed of light ({self.roofline.hardware.name})")
+            ax.barh(
+                [y - height / 2 for y in ys],
+                [(r.predicted or 0) * 1e6 for r in rows],
+                height,
+                color="tab:orange",
+                label=f"speed of light ({self.roofline.hardware.name})",
+            )
             for y, r in zip(ys, rows):
                 if r.sol_percent is not None:
-                    ax.annotate(_percent(r.sol_percent), (r.measured * 1e6, y + height / 2), xytext=(3, -3),
-                                textcoords="offset points", fontsize=6)
+                    ax.annotate(
+                        _percent(r.sol_percent),
+                        (r.measured * 1e6, y + height / 2),
+                        xytext=(3, -3),
+                        textcoords="offset points",
+                        fontsize=6,
+                    )
         ax.set_yticks(ys, [r.name or "(model)" for r in rows], fontsize=7)
         ax.set_xscale("log")
         ax.set_xlabel("time per forward pass (µs, log)")
-        ax.set_title(title or f"{self.model_type} on {self.device}: measured {_seconds(self.total.measured)}"
-                     + (f", speed of light {_seconds(self.total.predicted)}" if self.roofline is not None else ""),
-                     fontsize=10)
+        ax.set_title(
+            title
+            or f"{self.model_type} on {self.device}: measured {_seconds(self.total.measured)}"
+            + (f", speed of light {_seconds(self.total.predicted)}" if self.roofline is not None else ""),
+            fontsize=10,
+        )
         ax.legend(fontsize=7, loc="lower right")
         ax.grid(True, axis="x", which="both", lw=0.3, alpha=0.5)
         if path is not None:
@@ -438,8 +474,15 @@ def _device(model: nn.Module, inputs: Any, device: str | None) -> torch.device:
 class _Runner:
     """Runs the forward passes: unprofiled wall time, then profiled passes with module ranges."""
 
-    def __init__(self, model: nn.Module, tree: ModuleTree, args: tuple[Any, ...], kw: dict[str, Any],
-                 device: torch.device, grad: bool) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        tree: ModuleTree,
+        args: tuple[Any, ...],
+        kw: dict[str, Any],
+        device: torch.device,
+        grad: bool,
+    ) -> None:
         self.model, self.tree, self.args, self.kw, self.device, self.grad = model, tree, args, kw, device, grad
         self.cuda = device.type == "cuda"
 
@@ -508,7 +551,9 @@ def _preserved(model: nn.Module, tree: ModuleTree, device: torch.device) -> Iter
     modules = [tree.module(name) for name in tree.names]
     flags = [(m, m.training) for m in modules]
     buffers = [(b, b.detach().clone()) for m in modules for b in m._buffers.values() if b is not None]
-    devices = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    devices = (
+        [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    )
     try:
         with torch.random.fork_rng(devices=devices):
             yield
@@ -532,6 +577,7 @@ def _module_ranges(tree: ModuleTree) -> Iterator[None]:
             rf = record_function(MODULE_RANGE + name)
             rf.__enter__()
             open_ranges.append((name, rf))
+
         return pre_hook
 
     def leave(name: str) -> Callable[..., None]:
@@ -541,6 +587,7 @@ def _module_ranges(tree: ModuleTree) -> Iterator[None]:
                 rf.__exit__(None, None, None)
                 if top == name:
                     break
+
         return hook
 
     try:
@@ -629,7 +676,7 @@ class _Walker:
         return self.values
 
     def kind(self, event: Any, parent: Any) -> str | None:
-        """"op", "custom" or None (not an operator: look inside)."""
+        """ "op", "custom" or None (not an operator: look inside)."""
         name = event.name
         if name == getattr(parent, "name", None) or name.startswith(_GENERATED) or name.startswith(_TRANSPARENT_NS):
             return None  # the same operator recorded twice (see _custom_ops_recorded), or profiler plumbing
@@ -657,7 +704,7 @@ class _Walker:
         for child in event.cpu_children:
             name = child.name
             if name.startswith(MODULE_RANGE):
-                mod = name[len(MODULE_RANGE):]
+                mod = name[len(MODULE_RANGE) :]
                 if mod in active:  # a module running inside itself: its outer range counts it
                     m, h = self.walk(child, mod, prefix, active)
                 else:
@@ -715,13 +762,20 @@ def _aggregate(samples: Sequence[Mapping[Key, float]], statistic: str) -> dict[K
     if statistic == "midmean":
         order = sorted(range(len(samples)), key=lambda i: samples[i].get(("module", ""), 0.0))
         cut = len(order) // 4  # keep the middle half (everything below 4 passes)
-        chosen = [samples[i] for i in order[cut:len(order) - cut]]
+        chosen = [samples[i] for i in order[cut : len(order) - cut]]
     return {k: sum(s.get(k, 0.0) for s in chosen) / len(chosen) for k in keys}
 
 
 def _report(
-    model: nn.Module, tree: ModuleTree, device: torch.device, samples: Sequence[Mapping[Key, float]],
-    walker: _Walker, wall: float, repeats: int, warmup: int, statistic: str,
+    model: nn.Module,
+    tree: ModuleTree,
+    device: torch.device,
+    samples: Sequence[Mapping[Key, float]],
+    walker: _Walker,
+    wall: float,
+    repeats: int,
+    warmup: int,
+    statistic: str,
     predicted: RooflineReport | None,
 ) -> ProfileReport:
     v = _aggregate(samples, statistic)
@@ -742,8 +796,14 @@ def _report(
     for name in tree.names:
         calls = v.get(("calls", name), 0.0)
         modules[name] = ProfileRow(
-            name, "module", type(tree.module(name)).__name__, _parent(tree, name), calls,
-            v.get(("module", name), 0.0), v.get(("self", name)) if calls else None, **pred(pm.get(name), 0.0),
+            name,
+            "module",
+            type(tree.module(name)).__name__,
+            _parent(tree, name),
+            calls,
+            v.get(("module", name), 0.0),
+            v.get(("self", name)) if calls else None,
+            **pred(pm.get(name), 0.0),
         )
     breakdown: dict[str, list[ProfileRow]] = {}
     for k, t in v.items():
@@ -760,9 +820,19 @@ def _report(
         for sub in sorted(breakdown.get(row.name, ()), key=lambda r: (r.kind == "python", -r.measured)):
             place(sub)
 
-    tops = [ProfileRow(k[1], "operator", "", None, v.get(("op_calls", k[1]), 0.0), t,
-                       **pred(po.get(k[1]), 0.0 if k[1] in walker.free else None))
-            for k, t in v.items() if k[0] == "op"]
+    tops = [
+        ProfileRow(
+            k[1],
+            "operator",
+            "",
+            None,
+            v.get(("op_calls", k[1]), 0.0),
+            t,
+            **pred(po.get(k[1]), 0.0 if k[1] in walker.free else None),
+        )
+        for k, t in v.items()
+        if k[0] == "op"
+    ]
     for row in sorted(tops, key=lambda r: -r.measured):
         place(row)
     for name, s in po.items():  # predicted, never measured (e.g. folded away by the tracer)
@@ -772,8 +842,19 @@ def _report(
     for k, t in v.items():
         if k[0] == "module_op":
             module_ops.setdefault(k[1], {})[k[2]] = t
-    return ProfileReport(type(model).__name__, device.type, modules, operators, module_ops, wall, repeats, warmup,
-                         statistic, tree, predicted)
+    return ProfileReport(
+        type(model).__name__,
+        device.type,
+        modules,
+        operators,
+        module_ops,
+        wall,
+        repeats,
+        warmup,
+        statistic,
+        tree,
+        predicted,
+    )
 
 
 def _parent(tree: ModuleTree, name: str) -> str | None:

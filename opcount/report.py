@@ -27,10 +27,28 @@ from torch import nn
 from .scopes import ModuleTree
 
 __all__ = [
-    "COLUMNS", "COMPACT", "EXACT", "FVCORE_STR", "FVCORE_TABLE", "Column", "NumberFormat", "Sources",
-    "exact", "flop_count_str", "flop_count_table", "format_number", "module_table", "operator_table",
-    "parameter_count", "parameter_count_table", "register_column", "to_csv", "to_dict", "to_json",
-    "to_markdown", "tree_str",
+    "COLUMNS",
+    "COMPACT",
+    "EXACT",
+    "FVCORE_STR",
+    "FVCORE_TABLE",
+    "Column",
+    "NumberFormat",
+    "Sources",
+    "exact",
+    "flop_count_str",
+    "flop_count_table",
+    "format_number",
+    "module_table",
+    "operator_table",
+    "parameter_count",
+    "parameter_count_table",
+    "register_column",
+    "to_csv",
+    "to_dict",
+    "to_json",
+    "to_markdown",
+    "tree_str",
 ]
 
 Values = Mapping[str, Any]  # row name -> number (None: undefined there)
@@ -212,8 +230,10 @@ def _percent_modules(s: Sources) -> Values:
 
 def _percent_operators(s: Sources) -> Mapping[str, Values]:
     total = s.flops.by_module().get("", 0)
-    return {m: {op: (100 * v / total if total else None) for op, v in ops.items()}
-            for m, ops in s.flops.by_module_and_operator().items()}
+    return {
+        m: {op: (100 * v / total if total else None) for op, v in ops.items()}
+        for m, ops in s.flops.by_module_and_operator().items()
+    }
 
 
 def _intensity_operators(s: Sources) -> Mapping[str, Values]:
@@ -235,14 +255,25 @@ def register_column(column: Column, *, replace: bool = False) -> Column:
 for _column in (
     Column("params", "#parameters", (), lambda s: _parameter_count(s.tree)),
     Column("flops", "#flops", ("flops",), _flops, lambda s: s.flops.by_module_and_operator()),
-    Column("activations", "#activations", ("activations",), lambda s: s.activations.by_module(),
-           lambda s: s.activations.by_module_and_operator()),
+    Column(
+        "activations",
+        "#activations",
+        ("activations",),
+        lambda s: s.activations.by_module(),
+        lambda s: s.activations.by_module_and_operator(),
+    ),
     Column("bytes_read", "#bytes read", ("memory",), *_bytes("read")),
     Column("bytes_written", "#bytes written", ("memory",), *_bytes("write")),
     Column("bytes", "#bytes", ("memory",), *_bytes("both")),
-    Column("intensity", "flops/byte", ("flops", "memory"),
-           lambda s: _ratio(s.flops.by_module(), s.memory.by_module(kind="both")), _intensity_operators,
-           _render_ratio, additive=False),
+    Column(
+        "intensity",
+        "flops/byte",
+        ("flops", "memory"),
+        lambda s: _ratio(s.flops.by_module(), s.memory.by_module(kind="both")),
+        _intensity_operators,
+        _render_ratio,
+        additive=False,
+    ),
     Column("percent", "% flops", ("flops",), _percent_modules, _percent_operators, _render_percent, additive=False),
 ):
     register_column(_column)
@@ -348,8 +379,12 @@ def _keep_nonzero(layout: _Layout, values: Mapping[str, Values]) -> set[str]:
 
 
 def _cells(
-    sources: Sources, columns: Sequence[Column], values: Mapping[str, Values], rows: Iterable[str],
-    fmt: NumberFormat, uncalled_text: str,
+    sources: Sources,
+    columns: Sequence[Column],
+    values: Mapping[str, Values],
+    rows: Iterable[str],
+    fmt: NumberFormat,
+    uncalled_text: str,
 ) -> dict[str, dict[str, str]]:
     """Row -> column key -> text, for the columns that have a value for the row.
 
@@ -389,7 +424,10 @@ def _merge(a: Mapping[str, str], b: Mapping[str, str]) -> dict[str, str] | None:
 
 
 def _indented_rows(
-    layout: _Layout, cells: dict[str, dict[str, str]], keys: Sequence[str], max_depth: int,
+    layout: _Layout,
+    cells: dict[str, dict[str, str]],
+    keys: Sequence[str],
+    max_depth: int,
 ) -> list[list[str]]:
     """fvcore's table body: one row per shown row name, indented by level; a row whose only
     child agrees with it is merged into the child (``layer1`` + ``layer1.0`` -> ``layer1.0``)."""
@@ -461,13 +499,20 @@ def module_table(
 
 
 def flop_count_table(
-    flops: Any, max_depth: int = 3, activations: Any = None, show_param_shapes: bool = True,
+    flops: Any,
+    max_depth: int = 3,
+    activations: Any = None,
+    show_param_shapes: bool = True,
 ) -> str:
     """fvcore.nn.flop_count_table: parameters (or their shapes) and flops per module, and
     activations when given, to ``max_depth`` levels; numbers as ``4.112G``."""
     columns = ("params", "flops", "activations") if activations is not None else ("params", "flops")
     return module_table(
-        flops, columns=columns, max_depth=max_depth, activations=activations, show_param_shapes=show_param_shapes,
+        flops,
+        columns=columns,
+        max_depth=max_depth,
+        activations=activations,
+        show_param_shapes=show_param_shapes,
     )
 
 
@@ -523,7 +568,8 @@ def flop_count_str(flops: Any, activations: Any = None) -> str:
     sources = Sources(flops, activations)
     tree = sources.tree
     stats: dict[str, dict[str, Any]] = {
-        "#params": _parameter_count(tree), "#flops": flops.by_module(),
+        "#params": _parameter_count(tree),
+        "#flops": flops.by_module(),
     }
     uncalled = {"#flops": set(flops.uncalled_modules())}
     if activations is not None:
@@ -620,7 +666,9 @@ def tree_str(
 # The module x operator breakdown
 # ================================================================================================
 def _operator_rows(
-    sources: Sources, columns: Sequence[Column], max_depth: int | None,
+    sources: Sources,
+    columns: Sequence[Column],
+    max_depth: int | None,
 ) -> list[tuple[str, str, dict[str, Any]]]:
     """(module, operator, {column key: value}) in module order, heaviest operator first."""
     for c in columns:
@@ -704,8 +752,11 @@ def to_dict(
         if max_depth is not None and depth > max_depth:
             continue
         row: dict[str, Any] = {
-            "name": name, "type": type(tree.module(name)).__name__, "parent": layout.parent[name],
-            "depth": depth, "called": name not in uncalled,
+            "name": name,
+            "type": type(tree.module(name)).__name__,
+            "parent": layout.parent[name],
+            "depth": depth,
+            "called": name not in uncalled,
         }
         kids = layout.children.get(name, ())
         for c in chosen:
@@ -758,7 +809,9 @@ def to_csv(analysis: Any, *, level: str = "modules", **kwargs: Any) -> str:
     writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: ("" if v is None else str(v).lower() if isinstance(v, bool) else v) for k, v in row.items()})
+        writer.writerow(
+            {k: ("" if v is None else str(v).lower() if isinstance(v, bool) else v) for k, v in row.items()}
+        )
     return out.getvalue()
 
 
@@ -779,8 +832,13 @@ def to_markdown(
     chosen = _columns(columns, sources)
     if level == "operators":  # parameters have no per-operator share: leave them out here
         return operator_table(
-            analysis, columns=[c for c in chosen if c.operators is not None], max_depth=max_depth, activations=activations, memory=memory,
-            extra=extra, number_format=number_format,
+            analysis,
+            columns=[c for c in chosen if c.operators is not None],
+            max_depth=max_depth,
+            activations=activations,
+            memory=memory,
+            extra=extra,
+            number_format=number_format,
         )
     if level != "modules":
         raise ValueError(f"unknown level {level!r}; choose 'modules' or 'operators'")
@@ -789,8 +847,15 @@ def to_markdown(
     shown = [n for n in sources.tree.names if max_depth is None or layout.depth(n) <= max_depth]
     cells = _cells(sources, chosen, values, shown, number_format, "N/A")
     tree = sources.tree
-    rows = [[f"`{n}`" if n else "model", type(tree.module(n)).__name__, *(cells[n].get(c.key, "") for c in chosen)]
-            for n in shown]
+    rows = [
+        [f"`{n}`" if n else "model", type(tree.module(n)).__name__, *(cells[n].get(c.key, "") for c in chosen)]
+        for n in shown
+    ]
     aligns = ["left", "left", *(["right"] * len(chosen))]
-    return tabulate.tabulate(rows, headers=["module", "type", *(c.header for c in chosen)], tablefmt="pipe",
-                             colalign=aligns, disable_numparse=True)
+    return tabulate.tabulate(
+        rows,
+        headers=["module", "type", *(c.header for c in chosen)],
+        tablefmt="pipe",
+        colalign=aligns,
+        disable_numparse=True,
+    )

@@ -59,8 +59,15 @@ from .ir import DTYPE_BYTES, OpCall, TensorSpec
 from .memory import MemoryTrafficAnalysis, alias_roots
 
 __all__ = [
-    "FLOPS_PER_MAC", "Layer", "LayerTime", "RooflineReport", "Summary", "mac_array_scale", "nvdla_scale_ops",
-    "roofline", "speed_of_light",
+    "FLOPS_PER_MAC",
+    "Layer",
+    "LayerTime",
+    "RooflineReport",
+    "Summary",
+    "mac_array_scale",
+    "nvdla_scale_ops",
+    "roofline",
+    "speed_of_light",
 ]
 
 FLOPS_PER_MAC = 2
@@ -445,8 +452,14 @@ def mac_array_scale(c: int, k: int, tc: int = 64, tk: int = 16) -> float:
     return math.ceil(c / tc) * math.ceil(k / tk) * tc * tk / (c * k)
 
 
-_CONV = {"aten::_convolution", "aten::convolution", "aten::_convolution_mode",
-         "aten::conv1d", "aten::conv2d", "aten::conv3d"}
+_CONV = {
+    "aten::_convolution",
+    "aten::convolution",
+    "aten::_convolution_mode",
+    "aten::conv1d",
+    "aten::conv2d",
+    "aten::conv3d",
+}
 _CONV_T = {"aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d"}
 CONV_TRANSPOSED = 6
 
@@ -701,6 +714,7 @@ def fuse_modules(
             r = root(a.tensor)
             if r is not None and a.tensor is not None and a.tensor.param is None:
                 producer.setdefault(r, i)
+
     def local(a: Access, group: int) -> bool:
         r = root(a.tensor)
         return r is not None and r in producer and group_of.get(producer[r]) == group
@@ -768,8 +782,9 @@ def _register_columns() -> None:
     ]
     for key, header, attr, render, additive in specs:
         if key not in COLUMNS:
-            register_column(Column(key, header, ("roofline",), _module_values(attr), _operator_values(attr),
-                                   render, additive))
+            register_column(
+                Column(key, header, ("roofline",), _module_values(attr), _operator_values(attr), render, additive)
+            )
 
 
 _register_columns()

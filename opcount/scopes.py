@@ -94,7 +94,7 @@ class ModuleTree:
             if root and name != root and not name.startswith(prefix):
                 continue
             module = self.modules[name]
-            here = name[len(prefix):] + "." if name != root else ""
+            here = name[len(prefix) :] + "." if name != root else ""
             for key, t in module._parameters.items():
                 if t is not None and id(t) not in seen:
                     seen.add(id(t))

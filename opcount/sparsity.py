@@ -55,9 +55,23 @@ if TYPE_CHECKING:
     from .sparsity_plot import SparsityPoint
 
 __all__ = [
-    "MEASURED", "SPARSE_SUPPORT", "Format", "SparseLayer", "SparseSupport", "Sparsity", "SparsityReport",
-    "bsr_format", "csr_format", "dense_format", "detect_sparsity", "gemm_view", "nm_format", "parse_sparsity_args",
-    "prune", "sparsity_roofline", "storage",
+    "MEASURED",
+    "SPARSE_SUPPORT",
+    "Format",
+    "SparseLayer",
+    "SparseSupport",
+    "Sparsity",
+    "SparsityReport",
+    "bsr_format",
+    "csr_format",
+    "dense_format",
+    "detect_sparsity",
+    "gemm_view",
+    "nm_format",
+    "parse_sparsity_args",
+    "prune",
+    "sparsity_roofline",
+    "storage",
 ]
 
 PATTERNS = ("dense", "unstructured", "block", "nm")
@@ -192,9 +206,7 @@ def csr_format(rows: int, cols: int, nnz: int, value_size: float = 4, index_size
     return Format("csr", nnz, nnz * value_size, (nnz + rows + 1) * index_size)
 
 
-def bsr_format(
-    rows: int, cols: int, block: int, blocks: int, value_size: float = 4, index_size: float = 4
-) -> Format:
+def bsr_format(rows: int, cols: int, block: int, blocks: int, value_size: float = 4, index_size: float = 4) -> Format:
     """BSR with b x b blocks: blocks x b^2 values + blocks block-column indices + (ceil(rows/b) + 1)
     block-row pointers. Edge blocks of a size not divisible by b are stored whole (padded)."""
     _check_nnz(blocks, math.ceil(rows / block) * math.ceil(cols / block))
@@ -361,6 +373,7 @@ def _kept_density(nz: torch.Tensor, b: int) -> float:
 
 def _tile_sizes(rows: int, cols: int, b: int) -> torch.Tensor:
     """Elements of the matrix in each b x b tile (edge tiles are smaller)."""
+
     def sizes(n: int) -> torch.Tensor:
         out = torch.full((math.ceil(n / b),), float(b))
         out[-1] = n - b * (len(out) - 1)
@@ -399,10 +412,7 @@ class SparseSupport:
         """
         if self.nm_precisions is not None and precision not in self.nm_precisions:
             return None
-        fits = [
-            (n2, m2) for n2, m2 in self.nm
-            if (m % m2 == 0 and n <= n2) or (m2 % m == 0 and n * (m2 // m) <= n2)
-        ]
+        fits = [(n2, m2) for n2, m2 in self.nm if (m % m2 == 0 and n <= n2) or (m2 % m == 0 and n * (m2 // m) <= n2)]
         return min(fits, key=lambda p: (p[0] / p[1], p[1])) if fits else None
 
 
@@ -432,8 +442,14 @@ def sparse_support(hw: Hardware, override: SparseSupport | None = None) -> Spars
 # ================================================================================================
 # The weight operand of a call
 # ================================================================================================
-_CONV = {"aten::_convolution", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d",
-         "aten::_convolution_mode"}
+_CONV = {
+    "aten::_convolution",
+    "aten::convolution",
+    "aten::conv1d",
+    "aten::conv2d",
+    "aten::conv3d",
+    "aten::_convolution_mode",
+}
 _CONV_T = {"aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d"}
 _PRODUCTS = {"aten::mm": (0, 1), "aten::matmul": (0, 1), "aten::addmm": (1, 2)}
 CONV_TRANSPOSED = 6  # the ``transposed`` argument of aten::_convolution / convolution
@@ -467,7 +483,8 @@ def weight_use(call: OpCall) -> WeightUse | None:
         if len(ins) < 2 or not isinstance(w := ins[1], TensorSpec):
             return None
         transposed = kind in _CONV_T or (
-            kind in ("aten::_convolution", "aten::convolution") and len(ins) > CONV_TRANSPOSED
+            kind in ("aten::_convolution", "aten::convolution")
+            and len(ins) > CONV_TRANSPOSED
             and getattr(ins[CONV_TRANSPOSED], "value", False) is True
         )
         view = "conv_transpose" if transposed else "conv"
@@ -640,15 +657,29 @@ class SparsityReport:
         """One plain dict per weight layer (for CSV / JSON exports)."""
         return [
             {
-                "module": w.module, "weight": w.weight, "op": w.dense.layer.op, "rows": w.rows, "cols": w.cols,
-                "n": w.n, "sparsity": w.sparsity.label, "source": w.source, "level": w.sparsity.level,
-                "nnz": w.nnz, "format": w.format.name, "stored": w.format.values,
-                "weight_bytes": w.format.bytes, "index_bytes": w.format.index_bytes,
-                "dense_flops": w.dense_flops, "sparse_flops": w.sparse_flops,
-                "dense_bytes": w.dense.layer.bytes, "sparse_bytes": w.sparse.layer.bytes,
+                "module": w.module,
+                "weight": w.weight,
+                "op": w.dense.layer.op,
+                "rows": w.rows,
+                "cols": w.cols,
+                "n": w.n,
+                "sparsity": w.sparsity.label,
+                "source": w.source,
+                "level": w.sparsity.level,
+                "nnz": w.nnz,
+                "format": w.format.name,
+                "stored": w.format.values,
+                "weight_bytes": w.format.bytes,
+                "index_bytes": w.format.index_bytes,
+                "dense_flops": w.dense_flops,
+                "sparse_flops": w.sparse_flops,
+                "dense_bytes": w.dense.layer.bytes,
+                "sparse_bytes": w.sparse.layer.bytes,
                 "dense_unit": f"{w.dense.layer.unit}/{w.dense.layer.precision}",
                 "sparse_unit": f"{w.sparse.layer.unit}/{w.sparse.layer.precision}",
-                "dense_time": w.dense.time, "sparse_time": w.sparse.time, "speedup": w.speedup,
+                "dense_time": w.dense.time,
+                "sparse_time": w.sparse.time,
+                "speedup": w.speedup,
                 "bound": w.sparse.bound,
             }
             for w in self.weights
@@ -662,19 +693,51 @@ class SparsityReport:
         if by == "layer":
             chosen = sorted(self.weights, key=lambda w: -w.dense.time)[:top]
             body = [
-                [w.module or "(model)", f"{w.rows}x{w.cols}", f"{w.n:,}", w.sparsity.label, w.format.name,
-                 _si(w.dense_flops), _si(w.sparse_flops), _si(w.dense.layer.bytes) + "B",
-                 _si(w.sparse.layer.bytes) + "B", f"{w.dense.layer.unit}>{w.sparse.layer.unit}",
-                 _time(w.dense.time), _time(w.sparse.time), f"{w.speedup:.3g}x", w.sparse.bound]
+                [
+                    w.module or "(model)",
+                    f"{w.rows}x{w.cols}",
+                    f"{w.n:,}",
+                    w.sparsity.label,
+                    w.format.name,
+                    _si(w.dense_flops),
+                    _si(w.sparse_flops),
+                    _si(w.dense.layer.bytes) + "B",
+                    _si(w.sparse.layer.bytes) + "B",
+                    f"{w.dense.layer.unit}>{w.sparse.layer.unit}",
+                    _time(w.dense.time),
+                    _time(w.sparse.time),
+                    f"{w.speedup:.3g}x",
+                    w.sparse.bound,
+                ]
                 for w in chosen
             ]
-            headers = ["layer", "W", "N", "sparsity", "format", "dense flops", "sparse flops", "dense bytes",
-                       "sparse bytes", "unit", "dense time", "sparse time", "speedup", "bound"]
+            headers = [
+                "layer",
+                "W",
+                "N",
+                "sparsity",
+                "format",
+                "dense flops",
+                "sparse flops",
+                "dense bytes",
+                "sparse bytes",
+                "unit",
+                "dense time",
+                "sparse time",
+                "speedup",
+                "bound",
+            ]
         elif by == "module":
             rows = sorted(self.by_module().items(), key=lambda kv: -kv[1][0].time)[:top]
             body = [
-                [name or "(model)", _si(d.flops), _si(s.flops), _time(d.time), _time(s.time),
-                 f"{_speedup(d.time, s.time):.3g}x"]
+                [
+                    name or "(model)",
+                    _si(d.flops),
+                    _si(s.flops),
+                    _time(d.time),
+                    _time(s.time),
+                    f"{_speedup(d.time, s.time):.3g}x",
+                ]
                 for name, (d, s) in rows
             ]
             headers = ["module", "dense flops", "sparse flops", "dense time", "sparse time", "speedup"]
@@ -787,11 +850,15 @@ def sparsity_roofline(
         spec = chooser.choose(owner, name)
         if spec == MEASURED:
             if tensor is None:
-                raise ValueError(f"cannot read the weight {name!r} of {call.kind} in '{t.layer.module}' to measure "
-                                 "it; declare its sparsity instead")
+                raise ValueError(
+                    f"cannot read the weight {name!r} of {call.kind} in '{t.layer.module}' to measure "
+                    "it; declare its sparsity instead"
+                )
             if tuple(tensor.shape) != use.spec.shape:
-                raise ValueError(f"weight {name!r} is {tuple(tensor.shape)} but the traced model uses "
-                                 f"{use.spec.shape}: weights= must hold the traced model's parameters")
+                raise ValueError(
+                    f"weight {name!r} is {tuple(tensor.shape)} but the traced model uses "
+                    f"{use.spec.shape}: weights= must hold the traced model's parameters"
+                )
             if id(tensor) not in measured:
                 measured[id(tensor)] = (detect_sparsity(gemm_view(tensor, use.view)), int(torch.count_nonzero(tensor)))
             (chosen, nnz), source = measured[id(tensor)], "measured"
@@ -802,8 +869,9 @@ def sparsity_roofline(
         layer = _sparse_layer(t, use, fmt, unit, precision, value_size)
         if dense_if_faster and layer is not t.layer and _time_of(layer, hw) > t.time:
             layer, fmt = t.layer, dense_format(use.rows, use.cols, value_size)
-        found.append((len(layers), SparseLayer(t, t, name, use.rows, use.cols, use.n, chosen, source, fmt, nnz,
-                                               flops_per_mac)))
+        found.append(
+            (len(layers), SparseLayer(t, t, name, use.rows, use.cols, use.n, chosen, source, fmt, nnz, flops_per_mac))
+        )
         layers.append(layer)
     chooser.check_used()
 
@@ -829,7 +897,13 @@ def _implied_nnz(s: Sparsity, rows: int, cols: int) -> int:
 
 
 def _plan(
-    s: Sparsity, nnz: int, use: WeightUse, t: LayerTime, hw: Hardware, caps: SparseSupport, value_size: float,
+    s: Sparsity,
+    nnz: int,
+    use: WeightUse,
+    t: LayerTime,
+    hw: Hardware,
+    caps: SparseSupport,
+    value_size: float,
     index_size: float,
 ) -> tuple[Format, str, str]:
     """The weight's stored format and the unit and precision its product runs on."""
@@ -872,8 +946,9 @@ def _sparse_layer(t: LayerTime, use: WeightUse, fmt: Format, unit: str, precisio
         weight_bytes += fmt.bytes - dense_bytes
     elif use.spec.param is None and ifmap_bytes >= dense_bytes * (1 - 1e-9):
         ifmap_bytes += fmt.bytes - dense_bytes
-    return replace(layer, flops=max(flops, 0.0), weight_bytes=weight_bytes, ifmap_bytes=ifmap_bytes,
-                   unit=unit, precision=precision)
+    return replace(
+        layer, flops=max(flops, 0.0), weight_bytes=weight_bytes, ifmap_bytes=ifmap_bytes, unit=unit, precision=precision
+    )
 
 
 def _named_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -914,8 +989,10 @@ class _Chooser:
             self.exact = {k: v for k, v in items if not _is_glob(k)}
             self.globs = [(k, v) for k, v in items if _is_glob(k)]
         else:
-            raise TypeError(f"sparsity must be 'measured', a pattern or a mapping of names to patterns, "
-                            f"got {type(sparsity).__name__}")
+            raise TypeError(
+                f"sparsity must be 'measured', a pattern or a mapping of names to patterns, "
+                f"got {type(sparsity).__name__}"
+            )
         self.used: set[str] = set()
 
     def choose(self, module: str, param: str) -> Sparsity | str:
@@ -932,8 +1009,10 @@ class _Chooser:
     def check_used(self) -> None:
         unused = [k for k in (*self.exact, *(k for k, _ in self.globs)) if k not in self.used]
         if unused:
-            raise ValueError(f"sparsity names no weight layer: {', '.join(map(repr, unused))} (keys are module or "
-                             "parameter names, or glob patterns, of linear, convolution and matmul weights)")
+            raise ValueError(
+                f"sparsity names no weight layer: {', '.join(map(repr, unused))} (keys are module or "
+                "parameter names, or glob patterns, of linear, convolution and matmul weights)"
+            )
 
 
 def _is_glob(key: str) -> bool:
@@ -1048,8 +1127,10 @@ def prune(
     else:
         b = s.block_size if s.pattern == "block" else 1
         # Block score: mean |w| over the block's real elements (edge blocks are smaller).
-        scores = [_tile_sums(v.abs().float(), b) / _tile_sizes(v.shape[0], v.shape[1], b) if b > 1 else v.abs().float()
-                  for v in views]
+        scores = [
+            _tile_sums(v.abs().float(), b) / _tile_sizes(v.shape[0], v.shape[1], b) if b > 1 else v.abs().float()
+            for v in views
+        ]
         groups = [scores] if scope == "global" else [[x] for x in scores]
         keeps = [k for g in groups for k in _keep_top(g, round(s.level * sum(x.numel() for x in g)))]
         masks = [_expand(k.reshape(x.shape), b, v.shape) for k, x, v in zip(keeps, scores, views)]
@@ -1096,8 +1177,10 @@ def _sparse_flops_modules(s: Any) -> dict[str, Any]:
 
 def _sparse_flops_operators(s: Any) -> dict[str, dict[str, Any]]:
     cuts = _sparse_flop_cuts(s.get("sparsity"))
-    return {m: {op: v - cuts.get(m, {}).get(op, 0.0) for op, v in ops.items()}
-            for m, ops in s.flops.by_module_and_operator().items()}
+    return {
+        m: {op: v - cuts.get(m, {}).get(op, 0.0) for op, v in ops.items()}
+        for m, ops in s.flops.by_module_and_operator().items()
+    }
 
 
 def _sparse_time_modules(s: Any) -> dict[str, Any]:
@@ -1144,13 +1227,27 @@ def _register_columns() -> None:
         return "" if x is None else format_number(x, fmt)
 
     columns = (
-        Column("sparse_flops", "#sparse flops", ("flops", "sparsity"), _sparse_flops_modules, _sparse_flops_operators,
-               count_cell),
+        Column(
+            "sparse_flops",
+            "#sparse flops",
+            ("flops", "sparsity"),
+            _sparse_flops_modules,
+            _sparse_flops_operators,
+            count_cell,
+        ),
         Column("sparse_time", "sparse time", ("sparsity",), _sparse_time_modules, _sparse_time_operators, _time_cell),
-        Column("speedup", "speedup", ("sparsity",), _speedup_modules, _speedup_operators, _speedup_cell,
-               additive=False),
-        Column("sparsity", "% zero weights", ("sparsity",), lambda s: s.get("sparsity").module_levels(), None,
-               _level_cell, additive=False),
+        Column(
+            "speedup", "speedup", ("sparsity",), _speedup_modules, _speedup_operators, _speedup_cell, additive=False
+        ),
+        Column(
+            "sparsity",
+            "% zero weights",
+            ("sparsity",),
+            lambda s: s.get("sparsity").module_levels(),
+            None,
+            _level_cell,
+            additive=False,
+        ),
     )
     for column in columns:
         if column.key not in COLUMNS:

@@ -83,18 +83,32 @@ def sparsity_roofline_chart(
     ``note`` is printed under the chart (say where the accuracies come from)."""
     missing = [p for p in points if p.accuracy is None]
     if missing:
-        raise ValueError(f"{len(missing)} point(s) have no accuracy (first: {missing[0].series} at "
-                         f"{100 * missing[0].level:.3g}%); pass accuracies, or use speedup_chart()")
+        raise ValueError(
+            f"{len(missing)} point(s) have no accuracy (first: {missing[0].series} at "
+            f"{100 * missing[0].level:.3g}%); pass accuracies, or use speedup_chart()"
+        )
     fig = _figure(7, 4.8)
     ax = fig.add_subplot()
     ax.set_xscale("log", base=2)
     for i, (name, mine) in enumerate(_by_series(points).items()):
         mine = sorted(mine, key=lambda p: p.speedup)
-        ax.plot([p.speedup for p in mine], [float(p.accuracy or 0.0) for p in mine], marker=_MARKERS[i % len(_MARKERS)],
-                lw=1.4, ms=5, label=name)
+        ax.plot(
+            [p.speedup for p in mine],
+            [float(p.accuracy or 0.0) for p in mine],
+            marker=_MARKERS[i % len(_MARKERS)],
+            lw=1.4,
+            ms=5,
+            label=name,
+        )
         for j, p in enumerate(mine):  # alternate above / below so that neighbours' labels do not collide
-            ax.annotate(p.label or f"{100 * p.level:.3g}%", (p.speedup, float(p.accuracy or 0.0)),
-                        xytext=(3, 3 if j % 2 == 0 else -9), textcoords="offset points", fontsize=6, color="dimgray")
+            ax.annotate(
+                p.label or f"{100 * p.level:.3g}%",
+                (p.speedup, float(p.accuracy or 0.0)),
+                xytext=(3, 3 if j % 2 == 0 else -9),
+                textcoords="offset points",
+                fontsize=6,
+                color="dimgray",
+            )
     ax.axvline(1.0, color="black", lw=0.8, ls=":")
     if dense_accuracy is not None:
         ax.axhline(dense_accuracy, color="black", lw=0.8, ls="--", label=f"dense ({dense_accuracy:g})")
@@ -122,8 +136,14 @@ def speedup_chart(
     ax.set_yscale("log", base=2)
     for i, (name, mine) in enumerate(_by_series(points).items()):
         mine = sorted(mine, key=lambda p: p.level)
-        line = ax.plot([100 * p.level for p in mine], [p.speedup for p in mine],
-                       marker=_MARKERS[i % len(_MARKERS)], lw=1.4, ms=5, label=name)[0]
+        line = ax.plot(
+            [100 * p.level for p in mine],
+            [p.speedup for p in mine],
+            marker=_MARKERS[i % len(_MARKERS)],
+            lw=1.4,
+            ms=5,
+            label=name,
+        )[0]
         flops = [(100 * p.level, p.flop_speedup) for p in mine if p.flop_speedup is not None]
         if show_flops and flops:
             ax.plot(*zip(*flops), ls=":", lw=1, marker=".", ms=4, color=line.get_color())

@@ -32,8 +32,13 @@ CONFIGS = [
 # Seed 003, section 4.2: sparse tensor cores that would also run 1:4, 2:8 and 2:16 at the same peak.
 FUTURE = SparseSupport(nm=((2, 4), (1, 4), (2, 8), (2, 16)), nm_precisions=frozenset({"float16"}))
 FUTURE_CONFIGS = ("1:4", "2:8", "2:16")
-ILLUSTRATIVE = {"unstructured": (30, 4), "block 4": (40, 3), "block 16": (55, 2), "2:4": (12, 1),
-                "future N:M": (16, 2)}  # accuracy = 76 - a * level**p: made up, for the chart only
+ILLUSTRATIVE = {
+    "unstructured": (30, 4),
+    "block 4": (40, 3),
+    "block 16": (55, 2),
+    "2:4": (12, 1),
+    "future N:M": (16, 2),
+}  # accuracy = 76 - a * level**p: made up, for the chart only
 
 
 def illustrative_accuracy(series: str, level: float) -> float:
@@ -79,16 +84,27 @@ def main() -> None:
         print("|---|---|---|---|---|")
         for config, report in rows:
             formats = sorted({w.format.name for w in report.weights})
-            print(f"| {config} | {100 * report.level:.4g}% | {report.flop_speedup:.3g}x | "
-                  f"{report.speedup:.3g}x | {', '.join(formats)} |")
-        speedup_chart(points, IMG / f"sparsity_speedup_{name}_{HW}_{DTYPE}.png",
-                      title=f"{name}, {HW} {DTYPE}, batch 1: speedup over dense by level")
+            print(
+                f"| {config} | {100 * report.level:.4g}% | {report.flop_speedup:.3g}x | "
+                f"{report.speedup:.3g}x | {', '.join(formats)} |"
+            )
+        speedup_chart(
+            points,
+            IMG / f"sparsity_speedup_{name}_{HW}_{DTYPE}.png",
+            title=f"{name}, {HW} {DTYPE}, batch 1: speedup over dense by level",
+        )
         if name == "resnet50":
             # Points nearer than the printed precision would overlap: the roofline chart takes one label each.
-            plotted = [SparsityPoint(p.series, p.speedup, illustrative_accuracy(p.series, p.level), p.level,
-                                     p.flop_speedup, p.label) for p in points]
+            plotted = [
+                SparsityPoint(
+                    p.series, p.speedup, illustrative_accuracy(p.series, p.level), p.level, p.flop_speedup, p.label
+                )
+                for p in points
+            ]
             sparsity_roofline_chart(
-                plotted, IMG / f"sparsity_roofline_{name}_{HW}_{DTYPE}.png", dense_accuracy=76.0,
+                plotted,
+                IMG / f"sparsity_roofline_{name}_{HW}_{DTYPE}.png",
+                dense_accuracy=76.0,
                 accuracy_label="top-1 accuracy (%), ILLUSTRATIVE",
                 title=f"Sparsity Roofline: {name}, {HW} {DTYPE}, batch 1",
                 note="Accuracies are ILLUSTRATIVE (76 - a*level^p per pattern), not measured; speedups are computed.",

@@ -16,6 +16,8 @@ def _quiet_and_deterministic():
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--update-golden", action="store_true", default=False,
+        "--update-golden",
+        action="store_true",
+        default=False,
         help="rewrite tests/golden/*.txt from the current output (same as OPCOUNT_UPDATE_GOLDEN=1)",
     )

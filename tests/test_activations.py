@@ -58,8 +58,14 @@ def test_equals_fvcore_small() -> None:
 @pytest.mark.parametrize(
     "name",
     [
-        "resnet50", "mobilenet_v3_large", "densenet121", "efficientnet_b0", "convnext_tiny",
-        "regnet_y_400mf", "swin_t", "r3d_18",
+        "resnet50",
+        "mobilenet_v3_large",
+        "densenet121",
+        "efficientnet_b0",
+        "convnext_tiny",
+        "regnet_y_400mf",
+        "swin_t",
+        "r3d_18",
     ],
 )
 def test_equals_fvcore_model_zoo(name: str) -> None:

@@ -10,8 +10,9 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 def run(script: str, *args: str) -> str:
-    done = subprocess.run([sys.executable, str(BENCHMARKS / script), *args], capture_output=True, text=True,
-                          timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args], capture_output=True, text=True, timeout=300, check=False
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -20,4 +21,4 @@ def test_jit_floor_prints_a_row_per_model():
     out = run("jit_floor.py", "--models", "mlp20", "--runs", "1")
     cell = r"[0-9.]+ \([0-9]+%\)"
     # bare jit, then the three reads and opcount's analysis, each with its share of bare tracing
-    assert re.search(rf"^\| mlp20 \| [0-9.]+ \| {cell} \| {cell} \| {cell} \| {cell} \|$", out, re.M), out
+    assert re.search(rf"^\| mlp20 \| [0-9.]+ \| {cell} \| {cell} \| {cell} \| {cell} \|$", out, re.MULTILINE), out

@@ -45,7 +45,11 @@ def runs() -> dict[str, subprocess.CompletedProcess]:
     procs = {
         name: subprocess.Popen(
             [sys.executable, "-m", "opcount", *args],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for name, args in COMMANDS.items()
     }
@@ -148,8 +152,17 @@ def test_transformers_model_from_its_config(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_inputs_preset_and_flops_per_mac(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["tests.report_fixtures:tiny_model", "--input", "1,3,8,8", "--format", "json", "--preset", "macs",
-            "--flops-per-mac", "2"]
+    argv = [
+        "tests.report_fixtures:tiny_model",
+        "--input",
+        "1,3,8,8",
+        "--format",
+        "json",
+        "--preset",
+        "macs",
+        "--flops-per-mac",
+        "2",
+    ]
     assert main(argv) == 0
     model, _ = tiny()
     expected = FlopCountAnalysis(model, torch.randn(1, 3, 8, 8), preset="macs", flops_per_mac=2).total()
@@ -158,7 +171,9 @@ def test_inputs_preset_and_flops_per_mac(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_factory_from_a_file_and_output_file(capsys: pytest.CaptureFixture[str], tmp_path: Path, api) -> None:
     out = tmp_path / "out.csv"
-    assert main([f"{ROOT / 'tests' / 'report_fixtures.py'}:tiny", "--format", "csv", "--by-operator", "-o", str(out)]) == 0
+    assert (
+        main([f"{ROOT / 'tests' / 'report_fixtures.py'}:tiny", "--format", "csv", "--by-operator", "-o", str(out)]) == 0
+    )
     assert capsys.readouterr().out == ""
     rows = list(csv.DictReader(io.StringIO(out.read_text())))
     assert sum(int(r["flops"]) for r in rows if r["module"] == "") == api.total()

@@ -24,7 +24,6 @@ from . import zoo
 GRAD_MODES = {"grad": contextlib.nullcontext, "no_grad": torch.no_grad}
 
 
-
 def _unsupported(model: torch.nn.Module, inputs: tuple, mode: str) -> dict[str, int]:
     with GRAD_MODES[mode]():
         analysis = FlopCountAnalysis(model, inputs)

@@ -22,7 +22,6 @@ from .models import CalledTwice, Nested, OwnerVsCaller, Recursive, Shared, ViaFo
 transformers = pytest.importorskip("transformers")
 
 
-
 def _both(model: nn.Module, inputs: object, kwargs: dict | None = None, **options: object):
     jit = FlopCountAnalysis(model, inputs, kwargs)
     dispatch = FlopCountAnalysis(model, inputs, kwargs, tracer="dispatch", **options)
@@ -137,8 +136,14 @@ def test_data_parallel_is_unwrapped_as_by_the_jit_tracer() -> None:
 
 
 TORCHVISION_ZOO = [
-    "resnet50", "mobilenet_v3_large", "densenet121", "efficientnet_b0", "convnext_tiny", "regnet_y_400mf",
-    "swin_t", "r3d_18",
+    "resnet50",
+    "mobilenet_v3_large",
+    "densenet121",
+    "efficientnet_b0",
+    "convnext_tiny",
+    "regnet_y_400mf",
+    "swin_t",
+    "r3d_18",
 ]
 # jit traces sizes as tensors: swin_t's ``(C // num_heads) ** -0.5`` becomes one aten::pow on a
 # 0-dim tensor per block (12 blocks); the dispatch tracer sees Python ints, no operator.
@@ -156,6 +161,7 @@ def test_parity_torchvision_zoo(name: str) -> None:
     extra = JIT_ONLY.get(name, Counter())
     assert jit.by_operator() - dispatch.by_operator() == extra
     assert dispatch.by_operator() - jit.by_operator() == Counter()
+
     def without_extra(counts: dict[str, Counter[str]]) -> dict[str, Counter[str]]:
         return {m: Counter({k: v for k, v in c.items() if k not in extra}) for m, c in counts.items()}
 
@@ -184,8 +190,12 @@ def test_meta_model_is_analyzed_without_allocating_its_weights() -> None:
         model = nn.Sequential(nn.Linear(50_000, 50_000), nn.ReLU(), nn.Linear(50_000, 10))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     a = FlopCountAnalysis(model, TensorShape((8, 50_000)), tracer="dispatch", preset="macs")
-    assert a.by_module() == {"": 8 * 50_000 * 50_000 + 8 * 50_000 * 10, "0": 8 * 50_000 * 50_000, "1": 0,
-                             "2": 8 * 50_000 * 10}
+    assert a.by_module() == {
+        "": 8 * 50_000 * 50_000 + 8 * 50_000 * 10,
+        "0": 8 * 50_000 * 50_000,
+        "1": 0,
+        "2": 8 * 50_000 * 10,
+    }
     train = FlopCountAnalysis(model, TensorShape((8, 50_000)), tracer="dispatch", preset="macs", mode="train")
     assert train.total() == 3 * a.total() - 8 * 50_000 * 50_000  # no gradient for the input
     assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024 < 500e6
@@ -413,14 +423,18 @@ class WithNorm(nn.Module):
 def _snapshot(model: nn.Module) -> tuple:
     # every module's attributes too: no hook, no scope wrapper, nothing else left behind
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return state, [(m.training, dict(m._forward_hooks), dict(m._forward_pre_hooks), set(vars(m))) for m in model.modules()]
+    return state, [
+        (m.training, dict(m._forward_hooks), dict(m._forward_pre_hooks), set(vars(m))) for m in model.modules()
+    ]
 
 
 def _assert_unchanged(model: nn.Module, snapshot: tuple) -> None:
     state, flags = snapshot
     now = model.state_dict()
     assert now.keys() == state.keys() and all(torch.equal(now[k], v) for k, v in state.items())
-    assert [(m.training, dict(m._forward_hooks), dict(m._forward_pre_hooks), set(vars(m))) for m in model.modules()] == flags
+    assert [
+        (m.training, dict(m._forward_hooks), dict(m._forward_pre_hooks), set(vars(m))) for m in model.modules()
+    ] == flags
     assert all(p.grad is None for p in model.parameters())
     assert torch.autograd.Function.__dict__["apply"] is torch._C._FunctionBase.__dict__["apply"]
     assert nn.Module.__call__ is nn.Module._wrapped_call_impl  # the scopes' __call__ is gone

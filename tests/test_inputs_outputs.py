@@ -112,8 +112,10 @@ _MODULE_CALL = nn.Module.__call__
 def _hooks(model: nn.Module) -> int:
     """Hooks and overrides (the tracers' scope marks) left on the model or on nn.Module."""
     overrides = ("_slow_forward", "_compiled_call_impl", "forward")
-    left = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + sum(k in vars(m) for k in overrides)
-               for m in model.modules())
+    left = sum(
+        len(m._forward_hooks) + len(m._forward_pre_hooks) + sum(k in vars(m) for k in overrides)
+        for m in model.modules()
+    )
     return left + (nn.Module.__call__ is not _MODULE_CALL)
 
 

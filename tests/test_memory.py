@@ -333,8 +333,16 @@ def test_intensity_of_analyses_is_flops_over_bytes() -> None:
 
 
 # ----- the model zoo -------------------------------------------------------------------------------
-ZOO = ["resnet50", "mobilenet_v3_large", "densenet121", "efficientnet_b0", "convnext_tiny", "regnet_y_400mf",
-       "swin_t", "r3d_18"]
+ZOO = [
+    "resnet50",
+    "mobilenet_v3_large",
+    "densenet121",
+    "efficientnet_b0",
+    "convnext_tiny",
+    "regnet_y_400mf",
+    "swin_t",
+    "r3d_18",
+]
 
 
 @pytest.mark.slow

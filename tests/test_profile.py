@@ -192,8 +192,11 @@ def test_operators_pair_with_the_roofline(report: ProfileReport) -> None:
 
 # ----- the model is left as it was ---------------------------------------------------------------
 def _state(model: nn.Module) -> tuple[dict[str, torch.Tensor], list[bool], torch.Tensor]:
-    return ({k: v.clone() for k, v in model.state_dict().items()}, [m.training for m in model.modules()],
-            torch.get_rng_state())
+    return (
+        {k: v.clone() for k, v in model.state_dict().items()},
+        [m.training for m in model.modules()],
+        torch.get_rng_state(),
+    )
 
 
 def _assert_unchanged(model: nn.Module, before: tuple[dict[str, torch.Tensor], list[bool], torch.Tensor]) -> None:

@@ -11,7 +11,6 @@ not compared. The full comparison is slow: ``pytest -m slow tests/test_published
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 from torchvision import models
@@ -19,7 +18,6 @@ from torchvision import models
 from opcount import FlopCountAnalysis
 
 from . import zoo
-
 
 
 def _published_case(name: str) -> tuple[torch.nn.Module, tuple, float]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 import torchvision
@@ -10,7 +9,6 @@ import torchvision
 from opcount import FlopCountAnalysis
 
 transformers = pytest.importorskip("transformers")
-
 
 
 def test_detection_model_with_a_list_of_images() -> None:

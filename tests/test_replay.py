@@ -57,10 +57,20 @@ def _chained() -> nn.Module:
     nested Sequential, a module called twice."""
     shared = nn.Linear(8, 8)
     return nn.Sequential(
-        shared, nn.ReLU(inplace=True), nn.Identity(), nn.Dropout(0.1), shared,
+        shared,
+        nn.ReLU(inplace=True),
+        nn.Identity(),
+        nn.Dropout(0.1),
+        shared,
         nn.Sequential(nn.Linear(8, 8), nn.GELU()),
-        nn.Unflatten(1, (2, 4)), nn.MaxPool1d(2, return_indices=True), _First(), nn.Flatten(),
-        nn.Linear(4, 8), nn.LayerNorm(8), nn.Sequential(), nn.Softmax(-1),
+        nn.Unflatten(1, (2, 4)),
+        nn.MaxPool1d(2, return_indices=True),
+        _First(),
+        nn.Flatten(),
+        nn.Linear(4, 8),
+        nn.LayerNorm(8),
+        nn.Sequential(),
+        nn.Softmax(-1),
     ).eval()
 
 
@@ -229,8 +239,10 @@ def test_hooks_added_during_the_pass_run_in_a_chain() -> None:
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             y = self.seq(x)
-            handles = [self.seq[2].register_forward_hook(lambda m, i, o: o * 2),  # one mul more
-                       self.seq.register_forward_pre_hook(lambda m, i: (i[0] + 1,))]  # one add more
+            handles = [
+                self.seq[2].register_forward_hook(lambda m, i, o: o * 2),  # one mul more
+                self.seq.register_forward_pre_hook(lambda m, i: (i[0] + 1,)),
+            ]  # one add more
             try:
                 return self.seq(y)
             finally:

@@ -30,7 +30,8 @@ def fvcore_keeps_whitespace(monkeypatch: pytest.MonkeyPatch) -> None:
     """fvcore indents its tables through tabulate.PRESERVE_WHITESPACE, which tabulate >= 0.10
     ignores (it takes a preserve_whitespace argument instead): give fvcore the layout it meant."""
     shim = types.SimpleNamespace(
-        tabulate=functools.partial(tabulate.tabulate, preserve_whitespace=True), PRESERVE_WHITESPACE=False,
+        tabulate=functools.partial(tabulate.tabulate, preserve_whitespace=True),
+        PRESERVE_WHITESPACE=False,
     )
     monkeypatch.setattr(sys.modules["fvcore.nn.print_model_statistics"], "tabulate", shim)
     monkeypatch.setattr(sys.modules["fvcore.nn.parameter_count"], "tabulate", shim)
@@ -82,7 +83,7 @@ def test_reports_leave_the_analysis_and_tabulate_alone() -> None:
 
 
 # ----- numbers -----------------------------------------------------------------------------------
-@given(st.one_of(st.integers(-10**18, 10**18), st.floats(-1e18, 1e18, allow_nan=False)))
+@given(st.one_of(st.integers(-(10**18), 10**18), st.floats(-1e18, 1e18, allow_nan=False)))
 def test_auto_units_match_fvcore(x: float) -> None:
     from fvcore.nn.print_model_statistics import _format_size
 
@@ -168,13 +169,16 @@ def test_rows_add_up_with_every_statistic() -> None:
 
     model, x = tiny()
     data = R.to_dict(
-        FlopCountAnalysis(model, x), activations=ActivationCountAnalysis(model, x),
+        FlopCountAnalysis(model, x),
+        activations=ActivationCountAnalysis(model, x),
         memory=MemoryTrafficAnalysis(model, x),
     )
     assert data["columns"] == ["params", "flops", "activations", "bytes_read", "bytes_written"]
     _assert_rows_add_up(data)
     blocks = next(m for m in data["modules"] if m["name"] == "blocks")
-    assert blocks["flops"] == 2 * (8 * 16 + 16 * 4) and blocks["called"]  # its members ran (fvcore: owners of a called module are called)
+    assert (
+        blocks["flops"] == 2 * (8 * 16 + 16 * 4) and blocks["called"]
+    )  # its members ran (fvcore: owners of a called module are called)
 
 
 def test_json_and_csv_carry_exact_integers(resnet18: FlopCountAnalysis) -> None:
@@ -211,7 +215,10 @@ def test_columns_need_their_analysis(resnet18: FlopCountAnalysis) -> None:
 
 def test_registered_columns_extend_every_report(resnet18: FlopCountAnalysis) -> None:
     column = R.Column(
-        "mflops", "MFLOPs (x2)", ("double",), lambda s: {k: 2 * v / 1e6 for k, v in s.get("double").by_module().items()},
+        "mflops",
+        "MFLOPs (x2)",
+        ("double",),
+        lambda s: {k: 2 * v / 1e6 for k, v in s.get("double").by_module().items()},
         additive=False,
     )
     R.register_column(column)

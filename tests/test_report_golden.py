@@ -25,7 +25,9 @@ GOLDEN = Path(__file__).parent / "golden"
 
 @pytest.fixture
 def golden(request: pytest.FixtureRequest):
-    update = request.config.getoption("--update-golden", default=False) or os.environ.get("OPCOUNT_UPDATE_GOLDEN") == "1"
+    update = (
+        request.config.getoption("--update-golden", default=False) or os.environ.get("OPCOUNT_UPDATE_GOLDEN") == "1"
+    )
 
     def check(name: str, text: str) -> None:
         path = GOLDEN / f"{name}.txt"
@@ -36,7 +38,9 @@ def golden(request: pytest.FixtureRequest):
             pytest.fail(f"{path} is missing; create it with: pytest {__file__} --update-golden")
         expected = path.read_text(encoding="utf-8")
         if expected != text + "\n":
-            diff = "\n".join(difflib.unified_diff(expected.splitlines(), text.splitlines(), "golden", "now", lineterm=""))
+            diff = "\n".join(
+                difflib.unified_diff(expected.splitlines(), text.splitlines(), "golden", "now", lineterm="")
+            )
             pytest.fail(f"{path.name} differs (regenerate with --update-golden if intended):\n{diff}")
 
     return check
@@ -52,7 +56,9 @@ def analyses() -> dict[str, FlopCountAnalysis]:
         "tiny": FlopCountAnalysis(model, x),
         "encoder": FlopCountAnalysis(Encoder().eval(), torch.randn(2, 8, 16), preset="fvcore"),
         "resnet18": FlopCountAnalysis(
-            torchvision.models.resnet18(weights=None).eval(), torch.randn(1, 3, 224, 224), preset="fvcore",
+            torchvision.models.resnet18(weights=None).eval(),
+            torch.randn(1, 3, 224, 224),
+            preset="fvcore",
         ),
     }
 

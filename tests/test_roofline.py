@@ -98,7 +98,9 @@ def test_speed_of_light_on_hand_made_layers() -> None:
 # ----- AMAIX refinements ---------------------------------------------------------------------
 def test_nvdla_utilization_for_channels_not_multiple_of_the_array() -> None:
     # c = 3 input channels on Tc = 64, k = 20 kernels on Tk = 16: 1 * 2 * 1024 / 60 executed per useful MAC.
-    assert mac_array_scale(3, 20, tc=64, tk=16) == pytest.approx(math.ceil(3 / 64) * math.ceil(20 / 16) * 64 * 16 / (3 * 20))
+    assert mac_array_scale(3, 20, tc=64, tk=16) == pytest.approx(
+        math.ceil(3 / 64) * math.ceil(20 / 16) * 64 * 16 / (3 * 20)
+    )
     assert mac_array_scale(3, 20) == pytest.approx(2048 / 60)
     assert mac_array_scale(128, 32) == 1.0  # both divide: full utilization
     assert mac_array_scale(65, 16) == pytest.approx(2 * 64 / 65)  # temporal fragmentation only
@@ -117,7 +119,9 @@ def test_data_scaling_factors_per_operator() -> None:
     model = nn.Sequential(nn.Linear(256, 512, bias=False), nn.ReLU())
     x = torch.randn(64, 256)
     report = roofline(
-        model, x, TOY,
+        model,
+        x,
+        TOY,
         scale_weight={"linear": 2.0},  # e.g. padding to the buffer width
         scale_ifmap={"relu": lambda call: 0.0},  # fused with its producer: nothing to read
         scale_ofmap=1.0,

@@ -113,7 +113,7 @@ def test_ignored_op_counts_nothing_and_is_not_unsupported() -> None:
 
 
 def test_handle_change_recomputes_without_retracing(monkeypatch: pytest.MonkeyPatch) -> None:
-    import opcount.analysis as analysis
+    from opcount import analysis
 
     a = FlopCountAnalysis(Nested(), torch.randn(4, 10))
     assert a.total() == 1260
@@ -253,6 +253,7 @@ class HookedMidPass(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.fc(x)
+
         def double(module: nn.Module, args: object, out: torch.Tensor) -> torch.Tensor | None:
             return out * 2.0 if module is self.fc else None
 

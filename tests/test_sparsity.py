@@ -202,8 +202,11 @@ def test_declared_by_name_and_glob_and_unknown_names_fail() -> None:
     spec = {"conv": "2:4", "up.*": "block2=0.5", "pro?": "unstructured=0.25"}
     report = sparsity_roofline(_Mixed(), (torch.randn(2, 4, 5, 5),), TOY, spec, support=TOY_24)
     got = {w.weight: (w.sparsity.label, w.source) for w in report.weights}
-    assert got == {"conv.weight": ("2:4", "declared"), "up.weight": ("block 2 50%", "declared"),
-                   "proj": ("unstructured 25%", "declared")}
+    assert got == {
+        "conv.weight": ("2:4", "declared"),
+        "up.weight": ("block 2 50%", "declared"),
+        "proj": ("unstructured 25%", "declared"),
+    }
     with pytest.raises(ValueError, match="'nothing'"):
         sparsity_roofline(_Mixed(), (torch.randn(2, 4, 5, 5),), TOY, {"nothing": "2:4"})
 
@@ -262,8 +265,9 @@ def test_measured_model_and_torch_prune_hooks() -> None:
 
 # ----- pruning a copy ---------------------------------------------------------------------------
 def _small_net() -> nn.Module:
-    return nn.Sequential(nn.Conv2d(4, 16, 3), nn.ReLU(), nn.Flatten(), nn.Linear(16 * 4 * 4, 32), nn.ReLU(),
-                         nn.Linear(32, 8))
+    return nn.Sequential(
+        nn.Conv2d(4, 16, 3), nn.ReLU(), nn.Flatten(), nn.Linear(16 * 4 * 4, 32), nn.ReLU(), nn.Linear(32, 8)
+    )
 
 
 def test_prune_leaves_the_original_untouched_and_hits_the_level() -> None:
@@ -310,12 +314,16 @@ def test_tables_columns_and_charts(tmp_path) -> None:  # type: ignore[no-untyped
     assert "2:4" in report.table() and "speedup" in report.table(by="module")
     assert report.rows()[0]["format"] == "2:4"
     flops = FlopCountAnalysis(model, (x,))
-    text = module_table(flops, columns=["flops", "sparse_flops", "sparse_time", "speedup", "sparsity"],
-                        extra={"sparsity": report})
+    text = module_table(
+        flops, columns=["flops", "sparse_flops", "sparse_time", "speedup", "sparsity"], extra={"sparsity": report}
+    )
     assert "#sparse flops" in text and "1.37x" in text and "50.0%" in text
 
-    points = [report.point(accuracy=70.0, label="2:4"), _toy("unstructured=0.5").point(accuracy=72.0),
-              SparsityPoint("unstructured", 1.5, 65.0, 0.9)]
+    points = [
+        report.point(accuracy=70.0, label="2:4"),
+        _toy("unstructured=0.5").point(accuracy=72.0),
+        SparsityPoint("unstructured", 1.5, 65.0, 0.9),
+    ]
     sparsity_roofline_chart(points, tmp_path / "roof.png", dense_accuracy=75.0, note="illustrative")
     speedup_chart(points, tmp_path / "speedup.png")
     assert (tmp_path / "roof.png").stat().st_size > 1000 and (tmp_path / "speedup.png").stat().st_size > 1000
@@ -354,8 +362,21 @@ def test_prune_writes_masks_back_through_every_gemm_view() -> None:
 def test_cli_sparsity_option(capsys: pytest.CaptureFixture[str]) -> None:
     from opcount.cli import main
 
-    assert main(["tests.report_fixtures:tiny", "--hardware", "h100-sxm", "--roofline-dtype", "float16",
-                 "--sparsity", "2:4", "-q"]) == 0
+    assert (
+        main(
+            [
+                "tests.report_fixtures:tiny",
+                "--hardware",
+                "h100-sxm",
+                "--roofline-dtype",
+                "float16",
+                "--sparsity",
+                "2:4",
+                "-q",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "#sparse flops" in out and "speedup" in out and "2:4:" in out
     assert main(["tests.report_fixtures:tiny", "--sparsity", "2:4"]) == 2

@@ -19,7 +19,11 @@ from . import (  # noqa: F401  (registration side effects)
     tv_ops,
     zero_cost,
 )
-from . import dispatch_ops  # noqa: F401,I001  last: it claims only operators no family claims
+
+# isort: off
+from . import dispatch_ops  # noqa: F401  last: it claims only operators no family claims
+
+# isort: on
 from .registry import ACTIVATIONS, FLOPS, MEMORY, Handle, Registry, spec_handle
 from .zero_cost import FVCORE_IGNORED
 

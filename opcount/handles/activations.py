@@ -22,9 +22,7 @@ def conv_activations(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Counter
     return Counter({"conv": first_tensor_out(outputs).numel})
 
 
-@ACTIVATIONS.register(
-    "aten::addmm", "aten::bmm", "aten::einsum", "aten::matmul", "aten::linear", fvcore=True
-)
+@ACTIVATIONS.register("aten::addmm", "aten::bmm", "aten::einsum", "aten::matmul", "aten::linear", fvcore=True)
 def product_activations(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
     """prod(out.shape): the elements of the product's output."""
     return first_tensor_out(outputs).numel

@@ -21,19 +21,69 @@ from .registry import FLOPS, MEMORY
 # Metadata and scalar reads: no element is computed or moved.
 METADATA: tuple[str, ...] = tuple(
     "aten::" + op
-    for op in """detach_ is_nonzero _local_scalar_dense item t_ transpose_ unsqueeze_ squeeze_ as_strided_
-    resolve_conj resolve_neg _conj alias lift_fresh view_as_real view_as_complex _assert_async
-    _assert_scalar sym_size sym_stride sym_numel sym_storage_offset sym_constrain_range
-    sym_constrain_range_for_size _has_compatible_shallow_copy_type is_same_size""".split()
+    for op in [
+        "detach_",
+        "is_nonzero",
+        "_local_scalar_dense",
+        "item",
+        "t_",
+        "transpose_",
+        "unsqueeze_",
+        "squeeze_",
+        "as_strided_",
+        "resolve_conj",
+        "resolve_neg",
+        "_conj",
+        "alias",
+        "lift_fresh",
+        "view_as_real",
+        "view_as_complex",
+        "_assert_async",
+        "_assert_scalar",
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "sym_storage_offset",
+        "sym_constrain_range",
+        "sym_constrain_range_for_size",
+        "_has_compatible_shallow_copy_type",
+        "is_same_size",
+    ]
 )
 
 # Copies and allocations the dispatcher or autograd makes: elements moved, none computed.
 COPIES: tuple[str, ...] = tuple(
     "aten::" + op
-    for op in """lift_fresh_copy new_empty_strided empty_permuted copy expand_copy view_copy permute_copy
-    t_copy transpose_copy unsqueeze_copy squeeze_copy alias_copy slice_copy select_copy as_strided_copy
-    _unsafe_view select_backward slice_backward diagonal_backward unfold_backward as_strided_scatter
-    new_empty new_zeros new_ones zeros_like ones_like empty_like full_like""".split()
+    for op in [
+        "lift_fresh_copy",
+        "new_empty_strided",
+        "empty_permuted",
+        "copy",
+        "expand_copy",
+        "view_copy",
+        "permute_copy",
+        "t_copy",
+        "transpose_copy",
+        "unsqueeze_copy",
+        "squeeze_copy",
+        "alias_copy",
+        "slice_copy",
+        "select_copy",
+        "as_strided_copy",
+        "_unsafe_view",
+        "select_backward",
+        "slice_backward",
+        "diagonal_backward",
+        "unfold_backward",
+        "as_strided_scatter",
+        "new_empty",
+        "new_zeros",
+        "new_ones",
+        "zeros_like",
+        "ones_like",
+        "empty_like",
+        "full_like",
+    ]
 )
 
 FLOPS.zero_cost(*(op for op in (*METADATA, *COPIES) if op not in FLOPS), family="dispatch_ops")

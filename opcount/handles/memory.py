@@ -53,7 +53,6 @@ class Traffic:
 TrafficFn = Callable[[Sequence[Spec], Sequence[Spec]], Traffic]
 
 
-
 def _register(*ops: str, name: str | None = None) -> Callable[[TrafficFn], TrafficFn]:
     """``MEMORY.register`` for handles that return :class:`Traffic` (the registry is typed for counts)."""
     return MEMORY.register(*ops, name=name)  # type: ignore[return-value]
@@ -133,24 +132,32 @@ elementwise = _register(*ELEMENTWISE)(
 )
 
 convolution = _register(
-    "aten::_convolution", "aten::convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d",
-    "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d", name="conv",
+    "aten::_convolution",
+    "aten::convolution",
+    "aten::conv1d",
+    "aten::conv2d",
+    "aten::conv3d",
+    "aten::conv_transpose1d",
+    "aten::conv_transpose2d",
+    "aten::conv_transpose3d",
+    name="conv",
 )(
     _rule(
         "convolution",
         "Reads the input, weight and bias once each (overlapping windows and padding are not re-read); "
-        "writes the output once."
+        "writes the output once.",
     )
 )
 
 products = _register(
-    *_aten("linear matmul mm bmm addmm addmv addbmm baddbmm mv dot vdot einsum bilinear outer "
-           "scaled_dot_product_attention")
+    *_aten(
+        "linear matmul mm bmm addmm addmv addbmm baddbmm mv dot vdot einsum bilinear outer scaled_dot_product_attention"
+    )
 )(
     _rule(
         "products",
         "Matrix products and attention: reads each operand (weights, bias) once, writes the output once; "
-        "tiles re-read by a blocked kernel are not counted (attention's score matrix is not materialized)."
+        "tiles re-read by a blocked kernel are not counted (attention's score matrix is not materialized).",
     )
 )
 
@@ -164,7 +171,7 @@ reductions = _register(
         "reductions",
         "Reductions, softmax and non-batch norms: reads the input (and weight, bias) once, writes the "
         "output(s) once; a second pass over the input (statistics, then normalization) is assumed to hit "
-        "in cache."
+        "in cache.",
     )
 )
 
@@ -189,7 +196,7 @@ copies = _register(
         "copies",
         "Copies: reads its inputs and writes the output, so concat (`cat`, `stack`) reads and writes the "
         "output's size. `contiguous` is counted as a copy: it usually follows a permute or transpose; "
-        "on an already contiguous tensor it moves nothing in fact."
+        "on an already contiguous tensor it moves nothing in fact.",
     )
 )
 
@@ -221,9 +228,7 @@ def batch_norm(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Traffic:
     # replaces, so resident_params can recognize them.
     scale = weight if weight is not None else var
     shift = bias if bias is not None else mean
-    folded = tuple(
-        part(t, channels) if t is not None else Access(None, channels * x.itemsize) for t in (scale, shift)
-    )
+    folded = tuple(part(t, channels) if t is not None else Access(None, channels * x.itemsize) for t in (scale, shift))
     return Traffic((Access(x, x.nbytes), *folded), out, fusable=True)
 
 
@@ -251,17 +256,15 @@ def _resize(taps: int, kind: str) -> TrafficFn:
 
 
 resize_nearest = _register(
-    *_aten("upsample_nearest1d upsample_nearest2d upsample_nearest3d _upsample_nearest_exact1d "
-           "_upsample_nearest_exact2d _upsample_nearest_exact3d")
+    *_aten(
+        "upsample_nearest1d upsample_nearest2d upsample_nearest3d _upsample_nearest_exact1d "
+        "_upsample_nearest_exact2d _upsample_nearest_exact3d"
+    )
 )(_resize(1, "nearest"))
 resize_linear = _register("aten::upsample_linear1d")(_resize(2, "linear"))
-resize_bilinear = _register("aten::upsample_bilinear2d", "aten::_upsample_bilinear2d_aa")(
-    _resize(4, "bilinear")
-)
+resize_bilinear = _register("aten::upsample_bilinear2d", "aten::_upsample_bilinear2d_aa")(_resize(4, "bilinear"))
 resize_trilinear = _register("aten::upsample_trilinear3d")(_resize(8, "trilinear"))
-resize_bicubic = _register("aten::upsample_bicubic2d", "aten::_upsample_bicubic2d_aa")(
-    _resize(16, "bicubic")
-)
+resize_bicubic = _register("aten::upsample_bicubic2d", "aten::_upsample_bicubic2d_aa")(_resize(16, "bicubic"))
 
 # aten::grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners)
 GRID_MODE = 2

@@ -4,4 +4,4 @@ from .dispatch import trace_dispatch
 from .jit import Trace, trace_jit
 from .meta import TensorShape
 
-__all__ = ["Trace", "TensorShape", "trace_dispatch", "trace_jit"]
+__all__ = ["TensorShape", "Trace", "trace_dispatch", "trace_jit"]

@@ -27,17 +27,47 @@ Record = tuple[str, list[Any], list[Any]]
 Normalizer = Callable[[list[Any], list[Any]], list[Record]]
 
 # The jit tracer's constants for dtypes, layouts and memory formats are c10's enum values.
-_SCALAR_TYPES = (
-    "uint8 int8 int16 int32 int64 float16 float32 float64 complex32 complex64 complex128 bool qint8 quint8 "
-    "qint32 bfloat16 quint4x2 quint2x4 bits1x8 bits2x4 bits4x2 bits8 bits16 float8_e5m2 float8_e4m3fn "
-    "float8_e5m2fnuz float8_e4m3fnuz uint16 uint32 uint64"
-).split()
+_SCALAR_TYPES = [
+    "uint8",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "float16",
+    "float32",
+    "float64",
+    "complex32",
+    "complex64",
+    "complex128",
+    "bool",
+    "qint8",
+    "quint8",
+    "qint32",
+    "bfloat16",
+    "quint4x2",
+    "quint2x4",
+    "bits1x8",
+    "bits2x4",
+    "bits4x2",
+    "bits8",
+    "bits16",
+    "float8_e5m2",
+    "float8_e4m3fn",
+    "float8_e5m2fnuz",
+    "float8_e4m3fnuz",
+    "uint16",
+    "uint32",
+    "uint64",
+]
 JIT_DTYPE: dict[torch.dtype, int] = {
     getattr(torch, name): code for code, name in enumerate(_SCALAR_TYPES) if hasattr(torch, name)
 }
 JIT_LAYOUT: dict[torch.layout, int] = {torch.strided: 0, torch.sparse_coo: 1}
 JIT_MEMORY_FORMAT: dict[torch.memory_format, int] = {
-    torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2, torch.channels_last_3d: 3,
+    torch.contiguous_format: 0,
+    torch.preserve_format: 1,
+    torch.channels_last: 2,
+    torch.channels_last_3d: 3,
 }
 
 
@@ -78,7 +108,7 @@ def bind(s: Schema, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
     defaults = s.defaults
     if len(args) == len(defaults):
         return list(args)
-    return [*args, *(kwargs.get(name, default) for name, default in defaults[len(args):])]
+    return [*args, *(kwargs.get(name, default) for name, default in defaults[len(args) :])]
 
 
 def outputs_of(s: Schema, out: Any) -> list[Any]:
@@ -107,8 +137,18 @@ CONVOLUTION = "aten::_convolution"
 _CONV_FLAGS = [False, False, True, True]
 
 
-def _convolution(x: Any, w: Any, b: Any, stride: Any, padding: Any, dilation: Any, transposed: bool,
-                 output_padding: Any, groups: Any, outs: list[Any]) -> Record:
+def _convolution(
+    x: Any,
+    w: Any,
+    b: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    transposed: bool,
+    output_padding: Any,
+    groups: Any,
+    outs: list[Any],
+) -> Record:
     return CONVOLUTION, [x, w, b, stride, padding, dilation, transposed, output_padding, groups, *_CONV_FLAGS], outs
 
 
@@ -278,13 +318,16 @@ def _upsample(kind: str, n_options: int) -> Normalizer:
     def normalize(bound: list[Any], outs: list[Any]) -> list[Record]:
         grad, output_size, input_size = bound[:3]
         x = _tensor_like(input_size, grad)
-        return _twice(kind, [x, output_size, *bound[3:3 + n_options]], [grad])
+        return _twice(kind, [x, output_size, *bound[3 : 3 + n_options]], [grad])
 
     return normalize
 
 
-for _dims, _modes in ((1, {"nearest": 1, "linear": 2}), (2, {"nearest": 2, "bilinear": 3, "bicubic": 3}),
-                      (3, {"nearest": 3, "trilinear": 4})):
+for _dims, _modes in (
+    (1, {"nearest": 1, "linear": 2}),
+    (2, {"nearest": 2, "bilinear": 3, "bicubic": 3}),
+    (3, {"nearest": 3, "trilinear": 4}),
+):
     for _mode, _n in _modes.items():
         _kind = f"aten::upsample_{_mode}{_dims}d"
         BACKWARD[f"{_kind}_backward"] = _upsample(_kind, _n)
@@ -296,7 +339,7 @@ SDPA = "aten::scaled_dot_product_attention"
 def _attention(q_at: int, mask_at: int | None, dropout_at: int, causal_at: int, scale_at: int) -> Normalizer:
     # -> scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     def normalize(bound: list[Any], outs: list[Any]) -> list[Record]:
-        q, k, v = bound[q_at:q_at + 3]
+        q, k, v = bound[q_at : q_at + 3]
         mask = bound[mask_at] if mask_at is not None else None
         args = [q, k, v, mask, bound[dropout_at], bound[causal_at], bound[scale_at], False]
         return _twice(SDPA, args, [bound[0]])
@@ -315,4 +358,3 @@ BACKWARD["aten::_scaled_dot_product_flash_attention_backward"] = _attention(1, N
 # (grad_out, query, key, value, out, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q,
 #  cum_seq_k, max_q, max_k, dropout_p, is_causal, scale)
 BACKWARD["aten::_scaled_dot_product_cudnn_attention_backward"] = _attention(1, 8, 13, 14, 15)
-

@@ -114,8 +114,9 @@ def trace_dispatch(
             raise
         except Exception as e:  # noqa: BLE001 -- what a shape-only tensor cannot follow, fake tensors may
             cause = e.__cause__ or e
-            logger.debug("shape-only tensors stopped at %s: %s; running on fake tensors", type(cause).__name__,
-                         first_line(cause))
+            logger.debug(
+                "shape-only tensors stopped at %s: %s; running on fake tensors", type(cause).__name__, first_line(cause)
+            )
     tensors = _FakeTensors(claimed) if on_meta else _RealTensors(claimed)
     return _trace(model, inner, tree, state, args, kw, warn_mode, tensors, train, loss_fn if train else None)
 
@@ -250,7 +251,9 @@ class _Step:
 
     def forward(self) -> Any:
         if self.state:  # fake stand-ins for the weights, for this call only
-            return torch.func.functional_call(self.model, self.state, self.args, self.kwargs, tie_weights=True, strict=False)
+            return torch.func.functional_call(
+                self.model, self.state, self.args, self.kwargs, tie_weights=True, strict=False
+            )
         return self.model(*self.args, **self.kwargs)
 
     def loss(self, output: Any) -> torch.Tensor:
@@ -362,8 +365,9 @@ class _Scopes:
                 else:
                     module.__dict__["forward"] = saved
 
-    def _module_call(self, plain: dict[int, tuple[str, int]], original: Callable[..., Any],
-                     replayer: Replayer | None) -> Callable[..., Any]:
+    def _module_call(
+        self, plain: dict[int, tuple[str, int]], original: Callable[..., Any], replayer: Replayer | None
+    ) -> Callable[..., Any]:
         """``nn.Module.__call__`` for the trace: the modules in ``plain`` (id -> name, how) run
         in their scope, are replayed or have their forward inlined (:mod:`.replay`); any other
         module runs as usual."""

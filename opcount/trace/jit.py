@@ -25,11 +25,27 @@ from .structure import FlatCall, normalize_inputs, output_tensors
 
 # TorchScript scalar type names -> torch dtype names.
 _DTYPES = {
-    "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
-    "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool",
-    "ComplexFloat": "complex64", "ComplexDouble": "complex128", "ComplexHalf": "complex32",
-    "Float8_e4m3fn": "float8_e4m3fn", "Float8_e5m2": "float8_e5m2", "QInt8": "qint8", "QUInt8": "quint8",
-    "QInt32": "qint32", "UInt16": "uint16", "UInt32": "uint32", "UInt64": "uint64",
+    "Float": "float32",
+    "Double": "float64",
+    "Half": "float16",
+    "BFloat16": "bfloat16",
+    "Long": "int64",
+    "Int": "int32",
+    "Short": "int16",
+    "Char": "int8",
+    "Byte": "uint8",
+    "Bool": "bool",
+    "ComplexFloat": "complex64",
+    "ComplexDouble": "complex128",
+    "ComplexHalf": "complex32",
+    "Float8_e4m3fn": "float8_e4m3fn",
+    "Float8_e5m2": "float8_e5m2",
+    "QInt8": "qint8",
+    "QUInt8": "quint8",
+    "QInt32": "qint32",
+    "UInt16": "uint16",
+    "UInt32": "uint32",
+    "UInt64": "uint64",
 }
 
 WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)

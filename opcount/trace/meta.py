@@ -46,7 +46,9 @@ class TensorShape:
     def __post_init__(self) -> None:
         shape = tuple(self.shape) if isinstance(self.shape, Sequence) else None
         if shape is None or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
-            raise TypeError(f"TensorShape takes a sequence of sizes, e.g. TensorShape((1, 3, 224, 224)), got {self.shape!r}")
+            raise TypeError(
+                f"TensorShape takes a sequence of sizes, e.g. TensorShape((1, 3, 224, 224)), got {self.shape!r}"
+            )
         if not isinstance(self.dtype, torch.dtype):
             raise TypeError(f"TensorShape dtype must be a torch.dtype, got {self.dtype!r}")
         object.__setattr__(self, "shape", shape)
@@ -71,7 +73,11 @@ def materialize(tree: Any, device: torch.device, fake: FakeTensorMode | None = N
 
     def leaf(x: Any) -> Any:
         if isinstance(x, TensorShape):
-            t = _empty(x.shape, None, x.dtype, device, fake) if fake else torch.zeros(x.shape, dtype=x.dtype, device=device)
+            t = (
+                _empty(x.shape, None, x.dtype, device, fake)
+                if fake
+                else torch.zeros(x.shape, dtype=x.dtype, device=device)
+            )
             return _keep_grad(t, x.requires_grad)
         if isinstance(x, torch.Tensor):
             t = _fake_like(x, device, fake) if fake else x.detach()
@@ -103,7 +109,11 @@ def _fake_like(t: torch.Tensor, device: torch.device, fake: FakeTensorMode) -> t
 
 
 def _empty(
-    shape: tuple[int, ...], stride: tuple[int, ...] | None, dtype: torch.dtype, device: torch.device, fake: FakeTensorMode
+    shape: tuple[int, ...],
+    stride: tuple[int, ...] | None,
+    dtype: torch.dtype,
+    device: torch.device,
+    fake: FakeTensorMode,
 ) -> torch.Tensor:
     with fake:  # a fake tensor: meta storage-less data, ``device`` reported
         if stride is None:

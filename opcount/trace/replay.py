@@ -101,15 +101,25 @@ class _Template:
         self.slot_of: dict[int, int] = {}  # spec id in the first call -> slot, while learning
 
     @classmethod
-    def of(cls, records: list[OpCall], sources: dict[int, tuple[int, Any]], first_id: int,
-           out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Template:
+    def of(
+        cls,
+        records: list[OpCall],
+        sources: dict[int, tuple[int, Any]],
+        first_id: int,
+        out: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> _Template:
         """The template of a call's ``records`` and of ``out``, what it returned from ``args`` and
         ``kwargs``: ``sources`` says which specs are arguments and state; any other tensor must
         be new (numbered from ``first_id`` on)."""
         t = cls()
         t.records = tuple(
-            (c.kind, tuple(t._slot(s, sources, first_id) for s in c.inputs),
-             tuple(t._slot(s, sources, first_id) for s in c.outputs))
+            (
+                c.kind,
+                tuple(t._slot(s, sources, first_id) for s in c.inputs),
+                tuple(t._slot(s, sources, first_id) for s in c.outputs),
+            )
             for c in records
         )
         t.output = _describe(out, args, kwargs, t.slot_of)
@@ -183,8 +193,14 @@ class Replayer:
     cache keys its calls by.
     """
 
-    def __init__(self, recording: Recording, scopes: Scoping, device: torch.device,
-                 freeze: Callable[[Any], Hashable], metas: dict[int, Meta]) -> None:
+    def __init__(
+        self,
+        recording: Recording,
+        scopes: Scoping,
+        device: torch.device,
+        freeze: Callable[[Any], Hashable],
+        metas: dict[int, Meta],
+    ) -> None:
         self._rec = recording
         self._scopes = scopes
         self._scope_of = scopes.scope_of  # module name -> the scope its operators get, called now
@@ -286,12 +302,25 @@ class Replayer:
         if None in state and any(m is None and t is not None for m, t in zip(state, tensors)):
             raise _Unreplayable("a parameter or buffer that is not the model's")  # assigned during the pass
         kind = type(module)  # its forward too: a library may patch torch.nn's classes
-        return (kind, kind.forward, names, values, types, tuple(params), tuple(buffers), state, inputs, same,
-                _grad_enabled(), _autocast_enabled())
+        return (
+            kind,
+            kind.forward,
+            names,
+            values,
+            types,
+            tuple(params),
+            tuple(buffers),
+            state,
+            inputs,
+            same,
+            _grad_enabled(),
+            _autocast_enabled(),
+        )
 
     # ----- a first call: run it and keep its records as a template -------------------------
-    def _learn(self, module: nn.Module, name: str, args: tuple[Any, ...],
-               kwargs: dict[str, Any]) -> tuple[Any, _Template | None]:
+    def _learn(
+        self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Any, _Template | None]:
         rec = self._rec
         first, first_id, within, scope = len(rec.calls), rec.next_id, rec.within, self._scope_of(name)
         out = self._run(module, name, args, kwargs)
@@ -315,8 +344,9 @@ class Replayer:
             return out, None
 
     # ----- a later call: the template's records with this call's tensors -------------------
-    def _emit(self, template: _Template, module: nn.Module, scope: Scope, args: tuple[Any, ...],
-              kwargs: dict[str, Any]) -> list[Any]:
+    def _emit(
+        self, template: _Template, module: nn.Module, scope: Scope, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> list[Any]:
         """Append the template's records with this call's specs; return the specs by slot."""
         rec = self._rec
         spec_of = rec.spec_of
@@ -358,12 +388,25 @@ def _attribute_names(names: tuple[str, ...]) -> tuple[str, ...]:
 
 
 # torch.nn.Module's own attributes that are no configuration
-_CONTAINERS = frozenset({
-    "_parameters", "_buffers", "_non_persistent_buffers_set", "_modules", "_backward_pre_hooks",
-    "_backward_hooks", "_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
-    "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_state_dict_hooks", "_state_dict_pre_hooks",
-    "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks",
-})
+_CONTAINERS = frozenset(
+    {
+        "_parameters",
+        "_buffers",
+        "_non_persistent_buffers_set",
+        "_modules",
+        "_backward_pre_hooks",
+        "_backward_hooks",
+        "_forward_hooks",
+        "_forward_hooks_with_kwargs",
+        "_forward_hooks_always_called",
+        "_forward_pre_hooks",
+        "_forward_pre_hooks_with_kwargs",
+        "_state_dict_hooks",
+        "_state_dict_pre_hooks",
+        "_load_state_dict_pre_hooks",
+        "_load_state_dict_post_hooks",
+    }
+)
 
 
 def _describe(out: Any, args: tuple[Any, ...], kwargs: dict[str, Any], slot_of: dict[int, int]) -> Any:
