@@ -178,3 +178,59 @@ def expected_routing(model: nn.Module) -> Iterator[list[str]]:
     finally:
         for _, block in blocks:
             block.__dict__.pop("forward", None)
+
+
+# ------------------------------------------------------------------------------------------------
+# Attention as serving kernels run it
+# ------------------------------------------------------------------------------------------------
+ATTENTION = "opcount_serving_sdpa"
+
+
+def _serving_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """``scaled_dot_product_attention`` reading the cache's KV heads as they are (grouped-query
+    attention natively, as FlashAttention and paged-attention kernels do), with no mask tensor:
+    the cache holds exactly the tokens attended to, and a prompt attends causally. transformers'
+    own sdpa path would first copy each KV head once per query head it serves (``repeat_kv``)
+    whenever a mask is given, which a static cache always gives."""
+    new, total = query.shape[2], key.shape[2]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        scale=scaling,
+        is_causal=new > 1 and new == total,
+        enable_gqa=key.shape[1] != query.shape[1],
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _no_mask(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+@contextlib.contextmanager
+def serving_attention(model: nn.Module) -> Iterator[None]:
+    """The model's attention runs :func:`_serving_attention` for the block."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(ATTENTION, _serving_attention)
+    AttentionMaskInterface.register(ATTENTION, _no_mask)
+    configs = {id(m.config): m.config for m in model.modules() if getattr(m, "config", None) is not None}
+    saved = [(c, c.__dict__.get("_attn_implementation_internal")) for c in configs.values()]
+    for config in configs.values():
+        config._attn_implementation_internal = ATTENTION
+    try:
+        yield
+    finally:
+        for config, value in saved:
+            config._attn_implementation_internal = value

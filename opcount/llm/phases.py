@@ -14,6 +14,7 @@ at the first and the last step, give every step exactly.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
@@ -26,14 +27,22 @@ from torch import nn
 
 from ..analysis import FlopCountAnalysis
 from ..errors import OpcountError
+from ..handles.memory import Traffic
 from ..hardware import Hardware
 from ..hardware import hardware as lookup_hardware
-from ..handles.memory import Traffic
 from ..ir import OpCall, TensorSpec
 from ..memory import MemoryTrafficAnalysis
 from ..roofline import RooflineReport, roofline
 from ..trace.meta import TensorShape
-from .model import KVGeometry, build_on_meta, expected_routing, kv_geometry, static_cache, text_config
+from .model import (
+    KVGeometry,
+    build_on_meta,
+    expected_routing,
+    kv_geometry,
+    serving_attention,
+    static_cache,
+    text_config,
+)
 from .precision import Precision, footprint_weights, pricing_for
 
 PHASES = ("prefill", "decode")
@@ -115,6 +124,7 @@ class CausalLM:
         self.config = text_config(config)
         self.geometry: KVGeometry = kv_geometry(config)
         self._weights = footprint_weights(model, self.precision)
+        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._pricing = pricing_for(model, self.precision)
 
     @property
@@ -166,13 +176,15 @@ class CausalLM:
     ) -> tuple[FlopCountAnalysis, MemoryTrafficAnalysis, list[str]]:
         model = self.model
         with static_cache(model, self.config, batch, kv_len, seq_len, self.precision.traced) as cache:
-            with expected_routing(model) as blocks:
+            with expected_routing(model) as blocks, serving_attention(model):
                 kwargs = {
                     "input_ids": TensorShape((batch, seq_len), dtype=torch.long),
                     "past_key_values": cache,
                     "use_cache": True,
                     "cache_position": torch.arange(kv_len, kv_len + seq_len),
                 }
+                if self._keeps_logits:  # logits of the last token only, as generation asks
+                    kwargs["logits_to_keep"] = 1 if kv_len == 0 else seq_len
                 flops = FlopCountAnalysis(model, (), kwargs, tracer="dispatch", flops_per_mac=flops_per_mac)
                 flops.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
                 flops.total()
