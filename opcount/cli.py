@@ -33,6 +33,7 @@ from torch import nn
 from . import __version__, report
 from .analysis import ActivationCountAnalysis, FlopCountAnalysis
 from .errors import OpcountError
+from .llm import command as llm_command
 from .presets import PRESETS
 
 FORMATS = ("table", "tree", "json", "csv", "md")
@@ -99,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "model",
         help="a torchvision model name (resnet50), module.path:factory or file.py:factory "
-        "(returning a model, (model, inputs) or (model, inputs, kwargs)), or hf:ConfigOrModelClass",
+        "(returning a model, (model, inputs) or (model, inputs, kwargs)), hf:ConfigOrModelClass, "
+        "or llm:NAME, a published LLM architecture (llm:llama-3-8b; docs/llm.md)",
     )
     g = p.add_argument_group("inputs")
     g.add_argument(
@@ -144,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--tracer",
-        default="jit",
+        default=None,
         choices=("jit", "dispatch"),
         help="jit tracing (default) or the dispatch tracer (docs/dispatch.md)",
     )
@@ -203,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="--profile: profiled forward passes after 2 warm-up passes (default 10)",
     )
+    llm_command.add_arguments(p, _positive_int)
     g = p.add_argument_group("output")
     g.add_argument("--format", default="table", choices=FORMATS, help="default: table (fvcore's layout)")
     g.add_argument(
@@ -813,27 +816,49 @@ def _profiled(loaded: Loaded, analyses: dict[str, Any], args: argparse.Namespace
     return "\n\n".join([text, measured.summary(), measured.table(max_depth=depth), measured.table(by="operator")])
 
 
+def _llm(args: argparse.Namespace, spinner: _Spinner) -> str:
+    """LLM inference phases (opcount.llm.command): built and traced on the meta device."""
+    text, points = llm_command.run(args, _config_overrides(args.hf_config), spinner.update)
+    if args.plot:
+        if args.hardware is None:
+            raise UsageError("--plot needs --hardware")
+        from .llm.plot import save_llm_chart
+
+        spinner.update(f"plotting {args.plot}")
+        save_llm_chart(points, args, args.plot)
+    return text
+
+
 def run(args: argparse.Namespace, stderr: TextIO) -> str:
     torch.manual_seed(0)  # random inputs and weights: data-dependent models give the same counts
     spinner = _Spinner(stderr)
     with _captured_warnings(args.debug) as caught:
         try:
-            spinner.update(f"building {args.model}")
-            loaded = load(args.model, args)
-            with torch.no_grad():
-                analyses = analyze(loaded, args, spinner)
-            text = render(analyses, args)
-            if args.profile:
-                text = _profiled(loaded, analyses, args, spinner, text)
-            if args.plot:
-                from .plot import save_charts
-
-                spinner.update(f"plotting {args.plot}")
-                save_charts(analyses["roofline"], args.plot)
+            if llm_command.wanted(args):
+                text = _llm(args, spinner)
+            else:
+                text = _whole_model(args, spinner)
         finally:
             spinner.close()
     if not args.quiet:
         stderr.writelines(f"opcount: warning: {message}\n" for message in dict.fromkeys(caught.messages))
+    return text
+
+
+def _whole_model(args: argparse.Namespace, spinner: _Spinner) -> str:
+    args.tracer = args.tracer or "jit"
+    spinner.update(f"building {args.model}")
+    loaded = load(args.model, args)
+    with torch.no_grad():
+        analyses = analyze(loaded, args, spinner)
+    text = render(analyses, args)
+    if args.profile:
+        text = _profiled(loaded, analyses, args, spinner, text)
+    if args.plot:
+        from .plot import save_charts
+
+        spinner.update(f"plotting {args.plot}")
+        save_charts(analyses["roofline"], args.plot)
     return text
 
 

@@ -89,7 +89,8 @@ def static_cache(
     if len(cache.layers) != geometry.layers:
         raise OpcountError(f"{type(config).__name__}: {len(cache.layers)} cache layers for {geometry.layers} layers")
     holder = nn.Module()
-    for index, layer in enumerate(cache.layers):
+    layers: list[Any] = list(cache.layers)  # StaticLayer: its attributes are set here, before its lazy start
+    for index, layer in enumerate(layers):
         if isinstance(layer, StaticSlidingWindowLayer) and layer.max_cache_len < total:
             raise OpcountError(
                 f"{type(config).__name__} attends to a sliding window of {layer.max_cache_len} tokens, fewer than "
@@ -137,7 +138,7 @@ def expert_loads(tokens: int, top_k: int, experts: int) -> list[int]:
     return [share + (1 if e < extra else 0) for e in range(experts)]
 
 
-def _expected_forward(block: nn.Module, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _expected_forward(block: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The block's forward with expected routing: the router, softmax and top-k run as in the
     model; expert ``e`` then runs on its share of the tokens, weighted and summed back."""
     batch, seq, width = hidden.shape
@@ -225,7 +226,7 @@ def serving_attention(model: nn.Module) -> Iterator[None]:
 
     AttentionInterface.register(ATTENTION, _serving_attention)
     AttentionMaskInterface.register(ATTENTION, _no_mask)
-    configs = {id(m.config): m.config for m in model.modules() if getattr(m, "config", None) is not None}
+    configs: dict[int, Any] = {id(c): c for c in (getattr(m, "config", None) for m in model.modules()) if c is not None}
     saved = [(c, c.__dict__.get("_attn_implementation_internal")) for c in configs.values()]
     for config in configs.values():
         config._attn_implementation_internal = ATTENTION

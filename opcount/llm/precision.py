@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -89,7 +90,8 @@ class Precision:
 
 def quantized_weights(model: nn.Module) -> set[str]:
     """Names of the parameters a weight-quantized model stores in the weight dtype."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    get_head: Any = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
     return {
         f"{name}.weight" if name else "weight"
         for name, m in model.named_modules()
