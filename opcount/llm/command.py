@@ -159,7 +159,12 @@ def run(args: argparse.Namespace, overrides: dict[str, Any], status: Callable[[s
 
 
 def _point(llm: CausalLM, values: dict[str, int], args: argparse.Namespace) -> Point:
-    common = {"batch": values["batch"], "hardware": args.hardware, "flops_per_mac": args.flops_per_mac}
+    common = {
+        "batch": values["batch"],
+        "hardware": args.hardware,
+        "flops_per_mac": args.flops_per_mac,
+        "preset": args.preset,
+    }
     if "gen_len" in values:
         gen = generation(llm, values["seq_len"], values["gen_len"], **common)
         return Point(values, gen.prefill, gen)

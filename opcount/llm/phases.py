@@ -146,6 +146,7 @@ class CausalLM:
         batch: int = 1,
         hardware: Hardware | str | None = None,
         flops_per_mac: int = 1,
+        preset: str = "default",
     ) -> PhaseCost:
         """The cost of one phase; ``seq_len`` defaults to 1 for decode and is required for prefill."""
         if phase not in PHASES:
@@ -160,7 +161,7 @@ class CausalLM:
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise OpcountError(f"{name} must be an integer >= {least}, got {value!r}")
         hw = lookup_hardware(hardware) if hardware is not None else None
-        flops, traffic, blocks = self._trace(seq_len, kv_len, batch, flops_per_mac)
+        flops, traffic, blocks = self._trace(seq_len, kv_len, batch, flops_per_mac, preset)
         memory = Memory(
             self._weights,
             self.kv_bytes(kv_len + seq_len, batch),
@@ -172,7 +173,7 @@ class CausalLM:
         return PhaseCost(phase, batch, seq_len, kv_len, self.precision, flops, memory, report, tuple(blocks))
 
     def _trace(
-        self, seq_len: int, kv_len: int, batch: int, flops_per_mac: int
+        self, seq_len: int, kv_len: int, batch: int, flops_per_mac: int, preset: str
     ) -> tuple[FlopCountAnalysis, MemoryTrafficAnalysis, list[str]]:
         model = self.model
         with static_cache(model, self.config, batch, kv_len, seq_len, self.precision.traced) as cache:
@@ -185,7 +186,9 @@ class CausalLM:
                 }
                 if self._keeps_logits:  # logits of the last token only, as generation asks
                     kwargs["logits_to_keep"] = 1 if kv_len == 0 else seq_len
-                flops = FlopCountAnalysis(model, (), kwargs, tracer="dispatch", flops_per_mac=flops_per_mac)
+                flops = FlopCountAnalysis(
+                    model, (), kwargs, tracer="dispatch", flops_per_mac=flops_per_mac, preset=preset
+                )
                 flops.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
                 flops.total()
                 traffic = MemoryTrafficAnalysis(model, (), kwargs, tracer="dispatch")
@@ -278,17 +281,18 @@ def generation(
     batch: int = 1,
     hardware: Hardware | str | None = None,
     flops_per_mac: int = 1,
+    preset: str = "default",
 ) -> GenerationCost:
     """Prefill ``prompt_len`` tokens, then ``gen_len`` decode steps of one token each; step
     ``j`` (0-based) attends to ``prompt_len + j`` cached tokens. Three traces whatever ``gen_len``."""
     if not isinstance(gen_len, int) or gen_len < 0:
         raise OpcountError(f"gen_len must be an integer >= 0, got {gen_len!r}")
-    prefill = llm.phase("prefill", seq_len=prompt_len, batch=batch, hardware=hardware, flops_per_mac=flops_per_mac)
+    step: dict[str, Any] = {"batch": batch, "hardware": hardware, "flops_per_mac": flops_per_mac, "preset": preset}
+    prefill = llm.phase("prefill", seq_len=prompt_len, **step)
     if gen_len == 0:
         return GenerationCost(prefill, None, None, 0, 0.0, 0.0 if hardware is not None else None)
-    step = {"batch": batch, "hardware": hardware, "flops_per_mac": flops_per_mac}
-    first = llm.phase("decode", kv_len=prompt_len, **step)  # type: ignore[arg-type]
-    last = first if gen_len == 1 else llm.phase("decode", kv_len=prompt_len + gen_len - 1, **step)  # type: ignore[arg-type]
+    first = llm.phase("decode", kv_len=prompt_len, **step)
+    last = first if gen_len == 1 else llm.phase("decode", kv_len=prompt_len + gen_len - 1, **step)
     # an arithmetic series: the mean of the first and last step, gen_len times
     flops = (first.flops.total() + last.flops.total()) * gen_len / 2
     time = None
