@@ -141,8 +141,7 @@ def measure(device: torch.device, *, matmul: Matmul | None = None, copy: Copy | 
         bandwidth = copy(device)
     except RuntimeError as e:  # out of memory, a dtype the backend lacks
         raise CalibrationError(f"calibrating {device} ({device_name(device)}) failed: {e}") from e
-    threads = torch.get_num_threads()
-    where = f"{threads} threads" if device.type == "cpu" else str(device)
+    where = _threads() if device.type == "cpu" else str(device)
     return Hardware(
         "local",
         {unit: table for unit, table in peak.items() if table},
@@ -182,7 +181,12 @@ def cache_dir() -> Path:
 
 def cache_key(device: torch.device) -> str:
     """What a measurement depends on: this host, the torch build, the device and the thread count."""
-    return f"{socket.gethostname()} | torch {torch.__version__} | {device_name(device)} | {torch.get_num_threads()} threads"
+    return f"{socket.gethostname()} | torch {torch.__version__} | {device_name(device)} | {_threads()}"
+
+
+def _threads() -> str:
+    n = torch.get_num_threads()
+    return f"{n} thread{'' if n == 1 else 's'}"
 
 
 def local_hardware(
