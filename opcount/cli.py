@@ -825,9 +825,9 @@ def _local_hardware(args: argparse.Namespace, spinner: _Spinner) -> Any:
     the command builds models there), so that % of speed of light is against it."""
     from .hardware import hardware
 
-    name = args.hardware if ":" in args.hardware or not args.profile else "local:cpu"
+    name = args.hardware if ":" in args.hardware or not getattr(args, "profile", False) else "local:cpu"
     spinner.update(f"measuring this machine ({name})")
-    return hardware(name, recalibrate=args.recalibrate)
+    return hardware(name, recalibrate=getattr(args, "recalibrate", False))
 
 
 def run(args: argparse.Namespace, stderr: TextIO) -> str:
@@ -837,7 +837,7 @@ def run(args: argparse.Namespace, stderr: TextIO) -> str:
         try:
             if isinstance(args.hardware, str):
                 args.hardware = _local_hardware(args, spinner)
-            elif args.recalibrate:
+            elif getattr(args, "recalibrate", False):
                 raise UsageError("--recalibrate applies to --hardware local")
             spinner.update(f"building {args.model}")
             loaded = load(args.model, args)
