@@ -1,7 +1,7 @@
 """opcount: what a PyTorch model costs, operator by operator and module by module."""
 
 from .analysis import ActivationCountAnalysis, FlopCountAnalysis, JitModelAnalysis
-from .errors import HandleError, OpcountError, TraceError
+from .errors import HandleError, OpcountError, TorchInternalsError, TraceError
 from .handles import Handle, spec_handle
 from .hardware import Hardware, UnknownHardwareError, hardware
 from .ir import Const, ListSpec, OpCall, TensorSpec
@@ -26,6 +26,7 @@ __all__ = [
     "OpcountError",
     "TensorShape",
     "TensorSpec",
+    "TorchInternalsError",
     "TraceError",
     "spec_handle",
     # reports (fvcore-compatible printers; opcount.report has the rest)
