@@ -8,6 +8,7 @@ models' forwards (the waits' timeouts only turn a hang into a failure). Numbers 
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -125,6 +126,7 @@ def test_overlapping_analyses_give_the_sequential_numbers(
     # order in which an unguarded patch of B's outlives A's restore).
     b_arrived, a_between, a_done = threading.Event(), threading.Event(), threading.Event()
     monkeypatch.setattr(patching, "_LOCK", _SpyLock(patching._LOCK, b_arrived))
+    filters = list(warnings.filters)  # each analysis filters the tracer's warnings for its trace
 
     def a_meets() -> None:
         a_between.set()
@@ -148,6 +150,7 @@ def test_overlapping_analyses_give_the_sequential_numbers(
     assert worker.value() == EXPECTED
     assert numbers_b == EXPECTED
     assert (nn.Module.__dict__["__call__"], Function.__dict__["apply"]) == originals
+    assert warnings.filters == filters
     # a later torch.jit.trace of the same model still records its module scopes
     model_b.between = lambda: None
     assert _scope_names(model_b) == {"__module.pre", "__module.post"}

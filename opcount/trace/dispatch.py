@@ -149,7 +149,8 @@ def _trace(
     train: bool,
     loss_fn: Callable[[Any], torch.Tensor] | None,
 ) -> Trace:
-    with gc_paused(), _training_flags(tree, model, train), _preserved(tree), _warnings(warn_mode):
+    # under the patch lock throughout: the warning filters, the collector, the flags and buffers are process state too
+    with exclusive(), gc_paused(), _training_flags(tree, model, train), _preserved(tree), _warnings(warn_mode):
         args, kw = tensors.inputs((args, kw))
         state = tensors.state(inner, named)
         step = _Step(inner, state, args, kw, loss_fn, train)

@@ -236,7 +236,8 @@ def trace_jit(
     flat = _flat(inner, call, marks)
     named = tree.state(tree.name_of(inner), persistent_only=True)  # what torch.jit.trace takes as inputs
     state, names = [t for _, t in named], [n for n, _ in named]
-    with gc_paused(), _preserved(tree), _warnings(warn_mode), marks.installed():
+    # under the patch lock throughout: the warning filters, the collector and the buffers are process state too
+    with exclusive(), gc_paused(), _preserved(tree), _warnings(warn_mode), marks.installed():
         try:
             # What torch.jit._get_trace_graph does, less its two costs nobody here needs:
             # naming each value after the Python variable that held it, and a state_dict().

@@ -1,8 +1,9 @@
 """Process-wide patches for a trace (``nn.Module.__call__``, ``Function.apply``), made safe to
 share a process with other threads and other analyses.
 
-A class attribute replaced for a trace is seen by every thread. So each patched window runs
-under one process-wide lock (re-entrant: an analysis started inside another's forward, in the
+A class attribute replaced for a trace is seen by every thread, as is the other process state a
+trace changes for its duration (warning filters, the garbage collector). So each trace, and
+each patched window in it, runs under one process-wide lock (re-entrant: an analysis started inside another's forward, in the
 same thread, nests), and a replaced attribute is put back only if it is still the one this
 window set: a replacement made meanwhile by the user's code is kept, never clobbered. The
 replacements themselves pass calls from other threads straight to the original after one
