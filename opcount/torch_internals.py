@@ -8,10 +8,11 @@ lacks one fails there with :class:`~opcount.errors.TorchInternalsError`, which n
 trace. An internal missing at import is bound to a stand-in that raises the same error when
 used, so ``import opcount`` works on any torch and only the analyses that need it fail.
 
-The tracers bind what they call per operator to locals once per trace; nothing here adds a
-Python call per operator. nn.Module's container dicts (``_parameters``, ``_buffers``,
-``_modules``) are read directly where modules are walked: they are checked here with the hook
-dicts, on a fresh module.
+The tracers bind what they call per operator to module globals or locals; nothing here adds a
+Python call per operator. nn.Module's own protocol is used directly on the modules, where a
+call per module would cost a frame: its container dicts (``_parameters``, ``_buffers``,
+``_modules``, read where modules are walked) and its ``_call_impl`` and ``_slow_forward``
+(called per module call); :func:`require` checks them too.
 """
 
 from __future__ import annotations
