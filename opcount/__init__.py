@@ -1,7 +1,7 @@
 """opcount: what a PyTorch model costs, operator by operator and module by module."""
 
 from .analysis import ActivationCountAnalysis, FlopCountAnalysis, JitModelAnalysis
-from .errors import HandleError, OpcountError, TraceError
+from .errors import HandleError, OpcountError, TorchInternalsError, TraceError
 from .functions import activation_count, flop_count
 from .handles import Handle, spec_handle
 from .hardware import Hardware, UnknownHardwareError, hardware
@@ -27,6 +27,7 @@ __all__ = [
     "OpcountError",
     "TensorShape",
     "TensorSpec",
+    "TorchInternalsError",
     "TraceError",
     "spec_handle",
     # fvcore's one-call functions

@@ -58,6 +58,8 @@ from .handles import FLOPS
 from .hardware import Hardware
 from .report import COMPACT, format_number
 from .scopes import ModuleTree
+from .torch_internals import OpOverload, custom_op_definitions, op_qualified_name, pytree
+from .trace.patching import replaced
 from .trace.structure import normalize_inputs
 
 if TYPE_CHECKING:
@@ -458,7 +460,7 @@ def profile(
 def _device(model: nn.Module, inputs: Any, device: str | None) -> torch.device:
     found = next((p.device for p in model.parameters()), None)
     if found is None:
-        leaves = torch.utils._pytree.tree_leaves(inputs)
+        leaves = pytree.tree_leaves(inputs)
         found = next((t.device for t in leaves if isinstance(t, torch.Tensor)), torch.device("cpu"))
     if device is None:
         device = found.type
@@ -607,26 +609,27 @@ def _module_ranges(tree: ModuleTree) -> Iterator[None]:
 @contextlib.contextmanager
 def _custom_ops_recorded() -> Iterator[None]:
     """Give ``torch.library.custom_op`` operators a profiler event when called through their
-    ``OpOverload`` (the dispatcher records them only through ``torch.ops.ns.op(...)``)."""
-    try:
-        from torch._library.custom_ops import OPDEFS
-        from torch._ops import OpOverload
-    except ImportError:  # pragma: no cover - private API moved: custom ops stay unnamed
+    ``OpOverload`` (the dispatcher records them only through ``torch.ops.ns.op(...)``).
+    ``OpOverload.__call__`` is replaced under :mod:`.trace.patching`'s lock and put back if it
+    is still ours."""
+    defined = custom_op_definitions()
+    if not defined:  # none defined, or the internal moved: custom ops stay unnamed
         yield
         return
-    original = OpOverload.__call__
+    name_of = op_qualified_name
 
-    def call(self: Any, /, *args: Any, **kwargs: Any) -> Any:
-        if self._name in OPDEFS:
-            with record_function(self._name):
-                return original(self, *args, **kwargs)
-        return original(self, *args, **kwargs)
+    def recorded(original: Any) -> Any:
+        def call(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+            name = name_of(self)
+            if name in defined:
+                with record_function(name):
+                    return original(self, *args, **kwargs)
+            return original(self, *args, **kwargs)
 
-    OpOverload.__call__ = call  # type: ignore[method-assign]
-    try:
+        return call
+
+    with replaced(OpOverload, "__call__", recorded):
         yield
-    finally:
-        OpOverload.__call__ = original  # type: ignore[method-assign]
 
 
 # ================================================================================================
@@ -648,11 +651,7 @@ def _function_names() -> frozenset[str]:
 
 
 def _python_defined(name: str) -> bool:
-    try:
-        from torch._library.custom_ops import OPDEFS
-    except ImportError:  # pragma: no cover
-        return False
-    return name in OPDEFS
+    return name in custom_op_definitions()
 
 
 class _Walker:
