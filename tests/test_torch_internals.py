@@ -41,7 +41,8 @@ def _private_torch_uses(tree: ast.AST) -> list[str]:
             while isinstance(value, ast.Attribute):
                 chain.append(value.attr)
                 value = value.value
-            if isinstance(value, ast.Name) and value.id == "torch" and any(p.startswith("_") for p in chain):
+            private = any(p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in chain)
+            if isinstance(value, ast.Name) and value.id == "torch" and private:  # torch.__version__ is public
                 found.append(".".join(["torch", *reversed(chain)]))
             elif node.attr in _GUARDED_ATTRIBUTES:
                 found.append(f"...{node.attr}")
