@@ -2,6 +2,7 @@
 
 from .analysis import ActivationCountAnalysis, FlopCountAnalysis, JitModelAnalysis
 from .errors import HandleError, OpcountError, TraceError
+from .functions import activation_count, flop_count
 from .handles import Handle, spec_handle
 from .hardware import Hardware, UnknownHardwareError, hardware
 from .ir import Const, ListSpec, OpCall, TensorSpec
@@ -28,6 +29,9 @@ __all__ = [
     "TensorSpec",
     "TraceError",
     "spec_handle",
+    # fvcore's one-call functions
+    "activation_count",
+    "flop_count",
     # reports (fvcore-compatible printers; opcount.report has the rest)
     "flop_count_str",
     "flop_count_table",

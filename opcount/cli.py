@@ -172,7 +172,11 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
         type=_hardware_arg,
         metavar="NAME_OR_FILE",
         help="speed-of-light time per module on a preset (h100-sxm, a100-sxm, l4, t4, rtx-4090, "
-        "xeon-8480-2s, m2-max, nvdla-full, ...) or a .toml/.json hardware file; adds columns time, bound",
+        "h200, b200, mi300x, a10g, l40s, xeon-8480-2s, ...), 'local' (this machine, measured once and cached) "
+        "or a .toml/.json hardware file; adds columns time, bound",
+    )
+    g.add_argument(
+        "--recalibrate", action="store_true", help="--hardware local: measure this machine again, not from the cache"
     )
     g.add_argument(
         "--roofline-dtype",
@@ -281,8 +285,11 @@ def _natural_int(text: str) -> int:
 
 
 def _hardware_arg(text: str) -> Any:
-    from .hardware import hardware
+    from .hardware import LOCAL, hardware
 
+    key = text.strip().lower()
+    if key == LOCAL or key.startswith(LOCAL + ":"):
+        return key  # measured in run(), once --recalibrate and --profile are known
     try:
         return hardware(text)
     except (LookupError, OSError, ValueError) as e:
@@ -832,11 +839,25 @@ def _profiled(loaded: Loaded, analyses: dict[str, Any], args: argparse.Namespace
     return "\n\n".join([text, measured.summary(), measured.table(max_depth=depth), measured.table(by="operator")])
 
 
+def _local_hardware(args: argparse.Namespace, spinner: _Spinner) -> Any:
+    """--hardware local: this machine's device; with --profile, the one the profile runs on (the CPU:
+    the command builds models there), so that % of speed of light is against it."""
+    from .hardware import hardware
+
+    name = args.hardware if ":" in args.hardware or not getattr(args, "profile", False) else "local:cpu"
+    spinner.update(f"measuring this machine ({name})")
+    return hardware(name, recalibrate=getattr(args, "recalibrate", False))
+
+
 def run(args: argparse.Namespace, stderr: TextIO) -> str:
     torch.manual_seed(0)  # random inputs and weights: data-dependent models give the same counts
     spinner = _Spinner(stderr)
     with _captured_warnings(args.debug) as caught:
         try:
+            if isinstance(args.hardware, str):
+                args.hardware = _local_hardware(args, spinner)
+            elif getattr(args, "recalibrate", False):
+                raise UsageError("--recalibrate applies to --hardware local")
             spinner.update(f"building {args.model}")
             loaded = load(args.model, args)
             with torch.no_grad():

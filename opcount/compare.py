@@ -51,6 +51,10 @@ def compare(args: argparse.Namespace, stderr: TextIO) -> str:
     notes: list[str] = []
     with cli._captured_warnings(args.debug) as caught:
         try:
+            if isinstance(args.hardware, str):  # --hardware local, measured once for every model
+                args.hardware = cli._local_hardware(args, spinner)
+            elif getattr(args, "recalibrate", False):
+                raise cli.UsageError("--recalibrate applies to --hardware local")
             for spec in args.models:
                 start = len(caught.messages)
                 measured.append(_measure(spec, args, spinner))

@@ -199,6 +199,8 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
         traffic: list[Traffic | None] = []
         for call in calls:
             handle = self._handles.get(call.kind)
+            if handle is None and not self._is_ignored(call.kind):
+                handle = self._family_handle(call.kind)
             if handle is None:
                 keys.append(op_key(call.kind))
                 if not self._is_ignored(call.kind):

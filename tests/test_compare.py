@@ -112,6 +112,7 @@ def test_warnings_name_their_model(capsys: pytest.CaptureFixture[str]) -> None:
         ([TINY, NESTED, "--depth", "1"], "--depth apply to one model's report"),
         ([TINY, NESTED, "--format", "csv", "--units", "K"], "json and csv are exact"),
         ([TINY, NESTED, "--columns", "time"], "need --hardware"),
+        ([TINY, NESTED, "--recalibrate"], "--recalibrate applies to --hardware local"),
         ([TINY, NESTED, "--by-operator", "--columns", "params"], "no per-operator breakdown"),
         (
             [NESTED, "tests.report_fixtures:tiny_model", "--input", "4,10"],
