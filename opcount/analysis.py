@@ -151,6 +151,31 @@ class JitModelAnalysis:
         """The model's module tree: canonical names, owners and aliases."""
         return self._tree
 
+    @property
+    def inputs(self) -> Any:
+        """The positional inputs the model is traced on, as given."""
+        return self._inputs
+
+    @property
+    def kwargs(self) -> dict[str, Any] | None:
+        """The keyword arguments the model is traced with, as given."""
+        return self._kwargs
+
+    @property
+    def tracer(self) -> str:
+        """``"jit"`` or ``"dispatch"``."""
+        return self._tracer
+
+    @property
+    def mode(self) -> str:
+        """``"eval"`` (the forward pass) or ``"train"`` (forward and backward)."""
+        return self._mode
+
+    @property
+    def device(self) -> torch.device | str | None:
+        """The dispatch tracer's device (``"meta"``: no weights touched), or None."""
+        return self._device
+
     # ----- queries -------------------------------------------------------------------------
     def total(self, module_name: str = "") -> int:
         """The statistic summed over all operators of ``module_name`` (default: the model)."""
@@ -489,6 +514,11 @@ class FlopCountAnalysis(JitModelAnalysis):
     @property
     def flops_per_mac(self) -> int:
         return self._flops_per_mac
+
+    @property
+    def preset(self) -> str:
+        """The flop formulas: ``"default"``, ``"fvcore"`` or ``"macs"``."""
+        return self._preset
 
 
 SDPA = "aten::scaled_dot_product_attention"

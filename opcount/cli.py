@@ -34,8 +34,9 @@ from . import __version__, report
 from .analysis import ActivationCountAnalysis, FlopCountAnalysis
 from .errors import OpcountError
 from .presets import PRESETS
+from .provenance import export_meta
 
-FORMATS = ("table", "tree", "json", "csv", "md")
+FORMATS = ("table", "tree", "json", "csv", "md", "repr")
 COLUMN_ALIASES = {
     "acts": "activations",
     "read": "bytes_read",
@@ -85,19 +86,25 @@ class Loaded:
 # ================================================================================================
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
-        raise UsageError(f"{message} (see opcount --help)")
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(compare: bool = False) -> argparse.ArgumentParser:
+    """The command's arguments; ``compare``: those of ``opcount compare MODEL [MODEL ...]``."""
     p = _Parser(
-        prog="opcount",
-        description="What a PyTorch model costs, module by module and operator by operator.",
+        prog="opcount compare" if compare else "opcount",
+        description="What a PyTorch model costs, module by module and operator by operator."
+        if not compare
+        else "Several models side by side: one row per model, or per operator with --by-operator.",
         epilog="Models run in eval mode on random inputs (seed 0). Examples: opcount resnet50; "
         "opcount resnet50 --format tree --depth 2; opcount hf:GPT2Config --seq-len 128 --format json; "
-        "opcount mypkg.models:build --input 1,3,64,64 --columns params,flops,percent",
+        "opcount mypkg.models:build --input 1,3,64,64 --columns params,flops,percent; "
+        "opcount compare resnet50 vit_b_16 --hardware h100-sxm",
     )
     p.add_argument(
-        "model",
+        "models" if compare else "model",
+        nargs="+" if compare else None,
+        metavar="MODEL",
         help="a torchvision model name (resnet50), module.path:factory or file.py:factory "
         "(returning a model, (model, inputs) or (model, inputs, kwargs)), or hf:ConfigOrModelClass",
     )
@@ -208,7 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="--profile: profiled forward passes after 2 warm-up passes (default 10)",
     )
     g = p.add_argument_group("output")
-    g.add_argument("--format", default="table", choices=FORMATS, help="default: table (fvcore's layout)")
+    g.add_argument(
+        "--format",
+        default="table",
+        choices=FORMATS,
+        help="default: table (fvcore's layout); repr: the model as print(model) shows it, the columns inline",
+    )
     g.add_argument(
         "--columns",
         type=_column_list,
@@ -738,6 +750,8 @@ def render(analyses: dict[str, Any], args: argparse.Namespace) -> str:
         common["extra"] = {"roofline": rl} if sp is None else {"roofline": rl, "sparsity": sp}
         if args.columns is None:
             args.columns = ["params", "flops", "time", "time_share", "bound"]
+            if args.format == "repr":  # the model string gives every additive column its share
+                args.columns.remove("time_share")
             if sp is not None:
                 args.columns = ["params", "flops", "sparse_flops", "time", "sparse_time", "speedup", "sparsity"]
     text = _render(flops, common, args)
@@ -753,13 +767,14 @@ def _render(flops: Any, common: dict[str, Any], args: argparse.Namespace) -> str
     if fmt in ("json", "csv"):
         if args.units or args.decimals is not None or args.sig_figs is not None:
             raise UsageError("--units, --decimals and --sig-figs apply to text formats; json and csv are exact")
-        kw = {"columns": args.columns, "max_depth": args.depth, **common}
+        meta = export_meta(flops, model=args.model, roofline=(common.get("extra") or {}).get("roofline"))
+        kw = {"columns": args.columns, "max_depth": args.depth, "meta": meta, **common}
         if fmt == "json":
             return report.to_json(flops, **kw)
         return report.to_csv(flops, level="operators" if args.by_operator else "modules", **kw).rstrip("\n")
     columns = args.columns or ["params", "flops"]
     depth = 3 if args.depth is None else args.depth
-    number_format = _number_format(args, significant=fmt in ("tree", "md"))
+    number_format = _number_format(args, significant=fmt in ("tree", "md", "repr"))
     if fmt == "md":
         return report.to_markdown(
             flops,
@@ -769,6 +784,10 @@ def _render(flops: Any, common: dict[str, Any], args: argparse.Namespace) -> str
             number_format=number_format,
             **common,
         )
+    if fmt == "repr":
+        if args.by_operator or args.depth is not None:
+            raise UsageError("--by-operator and --depth do not apply to --format repr: it prints the whole model")
+        return report.flop_count_str(flops, columns=columns, number_format=number_format, **common)
     if fmt == "tree":
         if args.by_operator:
             raise UsageError("--by-operator applies to table, csv and md")
@@ -861,10 +880,17 @@ def run(args: argparse.Namespace, stderr: TextIO) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``opcount`` command; returns the exit status."""
     stderr = sys.stderr
-    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
     try:
-        args = build_parser().parse_args(argv)
-        text = run(args, stderr)
+        if argv[:1] == ["compare"]:  # a first word, not a subparser: `opcount resnet50` stays as it is
+            from .compare import compare
+
+            args = build_parser(compare=True).parse_args(argv[1:])
+            text = compare(args, stderr)
+        else:
+            args = build_parser().parse_args(argv)
+            text = run(args, stderr)
         if args.output:
             Path(args.output).write_text(text + "\n", encoding="utf-8")
         else:
