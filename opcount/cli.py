@@ -4,8 +4,9 @@
     opcount mypkg.models:build --input 1,3,64,64
     opcount hf:GPT2Config --seq-len 128       a transformers model from its config class
 
-Mistakes (an unknown model, a malformed shape, a model that fails on the input) print one
-line naming the problem and exit with status 2; ``--debug`` shows the traceback instead.
+Mistakes (an unknown model, a malformed shape, contradictory flags, a model that fails on the
+input) print one line naming the problem and exit with status 2; ``--debug`` shows the traceback
+instead. Flags are checked before any model is built (:mod:`opcount.cli_args`).
 """
 
 from __future__ import annotations
