@@ -24,7 +24,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -481,7 +481,7 @@ def _huggingface(name: str, args: argparse.Namespace) -> Loaded:
         close = difflib.get_close_matches(name, names, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise UsageError(f"unknown transformers class {name!r}: expected a config or model class name{hint}")
-    label = f"hf:{name}"
+    where = f"hf:{name}"
     overrides = {"return_dict": False, "use_cache": False, **hf_overrides(config_class, args.hf_config)}
     try:
         config = config_class(**overrides)
@@ -490,24 +490,33 @@ def _huggingface(name: str, args: argparse.Namespace) -> Loaded:
             with torch.device("meta"):  # no storage: counting the weights is free
                 model = build(config)
             if not args.meta:
-                check_real_weights(label, model, "--hf-config num_hidden_layers=2")
+                check_real_weights(where, model, "--hf-config num_hidden_layers=2")
                 model = build(config)
     except (ValueError, TypeError, AssertionError) as e:  # what config validation raises
-        raise UsageError(f"{label}: invalid config: {_one_line(e)}") from e
+        raise UsageError(f"{where}: invalid config: {_one_line(e)}") from e
+    except ImportError as e:  # a model needing an optional package (DETR: timm)
+        raise UsageError(f"{where}: {_one_line(e)}") from e
     model = _prepare(model, args)
     given = _given_inputs(args)
     if given is not None:
         return Loaded(model, _as_inputs(given), None, f"{type(model).__name__} on {_shape_text(given)}")
-    kwargs = _hf_inputs(model, config, args.seq_len)
+    with _made_on(args):
+        kwargs = _hf_inputs(model, config, args.seq_len)
     label = f"{type(model).__name__} on {', '.join(f'{k} {_shape_text([v])}' for k, v in kwargs.items())}"
     alternatives: list[tuple[Any, dict[str, Any] | None]] = []
     if _is_causal_lm(transformers, config) and "input_ids" in kwargs:
         # transformers builds its causal mask with torch.vmap, which torch.jit.trace cannot
         # record; a ready 4-D additive mask (as the model would build) skips that step.
         n = kwargs["input_ids"].shape[-1]
-        mask = torch.full((n, n), torch.finfo(torch.float32).min).triu(1)[None, None]
+        with _made_on(args):
+            mask = torch.full((n, n), torch.finfo(torch.float32).min).triu(1)[None, None]
         alternatives.append(((), {**kwargs, "attention_mask": mask.to(_float_dtype(args))}))
     return Loaded(model, (), kwargs, label, alternatives)
+
+
+def _made_on(args: argparse.Namespace) -> Any:
+    """--meta: tensors made on the meta device, so that a long --seq-len costs no memory."""
+    return torch.device("meta") if getattr(args, "meta", False) else nullcontext()
 
 
 def _float_dtype(args: argparse.Namespace) -> torch.dtype:

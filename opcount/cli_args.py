@@ -38,7 +38,10 @@ def check_arguments(args: argparse.Namespace, dtype: torch.dtype) -> None:
     """Refuse contradictory flags and impossible ``--input`` shapes; resolve ``--tracer``."""
     _check_tracer(args)
     _check_roofline_flags(args)
-    _check_input_shapes(args.input or [], dtype, meta=args.meta)
+    shapes = [(f"--input {','.join(map(str, s))}", s, dtype) for s in args.input or []]
+    if args.seq_len and args.model.startswith("hf:"):  # token ids (int64) or audio samples, 1 x N
+        shapes.append((f"--seq-len {args.seq_len}", (args.seq_len,), torch.int64))
+    _check_input_shapes(shapes, meta=args.meta)
 
 
 def _check_tracer(args: argparse.Namespace) -> None:
@@ -67,19 +70,19 @@ def _check_roofline_flags(args: argparse.Namespace) -> None:
         raise UsageError(f"{given[0]} applies to the roofline: add --hardware NAME (e.g. --hardware h100-sxm)")
 
 
-def _check_input_shapes(shapes: Sequence[tuple[int, ...]], dtype: torch.dtype, meta: bool) -> None:
+def _check_input_shapes(shapes: Sequence[tuple[str, tuple[int, ...], torch.dtype]], meta: bool) -> None:
+    """``shapes``: (the flag as typed, the shape, the dtype) of each input to be made."""
     total = 0
-    for shape in shapes:
-        text = ",".join(map(str, shape))
+    for flag, shape, dtype in shapes:
         if any(d == 0 for d in shape):
-            raise UsageError(f"--input {text}: sizes must be positive")
+            raise UsageError(f"{flag}: sizes must be positive")
         elements = math.prod(shape)
         if elements > MAX_ELEMENTS:
-            raise UsageError(f"--input {text}: {elements:.3g} elements, more than torch can index (2**63 - 1)")
+            raise UsageError(f"{flag}: {elements:.3g} elements, more than torch can index (2**63 - 1)")
         total += elements * dtype.itemsize
         if not meta and total > REAL_BYTES:
             raise UsageError(
-                f"--input {text}: {elements:,} elements ({_bytes(elements * dtype.itemsize)} as {_name(dtype)}), "
+                f"{flag}: {elements:,} elements ({_bytes(elements * dtype.itemsize)} as {_name(dtype)}), "
                 f"over the {_bytes(REAL_BYTES)} budget for real inputs; {META_HINT}"
             )
 

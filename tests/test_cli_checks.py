@@ -124,6 +124,7 @@ def nothing_built(monkeypatch: pytest.MonkeyPatch) -> None:
         ([TINY, "--roofline-dtype", "float16"], "--roofline-dtype applies to the roofline: add --hardware"),
         ([TINY, "--fuse"], "--fuse applies to the roofline"),
         ([TINY, "--input", "0,3,8,8"], "--input 0,3,8,8: sizes must be positive"),
+        (["hf:GPT2Config", "--seq-len", str(2 * 10**9)], f"--seq-len {2 * 10**9}: {2 * 10**9:,} elements"),
         ([TINY, "--columns", "flops,time"], "need --hardware"),
     ],
 )
@@ -160,8 +161,10 @@ def test_a_config_without_a_model_is_told_apart_from_an_invalid_one(capsys: pyte
 
 def test_meta_implies_the_dispatch_tracer_and_builds_on_meta(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("transformers")
+    # A 10**9-token vocabulary (3 TB of weights) is refused for real: this runs on meta only.
+    small = [kv if not kv.startswith("vocab_size") else "vocab_size=1000000000" for kv in SMALL_GPT2]
     argv = ["hf:GPT2Config", "--seq-len", "16", "--format", "json", "-q", "--meta"]
-    assert cli.main(argv + [a for kv in SMALL_GPT2 for a in ("--hf-config", kv)]) == 0
+    assert cli.main(argv + [a for kv in small for a in ("--hf-config", kv)]) == 0
     data = json.loads(capsys.readouterr().out)
     # the attention and MLP projections, as in test_cli: 16 tokens, width 32, MLP width 128
     linear = sum(r["flops"] for r in data["operators"] if r["module"] == "" and r["operator"] == "addmm")
