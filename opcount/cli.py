@@ -492,10 +492,12 @@ def _huggingface(name: str, args: argparse.Namespace) -> Loaded:
             if not args.meta:
                 check_real_weights(where, model, "--hf-config num_hidden_layers=2")
                 model = build(config)
-    except (ValueError, TypeError, AssertionError) as e:  # what config validation raises
-        raise UsageError(f"{where}: invalid config: {_one_line(e)}") from e
+    except UsageError:
+        raise
     except ImportError as e:  # a model needing an optional package (DETR: timm)
         raise UsageError(f"{where}: {_one_line(e)}") from e
+    except Exception as e:  # raised by the constructors on the config's values, whatever its type
+        raise UsageError(f"{where}: invalid config: {_one_line(e)}") from e
     model = _prepare(model, args)
     given = _given_inputs(args)
     if given is not None:

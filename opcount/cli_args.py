@@ -18,6 +18,7 @@ import difflib
 import inspect
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,6 +39,7 @@ def check_arguments(args: argparse.Namespace, dtype: torch.dtype) -> None:
     """Refuse contradictory flags and impossible ``--input`` shapes; resolve ``--tracer``."""
     _check_tracer(args)
     _check_roofline_flags(args)
+    _check_output_paths(args)
     shapes = [(f"--input {','.join(map(str, s))}", s, dtype) for s in args.input or []]
     if args.seq_len and args.model.startswith("hf:"):  # token ids (int64) or audio samples, 1 x N
         shapes.append((f"--seq-len {args.seq_len}", (args.seq_len,), torch.int64))
@@ -68,6 +70,22 @@ def _check_roofline_flags(args: argparse.Namespace) -> None:
     ]
     if given:
         raise UsageError(f"{given[0]} applies to the roofline: add --hardware NAME (e.g. --hardware h100-sxm)")
+
+
+def _check_output_paths(args: argparse.Namespace) -> None:
+    """``-o`` and ``--plot`` are written after the analysis: a wrong folder or format should not
+    cost one."""
+    for flag, value in (("-o", args.output), ("--plot", args.plot)):
+        if value and not Path(value).resolve().parent.is_dir():
+            raise UsageError(f"{flag} {value}: no folder {str(Path(value).parent)!r} to write it in")
+    if args.plot:
+        try:  # only when a chart is asked for
+            from matplotlib.backend_bases import FigureCanvasBase
+        except ImportError:
+            raise UsageError("--plot needs matplotlib: pip install 'opcount[plot]'") from None
+        kinds = sorted(FigureCanvasBase.get_supported_filetypes())
+        if Path(args.plot).suffix.lstrip(".").lower() not in kinds:
+            raise UsageError(f"--plot {args.plot}: name a chart file ending in .png or .svg (or {', '.join(kinds)})")
 
 
 def _check_input_shapes(shapes: Sequence[tuple[str, tuple[int, ...], torch.dtype]], meta: bool) -> None:

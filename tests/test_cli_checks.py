@@ -126,6 +126,8 @@ def nothing_built(monkeypatch: pytest.MonkeyPatch) -> None:
         ([TINY, "--input", "0,3,8,8"], "--input 0,3,8,8: sizes must be positive"),
         (["hf:GPT2Config", "--seq-len", str(2 * 10**9)], f"--seq-len {2 * 10**9}: {2 * 10**9:,} elements"),
         ([TINY, "--columns", "flops,time"], "need --hardware"),
+        ([TINY, "-o", "/no-such-folder/x.txt"], "-o /no-such-folder/x.txt: no folder '/no-such-folder'"),
+        ([TINY, "--hardware", "t4", "--plot", "chart.xyz"], "--plot chart.xyz: name a chart file ending in .png"),
     ],
 )
 def test_flag_mistakes_are_refused_before_building(
@@ -144,6 +146,11 @@ def test_flag_mistakes_are_refused_before_building(
         ("resid_pdrop=high", "GPT2Config.resid_pdrop takes a number"),
         ("n_layers=2", "GPT2Config has no field 'n_layers'; did you mean n_layer?"),
         ("n_embd=30", "hf:GPT2Config: invalid config: ValueError: `embed_dim` must be divisible by num_heads"),
+        ("n_head=0", "hf:GPT2Config: invalid config: ZeroDivisionError"),
+        (
+            "vocab_size=-5",
+            "hf:GPT2Config: invalid config: RuntimeError: Trying to create tensor with negative dimension",
+        ),
     ],
 )
 def test_hf_config_mistakes(capsys: pytest.CaptureFixture[str], override: str, message: str) -> None:
