@@ -3,8 +3,9 @@ flags' own words, in one line, before it spends seconds (or all the memory) buil
 
 - flag combinations: ``--meta`` implies ``--tracer dispatch`` (``--tracer jit`` with it is
   refused), ``--mode train`` needs the dispatch tracer, the roofline flags need ``--hardware``;
-- ``--input`` shapes: positive sizes whose element count torch can index, and real tensors
-  within :data:`REAL_BYTES` (on meta tensors any size goes);
+- ``--input`` shapes and an ``hf:`` model's ``--seq-len``: positive sizes whose element count
+  torch can index, and real tensors within :data:`REAL_BYTES` (on meta tensors any size goes);
+- ``-o`` and ``--plot``: an existing folder, and a chart type matplotlib writes;
 - ``--hf-config`` values: parsed with the type of the config field they override;
 - transformers weights: a config is built on the meta device first and its parameters counted,
   so a model over :data:`REAL_BYTES` is refused before it is allocated.
@@ -36,7 +37,8 @@ class UsageError(Exception):
 
 
 def check_arguments(args: argparse.Namespace, dtype: torch.dtype) -> None:
-    """Refuse contradictory flags and impossible ``--input`` shapes; resolve ``--tracer``."""
+    """Refuse contradictory flags, unwritable outputs and impossible or oversized inputs;
+    resolve ``--tracer`` (``--meta`` implies ``dispatch``). ``dtype``: the ``--dtype`` of inputs."""
     _check_tracer(args)
     _check_roofline_flags(args)
     _check_output_paths(args)
