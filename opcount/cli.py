@@ -4,14 +4,16 @@
     opcount mypkg.models:build --input 1,3,64,64
     opcount hf:GPT2Config --seq-len 128       a transformers model from its config class
 
-Mistakes (an unknown model, a malformed shape, a model that fails on the input) print one
-line naming the problem and exit with status 2; ``--debug`` shows the traceback instead.
+Mistakes (an unknown model, a malformed shape, contradictory flags, a model that fails on the
+input) print one line naming the problem and exit with status 2; ``--debug`` shows the traceback
+instead. Flags are checked before any model is built (:mod:`opcount.cli_args`).
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import hashlib
 import importlib
 import importlib.util
 import logging
@@ -22,7 +24,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -32,9 +34,13 @@ from torch import nn
 
 from . import __version__, report
 from .analysis import ActivationCountAnalysis, FlopCountAnalysis
+from .cli_args import UsageError, check_arguments, check_real_weights, hf_overrides
+from .cli_warnings import unsupported_warnings
 from .errors import OpcountError
+from .ir import DTYPE_BYTES
 from .presets import PRESETS
 from .provenance import export_meta
+from .trace.meta import TensorShape
 
 FORMATS = ("table", "tree", "json", "csv", "md", "repr")
 COLUMN_ALIASES = {
@@ -63,10 +69,6 @@ DTYPES = {
 MEMORY_COLUMNS = {"bytes_read", "bytes_written", "bytes", "intensity"}
 ROOFLINE_COLUMNS = {"time", "time_share", "bound", "unit"}
 SPARSITY_COLUMNS = {"sparse_flops", "sparse_time", "speedup", "sparsity"}
-
-
-class UsageError(Exception):
-    """A mistake in what the user asked for: printed as one line, exit status 2."""
 
 
 @dataclass
@@ -151,9 +153,8 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--tracer",
-        default="jit",
         choices=("jit", "dispatch"),
-        help="jit tracing (default) or the dispatch tracer (docs/dispatch.md)",
+        help="jit tracing (default; --meta implies dispatch) or the dispatch tracer (docs/dispatch.md)",
     )
     g.add_argument(
         "--mode",
@@ -164,7 +165,7 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     g.add_argument(
         "--meta",
         action="store_true",
-        help="dispatch tracer: analyze on meta tensors, without the weights or arithmetic",
+        help="analyze on meta tensors, without the weights or arithmetic (implies --tracer dispatch)",
     )
     g = p.add_argument_group("roofline")
     g.add_argument(
@@ -181,6 +182,7 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     g.add_argument(
         "--roofline-dtype",
         metavar="DTYPE",
+        choices=sorted(DTYPE_BYTES),
         help="dtype the roofline assumes (bytes scaled, peaks chosen); default: the model's dtype",
     )
     g.add_argument("--fuse", action="store_true", help="roofline: fuse elementwise epilogues into their producers")
@@ -328,9 +330,11 @@ def _random(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(*shape, dtype=dtype)  # ids/indices: 0 is valid for any vocabulary
 
 
-def _given_inputs(args: argparse.Namespace) -> tuple[torch.Tensor, ...] | None:
+def _given_inputs(args: argparse.Namespace) -> tuple[Any, ...] | None:
     if not args.input:
         return None
+    if getattr(args, "meta", False):  # never allocated: the dispatch tracer makes meta tensors of them
+        return tuple(TensorShape(shape, _dtype(args)) for shape in args.input)
     return tuple(_random(shape, _dtype(args)) for shape in args.input)
 
 
@@ -368,7 +372,7 @@ def _torchvision(name: str, args: argparse.Namespace) -> Loaded:
     given = _given_inputs(args)
     if family == "detection":
         images = list(given) if given else [torch.rand(3, 800, 800, dtype=_dtype(args))]
-        bad = [tuple(i.shape) for i in images if i.dim() != 3]
+        bad = [tuple(i.shape) for i in images if len(i.shape) != 3]
         if bad:
             raise UsageError(f"detection models take images of shape C,H,W (one --input per image), got {bad[0]}")
         return Loaded(model, (images,), None, f"{name} ({len(images)} image(s) {_shape_text(images)})")
@@ -412,7 +416,7 @@ def _weights_meta(tvm: Any, name: str) -> tuple[dict[str, Any], Any]:
     return dict(weights.meta), crop
 
 
-def _shape_text(tensors: Sequence[torch.Tensor]) -> str:
+def _shape_text(tensors: Sequence[Any]) -> str:
     return ", ".join("x".join(map(str, t.shape)) for t in tensors)
 
 
@@ -447,9 +451,11 @@ def _import(target: str) -> Any:
         if target.endswith(".py") or os.sep in target:
             if not path.is_file():
                 raise UsageError(f"no such file: {target}")
-            spec = importlib.util.spec_from_file_location(path.stem, path)
+            # A private name: a user's json.py must not replace the json module for everyone.
+            name = f"_opcount_user_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]}"
+            spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-            sys.modules[path.stem] = module
+            sys.modules[name] = module  # dataclasses and pickle look a class's module up by name
             spec.loader.exec_module(module)  # type: ignore[union-attr]
             return module
         if "" not in sys.path and os.getcwd() not in sys.path:
@@ -481,58 +487,62 @@ def _huggingface(name: str, args: argparse.Namespace) -> Loaded:
     except ImportError:
         raise UsageError("hf: models need the transformers package (pip install 'opcount[hf]')") from None
     cls: Any = getattr(transformers, name, None) if name.isidentifier() else None
-    overrides = {"return_dict": False, "use_cache": False, **_config_overrides(args.hf_config)}
+    build: Any = cls
     if isinstance(cls, type) and issubclass(cls, transformers.PretrainedConfig):
-        config = cls(**overrides)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                model = transformers.AutoModel.from_config(config)
-            except ValueError as e:
-                raise UsageError(f"transformers has no model for {name}: {_one_line(e)}") from e
+        if cls not in transformers.MODEL_MAPPING:
+            raise UsageError(f"transformers has no model for {name}: AutoModel knows no model for this config")
+        config_class: Any = cls
+        build = transformers.AutoModel.from_config
     elif isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
-        config_class: Any = cls.config_class
-        config = config_class(**overrides)
-        model = cls(config)
+        config_class = cls.config_class
     else:
         names = [n for n in dir(transformers) if n.endswith(("Config", "Model"))]
         close = difflib.get_close_matches(name, names, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise UsageError(f"unknown transformers class {name!r}: expected a config or model class name{hint}")
+    where = f"hf:{name}"
+    overrides = {"return_dict": False, "use_cache": False, **hf_overrides(config_class, args.hf_config)}
+    try:
+        config = config_class(**overrides)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # construction warns about init defaults
+            with torch.device("meta"):  # no storage: counting the weights is free
+                model = build(config)
+            if not args.meta:
+                check_real_weights(where, model, "--hf-config num_hidden_layers=2")
+                model = build(config)
+    except UsageError:
+        raise
+    except ImportError as e:  # a model needing an optional package (DETR: timm)
+        raise UsageError(f"{where}: {_one_line(e)}") from e
+    except Exception as e:  # raised by the constructors on the config's values, whatever its type
+        raise UsageError(f"{where}: invalid config: {_one_line(e)}") from e
     model = _prepare(model, args)
     given = _given_inputs(args)
     if given is not None:
         return Loaded(model, _as_inputs(given), None, f"{type(model).__name__} on {_shape_text(given)}")
-    kwargs = _hf_inputs(model, config, args.seq_len)
+    with _made_on(args):
+        kwargs = _hf_inputs(model, config, args.seq_len)
     label = f"{type(model).__name__} on {', '.join(f'{k} {_shape_text([v])}' for k, v in kwargs.items())}"
     alternatives: list[tuple[Any, dict[str, Any] | None]] = []
     if _is_causal_lm(transformers, config) and "input_ids" in kwargs:
         # transformers builds its causal mask with torch.vmap, which torch.jit.trace cannot
         # record; a ready 4-D additive mask (as the model would build) skips that step.
         n = kwargs["input_ids"].shape[-1]
-        mask = torch.full((n, n), torch.finfo(torch.float32).min).triu(1)[None, None]
+        with _made_on(args):
+            mask = torch.full((n, n), torch.finfo(torch.float32).min).triu(1)[None, None]
         alternatives.append(((), {**kwargs, "attention_mask": mask.to(_float_dtype(args))}))
     return Loaded(model, (), kwargs, label, alternatives)
+
+
+def _made_on(args: argparse.Namespace) -> Any:
+    """--meta: tensors made on the meta device, so that a long --seq-len costs no memory."""
+    return torch.device("meta") if getattr(args, "meta", False) else nullcontext()
 
 
 def _float_dtype(args: argparse.Namespace) -> torch.dtype:
     dtype = _dtype(args)
     return dtype if dtype.is_floating_point else torch.float32
-
-
-def _config_overrides(items: Sequence[str]) -> dict[str, Any]:
-    import ast
-
-    found: dict[str, Any] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip().isidentifier():
-            raise UsageError(f"malformed --hf-config {item!r}: expected KEY=VALUE")
-        try:
-            found[key.strip()] = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            found[key.strip()] = text  # a plain string such as gelu_new
-    return found
 
 
 def _is_causal_lm(transformers: Any, config: Any) -> bool:
@@ -674,7 +684,7 @@ def _analyses(loaded: Loaded, args: argparse.Namespace, inputs: Any, kwargs: Any
     found: dict[str, Any] = {}
     roles = _needed(args)
     # --tracer/--mode/--meta; mode and device are refused by the jit tracer with a clear error
-    trace: dict[str, Any] = {"tracer": getattr(args, "tracer", "jit")}
+    trace: dict[str, Any] = {"tracer": getattr(args, "tracer", None) or "jit"}
     if getattr(args, "mode", "eval") != "eval":
         trace["mode"] = args.mode
     if getattr(args, "meta", False):
@@ -698,6 +708,8 @@ def _analyses(loaded: Loaded, args: argparse.Namespace, inputs: Any, kwargs: Any
 
         # Traced here like the others; analyze() turns it into the roofline report.
         found["roofline"] = MemoryTrafficAnalysis(loaded.model, inputs, kwargs, fuse=args.fuse, **trace)
+    for analysis in found.values():  # run() warns once per operator, naming the columns it misses
+        analysis.unsupported_ops_warnings(False)
     return found
 
 
@@ -852,6 +864,8 @@ def _local_hardware(args: argparse.Namespace, spinner: _Spinner) -> Any:
 def run(args: argparse.Namespace, stderr: TextIO) -> str:
     torch.manual_seed(0)  # random inputs and weights: data-dependent models give the same counts
     spinner = _Spinner(stderr)
+    check_arguments(args, _dtype(args))
+    _needed(args)  # before building: a typo should not cost a model
     with _captured_warnings(args.debug) as caught:
         try:
             if isinstance(args.hardware, str):
@@ -863,6 +877,7 @@ def run(args: argparse.Namespace, stderr: TextIO) -> str:
             with torch.no_grad():
                 analyses = analyze(loaded, args, spinner)
             text = render(analyses, args)
+            caught.messages += unsupported_warnings(analyses, args.columns or ["params", "flops"])
             if args.profile:
                 text = _profiled(loaded, analyses, args, spinner, text)
             if args.plot:

@@ -52,6 +52,7 @@ from torch import nn
 from torch.autograd import Function
 from torch.autograd.profiler import record_function
 
+from ._runtime import kineto_quiet
 from .analysis import op_key
 from .errors import OpcountError, failure_site, first_line
 from .handles import FLOPS
@@ -529,7 +530,7 @@ class _Runner:
                 stack.enter_context(_custom_ops_recorded())
                 self.forward()  # once more with the ranges: their first use allocates
                 self.sync()
-                with torch_profile(activities=activities) as prof:
+                with kineto_quiet(self.cuda), torch_profile(activities=activities) as prof:
                     for i in range(repeats):
                         with record_function(f"{PASS_RANGE}{i}"):
                             self.forward()
