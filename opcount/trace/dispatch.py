@@ -55,10 +55,11 @@ from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
 from ..scopes import ROOT, ModuleTree, inner_scope
 from .aten import Record, backward_records, bind, forward_records, jit_constant, outputs_of, schema
 from .hooks import compiled, global_hooks, has_hooks, hook_epoch, hooked_since
-from .jit import WRAPPERS, Trace, _preserved, _warnings
+from .jit import WRAPPERS, Trace, _warnings
 from .meta import CPU, META, FakeTensorMode, TensorShape, fake_state, materialize
 from .replay import CHAIN, LEAF, RUN, Replayer
 from .shapes import Meta, ShapeRunner, ShapeTensor
+from .state import preserved
 from .structure import normalize_inputs, output_tensors
 
 logger = logging.getLogger(__name__)
@@ -133,7 +134,8 @@ def _trace(
     train: bool,
     loss_fn: Callable[[Any], torch.Tensor] | None,
 ) -> Trace:
-    with gc_paused(), _training_flags(tree, model, train), _preserved(tree), _warnings(warn_mode):
+    preserving = preserved(tree, (args, kw), values=not tensors.on_meta)  # stand-ins write nothing back
+    with gc_paused(), _training_flags(tree, model, train), preserving, _warnings(warn_mode):
         args, kw = tensors.inputs((args, kw))
         state = tensors.state(inner, named)
         step = _Step(inner, state, args, kw, loss_fn, train)
