@@ -56,7 +56,7 @@ from .analysis import op_key
 from .errors import OpcountError, failure_site, first_line
 from .handles import FLOPS
 from .hardware import Hardware
-from .report import COMPACT, format_number
+from .report import COMPACT, check_max_depth, format_number
 from .scopes import ModuleTree
 from .trace.structure import normalize_inputs
 
@@ -227,6 +227,8 @@ class ProfileReport:
         modules only); ``"leaf"``: innermost modules, slowest first; ``"operator"``: operators,
         custom operators' breakdown indented below them. ``top`` keeps the first rows."""
         import tabulate
+
+        check_max_depth(max_depth, optional=True)
 
         if by == "module":
             rows = [
