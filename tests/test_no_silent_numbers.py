@@ -13,6 +13,7 @@ from torch import nn
 
 from opcount import FlopCountAnalysis, HandleError, TraceError, flop_count_table, spec_handle
 from opcount import report as reports
+from opcount.memory import MemoryTrafficAnalysis
 from opcount.roofline import roofline
 
 
@@ -175,3 +176,17 @@ def test_depth_zero_and_none_still_report() -> None:
     a = FlopCountAnalysis(Net(), torch.randn(2, 4))
     assert flop_count_table(a, max_depth=0).splitlines()[2].split("|")[1].strip() == "model"
     assert "fc" in reports.operator_table(a, max_depth=None)
+
+
+@pytest.mark.parametrize("pair", [(-1, 5), (3, float("nan")), (float("inf"), 0), (True, 5), (3, "5"), (None, 1)])
+def test_a_memory_handle_pair_that_is_not_bytes_names_the_site(pair: tuple[Any, Any]) -> None:
+    a = MemoryTrafficAnalysis(Net(), torch.randn(2, 4))
+    a.set_op_handle("aten::relu", spec_handle(lambda inputs, outputs: pair))
+    with pytest.raises(HandleError, match=r"aten::relu in module '' on inputs \(\[2, 3\]:float32\)"):
+        a.total()
+
+
+def test_a_memory_handle_pair_of_numpy_and_tensor_counts() -> None:
+    a = MemoryTrafficAnalysis(Net(), torch.randn(2, 4))
+    a.set_op_handle("aten::relu", spec_handle(lambda inputs, outputs: (np.int64(3), torch.tensor(5))))
+    assert a.by_operator()["relu"] == 3 + 5
