@@ -147,3 +147,27 @@ def test_a_model_on_meta_keeps_its_bindings() -> None:
     assert FlopCountAnalysis(model, (x, {"more": [torch.empty(2, 3, device="meta")]}), tracer="dispatch").total() > 0
     assert model._buffers == buffers and all(model._buffers[k] is b for k, b in buffers.items())
     assert model.fc.weight is weight and weight.is_meta and weight.requires_grad and not model.training
+
+
+class Tagged(torch.Tensor):
+    """A tensor subclass, as quantization libraries make weights."""
+
+
+class Exotic(nn.Module):
+    """State the copies leave alone: a subclass parameter and a sparse buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(3, 3).as_subclass(Tagged))
+        self.register_buffer("sparse", torch.eye(3).to_sparse())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x @ self.weight.as_subclass(torch.Tensor)) + self.sparse.to_dense()
+
+
+@pytest.mark.parametrize("options", TRACERS[:2])
+def test_subclass_and_sparse_state_is_left_alone(options: dict) -> None:
+    model = Exotic()
+    state = model.state_dict(keep_vars=True)
+    assert FlopCountAnalysis(model, torch.ones(3, 3), **options).by_operator()["matmul"] == 3 * 3 * 3
+    assert all(getattr(model, k) is v for k, v in state.items())

@@ -38,7 +38,7 @@ class _Values:
         seen: set[int] = set()
         for t in tensors:
             # a meta tensor has no values; a subclass (a fake tensor) may not copy as a tensor does
-            if id(t) not in seen and type(t) in _PLAIN and not t.is_meta:
+            if id(t) not in seen and _plain(t) and not t.is_meta:
                 seen.add(id(t))
                 self._saved.append((t, t.data, t._version, t.detach().clone()))
 
@@ -58,10 +58,17 @@ _PLAIN = (torch.Tensor, nn.Parameter)
 
 def _bound_to(t: torch.Tensor, data: torch.Tensor) -> bool:
     """Whether ``t`` still views the memory that ``data`` (``t.data`` before the pass) views."""
+    if not _plain(data):
+        return True  # a subclass, a sparse or quantized tensor: its binding is its own affair
     if data.is_meta:  # no memory: the layout is all there is (is_set_to has no meta kernel)
         layout = (data.shape, data.stride(), data.storage_offset(), data.dtype)
         return t.is_meta and (t.shape, t.stride(), t.storage_offset(), t.dtype) == layout
     return t.is_set_to(data)
+
+
+def _plain(t: torch.Tensor) -> bool:
+    """A tensor or parameter holding its own strided values (not a fake, sparse or quantized one)."""
+    return type(t) in _PLAIN and t.layout == torch.strided and not t.is_quantized
 
 
 def _rebind(t: torch.Tensor, data: torch.Tensor) -> None:
