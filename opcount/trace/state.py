@@ -89,10 +89,12 @@ class _Modules:
         self._saved = [
             (m, dict(m._parameters), dict(m._buffers), set(m._non_persistent_buffers_set), m.training) for _, m in named
         ]
-        params = {id(p): (f"{name}.{key}" if name else key, p) for name, m in named for key, p in m._parameters.items()}
-        self._params = [
-            (name, p, p.data, p._version, p.requires_grad, p.grad) for name, p in params.values() if p is not None
-        ]
+        params: dict[int, tuple[str, torch.Tensor]] = {}  # each parameter once, under its first name
+        for name, m in named:
+            for key, p in m._parameters.items():
+                if p is not None and id(p) not in params:
+                    params[id(p)] = (f"{name}.{key}" if name else key, p)
+        self._params = [(name, p, p.data, p._version, p.requires_grad, p.grad) for name, p in params.values()]
 
     def restore(self) -> list[str]:
         """Put everything back; the names of the parameters whose values were written in place."""
