@@ -10,23 +10,21 @@ from __future__ import annotations
 import copy as _copy
 import functools
 import logging
-import math
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from numbers import Number
 from typing import Any, TypeVar
 
-import numpy as np
 import torch
 from torch import nn
 from typing_extensions import Self
 
 from ._runtime import gc_paused
+from .counts import describe, handle_result
 from .errors import HandleError
 from .handles import ACTIVATIONS, FVCORE_IGNORED, Handle
 from .handles.attention import sdpa_handle
-from .ir import ListSpec, OpCall, TensorSpec
+from .ir import OpCall
 from .presets import flop_preset
 from .scopes import ModuleTree
 from .trace import Trace, trace_jit
@@ -416,20 +414,9 @@ class JitModelAnalysis:
 
     def _apply(self, handle: AnyHandle, call: OpCall) -> Mapping[str, Any]:
         value, scale, name = self._invoke(handle, call)
-        if type(value) is int:  # the common case, checked without the cost of ABC isinstance
+        if type(value) is int and value >= 0:  # the common case, checked without the cost of ABC isinstance
             return {name: value * scale}
-        counter = Counter({name: value}) if isinstance(value, Number) else value
-        if not isinstance(counter, Mapping):
-            raise HandleError(f"the handle for {call.kind} returned {type(value).__name__}, not a number or Counter")
-        for v in counter.values():
-            if not isinstance(v, (int, float, np.integer, np.floating)) or (isinstance(v, float) and math.isnan(v)):
-                raise HandleError(f"the handle for {call.kind} returned {v!r}, not a number")
-        if call.within and counter is value:  # a handle's own keys, prefixed as ``name`` is
-            prefix = "::".join(call.within)
-            counter = Counter({f"{prefix}::{k}": v for k, v in counter.items()})
-        if scale != 1:
-            counter = Counter({k: v * scale for k, v in counter.items()})
-        return counter
+        return handle_result(value, name, call, scale)
 
     def _op_key(self, kind: str) -> str:
         return fvcore_op_key(kind) if self._fvcore_names else op_key(kind)
@@ -456,19 +443,6 @@ def _counter() -> Counter[Any]:
 
 def _forwards() -> set[Any]:
     return {m.forward for m in _NO_FORWARD}
-
-
-def describe(specs: tuple[Any, ...]) -> str:
-    """Input specs as a short string: tensors by shape and dtype, constants by value."""
-    parts = []
-    for s in specs:
-        if isinstance(s, TensorSpec):
-            parts.append(f"{list(s.shape)}:{s.dtype}")
-        elif isinstance(s, ListSpec):
-            parts.append("[" + ", ".join(describe((i,)) for i in s.items) + "]")
-        else:
-            parts.append(repr(getattr(s, "value", s)))
-    return "(" + ", ".join(parts) + ")"
 
 
 class FlopCountAnalysis(JitModelAnalysis):

@@ -57,7 +57,7 @@ from .analysis import op_key
 from .errors import OpcountError, failure_site, first_line
 from .handles import FLOPS
 from .hardware import Hardware
-from .report import COMPACT, format_number
+from .report import COMPACT, check_max_depth, format_number
 from .scopes import ModuleTree
 from .torch_internals import OpOverload, custom_op_definitions, op_qualified_name, pytree
 from .trace.patching import replaced
@@ -230,6 +230,8 @@ class ProfileReport:
         modules only); ``"leaf"``: innermost modules, slowest first; ``"operator"``: operators,
         custom operators' breakdown indented below them. ``top`` keeps the first rows."""
         import tabulate
+
+        check_max_depth(max_depth, optional=True)
 
         if by == "module":
             rows = [

@@ -431,6 +431,16 @@ def _merge(a: Mapping[str, str], b: Mapping[str, str]) -> dict[str, str] | None:
     return merged
 
 
+def check_max_depth(max_depth: Any, *, optional: bool = False) -> None:
+    """Reject a ``max_depth`` that is not an int >= 0 (or None, where ``optional``): a negative
+    depth would print a report with no module in it, a float or a string fail deep inside."""
+    if optional and max_depth is None:
+        return
+    if type(max_depth) is not int or max_depth < 0:  # bool is not a depth either
+        allowed = "an int >= 0 or None" if optional else "an int >= 0"
+        raise ValueError(f"max_depth must be {allowed} (module levels shown), got {max_depth!r}")
+
+
 def _indented_rows(
     layout: _Layout,
     cells: dict[str, dict[str, str]],
@@ -488,6 +498,7 @@ def module_table(
     the analysis never saw called gets blank analysis cells; with ``"params"`` the parameters
     are rows too, showing their shapes (or are left out, ``show_param_shapes=False``).
     """
+    check_max_depth(max_depth)
     sources = Sources(analysis, activations, memory, extra or {})
     chosen = _columns(columns, sources)
     values = {c.key: c.modules(sources) for c in chosen}
@@ -532,6 +543,7 @@ def parameter_count(model: nn.Module) -> Counter[str]:
 
 def parameter_count_table(model: nn.Module, max_depth: int = 3) -> str:
     """fvcore.nn.parameter_count_table: parameters per module (``1.2M``) and parameter shapes."""
+    check_max_depth(max_depth)
     tree = ModuleTree(model)
     counts = _parameter_count(tree)
     layout = _layout(tree, with_params=True)
@@ -682,6 +694,7 @@ def tree_str(
     Modules whose values are all zero (and whose descendants' are) are left out; ``N/A``
     marks a module the analysis never saw called.
     """
+    check_max_depth(max_depth)
     sources = Sources(analysis, activations, memory, extra or {})
     chosen = _columns(columns, sources)
     values = {c.key: c.modules(sources) for c in chosen}
@@ -758,6 +771,7 @@ def operator_table(
 ) -> str:
     """The long table: one row per module and operator (modules to ``max_depth`` levels,
     operators with a nonzero value, heaviest first)."""
+    check_max_depth(max_depth, optional=True)
     sources = Sources(analysis, activations, memory, extra or {})
     chosen = _columns(columns, sources)
     rows = [
@@ -800,6 +814,7 @@ def to_dict(
     model, inputs, tracer, preset, flops per mac, hardware), under the key ``"meta"``; a mapping
     replaces it, ``False`` leaves it out.
     """
+    check_max_depth(max_depth, optional=True)
     sources = Sources(analysis, activations, memory, extra or {})
     chosen = _export_columns(sources, columns)
     values = {c.key: c.modules(sources) for c in chosen}
@@ -917,6 +932,7 @@ def to_markdown(
 ) -> str:
     """A markdown table per module (full names, every module to ``max_depth`` levels) or per
     module and operator. ``number_format=EXACT`` writes unrounded numbers."""
+    check_max_depth(max_depth, optional=True)
     sources = Sources(analysis, activations, memory, extra or {})
     chosen = _columns(columns, sources)
     if level == "operators":  # parameters have no per-operator share: leave them out here

@@ -70,11 +70,12 @@ from ..torch_internals import (
     require,
 )
 from .aten import Record, backward_records, bind, forward_records, jit_constant, outputs_of, schema
-from .jit import WRAPPERS, Trace, _preserved, _warnings
+from .jit import WRAPPERS, Trace, _warnings
 from .meta import CPU, META, FakeTensorMode, TensorShape, fake_state, materialize
 from .patching import exclusive, replaced
 from .replay import CHAIN, LEAF, RUN, Replayer
 from .shapes import Meta, ShapeRunner, ShapeTensor
+from .state import preserved
 from .structure import normalize_inputs, output_tensors
 
 logger = logging.getLogger(__name__)
@@ -150,7 +151,8 @@ def _trace(
     loss_fn: Callable[[Any], torch.Tensor] | None,
 ) -> Trace:
     # under the patch lock throughout: the warning filters, the collector, the flags and buffers are process state too
-    with exclusive(), gc_paused(), _training_flags(tree, model, train), _preserved(tree), _warnings(warn_mode):
+    preserving = preserved(tree, (args, kw), values=not tensors.on_meta)  # stand-ins write nothing back
+    with exclusive(), gc_paused(), _training_flags(tree, model, train), preserving, _warnings(warn_mode):
         args, kw = tensors.inputs((args, kw))
         state = tensors.state(inner, named)
         step = _Step(inner, state, args, kw, loss_fn, train)

@@ -36,6 +36,7 @@ from ..torch_internals import (
     torch_call,
 )
 from .patching import exclusive, replaced
+from .state import preserved
 from .structure import FlatCall, normalize_inputs, output_tensors
 
 # TorchScript scalar type names -> torch dtype names.
@@ -91,7 +92,11 @@ def _flat(model: nn.Module, call: FlatCall, marks: _Marks) -> Callable[..., tupl
         marks.start(get_tracing_state().graph())
         # the model's parameters and buffers follow the inputs: traced as inputs, used in place
         args, kwargs = call.rebuild(tensors[: len(call.tensors)])
-        return output_tensors(model(*args, **kwargs))
+        output = model(*args, **kwargs)
+        found = output_tensors(output)
+        if not found:
+            raise _NoTensorOutput("None" if output is None else f"a {type(output).__name__}")
+        return found
 
     return traced
 
@@ -237,17 +242,27 @@ def trace_jit(
     named = tree.state(tree.name_of(inner), persistent_only=True)  # what torch.jit.trace takes as inputs
     state, names = [t for _, t in named], [n for n, _ in named]
     # under the patch lock throughout: the warning filters, the collector and the buffers are process state too
-    with exclusive(), gc_paused(), _preserved(tree), _warnings(warn_mode), marks.installed():
+    with exclusive(), gc_paused(), preserved(tree, (args, kw)), _warnings(warn_mode), marks.installed():
         try:
             # What torch.jit._get_trace_graph does, less its two costs nobody here needs:
             # naming each value after the Python variable that held it, and a state_dict().
             graph, _ = create_graph_by_tracing(flat, [*call.tensors, *state], _no_name, True, False)
+        except _NoTensorOutput as e:
+            raise TraceError(
+                f"the output of the model ({type(model).__name__}) holds no tensor (it returned {e}): jit tracing "
+                "keeps only the operators an output depends on, so nothing would be counted. Return the tensors "
+                "the forward computes, or use tracer='dispatch', which records every operator that runs."
+            ) from None
         except Exception as e:
             raise _trace_error(model, tree, e) from e
         n_inputs = len(call.tensors)
         calls = tuple(_records(graph, tree, marks, _Converter(graph, n_inputs, state, names)))
     called = {name for scope in {call.scope for call in calls} for name in scope} | {""}
     return Trace(calls=calls, called=frozenset(called))
+
+
+class _NoTensorOutput(Exception):
+    """The forward's output holds no tensor (None, a generator): the traced graph would be empty."""
 
 
 def _no_name(value: torch.Tensor) -> str:
@@ -282,19 +297,6 @@ def _on_traceback(e: BaseException, name: str) -> bool:
             return True
         tb = tb.tb_next
     return False
-
-
-@contextlib.contextmanager
-def _preserved(tree: ModuleTree) -> Iterator[None]:
-    """Restore buffers that a training-mode forward changes (batch norm running statistics)."""
-    modules = (tree.module(name) for name in tree.names)
-    saved = [(b, b.detach().clone()) for m in modules if m.training for b in m._buffers.values() if b is not None]
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for buf, value in saved:
-                buf.copy_(value)
 
 
 @contextlib.contextmanager
