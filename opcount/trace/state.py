@@ -86,6 +86,8 @@ class _Modules:
     """Each module's parameter and buffer bindings, buffer kinds and training flag, by reference."""
 
     def __init__(self, named: list[tuple[str, nn.Module]]) -> None:
+        # TorchScript modules keep their bindings in C++ (no Python code of theirs can rebind one)
+        named = [(name, m) for name, m in named if not isinstance(m, torch.jit.ScriptModule)]
         self._saved = [
             (m, dict(m._parameters), dict(m._buffers), set(m._non_persistent_buffers_set), m.training) for _, m in named
         ]
