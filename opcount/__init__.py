@@ -1,7 +1,8 @@
 """opcount: what a PyTorch model costs, operator by operator and module by module."""
 
 from .analysis import ActivationCountAnalysis, FlopCountAnalysis, JitModelAnalysis
-from .errors import HandleError, OpcountError, TraceError
+from .errors import HandleError, OpcountError, TorchInternalsError, TraceError
+from .functions import activation_count, flop_count
 from .handles import Handle, spec_handle
 from .hardware import Hardware, UnknownHardwareError, hardware
 from .ir import Const, ListSpec, OpCall, TensorSpec
@@ -26,8 +27,12 @@ __all__ = [
     "OpcountError",
     "TensorShape",
     "TensorSpec",
+    "TorchInternalsError",
     "TraceError",
     "spec_handle",
+    # fvcore's one-call functions
+    "activation_count",
+    "flop_count",
     # reports (fvcore-compatible printers; opcount.report has the rest)
     "flop_count_str",
     "flop_count_table",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 from collections.abc import Iterator
 
 
@@ -21,3 +22,23 @@ def gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+@contextlib.contextmanager
+def kineto_quiet(cuda: bool) -> Iterator[None]:
+    """Keep kineto, torch.profiler's C++ backend, from writing to the terminal on a CPU-only run.
+
+    Without a GPU it prints ``USDT: ... profiler_start``/``profiler_stop`` lines and ``ERROR: ...
+    gpuGetDeviceCount failed`` (its probe for GPUs) straight to file descriptor 2, bypassing
+    Python. ``KINETO_LOG_LEVEL`` above its highest level (USDT = 5) silences it; kineto reads the
+    variable once, when the first profiler in the process starts (checked on torch 2.14.1). A CUDA
+    run keeps kineto's messages (CUPTI's errors there are real), and so does a level the user set.
+    """
+    if cuda or "KINETO_LOG_LEVEL" in os.environ:
+        yield
+        return
+    os.environ["KINETO_LOG_LEVEL"] = "6"
+    try:
+        yield
+    finally:
+        os.environ.pop("KINETO_LOG_LEVEL", None)

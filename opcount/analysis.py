@@ -10,23 +10,21 @@ from __future__ import annotations
 import copy as _copy
 import functools
 import logging
-import math
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from numbers import Number
 from typing import Any, TypeVar
 
-import numpy as np
 import torch
 from torch import nn
 from typing_extensions import Self
 
 from ._runtime import gc_paused
+from .counts import describe, handle_result
 from .errors import HandleError
-from .handles import ACTIVATIONS, Handle
+from .handles import ACTIVATIONS, FVCORE_IGNORED, Handle
 from .handles.attention import sdpa_handle
-from .ir import ListSpec, OpCall, TensorSpec
+from .ir import OpCall
 from .presets import flop_preset
 from .scopes import ModuleTree
 from .trace import Trace, trace_jit
@@ -62,6 +60,30 @@ def op_key(kind: str) -> str:
     if kind.startswith("prim::PythonOp."):
         return kind[len("prim::PythonOp.") :]
     return kind.split("::", 1)[-1]
+
+
+# The jit tracer names a custom autograd Function ``prim::PythonOp.MyFn`` and a scripted function
+# call ``prim::CallFunction.<qualified name>``; each kind also answers to its family's name.
+_FAMILIES = ("prim::PythonOp", "prim::CallFunction")
+
+
+def family(kind: str) -> str:
+    """The family of a custom Function or scripted-function kind (``prim::PythonOp``,
+    ``prim::CallFunction``), else ``""``."""
+    head = kind.split(".", 1)[0]
+    return head if head in _FAMILIES and head != kind else ""
+
+
+def fvcore_kind(kind: str) -> str:
+    """fvcore's name for an operator kind: a scripted function call is plain ``prim::CallFunction``
+    (fvcore keeps ``prim::PythonOp.MyFn``)."""
+    return "prim::CallFunction" if family(kind) == "prim::CallFunction" else kind
+
+
+@functools.lru_cache(maxsize=4096)
+def fvcore_op_key(kind: str) -> str:
+    """fvcore's result key: its kind without the namespace (``PythonOp.MyFn``, ``CallFunction``)."""
+    return fvcore_kind(kind).split("::", 1)[-1]
 
 
 class JitModelAnalysis:
@@ -106,8 +128,9 @@ class JitModelAnalysis:
         self._kwargs = dict(kwargs) if kwargs is not None else None
         self._tree = ModuleTree(model)
         self._handles: dict[str, AnyHandle] = {}
-        self._ignored: set[str] = set()
-        self._base_ignored: frozenset[str] = frozenset()
+        self._base_ignored: frozenset[str] = FVCORE_IGNORED  # fvcore's JitModelAnalysis ignores these
+        self._ignored: set[str] = set(self._base_ignored)
+        self._fvcore_names = False  # result keys: opcount's (MyFn, CallFunction.fn) or fvcore's
         self._flops_per_mac = 1
         self._trace: Trace | None = None
         self._stats: Statistics | None = None
@@ -125,6 +148,31 @@ class JitModelAnalysis:
     def module_tree(self) -> ModuleTree:
         """The model's module tree: canonical names, owners and aliases."""
         return self._tree
+
+    @property
+    def inputs(self) -> Any:
+        """The positional inputs the model is traced on, as given."""
+        return self._inputs
+
+    @property
+    def kwargs(self) -> dict[str, Any] | None:
+        """The keyword arguments the model is traced with, as given."""
+        return self._kwargs
+
+    @property
+    def tracer(self) -> str:
+        """``"jit"`` or ``"dispatch"``."""
+        return self._tracer
+
+    @property
+    def mode(self) -> str:
+        """``"eval"`` (the forward pass) or ``"train"`` (forward and backward)."""
+        return self._mode
+
+    @property
+    def device(self) -> torch.device | str | None:
+        """The dispatch tracer's device (``"meta"``: no weights touched), or None."""
+        return self._device
 
     # ----- queries -------------------------------------------------------------------------
     def total(self, module_name: str = "") -> int:
@@ -276,8 +324,19 @@ class JitModelAnalysis:
         """One call's statistic: None when unsupported, empty when ignored."""
         handle = self._handles.get(call.kind)
         if handle is None:
-            return _NOTHING if self._is_ignored(call.kind) else None
+            if self._is_ignored(call.kind):
+                return _NOTHING
+            handle = self._family_handle(call.kind)
+            if handle is None:
+                return None
         return self._apply(handle, call)
+
+    def _family_handle(self, kind: str) -> AnyHandle | None:
+        """The handle set under a custom Function's or scripted function's family name
+        (fvcore's ``prim::CallFunction``; ``prim::PythonOp`` for every Function), for a kind
+        with no handle of its own and not ignored by name."""
+        name = family(kind)
+        return self._handles.get(name) if name else None
 
     def _aggregate(
         self, calls: Iterable[OpCall], values: Iterable[Mapping[K, Any] | None]
@@ -303,7 +362,8 @@ class JitModelAnalysis:
                     tuple(dict.fromkeys(("", *call.scope))) if caller else tree.owners(call.scope[-1])
                 )
             if result is None:
-                kind = "::".join((*call.within, call.kind)) if call.within else call.kind
+                kind = fvcore_kind(call.kind) if self._fvcore_names else call.kind
+                kind = "::".join((*call.within, kind)) if call.within else kind
                 for name in ancestors:
                     unsupported[name][kind] += 1
                 continue
@@ -319,8 +379,12 @@ class JitModelAnalysis:
     def _is_ignored(self, kind: str) -> bool:
         if kind in self._ignored:
             return True
-        # Other prim:: nodes are graph structure; PythonOp and CallFunction run user code.
-        return kind.startswith("prim::") and not kind.startswith(("prim::PythonOp", "prim::CallFunction"))
+        if not kind.startswith("prim::"):
+            return False
+        # Other prim:: nodes are graph structure; PythonOp and CallFunction run user code, unless
+        # their family is ignored (fvcore ignores ``prim::PythonOp`` for every Function).
+        name = family(kind)
+        return not name or (name in self._ignored and name not in self._handles)
 
     def _invoke(self, handle: AnyHandle, call: OpCall) -> tuple[Any, int, str]:
         """Run a handle on one call: (its raw result, the mac scale, the operator key).
@@ -329,7 +393,7 @@ class JitModelAnalysis:
             if type(handle) is Handle or isinstance(handle, Handle):
                 value = handle.fn(call.inputs, call.outputs)
                 scale = self._flops_per_mac if handle.macs else 1
-                name = handle.name or op_key(call.kind)
+                name = handle.name or self._op_key(call.kind)
             else:
                 if call.raw is None:
                     raise TypeError(
@@ -338,7 +402,7 @@ class JitModelAnalysis:
                     )
                 node: Any = call.raw
                 value = handle(list(node.inputs()), list(node.outputs()))
-                scale, name = 1, op_key(call.kind)
+                scale, name = 1, self._op_key(call.kind)
             if call.within:  # inside a custom autograd Function: "MyFn::mm" (seed 004)
                 name = "::".join((*call.within, name))
         except Exception as e:
@@ -350,20 +414,12 @@ class JitModelAnalysis:
 
     def _apply(self, handle: AnyHandle, call: OpCall) -> Mapping[str, Any]:
         value, scale, name = self._invoke(handle, call)
-        if type(value) is int:  # the common case, checked without the cost of ABC isinstance
+        if type(value) is int and value >= 0:  # the common case, checked without the cost of ABC isinstance
             return {name: value * scale}
-        counter = Counter({name: value}) if isinstance(value, Number) else value
-        if not isinstance(counter, Mapping):
-            raise HandleError(f"the handle for {call.kind} returned {type(value).__name__}, not a number or Counter")
-        for v in counter.values():
-            if not isinstance(v, (int, float, np.integer, np.floating)) or (isinstance(v, float) and math.isnan(v)):
-                raise HandleError(f"the handle for {call.kind} returned {v!r}, not a number")
-        if call.within and counter is value:  # a handle's own keys, prefixed as ``name`` is
-            prefix = "::".join(call.within)
-            counter = Counter({f"{prefix}::{k}": v for k, v in counter.items()})
-        if scale != 1:
-            counter = Counter({k: v * scale for k, v in counter.items()})
-        return counter
+        return handle_result(value, name, call, scale)
+
+    def _op_key(self, kind: str) -> str:
+        return fvcore_op_key(kind) if self._fvcore_names else op_key(kind)
 
     def _warn(self, unsupported: Counter[str], uncalled: set[str]) -> None:
         if self._warn_unsupported:
@@ -387,19 +443,6 @@ def _counter() -> Counter[Any]:
 
 def _forwards() -> set[Any]:
     return {m.forward for m in _NO_FORWARD}
-
-
-def describe(specs: tuple[Any, ...]) -> str:
-    """Input specs as a short string: tensors by shape and dtype, constants by value."""
-    parts = []
-    for s in specs:
-        if isinstance(s, TensorSpec):
-            parts.append(f"{list(s.shape)}:{s.dtype}")
-        elif isinstance(s, ListSpec):
-            parts.append("[" + ", ".join(describe((i,)) for i in s.items) + "]")
-        else:
-            parts.append(repr(getattr(s, "value", s)))
-    return "(" + ", ".join(parts) + ")"
 
 
 class FlopCountAnalysis(JitModelAnalysis):
@@ -436,6 +479,7 @@ class FlopCountAnalysis(JitModelAnalysis):
         self._base_ignored = chosen.ignored
         self._ignored = set(chosen.ignored)
         self._handles = dict(chosen.handles)
+        self._fvcore_names = preset == "fvcore"
         if causal_attention == "unmasked" and SDPA in self._handles:
             # Published model tables count the full q.k^T product; this counts only the pairs an
             # is_causal=True call keeps, L*(L+1)/2 of L*L.
@@ -444,6 +488,11 @@ class FlopCountAnalysis(JitModelAnalysis):
     @property
     def flops_per_mac(self) -> int:
         return self._flops_per_mac
+
+    @property
+    def preset(self) -> str:
+        """The flop formulas: ``"default"``, ``"fvcore"`` or ``"macs"``."""
+        return self._preset
 
 
 SDPA = "aten::scaled_dot_product_attention"

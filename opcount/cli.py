@@ -4,14 +4,16 @@
     opcount mypkg.models:build --input 1,3,64,64
     opcount hf:GPT2Config --seq-len 128       a transformers model from its config class
 
-Mistakes (an unknown model, a malformed shape, a model that fails on the input) print one
-line naming the problem and exit with status 2; ``--debug`` shows the traceback instead.
+Mistakes (an unknown model, a malformed shape, contradictory flags, a model that fails on the
+input) print one line naming the problem and exit with status 2; ``--debug`` shows the traceback
+instead. Flags are checked before any model is built (:mod:`opcount.cli_args`).
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import hashlib
 import importlib
 import importlib.util
 import logging
@@ -22,7 +24,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -32,11 +34,16 @@ from torch import nn
 
 from . import __version__, report
 from .analysis import ActivationCountAnalysis, FlopCountAnalysis
+from .cli_args import UsageError, check_arguments, check_output_paths, check_real_weights, hf_overrides
+from .cli_warnings import unsupported_warnings
 from .errors import OpcountError
+from .ir import DTYPE_BYTES
 from .llm import command as llm_command
 from .presets import PRESETS
+from .provenance import export_meta
+from .trace.meta import TensorShape
 
-FORMATS = ("table", "tree", "json", "csv", "md")
+FORMATS = ("table", "tree", "json", "csv", "md", "repr")
 COLUMN_ALIASES = {
     "acts": "activations",
     "read": "bytes_read",
@@ -65,10 +72,6 @@ ROOFLINE_COLUMNS = {"time", "time_share", "bound", "unit"}
 SPARSITY_COLUMNS = {"sparse_flops", "sparse_time", "speedup", "sparsity"}
 
 
-class UsageError(Exception):
-    """A mistake in what the user asked for: printed as one line, exit status 2."""
-
-
 @dataclass
 class Loaded:
     """A model ready to analyze. ``alternatives``: further (inputs, kwargs) to try, in order,
@@ -86,19 +89,25 @@ class Loaded:
 # ================================================================================================
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
-        raise UsageError(f"{message} (see opcount --help)")
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(compare: bool = False) -> argparse.ArgumentParser:
+    """The command's arguments; ``compare``: those of ``opcount compare MODEL [MODEL ...]``."""
     p = _Parser(
-        prog="opcount",
-        description="What a PyTorch model costs, module by module and operator by operator.",
+        prog="opcount compare" if compare else "opcount",
+        description="What a PyTorch model costs, module by module and operator by operator."
+        if not compare
+        else "Several models side by side: one row per model, or per operator with --by-operator.",
         epilog="Models run in eval mode on random inputs (seed 0). Examples: opcount resnet50; "
         "opcount resnet50 --format tree --depth 2; opcount hf:GPT2Config --seq-len 128 --format json; "
-        "opcount mypkg.models:build --input 1,3,64,64 --columns params,flops,percent",
+        "opcount mypkg.models:build --input 1,3,64,64 --columns params,flops,percent; "
+        "opcount compare resnet50 vit_b_16 --hardware h100-sxm",
     )
     p.add_argument(
-        "model",
+        "models" if compare else "model",
+        nargs="+" if compare else None,
+        metavar="MODEL",
         help="a torchvision model name (resnet50), module.path:factory or file.py:factory "
         "(returning a model, (model, inputs) or (model, inputs, kwargs)), hf:ConfigOrModelClass, "
         "or llm:NAME, a published LLM architecture (llm:llama-3-8b; docs/llm.md)",
@@ -146,9 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--tracer",
-        default=None,
         choices=("jit", "dispatch"),
-        help="jit tracing (default) or the dispatch tracer (docs/dispatch.md)",
+        help="jit tracing (default; --meta implies dispatch) or the dispatch tracer (docs/dispatch.md)",
     )
     g.add_argument(
         "--mode",
@@ -159,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--meta",
         action="store_true",
-        help="dispatch tracer: analyze on meta tensors, without the weights or arithmetic",
+        help="analyze on meta tensors, without the weights or arithmetic (implies --tracer dispatch)",
     )
     g = p.add_argument_group("roofline")
     g.add_argument(
@@ -167,11 +175,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=_hardware_arg,
         metavar="NAME_OR_FILE",
         help="speed-of-light time per module on a preset (h100-sxm, a100-sxm, l4, t4, rtx-4090, "
-        "xeon-8480-2s, m2-max, nvdla-full, ...) or a .toml/.json hardware file; adds columns time, bound",
+        "h200, b200, mi300x, a10g, l40s, xeon-8480-2s, ...), 'local' (this machine, measured once and cached) "
+        "or a .toml/.json hardware file; adds columns time, bound",
+    )
+    g.add_argument(
+        "--recalibrate", action="store_true", help="--hardware local: measure this machine again, not from the cache"
     )
     g.add_argument(
         "--roofline-dtype",
         metavar="DTYPE",
+        choices=sorted(DTYPE_BYTES),
         help="dtype the roofline assumes (bytes scaled, peaks chosen); default: the model's dtype",
     )
     g.add_argument("--fuse", action="store_true", help="roofline: fuse elementwise epilogues into their producers")
@@ -207,7 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     llm_command.add_arguments(p, _positive_int)
     g = p.add_argument_group("output")
-    g.add_argument("--format", default="table", choices=FORMATS, help="default: table (fvcore's layout)")
+    g.add_argument(
+        "--format",
+        default="table",
+        choices=FORMATS,
+        help="default: table (fvcore's layout); repr: the model as print(model) shows it, the columns inline",
+    )
     g.add_argument(
         "--columns",
         type=_column_list,
@@ -272,8 +290,11 @@ def _natural_int(text: str) -> int:
 
 
 def _hardware_arg(text: str) -> Any:
-    from .hardware import hardware
+    from .hardware import LOCAL, hardware
 
+    key = text.strip().lower()
+    if key == LOCAL or key.startswith(LOCAL + ":"):
+        return key  # measured in run(), once --recalibrate and --profile are known
     try:
         return hardware(text)
     except (LookupError, OSError, ValueError) as e:
@@ -312,9 +333,11 @@ def _random(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(*shape, dtype=dtype)  # ids/indices: 0 is valid for any vocabulary
 
 
-def _given_inputs(args: argparse.Namespace) -> tuple[torch.Tensor, ...] | None:
+def _given_inputs(args: argparse.Namespace) -> tuple[Any, ...] | None:
     if not args.input:
         return None
+    if getattr(args, "meta", False):  # never allocated: the dispatch tracer makes meta tensors of them
+        return tuple(TensorShape(shape, _dtype(args)) for shape in args.input)
     return tuple(_random(shape, _dtype(args)) for shape in args.input)
 
 
@@ -352,7 +375,7 @@ def _torchvision(name: str, args: argparse.Namespace) -> Loaded:
     given = _given_inputs(args)
     if family == "detection":
         images = list(given) if given else [torch.rand(3, 800, 800, dtype=_dtype(args))]
-        bad = [tuple(i.shape) for i in images if i.dim() != 3]
+        bad = [tuple(i.shape) for i in images if len(i.shape) != 3]
         if bad:
             raise UsageError(f"detection models take images of shape C,H,W (one --input per image), got {bad[0]}")
         return Loaded(model, (images,), None, f"{name} ({len(images)} image(s) {_shape_text(images)})")
@@ -396,7 +419,7 @@ def _weights_meta(tvm: Any, name: str) -> tuple[dict[str, Any], Any]:
     return dict(weights.meta), crop
 
 
-def _shape_text(tensors: Sequence[torch.Tensor]) -> str:
+def _shape_text(tensors: Sequence[Any]) -> str:
     return ", ".join("x".join(map(str, t.shape)) for t in tensors)
 
 
@@ -431,9 +454,11 @@ def _import(target: str) -> Any:
         if target.endswith(".py") or os.sep in target:
             if not path.is_file():
                 raise UsageError(f"no such file: {target}")
-            spec = importlib.util.spec_from_file_location(path.stem, path)
+            # A private name: a user's json.py must not replace the json module for everyone.
+            name = f"_opcount_user_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]}"
+            spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-            sys.modules[path.stem] = module
+            sys.modules[name] = module  # dataclasses and pickle look a class's module up by name
             spec.loader.exec_module(module)  # type: ignore[union-attr]
             return module
         if "" not in sys.path and os.getcwd() not in sys.path:
@@ -465,58 +490,62 @@ def _huggingface(name: str, args: argparse.Namespace) -> Loaded:
     except ImportError:
         raise UsageError("hf: models need the transformers package (pip install 'opcount[hf]')") from None
     cls: Any = getattr(transformers, name, None) if name.isidentifier() else None
-    overrides = {"return_dict": False, "use_cache": False, **_config_overrides(args.hf_config)}
+    build: Any = cls
     if isinstance(cls, type) and issubclass(cls, transformers.PretrainedConfig):
-        config = cls(**overrides)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                model = transformers.AutoModel.from_config(config)
-            except ValueError as e:
-                raise UsageError(f"transformers has no model for {name}: {_one_line(e)}") from e
+        if cls not in transformers.MODEL_MAPPING:
+            raise UsageError(f"transformers has no model for {name}: AutoModel knows no model for this config")
+        config_class: Any = cls
+        build = transformers.AutoModel.from_config
     elif isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
-        config_class: Any = cls.config_class
-        config = config_class(**overrides)
-        model = cls(config)
+        config_class = cls.config_class
     else:
         names = [n for n in dir(transformers) if n.endswith(("Config", "Model"))]
         close = difflib.get_close_matches(name, names, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise UsageError(f"unknown transformers class {name!r}: expected a config or model class name{hint}")
+    where = f"hf:{name}"
+    overrides = {"return_dict": False, "use_cache": False, **hf_overrides(config_class, args.hf_config)}
+    try:
+        config = config_class(**overrides)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # construction warns about init defaults
+            with torch.device("meta"):  # no storage: counting the weights is free
+                model = build(config)
+            if not args.meta:
+                check_real_weights(where, model, "--hf-config num_hidden_layers=2")
+                model = build(config)
+    except UsageError:
+        raise
+    except ImportError as e:  # a model needing an optional package (DETR: timm)
+        raise UsageError(f"{where}: {_one_line(e)}") from e
+    except Exception as e:  # raised by the constructors on the config's values, whatever its type
+        raise UsageError(f"{where}: invalid config: {_one_line(e)}") from e
     model = _prepare(model, args)
     given = _given_inputs(args)
     if given is not None:
         return Loaded(model, _as_inputs(given), None, f"{type(model).__name__} on {_shape_text(given)}")
-    kwargs = _hf_inputs(model, config, args.seq_len)
+    with _made_on(args):
+        kwargs = _hf_inputs(model, config, args.seq_len)
     label = f"{type(model).__name__} on {', '.join(f'{k} {_shape_text([v])}' for k, v in kwargs.items())}"
     alternatives: list[tuple[Any, dict[str, Any] | None]] = []
     if _is_causal_lm(transformers, config) and "input_ids" in kwargs:
         # transformers builds its causal mask with torch.vmap, which torch.jit.trace cannot
         # record; a ready 4-D additive mask (as the model would build) skips that step.
         n = kwargs["input_ids"].shape[-1]
-        mask = torch.full((n, n), torch.finfo(torch.float32).min).triu(1)[None, None]
+        with _made_on(args):
+            mask = torch.full((n, n), torch.finfo(torch.float32).min).triu(1)[None, None]
         alternatives.append(((), {**kwargs, "attention_mask": mask.to(_float_dtype(args))}))
     return Loaded(model, (), kwargs, label, alternatives)
+
+
+def _made_on(args: argparse.Namespace) -> Any:
+    """--meta: tensors made on the meta device, so that a long --seq-len costs no memory."""
+    return torch.device("meta") if getattr(args, "meta", False) else nullcontext()
 
 
 def _float_dtype(args: argparse.Namespace) -> torch.dtype:
     dtype = _dtype(args)
     return dtype if dtype.is_floating_point else torch.float32
-
-
-def _config_overrides(items: Sequence[str]) -> dict[str, Any]:
-    import ast
-
-    found: dict[str, Any] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip().isidentifier():
-            raise UsageError(f"malformed --hf-config {item!r}: expected KEY=VALUE")
-        try:
-            found[key.strip()] = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            found[key.strip()] = text  # a plain string such as gelu_new
-    return found
 
 
 def _is_causal_lm(transformers: Any, config: Any) -> bool:
@@ -658,7 +687,7 @@ def _analyses(loaded: Loaded, args: argparse.Namespace, inputs: Any, kwargs: Any
     found: dict[str, Any] = {}
     roles = _needed(args)
     # --tracer/--mode/--meta; mode and device are refused by the jit tracer with a clear error
-    trace: dict[str, Any] = {"tracer": getattr(args, "tracer", "jit")}
+    trace: dict[str, Any] = {"tracer": getattr(args, "tracer", None) or "jit"}
     if getattr(args, "mode", "eval") != "eval":
         trace["mode"] = args.mode
     if getattr(args, "meta", False):
@@ -682,6 +711,8 @@ def _analyses(loaded: Loaded, args: argparse.Namespace, inputs: Any, kwargs: Any
 
         # Traced here like the others; analyze() turns it into the roofline report.
         found["roofline"] = MemoryTrafficAnalysis(loaded.model, inputs, kwargs, fuse=args.fuse, **trace)
+    for analysis in found.values():  # run() warns once per operator, naming the columns it misses
+        analysis.unsupported_ops_warnings(False)
     return found
 
 
@@ -734,6 +765,8 @@ def render(analyses: dict[str, Any], args: argparse.Namespace) -> str:
         common["extra"] = {"roofline": rl} if sp is None else {"roofline": rl, "sparsity": sp}
         if args.columns is None:
             args.columns = ["params", "flops", "time", "time_share", "bound"]
+            if args.format == "repr":  # the model string gives every additive column its share
+                args.columns.remove("time_share")
             if sp is not None:
                 args.columns = ["params", "flops", "sparse_flops", "time", "sparse_time", "speedup", "sparsity"]
     text = _render(flops, common, args)
@@ -749,13 +782,14 @@ def _render(flops: Any, common: dict[str, Any], args: argparse.Namespace) -> str
     if fmt in ("json", "csv"):
         if args.units or args.decimals is not None or args.sig_figs is not None:
             raise UsageError("--units, --decimals and --sig-figs apply to text formats; json and csv are exact")
-        kw = {"columns": args.columns, "max_depth": args.depth, **common}
+        meta = export_meta(flops, model=args.model, roofline=(common.get("extra") or {}).get("roofline"))
+        kw = {"columns": args.columns, "max_depth": args.depth, "meta": meta, **common}
         if fmt == "json":
             return report.to_json(flops, **kw)
         return report.to_csv(flops, level="operators" if args.by_operator else "modules", **kw).rstrip("\n")
     columns = args.columns or ["params", "flops"]
     depth = 3 if args.depth is None else args.depth
-    number_format = _number_format(args, significant=fmt in ("tree", "md"))
+    number_format = _number_format(args, significant=fmt in ("tree", "md", "repr"))
     if fmt == "md":
         return report.to_markdown(
             flops,
@@ -765,6 +799,10 @@ def _render(flops: Any, common: dict[str, Any], args: argparse.Namespace) -> str
             number_format=number_format,
             **common,
         )
+    if fmt == "repr":
+        if args.by_operator or args.depth is not None:
+            raise UsageError("--by-operator and --depth do not apply to --format repr: it prints the whole model")
+        return report.flop_count_str(flops, columns=columns, number_format=number_format, **common)
     if fmt == "tree":
         if args.by_operator:
             raise UsageError("--by-operator applies to table, csv and md")
@@ -818,7 +856,7 @@ def _profiled(loaded: Loaded, analyses: dict[str, Any], args: argparse.Namespace
 
 def _llm(args: argparse.Namespace, spinner: _Spinner) -> str:
     """LLM inference phases (opcount.llm.command): built and traced on the meta device."""
-    text, points = llm_command.run(args, _config_overrides(args.hf_config), spinner.update)
+    text, points = llm_command.run(args, args.hf_config, spinner.update)
     if args.plot:
         if args.hardware is None:
             raise UsageError("--plot needs --hardware")
@@ -829,15 +867,36 @@ def _llm(args: argparse.Namespace, spinner: _Spinner) -> str:
     return text
 
 
+def _local_hardware(args: argparse.Namespace, spinner: _Spinner) -> Any:
+    """--hardware local: this machine's device; with --profile, the one the profile runs on (the CPU:
+    the command builds models there), so that % of speed of light is against it."""
+    from .hardware import hardware
+
+    name = args.hardware if ":" in args.hardware or not getattr(args, "profile", False) else "local:cpu"
+    spinner.update(f"measuring this machine ({name})")
+    return hardware(name, recalibrate=getattr(args, "recalibrate", False))
+
+
 def run(args: argparse.Namespace, stderr: TextIO) -> str:
     torch.manual_seed(0)  # random inputs and weights: data-dependent models give the same counts
     spinner = _Spinner(stderr)
+    llm = llm_command.wanted(args)
+    if llm:  # its own flags, checked before anything is built
+        llm_command.check(args)
+        check_output_paths(args)
+    else:
+        check_arguments(args, _dtype(args))
+        _needed(args)  # before building: a typo should not cost a model
     with _captured_warnings(args.debug) as caught:
         try:
-            if llm_command.wanted(args):
+            if isinstance(args.hardware, str):
+                args.hardware = _local_hardware(args, spinner)
+            elif getattr(args, "recalibrate", False):
+                raise UsageError("--recalibrate applies to --hardware local")
+            if llm:
                 text = _llm(args, spinner)
             else:
-                text = _whole_model(args, spinner)
+                text = _whole_model(args, spinner, caught)
         finally:
             spinner.close()
     if not args.quiet:
@@ -845,13 +904,13 @@ def run(args: argparse.Namespace, stderr: TextIO) -> str:
     return text
 
 
-def _whole_model(args: argparse.Namespace, spinner: _Spinner) -> str:
-    args.tracer = args.tracer or "jit"
+def _whole_model(args: argparse.Namespace, spinner: _Spinner, caught: _Collect) -> str:
     spinner.update(f"building {args.model}")
     loaded = load(args.model, args)
     with torch.no_grad():
         analyses = analyze(loaded, args, spinner)
     text = render(analyses, args)
+    caught.messages += unsupported_warnings(analyses, args.columns or ["params", "flops"])
     if args.profile:
         text = _profiled(loaded, analyses, args, spinner, text)
     if args.plot:
@@ -865,10 +924,17 @@ def _whole_model(args: argparse.Namespace, spinner: _Spinner) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``opcount`` command; returns the exit status."""
     stderr = sys.stderr
-    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
     try:
-        args = build_parser().parse_args(argv)
-        text = run(args, stderr)
+        if argv[:1] == ["compare"]:  # a first word, not a subparser: `opcount resnet50` stays as it is
+            from .compare import compare
+
+            args = build_parser(compare=True).parse_args(argv[1:])
+            text = compare(args, stderr)
+        else:
+            args = build_parser().parse_args(argv)
+            text = run(args, stderr)
         if args.output:
             Path(args.output).write_text(text + "\n", encoding="utf-8")
         else:

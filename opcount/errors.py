@@ -18,6 +18,11 @@ class TraceError(OpcountError):
     """The model could not be traced; the message names the module path and the cause."""
 
 
+class TorchInternalsError(OpcountError):
+    """The installed torch lacks a private internal opcount uses; the message names the torch
+    version and the internal (see :mod:`opcount.torch_internals`)."""
+
+
 class HandleError(OpcountError):
     """A cost formula failed on an operator; the message names the operator, module and shapes."""
 

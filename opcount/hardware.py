@@ -9,6 +9,7 @@ sources are tabulated in docs/hardware.md.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from collections.abc import Mapping
@@ -142,6 +143,24 @@ def _positive(x: object) -> bool:
 
 
 # ----- presets (dense peaks; sources in docs/hardware.md) ---------------------------------------
+_H100_SXM_PEAK = {
+    VECTOR: {"float64": 33.5 * T, "float32": 66.9 * T, "float16": 133.8 * T, "bfloat16": 133.8 * T},
+    TENSOR: {
+        "float64": 66.9 * T,
+        "tf32": 494.7 * T,
+        "float16": 989.4 * T,
+        "bfloat16": 989.4 * T,
+        "float8_e4m3fn": 1978.9 * T,
+        "float8_e5m2": 1978.9 * T,
+        "int8": 1978.9 * T,
+    },
+}
+_A100_PEAK = {  # the A100's peaks do not depend on memory (40 / 80 GB) or form factor (SXM4 / PCIe)
+    VECTOR: {"float64": 9.7 * T, "float32": 19.5 * T, "float16": 78 * T, "bfloat16": 39 * T},
+    TENSOR: {"float64": 19.5 * T, "tf32": 156 * T, "float16": 312 * T, "bfloat16": 312 * T, "int8": 624 * T},
+}
+
+
 def _xeon_8480_2s() -> Hardware:
     # Intel publishes no FLOP/s for this part: cores x FLOP/cycle x base clock (AVX-512 and AMX
     # run near base under sustained load). Per core and cycle: AVX-512 2 FMA ports x 16 fp32 = 64
@@ -184,23 +203,104 @@ def _nvdla_full() -> Hardware:
     )
 
 
+def _current_accelerators() -> tuple[Hardware, ...]:
+    """H200, B200, MI300X, A10G, L40S and A100 PCIe 40 GB: dense peaks, sources in docs/hardware.md."""
+    # H200: the same GH100 chip and clocks as the H100 SXM; its datasheet repeats the H100 SXM
+    # figures and only the memory differs (141 GB HBM3e, 4.8 TB/s).
+    h100 = {unit: dict(table) for unit, table in _H100_SXM_PEAK.items()}
+    # AMD ROCm documentation, "AMD Instinct MI300 series microarchitecture": FLOPS/clock/CU x 304 CUs
+    # x 2.1 GHz. FP8 on CDNA 3 is the fnuz variant; no vector fp16 figure is given (runs at fp32's).
+    mi300x_clock = 2.1e9
+    return (
+        Hardware(
+            "h200-sxm",
+            h100,
+            bandwidth=4.8e12,
+            buffer_bytes=50 * 2**20,
+            clock_hz=1.98e9,
+            description="NVIDIA H200 SXM 141 GB (HBM3e)",
+        ),
+        Hardware(
+            "b200",
+            {
+                VECTOR: {"float64": 37 * T, "float32": 75 * T},
+                TENSOR: {
+                    "float64": 37 * T,
+                    "tf32": 1.1e15,
+                    "float16": 2.25e15,
+                    "bfloat16": 2.25e15,
+                    "float8_e4m3fn": 4.5e15,
+                    "float8_e5m2": 4.5e15,
+                    "int8": 4.5e15,
+                },
+            },
+            bandwidth=7.7e12,
+            description="NVIDIA B200 (HGX B200, 180 GB HBM3e)",
+        ),
+        Hardware(
+            "mi300x",
+            {
+                VECTOR: {"float64": 128 * 304 * mi300x_clock, "float32": 256 * 304 * mi300x_clock},
+                TENSOR: {
+                    "float64": 256 * 304 * mi300x_clock,
+                    "float32": 256 * 304 * mi300x_clock,
+                    "tf32": 1024 * 304 * mi300x_clock,
+                    "float16": 2048 * 304 * mi300x_clock,
+                    "bfloat16": 2048 * 304 * mi300x_clock,
+                    "float8_e4m3fnuz": 4096 * 304 * mi300x_clock,
+                    "float8_e5m2fnuz": 4096 * 304 * mi300x_clock,
+                    "int8": 4096 * 304 * mi300x_clock,
+                },
+            },
+            bandwidth=5.3e12,
+            buffer_bytes=256 * 2**20,
+            clock_hz=mi300x_clock,
+            description="AMD Instinct MI300X 192 GB (HBM3)",
+        ),
+        Hardware(
+            "a10g",
+            # The NVIDIA A10 datasheet's figures: AWS's A10G has the same 24 GB / 600 GB/s but lower
+            # tensor-core peaks that NVIDIA does not publish, so the tensor figures are an upper bound.
+            {
+                VECTOR: {"float32": 31.2 * T, "float16": 31.2 * T, "bfloat16": 31.2 * T},
+                TENSOR: {"tf32": 62.5 * T, "float16": 125 * T, "bfloat16": 125 * T, "int8": 250 * T},
+            },
+            bandwidth=600e9,
+            description="NVIDIA A10G 24 GB (GDDR6), A10 datasheet figures",
+        ),
+        Hardware(
+            "l40s",
+            {
+                VECTOR: {"float32": 91.6 * T, "float16": 91.6 * T, "bfloat16": 91.6 * T},
+                TENSOR: {
+                    "tf32": 183 * T,
+                    "float16": 362.05 * T,
+                    "bfloat16": 362.05 * T,
+                    "float8_e4m3fn": 733 * T,
+                    "float8_e5m2": 733 * T,
+                    "int8": 733 * T,
+                },
+            },
+            bandwidth=864e9,
+            description="NVIDIA L40S 48 GB (GDDR6)",
+        ),
+        Hardware(
+            "a100-pcie-40gb",
+            {unit: dict(table) for unit, table in _A100_PEAK.items()},
+            bandwidth=1.555e12,
+            buffer_bytes=40 * 2**20,
+            clock_hz=1.41e9,
+            description="NVIDIA A100 PCIe 40 GB (HBM2)",
+        ),
+    )
+
+
 PRESETS: dict[str, Hardware] = {
     hw.name: hw
     for hw in (
         Hardware(
             "h100-sxm",
-            {
-                VECTOR: {"float64": 33.5 * T, "float32": 66.9 * T, "float16": 133.8 * T, "bfloat16": 133.8 * T},
-                TENSOR: {
-                    "float64": 66.9 * T,
-                    "tf32": 494.7 * T,
-                    "float16": 989.4 * T,
-                    "bfloat16": 989.4 * T,
-                    "float8_e4m3fn": 1978.9 * T,
-                    "float8_e5m2": 1978.9 * T,
-                    "int8": 1978.9 * T,
-                },
-            },
+            _H100_SXM_PEAK,
             bandwidth=3.35e12,
             buffer_bytes=50 * 2**20,
             clock_hz=1.98e9,
@@ -227,16 +327,7 @@ PRESETS: dict[str, Hardware] = {
         ),
         Hardware(
             "a100-sxm",
-            {
-                VECTOR: {"float64": 9.7 * T, "float32": 19.5 * T, "float16": 78 * T, "bfloat16": 39 * T},
-                TENSOR: {
-                    "float64": 19.5 * T,
-                    "tf32": 156 * T,
-                    "float16": 312 * T,
-                    "bfloat16": 312 * T,
-                    "int8": 624 * T,
-                },
-            },
+            _A100_PEAK,
             bandwidth=2.039e12,
             buffer_bytes=40 * 2**20,
             clock_hz=1.41e9,
@@ -291,6 +382,7 @@ PRESETS: dict[str, Hardware] = {
             description="NVIDIA GeForce RTX 4090 24 GB (GDDR6X)",
         ),
         _xeon_8480_2s(),
+        *_current_accelerators(),
         Hardware(
             "m2-max",
             # 38-core GPU: 38 cores x 128 ALUs x 2 x 1.398 GHz; fp16 at the fp32 rate. The 15.8 TOPS
@@ -304,15 +396,23 @@ PRESETS: dict[str, Hardware] = {
     )
 }
 
-ALIASES = {"h100": "h100-sxm", "a100": "a100-sxm", "4090": "rtx-4090", "nvdla": "nvdla-full", "cpu": "xeon-8480-2s"}
+ALIASES = {"h100": "h100-sxm", "h200": "h200-sxm", "a100": "a100-sxm", "4090": "rtx-4090", "nvdla": "nvdla-full"}
+# Names that once meant something else, with what to use instead: an error, not a guess.
+RETIRED = {"cpu": "'xeon-8480-2s' (2 x Intel Xeon Platinum 8480+) or 'local' (measures this machine)"}
+LOCAL = "local"
 
 
 class UnknownHardwareError(OpcountError, LookupError):
-    """No preset has that name and no such file exists; the message lists the presets."""
+    """No preset has that name and no such file exists; the message suggests the closest names."""
 
 
-def hardware(name_or_path: str | Path | Hardware) -> Hardware:
-    """A preset by name (case and ``_``/``-`` insensitive), or a TOML/JSON file, or a Hardware as is."""
+def hardware(name_or_path: str | Path | Hardware, *, recalibrate: bool = False) -> Hardware:
+    """A preset by name (case and ``_``/``-`` insensitive), ``"local"``, a TOML/JSON file, or a Hardware as is.
+
+    ``"local"`` measures this machine's device (the GPU when torch sees one, else the CPU;
+    ``"local:cpu"`` / ``"local:cuda"`` choose) once and caches the result, see
+    :mod:`opcount.calibrate`; ``recalibrate=True`` measures again.
+    """
     if isinstance(name_or_path, Hardware):
         return name_or_path
     text = str(name_or_path)
@@ -320,13 +420,25 @@ def hardware(name_or_path: str | Path | Hardware) -> Hardware:
     key = ALIASES.get(key, key)
     if key in PRESETS:
         return PRESETS[key]
+    if key == LOCAL or key.startswith(LOCAL + ":"):
+        from .calibrate import local_hardware  # imports torch: only when asked
+
+        return local_hardware(key.partition(":")[2] or None, recalibrate=recalibrate)
     path = Path(text)
     if path.suffix.lower() in (".toml", ".json") or path.is_file():
         if not path.is_file():
             raise FileNotFoundError(f"no hardware file {text!r}")
         return Hardware.from_file(path)
-    names = ", ".join(sorted(PRESETS))
-    raise UnknownHardwareError(
-        f"unknown hardware {text!r}: choose one of {names} (aliases: "
+    raise UnknownHardwareError(_unknown(text, key))
+
+
+def _unknown(text: str, key: str) -> str:
+    if key in RETIRED:
+        return f"unknown hardware {text!r}: use {RETIRED[key]}"
+    names = sorted([*PRESETS, *ALIASES, LOCAL])
+    close = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    return (
+        f"unknown hardware {text!r}: {hint}choose one of {', '.join(sorted(PRESETS))}, local (aliases: "
         f"{', '.join(f'{a}={n}' for a, n in sorted(ALIASES.items()))}) or give a .toml/.json file"
     )

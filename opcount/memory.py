@@ -39,12 +39,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from numbers import Real
 from typing import Any
 
 from torch import nn
 
 from .analysis import JitModelAnalysis, Statistics, op_key
+from .counts import count_of, describe
 from .errors import HandleError
 from .handles import MEMORY
 from .handles.memory import (
@@ -199,6 +199,8 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
         traffic: list[Traffic | None] = []
         for call in calls:
             handle = self._handles.get(call.kind)
+            if handle is None and not self._is_ignored(call.kind):
+                handle = self._family_handle(call.kind)
             if handle is None:
                 keys.append(op_key(call.kind))
                 if not self._is_ignored(call.kind):
@@ -219,13 +221,17 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
 
 
 def as_traffic(value: object, call: OpCall) -> Traffic:
-    """A handle's result as Traffic: a Traffic, or a ``(read, write)`` pair of byte counts."""
+    """A handle's result as Traffic: a Traffic, or a ``(read, write)`` pair of byte counts
+    (finite numbers >= 0 of any numeric type, :func:`~opcount.counts.count_of`)."""
     if isinstance(value, Traffic):
         return value
-    if isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, Real) for v in value):
-        read, write = value
-        if not (read >= 0 and write >= 0):  # NaN fails too
-            raise HandleError(f"the memory handle for {call.kind} returned {value!r}: bytes must be >= 0")
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        read, write = count_of(value[0]), count_of(value[1])
+        if read is None or write is None:
+            raise HandleError(
+                f"the memory handle for {call.kind} in module '{call.scope[-1]}' on inputs {describe(call.inputs)} "
+                f"returned {value!r}: bytes must be finite numbers >= 0"
+            )
         return Traffic((Access(None, read),), (Access(None, write),))
     raise HandleError(
         f"the memory handle for {call.kind} returned {type(value).__name__}, not a Traffic or (read, write) pair"

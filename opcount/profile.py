@@ -52,12 +52,15 @@ from torch import nn
 from torch.autograd import Function
 from torch.autograd.profiler import record_function
 
+from ._runtime import kineto_quiet
 from .analysis import op_key
 from .errors import OpcountError, failure_site, first_line
 from .handles import FLOPS
 from .hardware import Hardware
-from .report import COMPACT, format_number
+from .report import COMPACT, check_max_depth, format_number
 from .scopes import ModuleTree
+from .torch_internals import OpOverload, custom_op_definitions, op_qualified_name, pytree
+from .trace.patching import replaced
 from .trace.structure import normalize_inputs
 
 if TYPE_CHECKING:
@@ -227,6 +230,8 @@ class ProfileReport:
         modules only); ``"leaf"``: innermost modules, slowest first; ``"operator"``: operators,
         custom operators' breakdown indented below them. ``top`` keeps the first rows."""
         import tabulate
+
+        check_max_depth(max_depth, optional=True)
 
         if by == "module":
             rows = [
@@ -458,7 +463,7 @@ def profile(
 def _device(model: nn.Module, inputs: Any, device: str | None) -> torch.device:
     found = next((p.device for p in model.parameters()), None)
     if found is None:
-        leaves = torch.utils._pytree.tree_leaves(inputs)
+        leaves = pytree.tree_leaves(inputs)
         found = next((t.device for t in leaves if isinstance(t, torch.Tensor)), torch.device("cpu"))
     if device is None:
         device = found.type
@@ -527,7 +532,7 @@ class _Runner:
                 stack.enter_context(_custom_ops_recorded())
                 self.forward()  # once more with the ranges: their first use allocates
                 self.sync()
-                with torch_profile(activities=activities) as prof:
+                with kineto_quiet(self.cuda), torch_profile(activities=activities) as prof:
                     for i in range(repeats):
                         with record_function(f"{PASS_RANGE}{i}"):
                             self.forward()
@@ -607,26 +612,27 @@ def _module_ranges(tree: ModuleTree) -> Iterator[None]:
 @contextlib.contextmanager
 def _custom_ops_recorded() -> Iterator[None]:
     """Give ``torch.library.custom_op`` operators a profiler event when called through their
-    ``OpOverload`` (the dispatcher records them only through ``torch.ops.ns.op(...)``)."""
-    try:
-        from torch._library.custom_ops import OPDEFS
-        from torch._ops import OpOverload
-    except ImportError:  # pragma: no cover - private API moved: custom ops stay unnamed
+    ``OpOverload`` (the dispatcher records them only through ``torch.ops.ns.op(...)``).
+    ``OpOverload.__call__`` is replaced under :mod:`.trace.patching`'s lock and put back if it
+    is still ours."""
+    defined = custom_op_definitions()
+    if not defined:  # none defined, or the internal moved: custom ops stay unnamed
         yield
         return
-    original = OpOverload.__call__
+    name_of = op_qualified_name
 
-    def call(self: Any, /, *args: Any, **kwargs: Any) -> Any:
-        if self._name in OPDEFS:
-            with record_function(self._name):
-                return original(self, *args, **kwargs)
-        return original(self, *args, **kwargs)
+    def recorded(original: Any) -> Any:
+        def call(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+            name = name_of(self)
+            if name in defined:
+                with record_function(name):
+                    return original(self, *args, **kwargs)
+            return original(self, *args, **kwargs)
 
-    OpOverload.__call__ = call  # type: ignore[method-assign]
-    try:
+        return call
+
+    with replaced(OpOverload, "__call__", recorded):
         yield
-    finally:
-        OpOverload.__call__ = original  # type: ignore[method-assign]
 
 
 # ================================================================================================
@@ -648,11 +654,7 @@ def _function_names() -> frozenset[str]:
 
 
 def _python_defined(name: str) -> bool:
-    try:
-        from torch._library.custom_ops import OPDEFS
-    except ImportError:  # pragma: no cover
-        return False
-    return name in OPDEFS
+    return name in custom_op_definitions()
 
 
 class _Walker:

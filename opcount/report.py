@@ -44,6 +44,8 @@ __all__ = [
     "parameter_count",
     "parameter_count_table",
     "register_column",
+    "resolve_columns",
+    "csv_rows",
     "to_csv",
     "to_dict",
     "to_json",
@@ -295,6 +297,12 @@ def _columns(keys: Iterable[str | Column], sources: Sources) -> list[Column]:
     return chosen
 
 
+def resolve_columns(keys: Iterable[str | Column], sources: Sources) -> list[Column]:
+    """The columns named by ``keys``; a ValueError names an unknown one, or one whose analysis
+    ``sources`` lacks."""
+    return _columns(keys, sources)
+
+
 def _uncalled(sources: Sources, column: Column) -> set[str]:
     found: set[str] = set()
     for role in column.needs:
@@ -423,6 +431,16 @@ def _merge(a: Mapping[str, str], b: Mapping[str, str]) -> dict[str, str] | None:
     return merged
 
 
+def check_max_depth(max_depth: Any, *, optional: bool = False) -> None:
+    """Reject a ``max_depth`` that is not an int >= 0 (or None, where ``optional``): a negative
+    depth would print a report with no module in it, a float or a string fail deep inside."""
+    if optional and max_depth is None:
+        return
+    if type(max_depth) is not int or max_depth < 0:  # bool is not a depth either
+        allowed = "an int >= 0 or None" if optional else "an int >= 0"
+        raise ValueError(f"max_depth must be {allowed} (module levels shown), got {max_depth!r}")
+
+
 def _indented_rows(
     layout: _Layout,
     cells: dict[str, dict[str, str]],
@@ -480,6 +498,7 @@ def module_table(
     the analysis never saw called gets blank analysis cells; with ``"params"`` the parameters
     are rows too, showing their shapes (or are left out, ``show_param_shapes=False``).
     """
+    check_max_depth(max_depth)
     sources = Sources(analysis, activations, memory, extra or {})
     chosen = _columns(columns, sources)
     values = {c.key: c.modules(sources) for c in chosen}
@@ -524,6 +543,7 @@ def parameter_count(model: nn.Module) -> Counter[str]:
 
 def parameter_count_table(model: nn.Module, max_depth: int = 3) -> str:
     """fvcore.nn.parameter_count_table: parameters per module (``1.2M``) and parameter shapes."""
+    check_max_depth(max_depth)
     tree = ModuleTree(model)
     counts = _parameter_count(tree)
     layout = _layout(tree, with_params=True)
@@ -562,9 +582,24 @@ _NA_NOTE = (
 )
 
 
-def flop_count_str(flops: Any, activations: Any = None) -> str:
+def flop_count_str(
+    flops: Any,
+    activations: Any = None,
+    *,
+    columns: Sequence[str | Column] | None = None,
+    memory: Any = None,
+    extra: Mapping[str, Any] | None = None,
+    number_format: NumberFormat = FVCORE_STR,
+) -> str:
     """fvcore.nn.flop_count_str: ``str(model)`` with ``#params`` and ``#flops`` (and ``#acts``)
-    on every module that has any; ``N/A`` for modules never called directly."""
+    on every module that has any; ``N/A`` for modules never called directly.
+
+    With ``columns`` (keys of :data:`COLUMNS`, their analyses passed as in :func:`module_table`)
+    each module line carries those statistics instead, additive ones with their share of the
+    model's (``#params: 9.41K (0.1%), #flops: 118M (2.9%), time: 24.3 us (3.1%)``), as ptflops
+    and DeepSpeed's profiler print a model."""
+    if columns is not None:
+        return _annotated_repr(Sources(flops, activations, memory, extra or {}), columns, number_format)
     sources = Sources(flops, activations)
     tree = sources.tree
     stats: dict[str, dict[str, Any]] = {
@@ -589,6 +624,38 @@ def flop_count_str(flops: Any, activations: Any = None) -> str:
             lines[name] = ", ".join(f"{k}: {v}" for k, v in texts.items())
     text = _repr_with_lines(sources.model, "", lines)
     return (_NA_NOTE + "\n" + text) if any_uncalled else text
+
+
+_SHORT_LABELS = {"params": "#params", "flops": "#flops", "activations": "#acts"}  # fvcore's
+
+
+def _annotated_repr(sources: Sources, columns: Sequence[str | Column], fmt: NumberFormat) -> str:
+    """``repr(model)`` with the chosen columns on every module that has a nonzero value, or
+    that was never called (``N/A``); the model's own line always."""
+    chosen = _columns(columns, sources)
+    values = {c.key: c.modules(sources) for c in chosen}
+    uncalled = {c.key: _uncalled(sources, c) for c in chosen}
+    lines: dict[str, str] = {}
+    for name in sources.tree.names:
+        parts, shown = [], name == ""
+        for c in chosen:
+            value = values[c.key].get(name, 0 if c.additive else None)
+            if name in uncalled[c.key] and not value:
+                parts.append(f"{_SHORT_LABELS.get(c.key, c.header)}: N/A")
+                shown = True
+            elif value is not None:
+                total = values[c.key].get("")
+                share = f" ({100 * value / total:.1f}%)" if c.additive and _positive(total) else ""
+                parts.append(f"{_SHORT_LABELS.get(c.key, c.header)}: {c.render(value, fmt)}{share}")
+                shown = shown or bool(value)
+        if shown:
+            lines[name] = ", ".join(parts)
+    text = _repr_with_lines(sources.model, "", lines)
+    return (_NA_NOTE + "\n" + text) if any(": N/A" in line for line in lines.values()) else text
+
+
+def _positive(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
 
 
 def _repr_with_lines(module: nn.Module, name: str, lines: Mapping[str, str]) -> str:
@@ -627,6 +694,7 @@ def tree_str(
     Modules whose values are all zero (and whose descendants' are) are left out; ``N/A``
     marks a module the analysis never saw called.
     """
+    check_max_depth(max_depth)
     sources = Sources(analysis, activations, memory, extra or {})
     chosen = _columns(columns, sources)
     values = {c.key: c.modules(sources) for c in chosen}
@@ -703,6 +771,7 @@ def operator_table(
 ) -> str:
     """The long table: one row per module and operator (modules to ``max_depth`` levels,
     operators with a nonzero value, heaviest first)."""
+    check_max_depth(max_depth, optional=True)
     sources = Sources(analysis, activations, memory, extra or {})
     chosen = _columns(columns, sources)
     rows = [
@@ -732,6 +801,7 @@ def to_dict(
     activations: Any = None,
     memory: Any = None,
     extra: Mapping[str, Any] | None = None,
+    meta: Mapping[str, Any] | bool = True,
 ) -> dict[str, Any]:
     """Every module (to ``max_depth`` levels) and every module x operator, unrounded.
 
@@ -739,7 +809,12 @@ def to_dict(
     ``activations`` / ``bytes_read`` / ``bytes_written`` when those analyses are given. For an
     additive statistic each module also has ``self_<key>``: its value less its children's (the
     operators it runs itself, and its own parameters); it is never negative in owner mode.
+
+    ``meta``: what the numbers were computed from (:func:`opcount.provenance.export_meta`: versions,
+    model, inputs, tracer, preset, flops per mac, hardware), under the key ``"meta"``; a mapping
+    replaces it, ``False`` leaves it out.
     """
+    check_max_depth(max_depth, optional=True)
     sources = Sources(analysis, activations, memory, extra or {})
     chosen = _export_columns(sources, columns)
     values = {c.key: c.modules(sources) for c in chosen}
@@ -776,7 +851,15 @@ def to_dict(
         for role in dict.fromkeys(r for c in chosen for r in c.needs)
         if hasattr(sources.get(role), "unsupported_ops")
     }
+    described: dict[str, Any] = {}
+    if meta is True:
+        from .provenance import export_meta
+
+        described = {"meta": export_meta(analysis, roofline=sources.get("roofline"))}
+    elif meta is not False:
+        described = {"meta": dict(meta)}
     return {
+        **described,
         "model": type(sources.model).__name__,
         "columns": [c.key for c in chosen],
         "operator_columns": [c.key for c in op_columns],
@@ -803,16 +886,37 @@ def _level_rows(data: Mapping[str, Any], level: str) -> tuple[list[str], list[di
 
 def to_csv(analysis: Any, *, level: str = "modules", **kwargs: Any) -> str:
     """One CSV row per module (``level="modules"``) or per module and operator
-    (``"operators"``), exact numbers; the model is the module named ``""``."""
-    fields, rows = _level_rows(to_dict(analysis, **kwargs), level)
+    (``"operators"``), exact numbers, below ``# key: value`` lines saying what they were
+    computed from (``meta=`` as in :func:`to_dict`). The model's own row is named ``"."``
+    (:data:`opcount.provenance.CSV_ROOT`): an empty name would read back as NaN in pandas."""
+    from .provenance import csv_header
+
+    data = to_dict(analysis, **kwargs)
+    fields, rows = _level_rows(data, level)
+    return (csv_header(data["meta"]) if "meta" in data else "") + csv_rows(fields, rows)
+
+
+def csv_rows(fields: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
+    """CSV text with a header: booleans as ``true``/``false``, None as an empty cell, the
+    model's own name (``""``) as ``"."`` in the columns naming modules."""
+    from .provenance import CSV_ROOT
+
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=list(fields), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow(
-            {k: ("" if v is None else str(v).lower() if isinstance(v, bool) else v) for k, v in row.items()}
-        )
+        writer.writerow({k: _csv_cell(k, v, CSV_ROOT) for k, v in row.items()})
     return out.getvalue()
+
+
+def _csv_cell(key: str, value: Any, root: str) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value == "" and key in ("name", "parent", "module"):
+        return root
+    return value
 
 
 def to_markdown(
@@ -828,6 +932,7 @@ def to_markdown(
 ) -> str:
     """A markdown table per module (full names, every module to ``max_depth`` levels) or per
     module and operator. ``number_format=EXACT`` writes unrounded numbers."""
+    check_max_depth(max_depth, optional=True)
     sources = Sources(analysis, activations, memory, extra or {})
     chosen = _columns(columns, sources)
     if level == "operators":  # parameters have no per-operator share: leave them out here

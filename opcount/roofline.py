@@ -57,6 +57,7 @@ from .hardware import TENSOR, VECTOR, Hardware
 from .hardware import hardware as lookup_hardware
 from .ir import DTYPE_BYTES, OpCall, TensorSpec
 from .memory import MemoryTrafficAnalysis, alias_roots
+from .report import check_max_depth
 
 __all__ = [
     "FLOPS_PER_MAC",
@@ -305,6 +306,7 @@ class RooflineReport:
     def modules(self, max_depth: int | None = None, within: str = "") -> list[Summary]:
         """Module rows: the innermost modules that ran layers, or every module down to ``max_depth``
         levels; only those inside module ``within`` (its descendants) when given."""
+        check_max_depth(max_depth, optional=True)
         if max_depth is None:
             rows = list(self.leaf_modules().values())
         else:

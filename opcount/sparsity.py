@@ -427,6 +427,15 @@ SPARSE_SUPPORT: dict[str, SparseSupport] = {
     "a100-sxm": _NVIDIA_24,
     "l4": _NVIDIA_24,
     "rtx-4090": _NVIDIA_24,
+    "h200-sxm": _NVIDIA_24,
+    "b200": _NVIDIA_24,
+    "l40s": _NVIDIA_24,
+    "a10g": _NVIDIA_24,
+    "a100-pcie-40gb": _NVIDIA_24,
+    # CDNA 3 (AMD Instinct MI300X data sheet): 2:4 in fp16, bf16, fp8 and int8, not tf32/fp32/fp64
+    "mi300x": SparseSupport(
+        nm=((2, 4),), nm_precisions=frozenset({"float16", "bfloat16", "int8", "float8_e4m3fnuz", "float8_e5m2fnuz"})
+    ),
     "t4": SparseSupport(),  # Turing: no sparse tensor cores
     "xeon-8480-2s": SparseSupport(),  # AMX tiles take dense blocks, no N:M
     "m2-max": SparseSupport(),  # no tensor unit at all

@@ -5,13 +5,16 @@ import torch
 
 
 @pytest.fixture(autouse=True)
-def _quiet_and_deterministic():
-    # Unsupported-operator and tracer warnings (opcount's and fvcore's) would flood the output;
-    # no test reads the log.
+def _quiet_and_deterministic(request: pytest.FixtureRequest):
+    # Unsupported-operator and tracer warnings (opcount's and fvcore's) would flood the output of
+    # tests that do not read them; a test that takes ``caplog`` reads the log, so it stays on there.
     torch.manual_seed(0)
-    logging.disable(logging.WARNING)
+    quiet = "caplog" not in request.fixturenames
+    if quiet:
+        logging.disable(logging.WARNING)
     yield
-    logging.disable(logging.NOTSET)
+    if quiet:
+        logging.disable(logging.NOTSET)
 
 
 def pytest_addoption(parser):

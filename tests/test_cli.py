@@ -67,6 +67,11 @@ def api() -> FlopCountAnalysis:
     return FlopCountAnalysis(model, x)
 
 
+def _csv_lines(text: str) -> list[str]:
+    """A CSV export without its ``#`` metadata lines."""
+    return [line for line in io.StringIO(text) if not line.startswith("#")]
+
+
 def _ok(run: subprocess.CompletedProcess) -> str:
     assert run.returncode == 0, run.stderr
     assert "Traceback" not in run.stderr
@@ -84,13 +89,14 @@ def test_tree(runs, api) -> None:
 def test_json_total_is_the_python_total(runs, api) -> None:
     data = json.loads(_ok(runs["json"]))
     assert data["total"]["flops"] == api.total()
-    assert data == json.loads(R.to_json(api))
+    assert data.pop("meta")["model"] == TINY  # the model as named on the command line
+    assert data == json.loads(R.to_json(api, meta=False))
 
 
 def test_csv_parses_and_totals_match(runs, api) -> None:
-    rows = list(csv.DictReader(io.StringIO(_ok(runs["csv"]))))
-    assert rows[0]["name"] == "" and int(rows[0]["flops"]) == api.total()
-    assert {r["name"]: int(r["flops"]) for r in rows} == dict(api.by_module())
+    rows = list(csv.DictReader(_csv_lines(_ok(runs["csv"]))))
+    assert rows[0]["name"] == "." and int(rows[0]["flops"]) == api.total()  # the model's row: "."
+    assert {r["name"]: int(r["flops"]) for r in rows} == {n or ".": v for n, v in api.by_module().items()}
 
 
 def test_markdown_parses_and_total_matches(runs, api) -> None:
@@ -175,8 +181,8 @@ def test_factory_from_a_file_and_output_file(capsys: pytest.CaptureFixture[str],
         main([f"{ROOT / 'tests' / 'report_fixtures.py'}:tiny", "--format", "csv", "--by-operator", "-o", str(out)]) == 0
     )
     assert capsys.readouterr().out == ""
-    rows = list(csv.DictReader(io.StringIO(out.read_text())))
-    assert sum(int(r["flops"]) for r in rows if r["module"] == "") == api.total()
+    rows = list(csv.DictReader(_csv_lines(out.read_text())))
+    assert sum(int(r["flops"]) for r in rows if r["module"] == ".") == api.total()
 
 
 def test_torchvision_model_by_name(capsys: pytest.CaptureFixture[str]) -> None:

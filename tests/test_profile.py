@@ -122,7 +122,7 @@ def net() -> Net:
 
 @pytest.fixture(scope="module")
 def report(net: Net) -> ProfileReport:
-    return profile(net, X, hardware="cpu", repeats=4, warmup=1)
+    return profile(net, X, hardware="xeon-8480-2s", repeats=4, warmup=1)
 
 
 # ----- rows -------------------------------------------------------------------------------------
@@ -273,7 +273,7 @@ def test_arguments_are_checked(net: Net) -> None:
 def test_cli_profile(capsys) -> None:
     from opcount.cli import main
 
-    argv = ["resnet18", "--input", "1,3,32,32", "--hardware", "cpu", "--profile", "--repeats", "2", "-q"]
+    argv = ["resnet18", "--input", "1,3,32,32", "--hardware", "xeon-8480-2s", "--profile", "--repeats", "2", "-q"]
     assert main([*argv, "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["hardware"] == "xeon-8480-2s" and data["repeats"] == 2

@@ -99,30 +99,45 @@ def check(args: argparse.Namespace) -> Precision:
     for flag in ("profile", "sparsity"):
         if getattr(args, flag, None):
             raise OpcountError(f"--{flag} does not apply to LLM phases (the model is on the meta device)")
+    for flag in ("roofline_dtype", "fuse", "tf32"):
+        if getattr(args, flag, None):
+            raise OpcountError(
+                f"--{flag.replace('_', '-')} does not apply to LLM phases: they are priced in the dtypes of "
+                "--weight-dtype, --act-dtype and --kv-dtype"
+            )
+    if args.format in ("tree", "md", "repr") or args.by_operator:
+        raise OpcountError("LLM phases print table, json or csv (--by-operator and tree/md/repr are for whole models)")
     try:
         return Precision(args.weight_dtype or "bfloat16", args.act_dtype or "bfloat16", args.kv_dtype)
     except OpcountError as e:
         raise OpcountError(f"{e} (--weight-dtype, --act-dtype, --kv-dtype)") from None
 
 
-def config_of(spec: str, overrides: dict[str, Any]) -> tuple[Any, str]:
-    """The transformers config of ``llm:NAME`` or ``hf:ConfigClass`` / ``hf:ModelClass``, and a label."""
-    if spec.startswith("llm:"):
-        name = spec[4:]
-        cfg = catalogue_config(name, **overrides)
-        return cfg, f"{name} ({ARCHITECTURES[name.lower()].source.split(' ')[0]})"
+def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
+    """The transformers config of ``llm:NAME`` or ``hf:ConfigClass`` / ``hf:ModelClass`` with the
+    ``--hf-config KEY=VALUE`` items applied (each parsed with its field's type), and a label."""
     import transformers
 
+    from ..cli_args import hf_overrides
+
+    if spec.startswith("llm:"):
+        name = spec[4:].lower()
+        if name not in ARCHITECTURES:
+            catalogue_config(name)  # raises, naming the choices
+        arch = ARCHITECTURES[name]
+        overrides = hf_overrides(getattr(transformers, arch.config_class), items)
+        return catalogue_config(name, **overrides), f"{name} ({arch.source.split(' ')[0]})"
     name = spec.removeprefix("hf:")
     cls: Any = getattr(transformers, name, None) if name.isidentifier() else None
     if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
         cls = cls.config_class
     if not (isinstance(cls, type) and issubclass(cls, transformers.PretrainedConfig)):
         raise OpcountError(f"{spec}: not a transformers config or model class")
+    overrides = hf_overrides(cls, items)
     try:
         return cls(**overrides), name
-    except (ValueError, TypeError) as e:
-        raise OpcountError(f"{spec}: invalid config: {e}") from None
+    except Exception as e:  # noqa: BLE001 -- any constructor failure is a bad config value
+        raise OpcountError(f"{spec}: invalid config: {type(e).__name__}: {e}") from None
 
 
 @dataclass
@@ -134,10 +149,11 @@ class Point:
     generation: GenerationCost | None = None
 
 
-def run(args: argparse.Namespace, overrides: dict[str, Any], status: Callable[[str], None]) -> tuple[str, list[Point]]:
-    """Analyze the LLM the flags describe; returns the rendered report and the points."""
+def run(args: argparse.Namespace, items: Sequence[str], status: Callable[[str], None]) -> tuple[str, list[Point]]:
+    """Analyze the LLM the flags describe (``items``: the ``--hf-config`` values); returns the
+    rendered report and the points."""
     precision = check(args)
-    cfg, label = config_of(args.model, overrides)
+    cfg, label = config_of(args.model, items)
     status(f"building {label} on the meta device")
     llm = CausalLM(cfg, precision)
     base = {

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ..ir import TensorSpec
+from ..torch_internals import op_schema
 
 Record = tuple[str, list[Any], list[Any]]
 Normalizer = Callable[[list[Any], list[Any]], list[Record]]
@@ -94,10 +95,11 @@ class Schema(NamedTuple):
 _SCHEMAS: dict[Any, Schema] = {}
 
 
-def schema(func: torch._ops.OpOverload) -> Schema:
+def schema(func: Any) -> Schema:
+    """What the tracer reads of ``func``'s (an ``OpOverload``'s) schema, read once per operator."""
     found = _SCHEMAS.get(func)
     if found is None:
-        s = func._schema
+        s = op_schema(func)
         defaults = tuple((a.name, a.default_value if a.has_default_value() else None) for a in s.arguments)
         found = _SCHEMAS[func] = Schema(s.name, defaults, len(s.returns), len(_SCHEMAS))
     return found

@@ -45,27 +45,43 @@ from typing import Any
 import torch
 from torch import nn
 from torch.autograd import Function
-from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from .._runtime import gc_paused
 from ..errors import TraceError, failure_site, first_line
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
 from ..scopes import ROOT, ModuleTree, inner_scope
+from ..torch_internals import (
+    DISPATCH,
+    AccumulateGrad,
+    AutoDispatchBelowADInplaceOrView,
+    ForceDispatchKeyGuard,
+    TorchDispatchMode,
+    compiled,
+    current_autograd_node,
+    dispatch_exclude_set,
+    dispatch_include_set,
+    first_global_forward_hook,
+    global_hooks,
+    has_hooks,
+    hook_epoch,
+    hooked_since,
+    pytree,
+    require,
+)
 from .aten import Record, backward_records, bind, forward_records, jit_constant, outputs_of, schema
-from .hooks import compiled, global_hooks, has_hooks, hook_epoch, hooked_since
-from .jit import WRAPPERS, Trace, _preserved, _warnings
+from .jit import WRAPPERS, Trace, _warnings
 from .meta import CPU, META, FakeTensorMode, TensorShape, fake_state, materialize
+from .patching import exclusive, replaced
 from .replay import CHAIN, LEAF, RUN, Replayer
 from .shapes import Meta, ShapeRunner, ShapeTensor
+from .state import preserved
 from .structure import normalize_inputs, output_tensors
 
 logger = logging.getLogger(__name__)
 
 MODES = ("eval", "train")
 _TAG = "opcount"  # key of the (scope, within) tag in autograd nodes' metadata
-_ACCUMULATE = torch._C._functions.AccumulateGrad
 _UNSET = object()
 
 Scope = tuple[str, ...]
@@ -96,6 +112,7 @@ def trace_dispatch(
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose 'eval' (forward) or 'train' (forward and backward)")
+    require(DISPATCH)
     if loss_fn is not None and mode != "train":
         raise ValueError("loss_fn is only used with mode='train'")
     if device is not None and torch.device(device) != META:
@@ -133,7 +150,9 @@ def _trace(
     train: bool,
     loss_fn: Callable[[Any], torch.Tensor] | None,
 ) -> Trace:
-    with gc_paused(), _training_flags(tree, model, train), _preserved(tree), _warnings(warn_mode):
+    # under the patch lock throughout: the warning filters, the collector, the flags and buffers are process state too
+    preserving = preserved(tree, (args, kw), values=not tensors.on_meta)  # stand-ins write nothing back
+    with exclusive(), gc_paused(), _training_flags(tree, model, train), preserving, _warnings(warn_mode):
         args, kw = tensors.inputs((args, kw))
         state = tensors.state(inner, named)
         step = _Step(inner, state, args, kw, loss_fn, train)
@@ -148,7 +167,16 @@ def _trace(
                 raise _trace_error(model, tree, e, tensors.on_meta) from e
     calls = tuple(recorder.calls)
     called = {name for scope in {call.scope for call in calls} for name in scope} | {""}
-    return Trace(calls=calls, called=frozenset(called))
+    return Trace(calls=calls, called=frozenset(called | _inside_scripted(tree, called)))
+
+
+def _inside_scripted(tree: ModuleTree, called: set[str]) -> set[str]:
+    """The submodules of the TorchScript modules that ran: they ran inside them, as one call
+    whose cost is the scripted module's (no Python ``__call__`` of theirs to scope)."""
+    scripted = {name for name in called if isinstance(tree.module(name), torch.jit.ScriptModule)}
+    if not scripted:
+        return set()
+    return {name for name in tree.names if not scripted.isdisjoint(tree.owners(name))}
 
 
 class _RealTensors:
@@ -300,6 +328,7 @@ class _Scopes:
         self._epoch = -1  # the number the next hook handle took when the pass began
         self._forwards: dict[int, int] = {}  # id -> depth of the modules whose forward is scoped
         self._thread = threading.get_ident()  # the tracing thread: module calls of others open no scope
+        self.live: list[int | None] = [self._thread]  # the same, None once the window closed
 
     @property
     def current(self) -> Scope:
@@ -344,9 +373,11 @@ class _Scopes:
         key, depth = id(module), self._forwards.get(id(module), 0)
         if depth == 0:
             saved = module.__dict__.get("forward", _UNSET)  # a forward of the instance's own
-            forward = module.forward
+            forward, get_ident, thread = module.forward, threading.get_ident, self._thread
 
             def scoped(*a: Any, **k: Any) -> Any:
+                if get_ident() != thread:  # the same module called by another thread meanwhile
+                    return forward(*a, **k)
                 self.enter(name, module)
                 try:
                     return forward(*a, **k)
@@ -370,13 +401,13 @@ class _Scopes:
     ) -> Callable[..., Any]:
         """``nn.Module.__call__`` for the trace: the modules in ``plain`` (id -> name, how) run
         in their scope, are replayed or have their forward inlined (:mod:`.replay`); any other
-        module runs as usual."""
-        run, get_ident, thread = self.run, threading.get_ident, self._thread
+        module, or a call from another thread or after the window, runs as usual."""
+        run, get_ident, thread = self.run, threading.get_ident, self.live
         replay, chain = (replayer.call, replayer.chain) if replayer is not None else (run, run)
 
         def module_call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
             entry = plain.get(id(module))
-            if entry is None or get_ident() != thread:
+            if entry is None or get_ident() != thread[0]:
                 return original(module, *args, **kwargs)
             name, how = entry
             if how == LEAF:
@@ -401,16 +432,20 @@ class _Scopes:
 
     @contextlib.contextmanager
     def installed(self, replayer: Replayer | None = None) -> Iterator[None]:
-        """Scopes for the trace; with ``replayer``, torch.nn's leaf modules replayed (:mod:`.replay`)."""
+        """Scopes for the trace; with ``replayer``, torch.nn's leaf modules replayed (:mod:`.replay`).
+        Held under :mod:`.patching`'s lock; everything is removed afterwards, also on errors."""
+        with exclusive(), self._installed(replayer):
+            yield
+
+    @contextlib.contextmanager
+    def _installed(self, replayer: Replayer | None) -> Iterator[None]:
         handles = []
         plain: dict[int, tuple[str, int]] = {}  # modules scoped by __call__: id -> (name, how)
         hooked = global_hooks()
-        original = nn.Module.__call__
         try:
             if hooked:
                 handle = torch.nn.modules.module.register_module_forward_hook(self._post_hook, always_call=True)
-                # what register_forward_hook(prepend=True) does for a module's own hooks (an OrderedDict)
-                torch.nn.modules.module._global_forward_hooks.move_to_end(handle.id, last=False)  # type: ignore[attr-defined]
+                first_global_forward_hook(handle)  # closes the scope before the user's global hooks run
                 handles.append(handle)
             modules = self._tree.modules
             for name in self._tree.names:
@@ -424,12 +459,12 @@ class _Scopes:
                 handles.append(module.register_forward_pre_hook(self._pre_hook(name)))
                 if not hooked:
                     handles.append(module.register_forward_hook(self._post_hook, prepend=True, always_call=True))
-            if plain:
-                nn.Module.__call__ = self._module_call(plain, original, replayer)  # type: ignore[method-assign]
-            self._epoch = hook_epoch()
-            yield
+            call = replaced(nn.Module, "__call__", lambda original: self._module_call(plain, original, replayer))
+            with call if plain else contextlib.nullcontext():
+                self._epoch = hook_epoch()
+                yield
         finally:
-            nn.Module.__call__ = original  # type: ignore[method-assign]
+            self.live[0] = None  # a replaced __call__ someone kept passes every call through
             for h in handles:
                 h.remove()
 
@@ -458,7 +493,7 @@ class _Recorder(TorchDispatchMode):
         self._names = names
         self._train = train
         self._backward = False
-        self._autograd = torch._C._dispatch_tls_local_exclude_set()  # set by run()
+        self._autograd = dispatch_exclude_set()  # set by run()
         self._ids: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> value id, while it lives
         self.next_id = 0  # the id of the next value recorded
         self._dtypes: dict[torch.dtype, str] = {}
@@ -466,14 +501,14 @@ class _Recorder(TorchDispatchMode):
         self._consts: dict[tuple[type, Any], Const] = {}  # the constants seen, made once
 
     def run(self, step: _Step) -> None:
-        before = torch._C._dispatch_tls_local_exclude_set()
+        before = dispatch_exclude_set()
         # a training step needs grad mode even when called under torch.no_grad()
         with self, torch.enable_grad() if step.train else contextlib.nullcontext():
             # Below autograd and ADInplaceOrView, as in inference mode but with grad mode on.
             # Training re-enables both per operator, so in-place operators bump versions once.
-            with torch._C._AutoDispatchBelowADInplaceOrView():
+            with AutoDispatchBelowADInplaceOrView():
                 # the keys this guard excludes: re-enabled per operator when training
-                self._autograd = torch._C._dispatch_tls_local_exclude_set() - before
+                self._autograd = dispatch_exclude_set() - before
                 output = step.forward()
                 loss = step.loss(output) if step.train else None
             if loss is not None:
@@ -492,8 +527,8 @@ class _Recorder(TorchDispatchMode):
             return out
         scope, within = self.scopes.current, self.within
         if self._train:
-            exclude = torch._C._dispatch_tls_local_exclude_set() - self._autograd
-            with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude):
+            exclude = dispatch_exclude_set() - self._autograd
+            with ForceDispatchKeyGuard(dispatch_include_set(), exclude):
                 out = func(*args, **kwargs)
             self.tag(out, (scope, within))
         elif self._compute is not None:
@@ -529,7 +564,7 @@ class _Recorder(TorchDispatchMode):
             if _TAG in metadata:
                 continue
             metadata[_TAG] = tag
-            pending.extend(n for n, _ in node.next_functions if n is not None and not isinstance(n, _ACCUMULATE))
+            pending.extend(n for n, _ in node.next_functions if n is not None and not isinstance(n, AccumulateGrad))
 
     def _spec(self, value: Any) -> Spec:
         if isinstance(value, torch.Tensor):
@@ -602,7 +637,7 @@ class _Recorder(TorchDispatchMode):
 
 def _running_node_tag() -> Tag:
     """The tag of the autograd node the backward pass is running (the root scope outside one)."""
-    node = torch._C._current_autograd_node()
+    node = current_autograd_node()
     if node is None:
         return ROOT, ()
     metadata: dict[str, Any] = node.metadata  # type: ignore[assignment]
@@ -631,25 +666,33 @@ def _functions_named(recorder: _Recorder) -> Iterator[None]:
     runs are recorded under its name, and its backward node is tagged for the backward pass.
 
     ``apply`` is a class attribute shared by every Function, so this is process-wide while the
-    trace runs; it is restored in ``finally``.
+    trace runs: held under :mod:`.patching`'s lock, calls from other threads pass straight
+    through, and it is restored afterwards if it is still ours.
     """
-    original = Function.__dict__["apply"]
+    live = recorder.scopes.live
 
-    def apply(cls: type[Function], *args: Any, **kwargs: Any) -> Any:
-        outer = recorder.within
-        recorder.within = (*outer, cls.__name__)
-        try:
-            out = original.__get__(None, cls)(*args, **kwargs)
-        finally:
-            recorder.within = outer
-        recorder.tag(out, (recorder.scopes.current, (*outer, cls.__name__)))
-        return out
+    def named(original: Any) -> Any:
+        def apply(cls: type[Function], *args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() != live[0]:
+                return original.__get__(None, cls)(*args, **kwargs)
+            return _apply_named(recorder, original, cls, args, kwargs)
 
-    Function.apply = classmethod(apply)  # type: ignore[assignment,method-assign]
-    try:
+        return classmethod(apply)
+
+    with replaced(Function, "apply", named):
         yield
+
+
+def _apply_named(recorder: _Recorder, original: Any, cls: type[Function], args: Any, kwargs: Any) -> Any:
+    """A custom Function's call during the trace: its operators and backward node named by it."""
+    outer = recorder.within
+    recorder.within = (*outer, cls.__name__)
+    try:
+        out = original.__get__(None, cls)(*args, **kwargs)
     finally:
-        Function.apply = original  # type: ignore[method-assign]
+        recorder.within = outer
+    recorder.tag(out, (recorder.scopes.current, (*outer, cls.__name__)))
+    return out
 
 
 def _trace_error(model: nn.Module, tree: ModuleTree, e: Exception, on_meta: bool) -> TraceError:

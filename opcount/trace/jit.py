@@ -1,7 +1,7 @@
 """The jit tracer: torch.jit tracing with each module call marked in the traced graph.
 
-This is the only module that touches ``torch._C``. It turns each graph node into an
-:class:`~opcount.ir.OpCall` of plain values.
+It turns each graph node into an :class:`~opcount.ir.OpCall` of plain values; the private torch
+internals it needs come from :mod:`opcount.torch_internals`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,23 @@ from .._runtime import gc_paused
 from ..errors import TraceError, failure_site, first_line
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
 from ..scopes import ROOT, ModuleTree, inner_scope
-from .hooks import compiled, global_hooks, has_hooks, hook_epoch, hooked_since
+from ..torch_internals import (
+    JIT,
+    Graph,
+    TensorType,
+    Value,
+    compiled,
+    create_graph_by_tracing,
+    get_tracing_state,
+    global_hooks,
+    has_hooks,
+    hook_epoch,
+    hooked_since,
+    require,
+    torch_call,
+)
+from .patching import exclusive, replaced
+from .state import preserved
 from .structure import FlatCall, normalize_inputs, output_tensors
 
 # TorchScript scalar type names -> torch dtype names.
@@ -73,10 +89,14 @@ def _flat(model: nn.Module, call: FlatCall, marks: _Marks) -> Callable[..., tupl
     """
 
     def traced(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        marks.start(torch._C._get_tracing_state().graph())
+        marks.start(get_tracing_state().graph())
         # the model's parameters and buffers follow the inputs: traced as inputs, used in place
         args, kwargs = call.rebuild(tensors[: len(call.tensors)])
-        return output_tensors(model(*args, **kwargs))
+        output = model(*args, **kwargs)
+        found = output_tensors(output)
+        if not found:
+            raise _NoTensorOutput("None" if output is None else f"a {type(output).__name__}")
+        return found
 
     return traced
 
@@ -90,8 +110,9 @@ class _Marks:
     which the graph's last node tells: it is still the last mark. So the records can replay the
     events in graph order, at the marks.
 
-    A module without hooks is called by ``nn.Module.__call__``, replaced for the trace, which
-    places the events around ``forward`` itself. A module with hooks (or one that gets a hook
+    A module without hooks is called by ``nn.Module.__call__``, replaced for the trace (under
+    :mod:`.patching`'s lock; calls from other threads pass straight through), which places the
+    events around ``forward`` itself. A module with hooks (or one that gets a hook
     during the pass, or whose class has a ``_call_impl`` of its own) is called as usual; while
     tracing, ``_call_impl`` calls ``forward`` through the module's ``_slow_forward``, after the
     forward pre-hooks and before the forward hooks, and an instance attribute of that name, set
@@ -108,9 +129,10 @@ class _Marks:
         self._tree = tree
         self._model = model
         self._event: Callable[[int], None] = _not_tracing
-        self._patched: list[nn.Module] = []  # modules given a _slow_forward for the trace
+        self._patched: list[tuple[nn.Module, Callable[..., Any]]] = []  # modules given a _slow_forward
+        self._thread: list[int | None] = [threading.get_ident()]  # the tracing thread; None once closed
 
-    def start(self, graph: torch._C.Graph) -> None:
+    def start(self, graph: Graph) -> None:
         create, insert, last_node = graph.create, graph.insertNode, graph.return_node().prev
         events, cuts = self.events, self.cuts
         last = None  # the last mark: pybind returns its wrapper, held here, for the same node
@@ -127,7 +149,11 @@ class _Marks:
         self._event = event
 
     def _slow_forward(self, module: nn.Module, index: int) -> Callable[..., Any]:
+        get_ident, thread = threading.get_ident, self._thread
+
         def slow_forward(*args: Any, **kwargs: Any) -> Any:
+            if get_ident() != thread[0]:  # another thread tracing the same module
+                return nn.Module._slow_forward(module, *args, **kwargs)
             self._event(index)
             try:
                 return module.forward(*args, **kwargs)
@@ -139,14 +165,13 @@ class _Marks:
     def _module_call(self, plain: dict[int, int], original: Callable[..., Any], epoch: int) -> Callable[..., Any]:
         """``nn.Module.__call__`` for the trace: a module of ``plain`` (id -> scope index) runs
         its ``forward`` between marks, as ``_call_impl`` would with no hook to run; any other
-        module, or one that got a hook during the pass, or a call from another thread, runs
-        as usual."""
-        get_ident = threading.get_ident
-        thread = get_ident()
+        module, or one that got a hook during the pass, or a call from another thread or after
+        the window, runs as usual."""
+        get_ident, thread = threading.get_ident, self._thread
 
         def module_call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
             index = plain.get(id(module))
-            if index is None or get_ident() != thread:
+            if index is None or get_ident() != thread[0]:
                 return original(module, *args, **kwargs)
             if hooked_since(epoch, module):  # the hooks run: marks from _slow_forward, inside them
                 if "_slow_forward" not in module.__dict__:
@@ -162,39 +187,38 @@ class _Marks:
         return module_call
 
     def _patch(self, module: nn.Module, index: int) -> None:
-        module.__dict__["_slow_forward"] = self._slow_forward(module, index)
-        self._patched.append(module)
+        slow_forward = module.__dict__["_slow_forward"] = self._slow_forward(module, index)
+        self._patched.append((module, slow_forward))
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
+        """The marks' patches for the trace, held under :mod:`.patching`'s lock; each removed
+        afterwards if it is still ours, also when the trace fails."""
         plain: dict[int, int] = {}  # modules marked by nn.Module.__call__: id -> scope index
-        hooked = global_hooks()
-        original = nn.Module.__call__
         modules = self._tree.modules
-        try:
-            for index, name in enumerate(self._tree.names):
-                module = modules[name]
-                if isinstance(module, torch.jit.ScriptModule) or "_slow_forward" in module.__dict__:
-                    continue  # scripted modules run as one call; a patched one is left alone
-                if module is not self._model and isinstance(module, WRAPPERS):
-                    continue
-                if hooked or has_hooks(module) or compiled(module) or not _torch_call(module):
-                    self._patch(module, index)
-                else:
-                    plain[id(module)] = index
-            if plain:
+        with exclusive():
+            hooked = global_hooks()
+            try:
+                for index, name in enumerate(self._tree.names):
+                    module = modules[name]
+                    if isinstance(module, torch.jit.ScriptModule) or "_slow_forward" in module.__dict__:
+                        continue  # a scripted module cannot be marked (see _trace_error); a patched one is left alone
+                    if module is not self._model and isinstance(module, WRAPPERS):
+                        continue
+                    if hooked or has_hooks(module) or compiled(module) or not torch_call(module):
+                        self._patch(module, index)
+                    else:
+                        plain[id(module)] = index
                 # a hook registered from here on takes a higher number: see _module_call
-                nn.Module.__call__ = self._module_call(plain, original, hook_epoch())  # type: ignore[method-assign]
-            yield
-        finally:
-            nn.Module.__call__ = original  # type: ignore[method-assign]
-            for module in self._patched:
-                module.__dict__.pop("_slow_forward", None)
-
-
-def _torch_call(module: nn.Module) -> bool:
-    """Whether the module's class keeps torch's ``_call_impl``, which ``__call__`` runs."""
-    return type(module)._call_impl is nn.Module._call_impl
+                epoch = hook_epoch()
+                call = replaced(nn.Module, "__call__", lambda original: self._module_call(plain, original, epoch))
+                with call if plain else contextlib.nullcontext():
+                    yield
+            finally:
+                self._thread[0] = None  # a replaced __call__ someone kept passes every call through
+                for module, slow_forward in self._patched:
+                    if module.__dict__.get("_slow_forward") is slow_forward:
+                        del module.__dict__["_slow_forward"]
 
 
 def _not_tracing(what: int) -> None:
@@ -209,6 +233,7 @@ def trace_jit(
     warn_mode: str = "no_tracer_warning",
 ) -> Trace:
     """Trace one forward pass of ``model`` and return its operator records."""
+    require(JIT)
     args, kw = normalize_inputs(inputs, kwargs)
     inner = model.module if isinstance(model, WRAPPERS) else model
     marks = _Marks(tree, inner)
@@ -216,17 +241,28 @@ def trace_jit(
     flat = _flat(inner, call, marks)
     named = tree.state(tree.name_of(inner), persistent_only=True)  # what torch.jit.trace takes as inputs
     state, names = [t for _, t in named], [n for n, _ in named]
-    with gc_paused(), _preserved(tree), _warnings(warn_mode), marks.installed():
+    # under the patch lock throughout: the warning filters, the collector and the buffers are process state too
+    with exclusive(), gc_paused(), preserved(tree, (args, kw)), _warnings(warn_mode), marks.installed():
         try:
             # What torch.jit._get_trace_graph does, less its two costs nobody here needs:
             # naming each value after the Python variable that held it, and a state_dict().
-            graph, _ = torch._C._create_graph_by_tracing(flat, [*call.tensors, *state], _no_name, True, False)
+            graph, _ = create_graph_by_tracing(flat, [*call.tensors, *state], _no_name, True, False)
+        except _NoTensorOutput as e:
+            raise TraceError(
+                f"the output of the model ({type(model).__name__}) holds no tensor (it returned {e}): jit tracing "
+                "keeps only the operators an output depends on, so nothing would be counted. Return the tensors "
+                "the forward computes, or use tracer='dispatch', which records every operator that runs."
+            ) from None
         except Exception as e:
             raise _trace_error(model, tree, e) from e
         n_inputs = len(call.tensors)
         calls = tuple(_records(graph, tree, marks, _Converter(graph, n_inputs, state, names)))
     called = {name for scope in {call.scope for call in calls} for name in scope} | {""}
     return Trace(calls=calls, called=frozenset(called))
+
+
+class _NoTensorOutput(Exception):
+    """The forward's output holds no tensor (None, a generator): the traced graph would be empty."""
 
 
 def _no_name(value: torch.Tensor) -> str:
@@ -239,7 +275,13 @@ def _trace_error(model: nn.Module, tree: ModuleTree, e: Exception) -> TraceError
         "check the inputs' shapes and types; for a model whose forward is not traceable, "
         "wrap the traceable part in a module and analyze that, or use tracer='dispatch'."
     )
-    if "unordered_map::at" in first and _on_traceback(e, "vmap"):
+    if "not part of the active trace" in first:
+        # torch.jit tracing of Python code cannot call TorchScript (the RuntimeError's wording)
+        hint = (
+            "a TorchScript module (torch.jit.script or torch.jit.trace) cannot be called from code "
+            "that the jit tracer traces: use tracer='dispatch', which counts the operators it runs."
+        )
+    elif "unordered_map::at" in first and _on_traceback(e, "vmap"):
         # torch.jit tracing cannot record torch.vmap; transformers builds attention masks with it.
         hint = (
             "torch.jit tracing cannot record torch.vmap (transformers builds its attention mask with it, "
@@ -258,19 +300,6 @@ def _on_traceback(e: BaseException, name: str) -> bool:
 
 
 @contextlib.contextmanager
-def _preserved(tree: ModuleTree) -> Iterator[None]:
-    """Restore buffers that a training-mode forward changes (batch norm running statistics)."""
-    modules = (tree.module(name) for name in tree.names)
-    saved = [(b, b.detach().clone()) for m in modules if m.training for b in m._buffers.values() if b is not None]
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for buf, value in saved:
-                buf.copy_(value)
-
-
-@contextlib.contextmanager
 def _warnings(mode: str) -> Iterator[None]:
     with warnings.catch_warnings():
         if mode == "none":
@@ -280,7 +309,7 @@ def _warnings(mode: str) -> Iterator[None]:
         yield
 
 
-def _records(graph: torch._C.Graph, tree: ModuleTree, marks: _Marks, converter: _Converter) -> Iterator[OpCall]:
+def _records(graph: Graph, tree: ModuleTree, marks: _Marks, converter: _Converter) -> Iterator[OpCall]:
     names, events = tree.names, marks.events
     stack = [ROOT]
     pushed: dict[tuple[tuple[str, ...], int], tuple[str, ...]] = {}  # one tuple per distinct scope
@@ -326,10 +355,10 @@ class _Converter:
     know their names. The converter holds the graph: the records' nodes live as long as it does.
     """
 
-    def __init__(self, graph: torch._C.Graph, n_inputs: int, state: list[torch.Tensor], names: list[str]) -> None:
+    def __init__(self, graph: Graph, n_inputs: int, state: list[torch.Tensor], names: list[str]) -> None:
         self._graph = graph
         self._state = (n_inputs, state, names)
-        self._cache: dict[torch._C.Value, Spec] | None = None  # filled on first use: few analyses need it
+        self._cache: dict[Value, Spec] | None = None  # filled on first use: few analyses need it
 
     def node_specs(self, node: object) -> tuple[tuple[Spec, ...], tuple[Spec, ...]]:
         # inputsAt/outputsAt: several times faster than iterating node.inputs() in pybind.
@@ -339,10 +368,10 @@ class _Converter:
         ins = tuple([get(v) or convert(v) for v in map(n.inputsAt, range(n.inputsSize()))])
         return ins, tuple([get(v) or convert(v) for v in map(n.outputsAt, range(n.outputsSize()))])
 
-    def _start(self) -> dict[torch._C.Value, Spec]:
+    def _start(self) -> dict[Value, Spec]:
         n_inputs, state, names = self._state
         dtypes: dict[torch.dtype, str] = {}
-        cache: dict[torch._C.Value, Spec] = {}
+        cache: dict[Value, Spec] = {}
         for value, t, name in zip(list(self._graph.inputs())[n_inputs:], state, names):
             dtype = dtypes.get(t.dtype)
             if dtype is None:
@@ -351,18 +380,18 @@ class _Converter:
         self._cache = cache
         return cache
 
-    def _convert(self, value: torch._C.Value) -> Spec:
+    def _convert(self, value: Value) -> Spec:
         cache = self._cache
         assert cache is not None
         spec = cache[value] = self._spec(value, len(cache))
         return spec
 
-    def _spec(self, value: torch._C.Value, uid: int) -> Spec:
+    def _spec(self, value: Value, uid: int) -> Spec:
         constant = value.toIValue()  # one call answers for most non-tensor arguments
         if constant is not None and not isinstance(constant, torch.Tensor):
             return Const(constant)
         typ = value.type()
-        if isinstance(typ, torch._C.TensorType):
+        if isinstance(typ, TensorType):
             sizes = typ.sizes()
             if sizes is None:
                 return Const(None, known=False)

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils import _pytree as pytree
+
+from ..torch_internals import FakeTensorMode, pytree
 
 META = torch.device("meta")
 CPU = torch.device("cpu")

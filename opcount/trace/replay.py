@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
+from ..torch_internals import any_autocast_enabled
 from .shapes import Meta, ShapeTensor
 
 Scope = tuple[str, ...]
@@ -377,7 +378,7 @@ class Replayer:
 
 
 _MISSING = object()
-_grad_enabled, _autocast_enabled = torch.is_grad_enabled, torch._C._is_any_autocast_enabled
+_grad_enabled, _autocast_enabled = torch.is_grad_enabled, any_autocast_enabled
 
 
 @functools.lru_cache(maxsize=1024)

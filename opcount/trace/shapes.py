@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, Self
 import torch
 
 from ..ir import TensorSpec
+from ..torch_internals import disabled_torch_function_impl, make_wrapper_subclass, op_schema
 
 META = torch.device("meta")
 
@@ -47,13 +48,13 @@ class ShapeTensor(torch.Tensor):
     ``spec`` is the tracer's record of it, made when it is first recorded.
     """
 
-    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]  # no Python layer
+    __torch_function__ = disabled_torch_function_impl  # type: ignore[assignment]  # no Python layer
     meta: Meta
     spec: TensorSpec | None
 
     @staticmethod
     def __new__(cls, meta: Meta) -> Self:
-        t = torch.Tensor._make_wrapper_subclass(
+        t = make_wrapper_subclass(
             cls, meta.shape, meta.stride, storage_offset=meta.offset, dtype=meta.dtype, device=meta.device
         )
         t.meta = meta
@@ -184,7 +185,7 @@ class ShapeRunner:
     def _schema_aliases(self, func: Any) -> tuple[dict[int, tuple[int, Any]], tuple[tuple[int, Any], ...]]:
         found = self._aliases.get(func)
         if found is None:
-            schema = func._schema
+            schema = op_schema(func)
             written: dict[str, tuple[int, Any]] = {}
             for i, arg in enumerate(schema.arguments):
                 info = arg.alias_info
@@ -202,7 +203,7 @@ class ShapeRunner:
 
     def _describe(self, func: Any, out: Any, device: torch.device) -> tuple[int, Any]:
         aliases = self._alias_map(func)
-        n_returns = len(func._schema.returns)
+        n_returns = len(op_schema(func).returns)
 
         def describe(o: Any) -> tuple[int, Any]:
             if isinstance(o, torch.Tensor):

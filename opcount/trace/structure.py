@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
-from torch.utils import _pytree as pytree
+
+from ..torch_internals import pytree
 
 
 def normalize_inputs(inputs: Any, kwargs: Mapping[str, Any] | None) -> tuple[tuple[Any, ...], dict[str, Any]]:
