@@ -10,7 +10,6 @@ count it): 2*h*e*(L+s) per new token. The output projection runs on the last tok
 
 from __future__ import annotations
 
-import logging
 import math
 
 import pytest
@@ -41,7 +40,6 @@ def llama(**extra: object) -> object:
 
 @pytest.fixture(scope="module")
 def llm() -> CausalLM:
-    logging.getLogger("opcount").setLevel(logging.ERROR)
     return CausalLM(llama())
 
 

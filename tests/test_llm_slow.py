@@ -14,7 +14,6 @@ SwiGLU's gate, up and down); the model adds the embedding table and the untied o
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
 
@@ -75,11 +74,6 @@ class Hyper:
 LLAMA3_8B = Hyper(d=4096, f=14336, n=32, h=32, g=8, V=128256)
 LLAMA3_70B = Hyper(d=8192, f=28672, n=80, h=64, g=8, V=128256)
 MODELS = {"llama-3-8b": LLAMA3_8B, "llama-3-70b": LLAMA3_70B}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _quiet() -> None:
-    logging.getLogger("opcount").setLevel(logging.ERROR)
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
