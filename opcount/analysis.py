@@ -15,12 +15,11 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from numbers import Number
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import numpy as np
 import torch
 from torch import nn
-from typing_extensions import Self
 
 from ._runtime import gc_paused
 from .errors import HandleError

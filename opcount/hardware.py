@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import math
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-
-import tomllib
 
 from .errors import OpcountError
 
