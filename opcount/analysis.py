@@ -13,11 +13,10 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import torch
 from torch import nn
-from typing_extensions import Self
 
 from ._runtime import gc_paused
 from .counts import describe, handle_result

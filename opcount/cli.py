@@ -358,8 +358,7 @@ _FAMILIES = ("video", "segmentation", "detection", "optical_flow", "quantization
 
 
 def _torchvision(name: str, args: argparse.Namespace) -> Loaded:
-    import torchvision.models as tvm
-
+    tvm = _torchvision_models(name)
     known = tvm.list_models()
     if name not in known:
         close = difflib.get_close_matches(name, known, n=3)
@@ -381,6 +380,22 @@ def _torchvision(name: str, args: argparse.Namespace) -> Loaded:
         return Loaded(model, (images,), None, f"{name} ({len(images)} image(s) {_shape_text(images)})")
     tensors = given or tuple(_random(s, _dtype(args)) for s in _default_shapes(tvm, name, family, model))
     return Loaded(model, _as_inputs(tensors), None, f"{name} on {_shape_text(tensors)}")
+
+
+def _torchvision_models(name: str) -> Any:
+    """``torchvision.models``: torchvision is an optional extra, needed only for its model names."""
+    try:
+        import torchvision.models as tvm
+    except ImportError:
+        raise UsageError(
+            f"model {name!r}: torchvision model names need torchvision, which is not installed: "
+            "pip install 'opcount[vision]' (user code: module.path:factory; transformers: hf:ConfigClass)"
+        ) from None
+    except RuntimeError as e:  # a torchvision built for another torch release fails to load its operators
+        raise UsageError(
+            f"torchvision failed to load ({_one_line(e)}): install the release built for torch {torch.__version__}"
+        ) from e
+    return tvm
 
 
 def _no_weights(tvm: Any, name: str) -> dict[str, None]:

@@ -12,13 +12,12 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-
-import tomllib
 
 from .errors import OpcountError
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torchvision.models as tvm
-import torchvision.models.video as tvv
 from torch import nn
 
 from opcount import ActivationCountAnalysis
 
 fvcore_nn = pytest.importorskip("fvcore.nn")
+tvm = pytest.importorskip("torchvision.models")
+tvv = pytest.importorskip("torchvision.models.video")
 
 
 class ConvLinear(nn.Module):

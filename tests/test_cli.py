@@ -20,7 +20,10 @@ from opcount import FlopCountAnalysis
 from opcount import report as R
 from opcount.cli import main, parse_shape
 
+from ._optional import HAS_TORCHVISION
 from .report_fixtures import tiny
+
+pytestmark = pytest.mark.smoke  # also run on the oldest supported torch (scripts/smoke_torch213.sh)
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = "tests.report_fixtures:tiny"
@@ -118,7 +121,8 @@ def test_mistakes_print_one_line_and_exit_2(runs, name: str) -> None:
 
 
 def test_mistake_messages_name_the_problem(runs) -> None:
-    assert "resnet50" in runs["unknown_model"].stderr  # the suggestion
+    # the suggestion; without torchvision, how to install it
+    assert ("resnet50" if HAS_TORCHVISION else "opcount[vision]") in runs["unknown_model"].stderr
     assert "'1,3,x'" in runs["malformed_shape"].stderr
     assert "'stem.0'" in runs["fails_on_input"].stderr and "channels" in runs["fails_on_input"].stderr
 
@@ -186,7 +190,7 @@ def test_factory_from_a_file_and_output_file(capsys: pytest.CaptureFixture[str],
 
 
 def test_torchvision_model_by_name(capsys: pytest.CaptureFixture[str]) -> None:
-    import torchvision
+    torchvision = pytest.importorskip("torchvision")
 
     assert main(["resnet18", "--input", "1,3,64,64", "--format", "json", "--depth", "1"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -10,16 +10,22 @@ from collections.abc import Callable
 
 import pytest
 import torch
-import torchvision
 from torch import nn
 
 from opcount import FlopCountAnalysis, TensorShape, TraceError, spec_handle
 from opcount.scopes import ModuleTree
 from opcount.trace import trace_dispatch, trace_jit
 
+from ._optional import torchvision
 from .models import CalledTwice, Nested, OwnerVsCaller, Recursive, Shared, ViaForward, WithHooks
 
+pytestmark = pytest.mark.smoke  # also run on the oldest supported torch (scripts/smoke_torch213.sh)
+
 transformers = pytest.importorskip("transformers")
+
+# Function.apply as torch defines it, for the checks that the trace restored it (torch 2.14 takes
+# it from torch._C._FunctionBase, 2.13 defines its own classmethod).
+FUNCTION_APPLY = torch.autograd.Function.__dict__["apply"]
 
 
 def _both(model: nn.Module, inputs: object, kwargs: dict | None = None, **options: object):
@@ -372,7 +378,7 @@ def test_custom_function_operators_are_reported_under_its_name() -> None:
     train = FlopCountAnalysis(model, x, tracer="dispatch", mode="train")
     assert train.by_operator()["MyOp::mm"] == 512
     assert train.by_operator("fc")["mm"] == 256
-    assert torch.autograd.Function.__dict__["apply"] is torch._C._FunctionBase.__dict__["apply"]
+    assert torch.autograd.Function.__dict__["apply"] is FUNCTION_APPLY
 
 
 @torch.library.custom_op("opcount_test::fused", mutates_args=())
@@ -436,7 +442,7 @@ def _assert_unchanged(model: nn.Module, snapshot: tuple) -> None:
         (m.training, dict(m._forward_hooks), dict(m._forward_pre_hooks), set(vars(m))) for m in model.modules()
     ] == flags
     assert all(p.grad is None for p in model.parameters())
-    assert torch.autograd.Function.__dict__["apply"] is torch._C._FunctionBase.__dict__["apply"]
+    assert torch.autograd.Function.__dict__["apply"] is FUNCTION_APPLY
     assert nn.Module.__call__ is nn.Module._wrapped_call_impl  # the scopes' __call__ is gone
 
 

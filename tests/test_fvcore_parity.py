@@ -11,11 +11,11 @@ from collections import Counter
 
 import pytest
 import torch
-import torchvision
 
 from opcount import FlopCountAnalysis
 
 fvcore_nn = pytest.importorskip("fvcore.nn")
+torchvision = pytest.importorskip("torchvision")
 
 FAST = ["resnet50", "mobilenet_v3_large"]
 SLOW = ["densenet121", "efficientnet_b0", "convnext_tiny", "regnet_y_400mf", "swin_t", "r3d_18"]

@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 import torch
-import torchvision  # noqa: F401  (registers torch.ops.torchvision)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from opcount.handles import FLOPS
 from opcount.ir import Const, ListSpec, Spec, TensorSpec
+
+pytest.importorskip("torchvision")  # registers torch.ops.torchvision
 
 aten = torch.ops.aten
 tv = torch.ops.torchvision

@@ -12,6 +12,8 @@ from torch import nn
 
 from opcount import FlopCountAnalysis, TraceError
 
+pytestmark = pytest.mark.smoke  # also run on the oldest supported torch (scripts/smoke_torch213.sh)
+
 
 class TwoArgs(nn.Module):
     """fc 2*4*3 = 24 on x; scale is a Python constant; ``extra`` a keyword tensor through fc again."""

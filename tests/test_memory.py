@@ -348,7 +348,7 @@ ZOO = [
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ZOO)
 def test_zoo_is_fully_supported_and_consistent(name: str) -> None:
-    import torchvision
+    torchvision = pytest.importorskip("torchvision")
 
     if name == "r3d_18":
         model, x = torchvision.models.video.r3d_18(weights=None).eval(), torch.randn(1, 3, 16, 112, 112)

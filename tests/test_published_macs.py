@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torchvision import models
 
 from opcount import FlopCountAnalysis
 
 from . import zoo
+
+models = pytest.importorskip("torchvision.models")
 
 
 def _published_case(name: str) -> tuple[torch.nn.Module, tuple, float]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torchvision
 
 from opcount import FlopCountAnalysis
 
 transformers = pytest.importorskip("transformers")
+torchvision = pytest.importorskip("torchvision")
 
 
 def test_detection_model_with_a_list_of_images() -> None:

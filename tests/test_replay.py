@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torchvision
 from torch import nn
 
 from opcount import FlopCountAnalysis, MemoryTrafficAnalysis
@@ -17,6 +16,7 @@ from opcount.trace import replay, trace_dispatch
 from opcount.trace.shapes import ShapeRunner, ShapeTensor
 
 from . import zoo
+from ._optional import torchvision
 
 
 class Assorted(nn.Module):

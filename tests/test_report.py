@@ -8,19 +8,22 @@ import io
 import json
 import sys
 import types
+from typing import Any
 
 import pytest
 import tabulate
 import torch
-import torchvision
 from hypothesis import given
 from hypothesis import strategies as st
 
 from opcount import ActivationCountAnalysis, FlopCountAnalysis
 from opcount import report as R
 
+from ._optional import HAS_TORCHVISION, INSTALL, torchvision
 from .models import Nested, Shared
 from .report_fixtures import Encoder, tiny
+
+pytestmark = pytest.mark.smoke  # also run on the oldest supported torch (scripts/smoke_torch213.sh)
 
 fvcore_nn = pytest.importorskip("fvcore.nn")
 
@@ -37,14 +40,20 @@ def fvcore_keeps_whitespace(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys.modules["fvcore.nn.parameter_count"], "tabulate", shim)
 
 
-def _cases() -> list[tuple[str, torch.nn.Module, torch.Tensor]]:
-    return [
+def _cases() -> list[Any]:
+    cases: list[Any] = [
         ("nested", Nested(), torch.randn(4, 10)),
         ("shared", Shared(), torch.randn(2, 8)),
         ("tiny", *tiny()),
         ("encoder", Encoder().eval(), torch.randn(2, 8, 16)),
-        ("resnet18", torchvision.models.resnet18(weights=None).eval(), torch.randn(1, 3, 64, 64)),
     ]
+    if HAS_TORCHVISION:
+        cases.append(("resnet18", torchvision.models.resnet18(weights=None).eval(), torch.randn(1, 3, 64, 64)))
+    else:
+        cases.append(
+            pytest.param(("resnet18", None, None), marks=pytest.mark.skip(reason=f"needs torchvision ({INSTALL})"))
+        )
+    return cases
 
 
 @pytest.mark.parametrize("case", _cases(), ids=lambda c: c[0])

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
-import torchvision
 
 from opcount import FlopCountAnalysis
 from opcount import report as R
 
+from ._optional import torchvision
 from .report_fixtures import Encoder, tiny
+
+pytestmark = pytest.mark.smoke  # also run on the oldest supported torch (scripts/smoke_torch213.sh)
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -21,6 +21,8 @@ from opcount.roofline import (
     speed_of_light,
 )
 
+pytestmark = pytest.mark.smoke  # also run on the oldest supported torch (scripts/smoke_torch213.sh)
+
 # A made-up device with round numbers: 100 GFLOP/s tensor, 10 GFLOP/s vector, 10 GB/s.
 TOY = Hardware(
     "toy",

@@ -15,6 +15,8 @@ from opcount.ir import tensor
 
 from .models import CalledTwice, Nested, OwnerVsCaller, Recursive, Shared, ViaForward, WithHooks
 
+pytestmark = pytest.mark.smoke  # also run on the oldest supported torch (scripts/smoke_torch213.sh)
+
 
 def test_nested_modules_roll_up_to_every_ancestor() -> None:
     a = FlopCountAnalysis(Nested(), torch.randn(4, 10))

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torchvision
 from torch import nn
 
 from opcount import FlopCountAnalysis, TensorShape
 from opcount.trace import dispatch, shapes
 from opcount.trace.shapes import ShapeRunner, ShapeTensor, ShapeUnsupported
+
+from ._optional import torchvision
 
 aten = torch.ops.aten
 CPU = torch.device("cpu")
