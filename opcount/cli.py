@@ -34,10 +34,11 @@ from torch import nn
 
 from . import __version__, report
 from .analysis import ActivationCountAnalysis, FlopCountAnalysis
-from .cli_args import UsageError, check_arguments, check_real_weights, hf_overrides
+from .cli_args import UsageError, check_arguments, check_output_paths, check_real_weights, hf_overrides
 from .cli_warnings import unsupported_warnings
 from .errors import OpcountError
 from .ir import DTYPE_BYTES
+from .llm import command as llm_command
 from .presets import PRESETS
 from .provenance import export_meta
 from .trace.meta import TensorShape
@@ -108,7 +109,8 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
         nargs="+" if compare else None,
         metavar="MODEL",
         help="a torchvision model name (resnet50), module.path:factory or file.py:factory "
-        "(returning a model, (model, inputs) or (model, inputs, kwargs)), or hf:ConfigOrModelClass",
+        "(returning a model, (model, inputs) or (model, inputs, kwargs)), hf:ConfigOrModelClass, "
+        "or llm:NAME, a published LLM architecture (llm:llama-3-8b; docs/llm.md)",
     )
     g = p.add_argument_group("inputs")
     g.add_argument(
@@ -216,6 +218,7 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
         metavar="N",
         help="--profile: profiled forward passes after 2 warm-up passes (default 10)",
     )
+    llm_command.add_arguments(p, _positive_int)
     g = p.add_argument_group("output")
     g.add_argument(
         "--format",
@@ -866,6 +869,19 @@ def _profiled(loaded: Loaded, analyses: dict[str, Any], args: argparse.Namespace
     return "\n\n".join([text, measured.summary(), measured.table(max_depth=depth), measured.table(by="operator")])
 
 
+def _llm(args: argparse.Namespace, spinner: _Spinner) -> str:
+    """LLM inference phases (opcount.llm.command): built and traced on the meta device."""
+    text, points = llm_command.run(args, args.hf_config, spinner.update)
+    if args.plot:
+        if args.hardware is None:
+            raise UsageError("--plot needs --hardware")
+        from .llm.plot import save_llm_chart
+
+        spinner.update(f"plotting {args.plot}")
+        save_llm_chart(points, args, args.plot)
+    return text
+
+
 def _local_hardware(args: argparse.Namespace, spinner: _Spinner) -> Any:
     """--hardware local: this machine's device; with --profile, the one the profile runs on (the CPU:
     the command builds models there), so that % of speed of light is against it."""
@@ -879,31 +895,44 @@ def _local_hardware(args: argparse.Namespace, spinner: _Spinner) -> Any:
 def run(args: argparse.Namespace, stderr: TextIO) -> str:
     torch.manual_seed(0)  # random inputs and weights: data-dependent models give the same counts
     spinner = _Spinner(stderr)
-    check_arguments(args, _dtype(args))
-    _needed(args)  # before building: a typo should not cost a model
+    llm = llm_command.wanted(args)
+    if llm:  # its own flags, checked before anything is built
+        llm_command.check(args)
+        check_output_paths(args)
+    else:
+        check_arguments(args, _dtype(args))
+        _needed(args)  # before building: a typo should not cost a model
     with _captured_warnings(args.debug) as caught:
         try:
             if isinstance(args.hardware, str):
                 args.hardware = _local_hardware(args, spinner)
             elif getattr(args, "recalibrate", False):
                 raise UsageError("--recalibrate applies to --hardware local")
-            spinner.update(f"building {args.model}")
-            loaded = load(args.model, args)
-            with torch.no_grad():
-                analyses = analyze(loaded, args, spinner)
-            text = render(analyses, args)
-            caught.messages += unsupported_warnings(analyses, args.columns or ["params", "flops"])
-            if args.profile:
-                text = _profiled(loaded, analyses, args, spinner, text)
-            if args.plot:
-                from .plot import save_charts
-
-                spinner.update(f"plotting {args.plot}")
-                save_charts(analyses["roofline"], args.plot)
+            if llm:
+                text = _llm(args, spinner)
+            else:
+                text = _whole_model(args, spinner, caught)
         finally:
             spinner.close()
     if not args.quiet:
         stderr.writelines(f"opcount: warning: {message}\n" for message in dict.fromkeys(caught.messages))
+    return text
+
+
+def _whole_model(args: argparse.Namespace, spinner: _Spinner, caught: _Collect) -> str:
+    spinner.update(f"building {args.model}")
+    loaded = load(args.model, args)
+    with torch.no_grad():
+        analyses = analyze(loaded, args, spinner)
+    text = render(analyses, args)
+    caught.messages += unsupported_warnings(analyses, args.columns or ["params", "flops"])
+    if args.profile:
+        text = _profiled(loaded, analyses, args, spinner, text)
+    if args.plot:
+        from .plot import save_charts
+
+        spinner.update(f"plotting {args.plot}")
+        save_charts(analyses["roofline"], args.plot)
     return text
 
 

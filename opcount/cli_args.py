@@ -41,7 +41,7 @@ def check_arguments(args: argparse.Namespace, dtype: torch.dtype) -> None:
     resolve ``--tracer`` (``--meta`` implies ``dispatch``). ``dtype``: the ``--dtype`` of inputs."""
     _check_tracer(args)
     _check_roofline_flags(args)
-    _check_output_paths(args)
+    check_output_paths(args)
     shapes = [(f"--input {','.join(map(str, s))}", s, dtype) for s in args.input or []]
     if args.seq_len and args.model.startswith("hf:"):  # token ids (int64) or audio samples, 1 x N
         shapes.append((f"--seq-len {args.seq_len}", (args.seq_len,), torch.int64))
@@ -74,7 +74,7 @@ def _check_roofline_flags(args: argparse.Namespace) -> None:
         raise UsageError(f"{given[0]} applies to the roofline: add --hardware NAME (e.g. --hardware h100-sxm)")
 
 
-def _check_output_paths(args: argparse.Namespace) -> None:
+def check_output_paths(args: argparse.Namespace) -> None:
     """``-o`` and ``--plot`` are written after the analysis: a wrong folder or format should not
     cost one."""
     for flag, value in (("-o", args.output), ("--plot", args.plot)):

@@ -532,12 +532,15 @@ def roofline(
     pipeline: Groups | None = None,
     fuse: bool | Groups = False,
     resident_params: bool = False,
+    itemsize: Callable[[TensorSpec], float | None] | None = None,
 ) -> RooflineReport:
     """Speed-of-light time of ``model(*inputs, **kwargs)`` on ``hardware`` (a preset name, a
     TOML/JSON file or a :class:`~opcount.hardware.Hardware`). See the module docstring for the
     conventions and options. ``model`` may be a ready :class:`MemoryTrafficAnalysis` (its trace,
     handles and ``fuse`` / ``resident_params`` settings are used; ``inputs`` is then ignored).
     ``dtype``: what the model would run in (default: the dtype it was traced in).
+    ``itemsize``: bytes per element of a tensor as stored, where its role decides it (quantized
+    weights, a KV cache in another dtype: see :mod:`opcount.llm.precision`); None keeps ``dtype``'s.
     """
     if hardware is None:
         raise TypeError("roofline() needs hardware: a preset name such as 'h100-sxm', a file or a Hardware")
@@ -574,7 +577,7 @@ def roofline(
         if flops == 0 and not t.read and not t.write:
             continue
         flops *= _scale_of(scale_ops, call, op, "scale_ops")
-        ifmap, weight, ofmap = _split(t, dtype, traced)
+        ifmap, weight, ofmap = _split(t, dtype, traced, itemsize)
         ifmap *= _scale_of(scale_ifmap, call, op, "scale_ifmap")
         weight *= _scale_of(scale_weight, call, op, "scale_weight")
         ofmap *= _scale_of(scale_ofmap, call, op, "scale_ofmap")
@@ -622,21 +625,30 @@ def _free(kind: str) -> bool:
     return kind.startswith("prim::") and not kind.startswith(("prim::PythonOp", "prim::CallFunction"))
 
 
-def _split(t: Traffic, dtype: str, traced: str) -> tuple[float, float, float]:
+def _split(
+    t: Traffic, dtype: str, traced: str, itemsize: Callable[[TensorSpec], float | None] | None = None
+) -> tuple[float, float, float]:
     """(ifmap, weight, ofmap) bytes in ``dtype``: parameter reads are weights, other reads ifmap."""
     ifmap = weight = 0.0
     for a in t.read:
-        nbytes = _in_dtype(a, dtype, traced)
+        nbytes = _in_dtype(a, dtype, traced, itemsize)
         if a.tensor is None or a.tensor.param is not None:
             weight += nbytes
         else:
             ifmap += nbytes
-    return ifmap, weight, sum(_in_dtype(a, dtype, traced) for a in t.write)
+    return ifmap, weight, sum(_in_dtype(a, dtype, traced, itemsize) for a in t.write)
 
 
-def _in_dtype(a: Access, dtype: str, traced: str) -> float:
-    """Bytes of one access once floating-point data is stored in ``dtype``; an access of no known
-    tensor (a handle's plain byte count) is taken to be in the traced dtype."""
+def _in_dtype(
+    a: Access, dtype: str, traced: str, itemsize: Callable[[TensorSpec], float | None] | None = None
+) -> float:
+    """Bytes of one access once floating-point data is stored in ``dtype`` (or as ``itemsize``
+    prices its tensor); an access of no known tensor (a handle's plain byte count) is taken to be
+    in the traced dtype."""
+    if itemsize is not None and a.tensor is not None:
+        size = itemsize(a.tensor)
+        if size is not None:
+            return a.nbytes * size / DTYPE_BYTES[a.tensor.dtype]
     source = a.tensor.dtype if a.tensor is not None else traced
     if source not in _FLOATING:
         return a.nbytes

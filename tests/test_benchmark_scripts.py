@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
@@ -22,3 +24,11 @@ def test_jit_floor_prints_a_row_per_model():
     cell = r"[0-9.]+ \([0-9]+%\)"
     # bare jit, then the three reads and opcount's analysis, each with its share of bare tracing
     assert re.search(rf"^\| mlp20 \| [0-9.]+ \| {cell} \| {cell} \| {cell} \| {cell} \|$", out, re.MULTILINE), out
+
+
+@pytest.mark.slow  # three fresh interpreters importing transformers: ~15 s of CPU
+def test_llm_sweep_times_the_api_and_the_cli():
+    out = run("llm_sweep.py", "--layers", "1", "--batch", "1,2", "--kv-len", "8")
+    assert re.search(r"API: imports [0-9.]+ s, built in [0-9.]+ s, 2 points in [0-9.]+ s", out), out
+    assert re.search(r"CLI sweep: 2 rows in [0-9.]+ s wall, [0-9.]+ s CPU", out), out
+    assert re.search(r"CLI, one point \(llm:llama-3-70b --meta .*\): [0-9.]+ s wall, [0-9.]+ s CPU, peak RSS", out), out

@@ -139,6 +139,17 @@ for _name in ("addcmul", "addcdiv", "addcmul_", "addcdiv_"):
     EXAMPLES[f"aten::{_name}"] = _ternary(_name)
 EXAMPLES["aten::lerp"] = lambda n, k: (aten.lerp, (_x(n, k, 3), _x(n, k, 3), 0.3))
 EXAMPLES["aten::lerp_"] = lambda n, k: (aten.lerp_, (_x(n, k, 3), _x(n, k, 3), 0.3))
+# self[index] += source along dim 0: the source's rows (n of them) land on rows of self
+for _name in ("index_add", "index_add_"):
+    EXAMPLES[f"aten::{_name}"] = lambda n, k, _name=_name: (
+        getattr(aten, _name),
+        (_x(n, k, 3), 0, torch.arange(n), _x(n, k, 3)),
+    )
+for _name in ("scatter_add", "scatter_add_"):
+    EXAMPLES[f"aten::{_name}"] = lambda n, k, _name=_name: (
+        getattr(aten, _name),
+        (_x(n, k, 3), 0, torch.zeros(n, k, 3, dtype=torch.long), _x(n, k, 3)),
+    )
 EXAMPLES["aten::where"] = lambda n, k: (aten.where, (_x(n, k, 3) > 1, _x(n, k, 3), _x(n, k, 3)))
 for _name in ("clamp", "clamp_", "clip", "clip_"):
     EXAMPLES[f"aten::{_name}"] = _with(_name, 0.6, 1.2)

@@ -102,3 +102,12 @@ def where(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
     if len(inputs) <= WHERE_SELF:
         return 0
     return elementwise_flops(1, outputs)
+
+
+# self.index_add_(dim, index, source, alpha) / scatter_add_(dim, index, src): self[index] += source
+@FLOPS.register("aten::index_add", "aten::index_add_", "aten::scatter_add", "aten::scatter_add_")
+def accumulate(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
+    """``self[index] += source`` (``index_add``, ``scatter_add``; a mixture-of-experts block sums its
+    experts' outputs this way): 1 flop per source element, alpha fused; integer tensors cost 0."""
+    *_, source = (i for i in inputs if isinstance(i, TensorSpec))
+    return source.numel if is_floating(source) else 0

@@ -189,7 +189,7 @@ pooling = _register(
 copies = _register(
     *_aten("""cat concat concatenate stack hstack vstack dstack constant_pad_nd pad reflection_pad1d
     reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d replication_pad3d roll flip
-    repeat tile repeat_interleave index_put tril triu pixel_shuffle pixel_unshuffle channel_shuffle im2col
+    repeat tile repeat_interleave index_put index_copy index_add scatter_add tril triu pixel_shuffle pixel_unshuffle channel_shuffle im2col
     col2im clone contiguous""")
 )(
     _rule(
@@ -298,15 +298,26 @@ def gather(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Traffic:
     return Traffic((part(source, out.numel), *whole(indices)), whole(outputs))
 
 
-@_register("aten::index_put_", "aten::_index_put_impl_")
+@_register("aten::index_put_", "aten::_index_put_impl_", "aten::index_copy_")
 def index_put(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Traffic:
-    """In-place scatter ``self[indices] = values``: reads the indices and values once, writes
-    numel(values) elements of ``self``; no other byte of ``self`` is touched. (Out of place,
-    ``index_put`` is a copy: see the copies rule.)"""
+    """In-place scatter ``self[indices] = values`` (and ``index_copy_``, a KV cache's update):
+    reads the indices and values once, writes numel(values) elements of ``self``; no other byte
+    of ``self`` is touched. (Out of place, they are copies: see the copies rule.)"""
     target, *rest = flat_tensors(inputs)
     if not rest:
         raise ValueError("index_put_: no values tensor")
     return Traffic(whole(rest), (part(target, rest[-1].numel),))
+
+
+@_register("aten::index_add_", "aten::scatter_add_")
+def accumulate(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Traffic:
+    """In-place ``self[index] += source`` (``index_add_``, ``scatter_add_``): reads the index, the
+    source and the numel(source) elements of ``self`` it adds to, writes those back."""
+    target, *rest = flat_tensors(inputs)
+    if not rest:
+        raise ValueError("index_add_: no source tensor")
+    touched = part(target, rest[-1].numel)
+    return Traffic((*whole(rest), touched), (touched,))
 
 
 @_register("aten::copy_", "aten::fill_", "aten::zero_")

@@ -1,0 +1,321 @@
+"""The cost of one inference phase of a causal LM, and of a whole generation.
+
+- **prefill**: ``seq_len`` prompt tokens per sequence into an empty cache (time to first token);
+- **decode**: ``seq_len`` new tokens (usually 1) attending to ``kv_len`` cached tokens and to
+  themselves (time per output token).
+
+Each phase is one trace of the model on the meta device (nothing of the weights' size is
+allocated) with the dispatch tracer; FLOPs, bytes, the memory footprint and the roofline all
+come from its records. A generation of ``gen_len`` tokens is the prefill plus ``gen_len``
+decode steps; a step's cost per operator is affine in the cache length (linear layers do not
+depend on it, attention and the cache reads grow by one token's worth per step), so two traces,
+at the first and the last step, give every step exactly.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..analysis import FlopCountAnalysis
+from ..errors import OpcountError
+from ..handles.memory import Traffic
+from ..hardware import Hardware
+from ..hardware import hardware as lookup_hardware
+from ..ir import OpCall, TensorSpec
+from ..memory import MemoryTrafficAnalysis
+from ..roofline import RooflineReport, roofline
+from ..trace.meta import TensorShape
+from .model import (
+    KVGeometry,
+    build_on_meta,
+    expected_routing,
+    kv_geometry,
+    serving_attention,
+    static_cache,
+    text_config,
+)
+from .precision import Precision, footprint_weights, pricing_for
+
+PHASES = ("prefill", "decode")
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes resident during a phase: the weights, the KV cache (all ``kv_len + seq_len``
+    positions) and the peak working set of activations (tensors alive at once, cache excluded)."""
+
+    weights: float
+    kv_cache: float
+    activations: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.kv_cache + self.activations
+
+    def as_dict(self) -> dict[str, float]:
+        return {"weights": self.weights, "kv_cache": self.kv_cache, "activations": self.activations}
+
+
+@dataclass
+class PhaseCost:
+    """What one phase costs: ``flops`` (the analysis: totals, per operator and module),
+    ``memory``, and with hardware its ``roofline`` (speed-of-light time per operator)."""
+
+    phase: str
+    batch: int
+    seq_len: int
+    kv_len: int
+    precision: Precision
+    flops: FlopCountAnalysis
+    memory: Memory
+    roofline: RooflineReport | None = None
+    moe_blocks: tuple[str, ...] = ()
+
+    @property
+    def tokens(self) -> int:
+        """Tokens processed: ``batch x seq_len``."""
+        return self.batch * self.seq_len
+
+    @property
+    def time(self) -> float | None:
+        """Speed-of-light seconds (None without hardware)."""
+        return None if self.roofline is None else self.roofline.total_time
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        time = self.time
+        return None if not time else self.tokens / time
+
+    @property
+    def bound(self) -> str | None:
+        return None if self.roofline is None else self.roofline.total().bound
+
+
+class CausalLM:
+    """A causal LM to analyze: built on the meta device from a transformers config (or a model
+    already on meta), with the dtypes of its roles."""
+
+    def __init__(self, model_or_config: Any, precision: Precision | None = None) -> None:
+        self.precision = precision or Precision()
+        if isinstance(model_or_config, nn.Module):
+            model = model_or_config
+            config = getattr(model, "config", None)
+            if config is None:
+                raise OpcountError(f"{type(model).__name__} has no transformers config (.config)")
+            if any(not p.is_meta for p in model.parameters()):
+                raise OpcountError(
+                    f"{type(model).__name__} holds real weights: build it under torch.device('meta') "
+                    "(or pass its config), so nothing of the weights' size is allocated"
+                )
+        else:
+            config = model_or_config
+            model = build_on_meta(config, self.precision.traced)
+        self.model: nn.Module = model
+        self.config = text_config(config)
+        self.geometry: KVGeometry = kv_geometry(config)
+        self._weights = footprint_weights(model, self.precision)
+        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._pricing = pricing_for(model, self.precision)
+
+    @property
+    def parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    def kv_bytes(self, tokens: int, batch: int) -> float:
+        """``2 x layers x kv_heads x head_dim x tokens x batch x itemsize``."""
+        from ..ir import DTYPE_BYTES
+
+        return self.geometry.elements(tokens, batch) * DTYPE_BYTES[self.precision.kv_dtype]
+
+    def phase(
+        self,
+        phase: str = "prefill",
+        *,
+        seq_len: int | None = None,
+        kv_len: int = 0,
+        batch: int = 1,
+        hardware: Hardware | str | None = None,
+        flops_per_mac: int = 1,
+        preset: str = "default",
+    ) -> PhaseCost:
+        """The cost of one phase; ``seq_len`` defaults to 1 for decode and is required for prefill."""
+        if phase not in PHASES:
+            raise OpcountError(f"unknown phase {phase!r}; choose prefill or decode")
+        if seq_len is None:
+            if phase == "prefill":
+                raise OpcountError("prefill needs seq_len (the prompt's tokens)")
+            seq_len = 1
+        if phase == "prefill" and kv_len:
+            raise OpcountError("prefill starts from an empty cache: kv_len is for decode")
+        for name, value, least in (("seq_len", seq_len, 1), ("kv_len", kv_len, 0), ("batch", batch, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise OpcountError(f"{name} must be an integer >= {least}, got {value!r}")
+        hw = lookup_hardware(hardware) if hardware is not None else None
+        flops, traffic, blocks = self._trace(seq_len, kv_len, batch, flops_per_mac, preset)
+        memory = Memory(
+            self._weights,
+            self.kv_bytes(kv_len + seq_len, batch),
+            peak_activations(traffic.traffic_per_call(), self._pricing),
+        )
+        report = None
+        if hw is not None:
+            report = roofline(traffic, hardware=hw, dtype=self.precision.act, itemsize=self._pricing)
+        return PhaseCost(phase, batch, seq_len, kv_len, self.precision, flops, memory, report, tuple(blocks))
+
+    def _trace(
+        self, seq_len: int, kv_len: int, batch: int, flops_per_mac: int, preset: str
+    ) -> tuple[FlopCountAnalysis, MemoryTrafficAnalysis, list[str]]:
+        model = self.model
+        with static_cache(model, self.config, batch, kv_len, seq_len, self.precision.traced) as cache:
+            with expected_routing(model) as blocks, serving_attention(model):
+                kwargs = {
+                    "input_ids": TensorShape((batch, seq_len), dtype=torch.long),
+                    "past_key_values": cache,
+                    "use_cache": True,
+                    "cache_position": torch.arange(kv_len, kv_len + seq_len),
+                }
+                if self._keeps_logits:  # logits of the last token only, as generation asks
+                    kwargs["logits_to_keep"] = 1 if kv_len == 0 else seq_len
+                flops = FlopCountAnalysis(
+                    model, (), kwargs, tracer="dispatch", flops_per_mac=flops_per_mac, preset=preset
+                )
+                flops.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+                flops.total()
+                traffic = MemoryTrafficAnalysis(model, (), kwargs, tracer="dispatch")
+                traffic.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+                traffic.total()
+        return flops, traffic, blocks
+
+
+def peak_activations(per_call: Sequence[tuple[OpCall, Traffic | None]], itemsize: Any) -> float:
+    """The most bytes of activations alive at once: a tensor lives from the call that writes it
+    to the last call that touches it; parameters and the cache (named tensors) are not counted,
+    views add nothing (they write nothing)."""
+    last: dict[int, int] = {}
+    specs: dict[int, TensorSpec] = {}
+    for i, (_, t) in enumerate(per_call):
+        for a in (*t.read, *t.write) if t is not None else ():
+            s = a.tensor
+            if s is not None and s.param is None and s.id is not None:
+                last[s.id] = i
+                specs.setdefault(s.id, s)
+    ends: dict[int, list[int]] = defaultdict(list)
+    for uid, i in last.items():
+        ends[i].append(uid)
+    born: set[int] = set()
+    live = peak = 0.0
+    for i, (_, t) in enumerate(per_call):
+        for a in t.write if t is not None else ():
+            s = a.tensor
+            if s is not None and s.param is None and s.id is not None and s.id not in born:
+                born.add(s.id)
+                live += _bytes(s, itemsize)
+        peak = max(peak, live)
+        for uid in ends.get(i, ()):
+            if uid in born:
+                live -= _bytes(specs[uid], itemsize)
+    return peak
+
+
+def _bytes(spec: TensorSpec, itemsize: Any) -> float:
+    size = itemsize(spec)
+    return spec.numel * (size if size is not None else spec.itemsize)
+
+
+# ------------------------------------------------------------------------------------------------
+# A whole generation
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class GenerationCost:
+    """A prompt of ``prompt_len`` tokens then ``gen_len`` generated ones, per sequence of ``batch``."""
+
+    prefill: PhaseCost
+    first_step: PhaseCost | None
+    last_step: PhaseCost | None
+    gen_len: int
+    decode_flops: float
+    decode_time: float | None
+
+    @property
+    def flops(self) -> float:
+        return self.prefill.flops.total() + self.decode_flops
+
+    @property
+    def time(self) -> float | None:
+        if self.prefill.time is None or self.decode_time is None:
+            return None
+        return self.prefill.time + self.decode_time
+
+    @property
+    def time_to_first_token(self) -> float | None:
+        return self.prefill.time
+
+    @property
+    def time_per_output_token(self) -> float | None:
+        if self.decode_time is None or not self.gen_len:
+            return None
+        return self.decode_time / self.gen_len
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Generated tokens per second in the decode phase, over the whole batch."""
+        tpot = self.time_per_output_token
+        return None if not tpot else self.prefill.batch / tpot
+
+
+def generation(
+    llm: CausalLM,
+    prompt_len: int,
+    gen_len: int,
+    *,
+    batch: int = 1,
+    hardware: Hardware | str | None = None,
+    flops_per_mac: int = 1,
+    preset: str = "default",
+) -> GenerationCost:
+    """Prefill ``prompt_len`` tokens, then ``gen_len`` decode steps of one token each; step
+    ``j`` (0-based) attends to ``prompt_len + j`` cached tokens. Three traces whatever ``gen_len``."""
+    if not isinstance(gen_len, int) or gen_len < 0:
+        raise OpcountError(f"gen_len must be an integer >= 0, got {gen_len!r}")
+    step: dict[str, Any] = {"batch": batch, "hardware": hardware, "flops_per_mac": flops_per_mac, "preset": preset}
+    prefill = llm.phase("prefill", seq_len=prompt_len, **step)
+    if gen_len == 0:
+        return GenerationCost(prefill, None, None, 0, 0.0, 0.0 if hardware is not None else None)
+    first = llm.phase("decode", kv_len=prompt_len, **step)
+    last = first if gen_len == 1 else llm.phase("decode", kv_len=prompt_len + gen_len - 1, **step)
+    # an arithmetic series: the mean of the first and last step, gen_len times
+    flops = (first.flops.total() + last.flops.total()) * gen_len / 2
+    time = None
+    if first.roofline is not None and last.roofline is not None:
+        time = _affine_time(first.roofline, last.roofline, gen_len)
+    return GenerationCost(prefill, first, last, gen_len, flops, time)
+
+
+def _affine_time(first: RooflineReport, last: RooflineReport, steps: int) -> float:
+    """Sum over steps of each layer's max(compute, memory) time, its flops and bytes interpolated
+    linearly between the first and the last step."""
+    a, b = first.layers, last.layers
+    if len(a) != len(b) or any(x.layer.op != y.layer.op for x, y in zip(a, b, strict=True)):
+        raise OpcountError("internal error: decode steps at two cache lengths ran different operators")
+    if steps == 1:
+        return first.total_time
+    j = np.arange(steps, dtype=np.float64)[:, None] / (steps - 1)  # 0 at the first step, 1 at the last
+    bandwidth = first.hardware.bandwidth
+    f0 = np.array([t.layer.flops for t in a])
+    f1 = np.array([t.layer.flops for t in b])
+    m0 = np.array([t.layer.bytes for t in a])
+    m1 = np.array([t.layer.bytes for t in b])
+    peak = np.array([t.peak for t in a])
+    compute = (f0 + (f1 - f0) * j) / peak
+    memory = (m0 + (m1 - m0) * j) / bandwidth
+    return float(np.maximum(compute, memory).sum())
