@@ -69,6 +69,7 @@ def place_labels(
     renderer: RendererBase,
     obstacles: Sequence[Artist] = (),
     fontsize: float = 7,
+    color: str = "black",
 ) -> list[Annotation]:
     """Place up to ``limit`` of ``labels`` (most important first) without overlaps; points
     outside the axes, or on top of a point already named, are skipped. The figure's layout must
@@ -111,6 +112,7 @@ def place_labels(
             ha="left",
             va="bottom",
             fontsize=fontsize,
+            color=color,
             annotation_clip=True,
             arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "0.45", "shrinkA": 0, "shrinkB": 2} if far else None,
         )

@@ -125,3 +125,27 @@ def test_time_chart_axis_in_the_unit_of_its_largest_bar() -> None:
     (ax,) = time_chart(small).axes
     assert ax.get_xlabel() == f"speed-of-light time ({MICROSECONDS})"
     assert max(p.get_width() for p in ax.patches) == pytest.approx(10.0)
+
+
+def test_sparsity_roofline_chart_labels_do_not_overlap(tmp_path: Path) -> None:
+    from opcount.sparsity_plot import SparsityPoint, sparsity_roofline_chart
+
+    # Two patterns whose configurations nearly coincide, as 2:8 and 1:4 do on an H100.
+    points = [
+        SparsityPoint(series, speedup, accuracy, level, label=label)
+        for series, speedup, accuracy, level, label in [
+            ("future N:M", 1.55, 67.0, 0.75, "2:8"),
+            ("future N:M", 1.56, 67.0, 0.75, "1:4"),
+            ("future N:M", 1.58, 66.8, 0.875, "2:16"),
+            ("block 4", 1.30, 71.0, 0.5, ""),
+            ("block 4", 1.31, 70.0, 0.5, "2:4"),
+            ("block 4", 1.57, 66.9, 0.75, ""),
+        ]
+    ]
+    fig = sparsity_roofline_chart(points, tmp_path / "sparsity.png", dense_accuracy=76.0)
+    ax, renderer, boxes, lines = _texts(fig)
+    assert sorted(text for text, _ in boxes) == ["1:4", "2:16", "2:4", "2:8", "50%", "75%"]
+    legend = ax.get_legend().get_window_extent(renderer)
+    for (a, box_a), (b, box_b) in combinations(boxes, 2):
+        assert not box_a.overlaps(box_b), f"{a!r} overlaps {b!r}"
+    assert not any(box.overlaps(legend) for _, box in boxes)
