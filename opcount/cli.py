@@ -19,8 +19,6 @@ import importlib.util
 import logging
 import os
 import sys
-import threading
-import time
 import traceback
 import warnings
 from collections.abc import Iterator, Sequence
@@ -40,6 +38,7 @@ from .errors import OpcountError
 from .ir import DTYPE_BYTES
 from .llm import command as llm_command
 from .presets import PRESETS
+from .progress import Progress
 from .provenance import export_meta
 from .trace.meta import TensorShape
 
@@ -605,43 +604,8 @@ def _hf_inputs(model: nn.Module, config: Any, seq_len: int | None) -> dict[str, 
 # ================================================================================================
 # Running
 # ================================================================================================
-class _Spinner:
-    """A one-line progress indicator on stderr, only when stderr is a terminal."""
-
-    FRAMES = "|/-\\"
-
-    def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
-        self._enabled = stream.isatty()
-        self._text = ""
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._start = time.monotonic()
-
-    def update(self, text: str) -> None:
-        self._text = text
-        if self._enabled and self._thread is None:
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-
-    def _run(self) -> None:
-        i = 0
-        while not self._stop.wait(0.1):
-            elapsed = time.monotonic() - self._start
-            self._stream.write(f"\r\033[K{self.FRAMES[i % 4]} {self._text} {elapsed:.0f}s")
-            self._stream.flush()
-            i += 1
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._stream.write("\r\033[K")
-            self._stream.flush()
-
-
 class _Collect(logging.Handler):
-    """Holds opcount's warnings until the spinner is gone, then they print as one block."""
+    """Holds opcount's warnings until the progress line is gone, then they print as one block."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -731,7 +695,7 @@ def _analyses(loaded: Loaded, args: argparse.Namespace, inputs: Any, kwargs: Any
     return found
 
 
-def analyze(loaded: Loaded, args: argparse.Namespace, spinner: _Spinner) -> dict[str, Any]:
+def analyze(loaded: Loaded, args: argparse.Namespace, spinner: Progress) -> dict[str, Any]:
     """Run every analysis the output needs; on a trace failure try the loader's alternatives."""
     attempts = [(loaded.inputs, loaded.kwargs), *loaded.alternatives]
     first_error: Exception | None = None
@@ -850,7 +814,7 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {first}" if first else type(e).__name__
 
 
-def _profiled(loaded: Loaded, analyses: dict[str, Any], args: argparse.Namespace, spinner: _Spinner, text: str) -> str:
+def _profiled(loaded: Loaded, analyses: dict[str, Any], args: argparse.Namespace, spinner: Progress, text: str) -> str:
     """--profile: measured times beside the roofline already computed; json/csv: the measured report alone."""
     from .profile import profile
 
@@ -869,7 +833,7 @@ def _profiled(loaded: Loaded, analyses: dict[str, Any], args: argparse.Namespace
     return "\n\n".join([text, measured.summary(), measured.table(max_depth=depth), measured.table(by="operator")])
 
 
-def _llm(args: argparse.Namespace, spinner: _Spinner) -> str:
+def _llm(args: argparse.Namespace, spinner: Progress) -> str:
     """LLM inference phases (opcount.llm.command): built and traced on the meta device."""
     text, points = llm_command.run(args, args.hf_config, spinner.update)
     if args.plot:
@@ -882,7 +846,7 @@ def _llm(args: argparse.Namespace, spinner: _Spinner) -> str:
     return text
 
 
-def _local_hardware(args: argparse.Namespace, spinner: _Spinner) -> Any:
+def _local_hardware(args: argparse.Namespace, spinner: Progress) -> Any:
     """--hardware local: this machine's device; with --profile, the one the profile runs on (the CPU:
     the command builds models there), so that % of speed of light is against it."""
     from .hardware import hardware
@@ -894,7 +858,8 @@ def _local_hardware(args: argparse.Namespace, spinner: _Spinner) -> Any:
 
 def run(args: argparse.Namespace, stderr: TextIO) -> str:
     torch.manual_seed(0)  # random inputs and weights: data-dependent models give the same counts
-    spinner = _Spinner(stderr)
+    # --debug output is read as a log: no line redrawn between its warnings
+    spinner = Progress(stderr, enabled=False if args.debug else None)
     llm = llm_command.wanted(args)
     if llm:  # its own flags, checked before anything is built
         llm_command.check(args)
@@ -919,7 +884,7 @@ def run(args: argparse.Namespace, stderr: TextIO) -> str:
     return text
 
 
-def _whole_model(args: argparse.Namespace, spinner: _Spinner, caught: _Collect) -> str:
+def _whole_model(args: argparse.Namespace, spinner: Progress, caught: _Collect) -> str:
     spinner.update(f"building {args.model}")
     loaded = load(args.model, args)
     with torch.no_grad():

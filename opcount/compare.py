@@ -19,6 +19,7 @@ import torch
 
 from . import cli, report
 from .errors import OpcountError, first_line
+from .progress import Progress
 from .provenance import csv_header, export_meta
 
 # The fields of an export's meta that differ from model to model; the others (versions, tracer,
@@ -46,7 +47,7 @@ class Measured:
 def compare(args: argparse.Namespace, stderr: TextIO) -> str:
     """Analyze every model of ``args.models`` and report them side by side."""
     _check(args)
-    spinner = cli._Spinner(stderr)
+    spinner = Progress(stderr, enabled=False if args.debug else None)
     measured: list[Measured] = []
     notes: list[str] = []
     with cli._captured_warnings(args.debug) as caught:

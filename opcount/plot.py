@@ -12,10 +12,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .chart_labels import Label, freeze_layout, place_labels
 from .roofline import RooflineReport, Summary
+from .units import seconds, time_unit
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.backend_bases import RendererBase
     from matplotlib.figure import Figure
+    from matplotlib.text import Text
 
 __all__ = ["roofline_chart", "time_chart"]
 
@@ -114,20 +119,6 @@ def roofline_chart(
                 linewidths=0.4,
                 zorder=3,
             )
-    labeled: list[tuple[float, float]] = []
-    for label, _, x, y, _ in sorted(points, key=lambda p: -p[4]):
-        if len(labeled) >= label_top:
-            break
-        # Points a few hundredths of a decade apart would print their names on top of each other.
-        here = (math.log10(x), math.log10(y))
-        if any(abs(here[0] - a) < 0.15 and abs(here[1] - b) < 0.15 for a, b in labeled):
-            continue
-        labeled.append(here)
-        text = ax.annotate(
-            _short(label), (x, y), xytext=(4, -10), textcoords="offset points", fontsize=7, annotation_clip=True
-        )
-        text.set_in_layout(False)  # a long name must not shrink the axes
-
     ax.set_xlim(lo, hi)
     ys = [p[3] for p in points] + [hw.peak[u][p] for u, p in roofs]
     ax.set_ylim(min(min(ys), lo * hw.bandwidth) / 2, max(ys) * 2)
@@ -136,11 +127,15 @@ def roofline_chart(
     ax.set_title(
         title
         or f"{hw.name}, {report.dtype}: {len(points)} {by}s, "
-        f"{_time(report.total_time)} speed of light ({hw.bandwidth / 1e9:.4g} GB/s)",
+        f"{seconds(report.total_time)} speed of light ({hw.bandwidth / 1e9:.4g} GB/s)",
         fontsize=10,
     )
     ax.grid(True, which="major", lw=0.4, alpha=0.5)
-    ax.legend(fontsize=7, loc="lower right")
+    legend = ax.legend(fontsize=7, loc="upper left")  # above the memory roof: no point is ever there
+    renderer = freeze_layout(fig)
+    notes = _ridge_notes(ax, [(ridge, _color(u, units)) for (u, _), ridge in zip(roofs, ridges)], renderer)
+    slowest = [Label(_short(p[0]), p[2], p[3]) for p in sorted(points, key=lambda p: -p[4])]
+    place_labels(ax, slowest, limit=label_top, renderer=renderer, obstacles=[legend, *notes])
     _save(fig, path)
     return fig
 
@@ -162,20 +157,21 @@ def time_chart(
     ax = fig.add_subplot()
     names = [(s.name[len(within) + 1 :] if within else s.name) or "(model)" for s in rows]
     # Effective time split in the proportion of the module's own compute- and memory-bound time.
+    unit, scale = time_unit(max((s.time for s in rows), default=0.0))
     compute, memory = [], []
     for s in rows:
         own = s.compute_bound_time + s.memory_bound_time
         share = s.compute_bound_time / own if own > 0 else 0.0
-        compute.append(s.time * share * 1e6)
-        memory.append(s.time * (1 - share) * 1e6)
+        compute.append(s.time * share / scale)
+        memory.append(s.time * (1 - share) / scale)
     ax.barh(names, compute, color="tab:blue", label="compute bound")
     ax.barh(names, memory, left=compute, color="tab:orange", label="memory bound")
-    ax.set_xlabel("speed-of-light time (µs)")
+    ax.set_xlabel(f"speed-of-light time ({unit})")
     ax.tick_params(axis="y", labelsize=7)
     scope = f" in {within}" if within else ""
     ax.set_title(
         title
-        or f"{report.hardware.name}, {report.dtype}: time per module{scope} (model total {_time(report.total_time)})",
+        or f"{report.hardware.name}, {report.dtype}: time per module{scope} (model total {seconds(report.total_time)})",
         fontsize=10,
     )
     ax.legend(fontsize=7, loc="lower right")
@@ -194,11 +190,29 @@ def _short(label: str, width: int = 32) -> str:
     return f"...{short}{sep}{op}" if sep else f"...{short}"
 
 
-def _time(s: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if s >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s * 1e9:.3g} ns"
+def _ridge_notes(ax: Axes, ridges: Sequence[tuple[float, str]], renderer: RendererBase) -> list[Text]:
+    """Each ridge point's intensity written up its dotted line, at the foot of the axes where the
+    points rarely are; a note that would touch the one before is left to the legend."""
+    notes: list[Text] = []
+    for ridge, color in sorted(ridges):
+        note = ax.annotate(
+            f"ridge {ridge:.3g} FLOP/B",
+            (ridge, 0),
+            xycoords=("data", "axes fraction"),
+            xytext=(2, 4),
+            textcoords="offset points",
+            rotation=90,
+            ha="left",
+            va="bottom",
+            fontsize=7,
+            color=color,
+        )
+        note.set_in_layout(False)
+        if notes and note.get_window_extent(renderer).overlaps(notes[-1].get_window_extent(renderer)):
+            note.remove()
+            continue
+        notes.append(note)
+    return notes
 
 
 def save_charts(report: RooflineReport, path: str | Path, **options: Any) -> list[Path]:

@@ -62,6 +62,7 @@ from .scopes import ModuleTree
 from .torch_internals import OpOverload, custom_op_definitions, op_qualified_name, pytree
 from .trace.patching import replaced
 from .trace.structure import normalize_inputs
+from .units import seconds, time_unit
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -212,13 +213,13 @@ class ProfileReport:
         t = self.total
         how = f"{self.statistic} of {self.repeats} passes"
         text = (
-            f"{self.model_type} on {self.device}: {_seconds(t.measured)} per forward pass profiled ({how}), "
-            f"{_seconds(self.wall)} without the profiler"
+            f"{self.model_type} on {self.device}: {seconds(t.measured)} per forward pass profiled ({how}), "
+            f"{seconds(self.wall)} without the profiler"
         )
         if self.roofline is not None and t.predicted is not None:
             text += (
                 f"; speed of light on {self.roofline.hardware.name} ({self.roofline.dtype}) "
-                f"{_seconds(t.predicted)} = {_percent(t.sol_percent)} of the measured time; "
+                f"{seconds(t.predicted)} = {_percent(t.sol_percent)} of the measured time; "
                 f"achieved {_rate(t.flop_rate)}FLOP/s, {_rate(t.byte_rate)}B/s"
             )
             if self.roofline.unsupported:
@@ -264,12 +265,12 @@ class ProfileReport:
                 label or "model",
                 *([r.type] if modules else []),
                 f"{r.calls:g}",
-                _seconds(r.measured),
+                seconds(r.measured),
                 _percent(100 * r.measured / total if total > 0 else None),
-                *([_seconds(r.self_time)] if modules else []),
+                *([seconds(r.self_time)] if modules else []),
             ]
             if self.roofline is not None:
-                cells += [_seconds(r.predicted), _percent(r.sol_percent), _rate(r.flop_rate), _rate(r.byte_rate)]
+                cells += [seconds(r.predicted), _percent(r.sol_percent), _rate(r.flop_rate), _rate(r.byte_rate)]
             body.append(cells)
         return tabulate.tabulate(
             body, headers=headers, tablefmt="github", disable_numparse=True, preserve_whitespace=True
@@ -343,13 +344,14 @@ class ProfileReport:
         ax = fig.add_subplot()
         ys = list(range(len(rows)))
         height = 0.4
+        unit, scale = time_unit(max((r.measured for r in rows), default=0.0))
         ax.barh(
-            [y + height / 2 for y in ys], [r.measured * 1e6 for r in rows], height, color="tab:blue", label="measured"
+            [y + height / 2 for y in ys], [r.measured / scale for r in rows], height, color="tab:blue", label="measured"
         )
         if self.roofline is not None:
             ax.barh(
                 [y - height / 2 for y in ys],
-                [(r.predicted or 0) * 1e6 for r in rows],
+                [(r.predicted or 0) / scale for r in rows],
                 height,
                 color="tab:orange",
                 label=f"speed of light ({self.roofline.hardware.name})",
@@ -358,18 +360,18 @@ class ProfileReport:
                 if r.sol_percent is not None:
                     ax.annotate(
                         _percent(r.sol_percent),
-                        (r.measured * 1e6, y + height / 2),
+                        (r.measured / scale, y + height / 2),
                         xytext=(3, -3),
                         textcoords="offset points",
                         fontsize=6,
                     )
         ax.set_yticks(ys, [r.name or "(model)" for r in rows], fontsize=7)
         ax.set_xscale("log")
-        ax.set_xlabel("time per forward pass (µs, log)")
+        ax.set_xlabel(f"time per forward pass ({unit}, log)")
         ax.set_title(
             title
-            or f"{self.model_type} on {self.device}: measured {_seconds(self.total.measured)}"
-            + (f", speed of light {_seconds(self.total.predicted)}" if self.roofline is not None else ""),
+            or f"{self.model_type} on {self.device}: measured {seconds(self.total.measured)}"
+            + (f", speed of light {seconds(self.total.predicted)}" if self.roofline is not None else ""),
             fontsize=10,
         )
         ax.legend(fontsize=7, loc="lower right")
@@ -377,17 +379,6 @@ class ProfileReport:
         if path is not None:
             fig.savefig(Path(path), dpi=fig.dpi)
         return fig
-
-
-def _seconds(s: float | None) -> str:
-    if s is None:
-        return ""
-    if s == 0:
-        return "0"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if abs(s) >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s * 1e9:.3g} ns"
 
 
 def _percent(x: float | None) -> str:

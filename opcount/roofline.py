@@ -58,6 +58,7 @@ from .hardware import hardware as lookup_hardware
 from .ir import DTYPE_BYTES, OpCall, TensorSpec
 from .memory import MemoryTrafficAnalysis, alias_roots
 from .report import check_max_depth
+from .units import seconds, si, size
 
 __all__ = [
     "FLOPS_PER_MAC",
@@ -333,7 +334,7 @@ class RooflineReport:
             rows = [_summary_row(s) for s in sorted(summaries, key=lambda s: -s.time)]
         total = self.total_time
         rows = rows[:top] if top is not None else rows
-        body = [[*r[:-1], _seconds(r[-1]), f"{100 * r[-1] / total:.1f}%" if total > 0 else ""] for r in rows]
+        body = [[*r[:-1], seconds(r[-1]), f"{100 * r[-1] / total:.1f}%" if total > 0 else ""] for r in rows]
         headers = [by, "unit", "flops", "bytes", "flop/byte", "bound", "time", "share"]
         return tabulate.tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
 
@@ -343,9 +344,9 @@ class RooflineReport:
         share = 100 * total.compute_bound_time / (total.compute_bound_time + total.memory_bound_time or 1)
         cycles = self.cycles(self.total_time)
         text = (
-            f"{self.hardware.name} ({self.dtype}): {_seconds(self.total_time)} speed of light"
+            f"{self.hardware.name} ({self.dtype}): {seconds(self.total_time)} speed of light"
             + (f" ({cycles:,.0f} cycles)" if cycles is not None else "")
-            + f"; {_si(total.flops)}FLOP (2 per multiply-add), {_si(total.bytes)}B moved, "
+            + f"; {si(total.flops)}FLOP (2 per multiply-add), {size(total.bytes)} moved, "
             f"{_fmt(total.intensity)} FLOP/B; "
             f"{share:.0f}% of the time in compute-bound layers"
         )
@@ -359,29 +360,15 @@ class RooflineReport:
 
 def _layer_row(t: LayerTime) -> list[Any]:
     name = f"{t.layer.module or '(model)'}:{t.layer.op}"
-    return [name, t.layer.unit, _si(t.layer.flops), _si(t.layer.bytes), _fmt(t.intensity), t.bound, t.effective_time]
+    return [name, t.layer.unit, si(t.layer.flops), si(t.layer.bytes), _fmt(t.intensity), t.bound, t.effective_time]
 
 
 def _summary_row(s: Summary) -> list[Any]:
-    return [s.name or "(model)", "+".join(s.units), _si(s.flops), _si(s.bytes), _fmt(s.intensity), s.bound, s.time]
-
-
-def _si(x: float) -> str:
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{prefix}"
-    return f"{x:.3g}"
+    return [s.name or "(model)", "+".join(s.units), si(s.flops), si(s.bytes), _fmt(s.intensity), s.bound, s.time]
 
 
 def _fmt(x: float) -> str:
     return "inf" if math.isinf(x) else "" if math.isnan(x) else f"{x:.3g}"
-
-
-def _seconds(s: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if s >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s / 1e-9:.3g} ns"
 
 
 def speed_of_light(
@@ -756,7 +743,7 @@ def fuse_modules(
 def _seconds_cell(x: Any, fmt: Any) -> str:
     if x is None:
         return ""
-    return repr(x) if getattr(fmt, "unit", "") == "exact" else _seconds(x)
+    return repr(x) if getattr(fmt, "unit", "") == "exact" else seconds(x)
 
 
 def _text_cell(x: Any, fmt: Any) -> str:

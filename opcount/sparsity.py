@@ -50,6 +50,7 @@ from .hardware import hardware as lookup_hardware
 from .ir import DTYPE_BYTES, OpCall, TensorSpec
 from .memory import MemoryTrafficAnalysis
 from .roofline import FLOPS_PER_MAC, LayerTime, RooflineReport, Summary, roofline, speed_of_light
+from .units import seconds, si, size
 
 if TYPE_CHECKING:
     from .sparsity_plot import SparsityPoint
@@ -708,13 +709,13 @@ class SparsityReport:
                     f"{w.n:,}",
                     w.sparsity.label,
                     w.format.name,
-                    _si(w.dense_flops),
-                    _si(w.sparse_flops),
-                    _si(w.dense.layer.bytes) + "B",
-                    _si(w.sparse.layer.bytes) + "B",
+                    si(w.dense_flops),
+                    si(w.sparse_flops),
+                    size(w.dense.layer.bytes),
+                    size(w.sparse.layer.bytes),
                     f"{w.dense.layer.unit}>{w.sparse.layer.unit}",
-                    _time(w.dense.time),
-                    _time(w.sparse.time),
+                    seconds(w.dense.time),
+                    seconds(w.sparse.time),
                     f"{w.speedup:.3g}x",
                     w.sparse.bound,
                 ]
@@ -741,10 +742,10 @@ class SparsityReport:
             body = [
                 [
                     name or "(model)",
-                    _si(d.flops),
-                    _si(s.flops),
-                    _time(d.time),
-                    _time(s.time),
+                    si(d.flops),
+                    si(s.flops),
+                    seconds(d.time),
+                    seconds(s.time),
                     f"{_speedup(d.time, s.time):.3g}x",
                 ]
                 for name, (d, s) in rows
@@ -757,8 +758,8 @@ class SparsityReport:
     def summary(self) -> str:
         share = sum(w.dense.effective_time for w in self.weights) / self.dense_time if self.dense_time else 0.0
         return (
-            f"{self.hardware.name} ({self.dtype}), {self.series}: {_time(self.dense_time)} dense -> "
-            f"{_time(self.sparse_time)} sparse at the speed of light, {self.speedup:.3g}x "
+            f"{self.hardware.name} ({self.dtype}), {self.series}: {seconds(self.dense_time)} dense -> "
+            f"{seconds(self.sparse_time)} sparse at the speed of light, {self.speedup:.3g}x "
             f"(FLOPs alone: {self.flop_speedup:.3g}x); {len(self.weights)} weight layers, "
             f"{_percent(self.level)} zeros, {100 * share:.0f}% of the dense time"
         )
@@ -769,20 +770,6 @@ class SparsityReport:
 
 def _percent(x: float) -> str:
     return "<0.01%" if 0 < x < 1e-4 else f"{100 * x:.4g}%"
-
-
-def _si(x: float) -> str:
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{prefix}"
-    return f"{x:.3g}"
-
-
-def _time(s: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if s >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s * 1e9:.3g} ns"
 
 
 # ================================================================================================
@@ -1226,7 +1213,7 @@ def _level_cell(x: Any, fmt: Any) -> str:
 def _time_cell(x: Any, fmt: Any) -> str:
     if x is None:
         return ""
-    return repr(x) if getattr(fmt, "unit", "") == "exact" else _time(x)
+    return repr(x) if getattr(fmt, "unit", "") == "exact" else seconds(x)
 
 
 def _register_columns() -> None:

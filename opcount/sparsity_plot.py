@@ -1,4 +1,5 @@
-"""Charts of sparsity configurations: the Sparsity Roofline (seed 003) and speedup by level.
+"""Charts of sparsity configurations: the Sparsity Roofline (the Sparsity Roofline paper) and
+speedup by level.
 
 The Sparsity Roofline puts each configuration (a pattern at a level) at its accuracy against its
 theoretical speedup over the dense model, one line per pattern. opcount cannot know accuracy:
@@ -14,6 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from .chart_labels import Label, freeze_layout, place_labels
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -54,10 +57,15 @@ def _by_series(points: Iterable[SparsityPoint]) -> dict[str, list[SparsityPoint]
     return series
 
 
-def _finish(fig: Figure, ax: Axes, title: str, note: str | None, path: str | Path | None) -> None:
+def _finish(
+    fig: Figure, ax: Axes, title: str, note: str | None, path: str | Path | None, labels: Sequence[Label] = ()
+) -> None:
     ax.set_title(f"{title}\n{note}" if note else title, fontsize=9)
     ax.grid(True, lw=0.4, alpha=0.5)
-    ax.legend(fontsize=8, loc="best")
+    legend = ax.legend(fontsize=8, loc="best")
+    if labels:  # after the layout and the legend: labels clear of both and of each other
+        renderer = freeze_layout(fig)
+        place_labels(ax, labels, limit=len(labels), renderer=renderer, obstacles=[legend], fontsize=6, color="dimgray")
     if path is not None:
         fig.savefig(Path(path), dpi=fig.dpi)
 
@@ -90,6 +98,7 @@ def sparsity_roofline_chart(
     fig = _figure(7, 4.8)
     ax = fig.add_subplot()
     ax.set_xscale("log", base=2)
+    labels: list[Label] = []
     for i, (name, mine) in enumerate(_by_series(points).items()):
         mine = sorted(mine, key=lambda p: p.speedup)
         ax.plot(
@@ -100,15 +109,7 @@ def sparsity_roofline_chart(
             ms=5,
             label=name,
         )
-        for j, p in enumerate(mine):  # alternate above / below so that neighbours' labels do not collide
-            ax.annotate(
-                p.label or f"{100 * p.level:.3g}%",
-                (p.speedup, float(p.accuracy or 0.0)),
-                xytext=(3, 3 if j % 2 == 0 else -9),
-                textcoords="offset points",
-                fontsize=6,
-                color="dimgray",
-            )
+        labels += [Label(p.label or f"{100 * p.level:.3g}%", p.speedup, float(p.accuracy or 0.0)) for p in mine]
     ax.axvline(1.0, color="black", lw=0.8, ls=":")
     if dense_accuracy is not None:
         ax.axhline(dense_accuracy, color="black", lw=0.8, ls="--", label=f"dense ({dense_accuracy:g})")
@@ -117,7 +118,7 @@ def sparsity_roofline_chart(
     ax.set_xticks(_speedup_ticks([p.speedup for p in points]))
     ax.xaxis.set_major_formatter(_times_formatter())
     ax.xaxis.set_minor_formatter(_blank_formatter())
-    _finish(fig, ax, title, note, path)
+    _finish(fig, ax, title, note, path, labels)
     return fig
 
 

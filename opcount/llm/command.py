@@ -16,6 +16,7 @@ from typing import Any
 
 from .. import report
 from ..errors import OpcountError
+from ..units import seconds, si, size
 from .catalogue import ARCHITECTURES
 from .catalogue import config as catalogue_config
 from .phases import PHASES, CausalLM, GenerationCost, PhaseCost, generation
@@ -205,30 +206,30 @@ def summary(llm_label: str, point: Point, parameters: int) -> str:
     p, gen = point.phase, point.generation
     lines = [f"{llm_label}: {_describe(point.values, p.phase if gen is None else None)}, {p.precision.label()}"]
     lines.append(
-        f"  parameters {_si(parameters)}, FLOPs {_si(p.flops.total())} (1 multiply-add = "
+        f"  parameters {si(parameters)}, FLOPs {si(p.flops.total())} (1 multiply-add = "
         f"{p.flops.flops_per_mac} flop{'s' if p.flops.flops_per_mac > 1 else ''})"
     )
     m = p.memory
     lines.append(
-        f"  memory: weights {_bytes(m.weights)}, KV cache {_bytes(m.kv_cache)}, "
-        f"activations (peak) {_bytes(m.activations)}, total {_bytes(m.total)}"
+        f"  memory: weights {size(m.weights)}, KV cache {size(m.kv_cache)}, "
+        f"activations (peak) {size(m.activations)}, total {size(m.total)}"
     )
     if p.roofline is not None:
         hw = p.roofline.hardware.name
         if gen is not None:
-            lines.append(f"  {hw}: time to first token {_time(gen.time_to_first_token)} ({p.bound}-bound)")
+            lines.append(f"  {hw}: time to first token {seconds(gen.time_to_first_token)} ({p.bound}-bound)")
             if gen.gen_len:
                 step = gen.last_step.bound if gen.last_step is not None else "?"
                 lines.append(
-                    f"  {hw}: time per output token {_time(gen.time_per_output_token)} ({step}-bound at the last "
-                    f"step), {gen.tokens_per_s:,.1f} tokens/s, whole generation {_time(gen.time)}"
+                    f"  {hw}: time per output token {seconds(gen.time_per_output_token)} ({step}-bound at the last "
+                    f"step), {gen.tokens_per_s:,.1f} tokens/s, whole generation {seconds(gen.time)}"
                 )
         elif p.phase == "prefill":
             lines.append(
-                f"  {hw}: time to first token {_time(p.time)} ({p.bound}-bound), {p.tokens_per_s:,.0f} prompt tokens/s"
+                f"  {hw}: time to first token {seconds(p.time)} ({p.bound}-bound), {p.tokens_per_s:,.0f} prompt tokens/s"
             )
         else:
-            lines.append(f"  {hw}: {_time(p.time)} per step ({p.bound}-bound), {p.tokens_per_s:,.1f} tokens/s")
+            lines.append(f"  {hw}: {seconds(p.time)} per step ({p.bound}-bound), {p.tokens_per_s:,.1f} tokens/s")
     return "\n".join(lines)
 
 
@@ -304,13 +305,13 @@ def _cell(key: str, value: Any) -> str:
     if value is None:
         return ""
     if key in ("weights", "kv_cache", "activations"):
-        return _bytes(value)
+        return size(value)
     if key.startswith("time"):
-        return _time(value)
+        return seconds(value)
     if key == "tokens_per_s":
         return f"{value:,.1f}"
     if key == "flops":
-        return _si(value)
+        return si(value)
     return str(value)
 
 
@@ -320,26 +321,3 @@ def _pipe(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     rule = "|" + "|".join(":" + "-" * (w + 1) for w in widths) + "|"
     body = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
     return "\n".join([line, rule, *body])
-
-
-def _si(x: float) -> str:
-    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{unit}"
-    return f"{x:.3g}"
-
-
-def _bytes(x: float) -> str:
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x:.0f} B"
-
-
-def _time(s: float | None) -> str:
-    if s is None:
-        return ""
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if abs(s) >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s / 1e-9:.3g} ns"
