@@ -58,7 +58,7 @@ __all__ = [
     "ProfileReport",
     "ProfileRow",
     "profile",
-    # sparsity roofline (opcount.sparsity_plot holds its charts)
+    # sparsity roofline (opcount.sparsity.plot holds its charts)
     "SparseSupport",
     "Sparsity",
     "SparsityReport",

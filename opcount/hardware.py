@@ -4,7 +4,8 @@ A :class:`Hardware` is plain data. Peaks are dense (no structured sparsity) and 
 counting a multiply-add as 2 operations, the way vendors quote them. Units are named freely;
 the roofline maps multiply-add operators (conv, matmul, einsum, attention) to ``"tensor"`` when
 that unit has a peak for the dtype, and everything else to ``"vector"``. The figures and their
-sources are tabulated in docs/hardware.md.
+sources are tabulated in docs/hardware.md. ``sparse`` says which structured-sparse patterns the
+tensor unit runs natively (:class:`~opcount.sparse_support.SparseSupport`, read by the sparsity roofline).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .errors import OpcountError
+from .sparse_support import SparseSupport
 
 TENSOR, VECTOR = "tensor", "vector"
 T, G = 1e12, 1e9
@@ -34,6 +36,8 @@ class Hardware:
     The key ``"tf32"`` under a tensor unit is float32 data run as TF32 (see ``roofline(allow_tf32=)``).
     ``bandwidth``: main-memory bytes/s. ``buffer_bytes``: on-chip memory (L2 / last-level cache /
     convolution buffer), informative. ``clock_hz``: to express times in cycles.
+    ``sparse``: the N:M patterns (and block sizes) the tensor unit runs natively, a
+    :class:`~opcount.sparse_support.SparseSupport` or its dict form; the default runs no N:M.
     """
 
     name: str
@@ -42,6 +46,7 @@ class Hardware:
     buffer_bytes: float | None = None
     clock_hz: float | None = None
     description: str = field(default="", compare=False)
+    sparse: SparseSupport = SparseSupport()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -65,6 +70,13 @@ class Hardware:
             value = getattr(self, opt)
             if value is not None and not _positive(value):
                 raise ValueError(f"{self.name}: {opt} must be positive or None, got {value!r}")
+        if isinstance(self.sparse, Mapping):
+            try:
+                object.__setattr__(self, "sparse", SparseSupport.from_dict(self.sparse))
+            except ValueError as e:
+                raise ValueError(f"{self.name}: {e}") from e
+        elif not isinstance(self.sparse, SparseSupport):
+            raise ValueError(f"{self.name}: sparse must be a SparseSupport or a table, got {self.sparse!r}")
 
     def __hash__(self) -> int:  # the peak tables are read-only mappings, which do not hash
         return hash((self.name, self.bandwidth, tuple((u, tuple(t.items())) for u, t in self.peak.items())))
@@ -97,12 +109,14 @@ class Hardware:
                 out[key] = getattr(self, key)
         if self.description:
             out["description"] = self.description
+        if self.sparse != SparseSupport():
+            out["sparse"] = self.sparse.to_dict()
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Hardware:
         """Build from ``{"name", "bandwidth", "peak": {unit: {dtype: FLOP/s}}, ...}``; unknown keys are errors."""
-        allowed = {"name", "peak", "bandwidth", "buffer_bytes", "clock_hz", "description"}
+        allowed = {"name", "peak", "bandwidth", "buffer_bytes", "clock_hz", "description", "sparse"}
         unknown = set(data) - allowed
         if unknown:
             raise ValueError(f"unknown hardware keys {sorted(unknown)}; allowed: {sorted(allowed)}")
@@ -122,6 +136,9 @@ class Hardware:
         float16 = 2.048e12        # FLOP/s, 2 per multiply-add
         [peak.vector]
         float16 = 16e9
+        [sparse]                  # optional; without it no N:M pattern runs natively
+        nm = ["2:4"]
+        nm_precisions = ["float16"]
         """
         path = Path(path)
         text = path.read_text(encoding="utf-8")
@@ -158,6 +175,13 @@ _A100_PEAK = {  # the A100's peaks do not depend on memory (40 / 80 GB) or form 
     VECTOR: {"float64": 9.7 * T, "float32": 19.5 * T, "float16": 78 * T, "bfloat16": 39 * T},
     TENSOR: {"float64": 19.5 * T, "tf32": 156 * T, "float16": 312 * T, "bfloat16": 312 * T, "int8": 624 * T},
 }
+# Sparse tensor cores (Ampere, Ada, Hopper, Blackwell) run 2:4 in tf32, fp16, bf16, int8 and fp8, not fp64.
+# No sparse support (the default) on Turing (T4), AMX (dense tiles only), the M2 Max (no tensor unit)
+# and NVDLA (it compresses weights in memory but computes dense).
+_NVIDIA_2_4 = SparseSupport(
+    nm=((2, 4),),
+    nm_precisions=frozenset({"tf32", "float16", "bfloat16", "int8", "float8_e4m3fn", "float8_e5m2"}),
+)
 
 
 def _xeon_8480_2s() -> Hardware:
@@ -218,6 +242,7 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             buffer_bytes=50 * 2**20,
             clock_hz=1.98e9,
             description="NVIDIA H200 SXM 141 GB (HBM3e)",
+            sparse=_NVIDIA_2_4,
         ),
         Hardware(
             "b200",
@@ -235,6 +260,7 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             },
             bandwidth=7.7e12,
             description="NVIDIA B200 (HGX B200, 180 GB HBM3e)",
+            sparse=_NVIDIA_2_4,
         ),
         Hardware(
             "mi300x",
@@ -255,6 +281,11 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             buffer_bytes=256 * 2**20,
             clock_hz=mi300x_clock,
             description="AMD Instinct MI300X 192 GB (HBM3)",
+            # CDNA 3 (AMD Instinct MI300X data sheet): 2:4 in fp16, bf16, fp8 and int8, not tf32/fp32/fp64
+            sparse=SparseSupport(
+                nm=((2, 4),),
+                nm_precisions=frozenset({"float16", "bfloat16", "int8", "float8_e4m3fnuz", "float8_e5m2fnuz"}),
+            ),
         ),
         Hardware(
             "a10g",
@@ -266,6 +297,7 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             },
             bandwidth=600e9,
             description="NVIDIA A10G 24 GB (GDDR6), A10 datasheet figures",
+            sparse=_NVIDIA_2_4,
         ),
         Hardware(
             "l40s",
@@ -282,6 +314,7 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             },
             bandwidth=864e9,
             description="NVIDIA L40S 48 GB (GDDR6)",
+            sparse=_NVIDIA_2_4,
         ),
         Hardware(
             "a100-pcie-40gb",
@@ -290,6 +323,7 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             buffer_bytes=40 * 2**20,
             clock_hz=1.41e9,
             description="NVIDIA A100 PCIe 40 GB (HBM2)",
+            sparse=_NVIDIA_2_4,
         ),
     )
 
@@ -304,6 +338,7 @@ PRESETS: dict[str, Hardware] = {
             buffer_bytes=50 * 2**20,
             clock_hz=1.98e9,
             description="NVIDIA H100 SXM5 80 GB (HBM3)",
+            sparse=_NVIDIA_2_4,
         ),
         Hardware(
             "h100-pcie",
@@ -323,6 +358,7 @@ PRESETS: dict[str, Hardware] = {
             buffer_bytes=50 * 2**20,
             clock_hz=1.755e9,
             description="NVIDIA H100 PCIe 80 GB (HBM2e)",
+            sparse=_NVIDIA_2_4,
         ),
         Hardware(
             "a100-sxm",
@@ -331,6 +367,7 @@ PRESETS: dict[str, Hardware] = {
             buffer_bytes=40 * 2**20,
             clock_hz=1.41e9,
             description="NVIDIA A100 SXM4 80 GB (HBM2e)",
+            sparse=_NVIDIA_2_4,
         ),
         Hardware(
             "l4",
@@ -349,6 +386,7 @@ PRESETS: dict[str, Hardware] = {
             buffer_bytes=48 * 2**20,
             clock_hz=2.04e9,
             description="NVIDIA L4 24 GB (GDDR6)",
+            sparse=_NVIDIA_2_4,
         ),
         Hardware(
             "t4",
@@ -379,6 +417,7 @@ PRESETS: dict[str, Hardware] = {
             buffer_bytes=72 * 2**20,
             clock_hz=2.52e9,
             description="NVIDIA GeForce RTX 4090 24 GB (GDDR6X)",
+            sparse=_NVIDIA_2_4,
         ),
         _xeon_8480_2s(),
         *_current_accelerators(),

@@ -18,7 +18,7 @@ import torch
 import torchvision
 
 from opcount import MemoryTrafficAnalysis, SparseSupport, prune, sparsity_roofline
-from opcount.sparsity_plot import SparsityPoint, sparsity_roofline_chart, speedup_chart
+from opcount.sparsity.plot import SparsityPoint, sparsity_roofline_chart, speedup_chart
 
 IMG = Path(__file__).resolve().parent.parent / "docs" / "img"
 HW, DTYPE = "h100-sxm", "float16"
