@@ -11,7 +11,7 @@ import copy as _copy
 import functools
 import logging
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
@@ -25,6 +25,8 @@ from .handles import ACTIVATIONS, FVCORE_IGNORED, Handle
 from .handles.attention import sdpa_handle
 from .ir import OpCall
 from .presets import flop_preset
+from .rollup import MODES as ANCESTOR_MODES
+from .rollup import roll_up
 from .scopes import ModuleTree
 from .trace import Trace, trace_jit
 from .trace.dispatch import MODES, trace_dispatch
@@ -36,7 +38,6 @@ T = TypeVar("T", bound="JitModelAnalysis")
 AnyHandle = Callable[..., Any]
 K = TypeVar("K", bound=Hashable)
 
-ANCESTOR_MODES = ("owner", "caller")
 TRACERS = ("jit", "dispatch")
 WARN_MODES = ("all", "no_tracer_warning", "none")
 
@@ -338,42 +339,25 @@ class JitModelAnalysis:
         return self._handles.get(name) if name else None
 
     def _aggregate(
-        self, calls: Iterable[OpCall], values: Iterable[Mapping[K, Any] | None]
+        self, calls: Sequence[OpCall], values: Iterable[Mapping[K, Any] | None]
     ) -> tuple[dict[str, Counter[K]], dict[str, Counter[str]]]:
         """Roll each call's value (None: unsupported) up to every module it belongs to.
 
         Subclasses that measure several quantities per call pass composite keys (e.g.
         ``(operator, "read")``) and split the counters afterwards: one walk over the calls.
         """
-        tree = self._tree
-        counts: dict[str, Counter[K]] = {name: _counter() for name in tree.names}
-        unsupported: dict[str, Counter[str]] = {name: _counter() for name in tree.names}
-        ancestors_of: dict[tuple[str, ...], tuple[str, ...]] = {}
-        caller = self._ancestor_mode == "caller"
-        for call, result in zip(calls, values):
-            if result is not None and not result:
-                continue  # ignored: nothing to add anywhere
-            ancestors = ancestors_of.get(call.scope)
-            if ancestors is None:
-                # Each module once: an operator counts at most once per module, even under
-                # recursion (owners are distinct names, the root first).
-                ancestors = ancestors_of[call.scope] = (
-                    tuple(dict.fromkeys(("", *call.scope))) if caller else tree.owners(call.scope[-1])
-                )
-            if result is None:
-                kind = fvcore_kind(call.kind) if self._fvcore_names else call.kind
-                kind = "::".join((*call.within, kind)) if call.within else kind
-                for name in ancestors:
-                    unsupported[name][kind] += 1
-                continue
-            for name in ancestors:
-                counter = counts[name]
-                for op, value in result.items():
-                    counter[op] += value
+        pairs = [(call.scope, value) for call, value in zip(calls, values)]
+        missing = [(c.scope, {self._unsupported_key(c): 1}) for c, (_, v) in zip(calls, pairs) if v is None]
+        counts = roll_up(self._tree, pairs, self._ancestor_mode)
+        unsupported = roll_up(self._tree, missing, self._ancestor_mode)
         for counter in counts.values():  # fvcore's Counter arithmetic keeps positive counts only
             for op in [op for op, v in counter.items() if v <= 0]:
                 del counter[op]
         return counts, unsupported
+
+    def _unsupported_key(self, call: OpCall) -> str:
+        kind = fvcore_kind(call.kind) if self._fvcore_names else call.kind
+        return "::".join((*call.within, kind)) if call.within else kind
 
     def _is_ignored(self, kind: str) -> bool:
         if kind in self._ignored:
@@ -432,12 +416,6 @@ class JitModelAnalysis:
                     "reached through .forward() or another method; their cost, if any, is in their caller.",
                     ", ".join(shown),
                 )
-
-
-def _counter() -> Counter[Any]:
-    # An empty Counter without Counter.__init__, which only adds its arguments: 4x cheaper,
-    # and a model of thousands of modules needs two per module.
-    return Counter.__new__(Counter)
 
 
 def _forwards() -> set[Any]:
