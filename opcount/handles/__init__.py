@@ -20,7 +20,6 @@ from . import (  # noqa: F401  (registration side effects)
     tv_ops,
     zero_cost,
 )
-
 from .registry import ACTIVATIONS, FLOPS, MEMORY, Handle, Registry, spec_handle
 from .zero_cost import FVCORE_IGNORED
 

@@ -1,7 +1,8 @@
 """One registry per metric: operator name -> handle, filled by decorators in the family modules.
 
-A handle is a pure function ``fn(inputs, outputs) -> int | Counter[str]`` of the operator's
-argument specs (see :mod:`opcount.ir`). Each operator has exactly one of three outcomes:
+A handle is a pure function ``fn(inputs, outputs) -> int | Counter[str] | Cost`` of the operator's
+argument specs (see :mod:`opcount.ir`); a :class:`~opcount.counts.Cost` counts multiply-adds and
+plain flops apart. Each operator has exactly one of three outcomes:
 counted (a handle), explicitly zero-cost (``zero_cost``), or unsupported (neither).
 
 A family may also declare operators free *as a fallback* (``zero_cost(..., fallback=True)``):
@@ -15,16 +16,19 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from ..counts import Cost
 from ..ir import Spec
 
-SpecFn = Callable[[Sequence[Spec], Sequence[Spec]], "int | float | Counter[str]"]
+SpecFn = Callable[[Sequence[Spec], Sequence[Spec]], "int | float | Counter[str] | Cost"]
 
 
 @dataclass(frozen=True)
 class Handle:
     """A spec-based handle and what the analyses need to know about it.
 
-    ``macs``: the result counts multiply-adds, so ``flops_per_mac`` scales it.
+    ``macs``: a plain number the handle returns counts multiply-adds, so ``flops_per_mac`` scales
+    it (a :class:`~opcount.counts.Cost` says itself which part is which); the roofline runs the
+    operator on the tensor unit.
     ``fvcore``: part of fvcore's default set (the ``"fvcore"`` preset), with fvcore's values.
     ``name``: the operator key in results when it differs from the short op name.
     """
@@ -37,7 +41,7 @@ class Handle:
     family: str = ""
     doc: str = field(default="", compare=False)
 
-    def __call__(self, inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int | float | Counter[str]:
+    def __call__(self, inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int | float | Counter[str] | Cost:
         return self.fn(inputs, outputs)
 
 
