@@ -19,12 +19,12 @@ import torch
 from torch import nn
 
 from ._runtime import gc_paused
-from .counts import describe, handle_result
+from .counts import Cost, cost_flops, describe, handle_result
 from .errors import HandleError
 from .handles import ACTIVATIONS, FVCORE_IGNORED, Handle
 from .handles.attention import sdpa_handle
 from .ir import OpCall
-from .presets import flop_preset
+from .presets import flop_preset, macs_only
 from .rollup import MODES as ANCESTOR_MODES
 from .rollup import roll_up
 from .scopes import ModuleTree
@@ -399,6 +399,8 @@ class JitModelAnalysis:
         value, scale, name = self._invoke(handle, call)
         if type(value) is int and value >= 0:  # the common case, checked without the cost of ABC isinstance
             return {name: value * scale}
+        if type(value) is Cost:  # multiply-adds and plain flops apart: only the former are scaled
+            value, scale = cost_flops(value, call, self._flops_per_mac), 1
         return handle_result(value, name, call, scale)
 
     def _op_key(self, kind: str) -> str:
@@ -460,7 +462,8 @@ class FlopCountAnalysis(JitModelAnalysis):
         if causal_attention == "unmasked" and SDPA in self._handles:
             # Published model tables count the full q.k^T product; this counts only the pairs an
             # is_causal=True call keeps, L*(L+1)/2 of L*L.
-            self._handles[SDPA] = Handle(sdpa_handle(causal_unmasked_only=True), ops=(SDPA,), macs=True)
+            causal = Handle(sdpa_handle(causal_unmasked_only=True), ops=(SDPA,), macs=True)
+            self._handles[SDPA] = macs_only(causal) if preset == "macs" else causal
 
     @property
     def flops_per_mac(self) -> int:

@@ -50,6 +50,7 @@ from typing import Any
 from torch import nn
 
 from .analysis import describe, op_key
+from .counts import Cost
 from .errors import HandleError
 from .handles import FLOPS
 from .handles.memory import Access, Traffic, flat_tensors
@@ -594,6 +595,8 @@ def _flops(handle: Any, call: OpCall) -> float:
         return 0.0
     try:
         value = handle(call.inputs, call.outputs)
+        if isinstance(value, Cost):  # multiply-adds and plain flops apart
+            return float(value.at(FLOPS_PER_MAC))
         total = float(sum(value.values()) if isinstance(value, Mapping) else value)
     except Exception as e:
         raise HandleError(
