@@ -1,4 +1,4 @@
-"""Speed-of-light latency: the roofline per operator call, operator, module and model (AMAIX, seed 002).
+"""Speed-of-light latency: the roofline per operator call, operator, module and model (AMAIX).
 
 Each operator call is a *layer* (AMAIX's task): it does ``flops`` operations and moves ``bytes``
 to and from main memory on one compute unit, so it takes at least

@@ -32,11 +32,11 @@ it is **explicitly zero-cost** (listed at the end), or it is reported as **unsup
   they are the only ones kept by `preset="macs"`.
 - *fvcore*: "yes" marks fvcore's default handle set, with fvcore's values; `preset="fvcore"`
   keeps exactly these (and fvcore's ignore list).
-- *Sources*: "seed 000" is chainer-computational-cost's table of per-layer costs, "fvcore" is
+- *Sources*: "chainer-computational-cost" is that project's table of per-layer costs, "fvcore" is
   fvcore's `flop_count` handles. Where neither defines an operator, the formula counts the
   elementary operations of its definition, each elementary function (exp, log, tanh, erf) as 1.
 - Elementwise, activation and reduction formulas charge 0 for integer and bool tensors: that
-  arithmetic is index, size and mask bookkeeping, which seed 000 leaves out.
+  arithmetic is index, size and mask bookkeeping, which chainer-computational-cost leaves out.
 """
 
 # Families in reading order; any family not listed here follows, alphabetically.
@@ -113,7 +113,7 @@ def render() -> str:
     lines.append("## Zero-cost operators\n")
     lines.append(
         "Views, reshapes, indexing, copies, creation, comparisons and selection: no arithmetic "
-        "(seed 000: Reshape, Concat, Transpose, GetItem, BroadcastTo are 0 flops).\n"
+        "(chainer-computational-cost: Reshape, Concat, Transpose, GetItem, BroadcastTo are 0 flops).\n"
     )
     zero_by_family: dict[str, list[str]] = defaultdict(list)
     for op, family in FLOPS.zero_families().items():

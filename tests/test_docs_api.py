@@ -3,6 +3,7 @@ installed package holds no documentation generator (it would write into site-pac
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,22 @@ def test_layer_time_reads_its_layers_figures() -> None:
 def test_no_module_of_the_package_writes_the_docs_folder() -> None:
     offenders = [p.name for p in PACKAGE.rglob("*.py") if '/ "docs"' in p.read_text(encoding="utf-8")]
     assert not offenders, f"documentation generators belong in scripts/, not the package: {offenders}"
+
+
+def test_references_are_cited_by_name() -> None:
+    """chainer-computational-cost, fvcore, the AMAIX paper, the Sparsity Roofline paper and MXNet's
+    custom-operator profiling are cited by name, never by an internal file number."""
+    root = PACKAGE.parent
+    files = [
+        root / "README.md",
+        *(p for d in ("opcount", "docs", "tests", "scripts", "benchmarks") for p in (root / d).rglob("*")),
+    ]
+    numbered = re.compile(r"seed 00\d")
+    offenders = [
+        f"{p.relative_to(root)}:{n}"
+        for p in files
+        if p.is_file() and p.suffix in {".py", ".md", ".txt", ".toml", ".sh"}
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if numbered.search(line)
+    ]
+    assert not offenders, f"cite the reference by name: {offenders}"

@@ -7,7 +7,7 @@ sequence's total length) the count is ``tokens * sum(numel(w))`` over the weight
 flat ``params`` list; deeper layers' input width and bidirectionality are read from the weights.
 
 The per-step gate arithmetic (biases, sigmoid/tanh, cell update: 30 flops per hidden unit for an
-LSTM, 23 for a GRU, 4 for an RNN in seed 000's terms) is not included: a handle counts
+LSTM, 23 for a GRU, 4 for an RNN in chainer-computational-cost's terms) is not included: a handle counts
 either multiply-adds or flops, and the gate products dominate (hidden size times larger).
 :func:`rnn_gate_flops` gives that part for who wants it.
 """
