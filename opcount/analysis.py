@@ -386,7 +386,7 @@ class JitModelAnalysis:
                 node: Any = call.raw
                 value = handle(list(node.inputs()), list(node.outputs()))
                 scale, name = 1, self._op_key(call.kind)
-            if call.within:  # inside a custom autograd Function: "MyFn::mm" (seed 004)
+            if call.within:  # inside a custom autograd Function: "MyFn::mm" (MXNet's custom operators)
                 name = "::".join((*call.within, name))
         except Exception as e:
             raise HandleError(

@@ -11,7 +11,7 @@ How it measures
 - **Operators** are the outermost dispatcher events in a module (``aten::conv2d``, not the
   ``aten::convolution`` / ``mkldnn_convolution`` it calls), keyed as the analyses key them
   (``conv``, ``addmm``, ``relu_``), so they pair with the roofline's ``by_operator()`` rows.
-- **Custom operators** (seed 004, MXNet's custom-operator profiling): a
+- **Custom operators** (MXNet's custom-operator profiling): a
   ``torch.autograd.Function`` appears under its class name, a ``torch.library`` operator under
   its name without namespace (as the analyses name it). The operators it launches are
   attributed under its name (``MyOp::add``), and its own time, outside those operators, is a row

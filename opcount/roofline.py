@@ -1,4 +1,4 @@
-"""Speed-of-light latency: the roofline per operator call, operator, module and model (AMAIX, seed 002).
+"""Speed-of-light latency: the roofline per operator call, operator, module and model (AMAIX).
 
 Each operator call is a *layer* (AMAIX's task): it does ``flops`` operations and moves ``bytes``
 to and from main memory on one compute unit, so it takes at least
@@ -143,6 +143,31 @@ class LayerTime:
     def throughput(self) -> float:
         """Attainable FLOP/s: flops / time (the layer's point on the roofline chart)."""
         return _ratio(self.layer.flops, self.time, zero=0.0)
+
+    # The layer's own figures, readable on the LayerTime too (``lt.flops`` as ``lt.layer.flops``).
+    @property
+    def flops(self) -> float:
+        return self.layer.flops
+
+    @property
+    def ifmap_bytes(self) -> float:
+        return self.layer.ifmap_bytes
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.layer.weight_bytes
+
+    @property
+    def ofmap_bytes(self) -> float:
+        return self.layer.ofmap_bytes
+
+    @property
+    def unit(self) -> str:
+        return self.layer.unit
+
+    @property
+    def precision(self) -> str:
+        return self.layer.precision
 
 
 @dataclass(frozen=True)
