@@ -123,3 +123,16 @@ def test_unknown_architecture_suggests(capsys: pytest.CaptureFixture[str]) -> No
     status, _, err = run(capsys, "llm:llama-3-80b")
     assert status == 2
     assert "did you mean" in err and "llama-3-8b" in err
+
+
+def test_generation_json_counts_every_step(capsys: pytest.CaptureFixture[str]) -> None:
+    prompt, steps = 12, 3
+    status, out, err = run(capsys, "llm:llama-3-8b", *TINY, "--seq-len", str(prompt), "--gen-len", str(steps),
+                           "--preset", "macs", "--format", "json")  # fmt: skip
+    assert status == 0, err
+    data = json.loads(out)
+    # the cache at the last step holds the prompt and every generated token
+    assert data["memory"]["kv_cache"] == 2 * N * G * E * (prompt + steps) * 2
+    rotary = E // 2
+    decode = sum(decode_macs(1, prompt + j) + rotary for j in range(steps))
+    assert data["llm"]["flops"] - decode == data["total"]["flops"]  # the rest is the prefill (the table)

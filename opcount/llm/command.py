@@ -205,11 +205,15 @@ def summary(llm_label: str, point: Point, parameters: int) -> str:
     """The phase in a few lines: what was analyzed, FLOPs, memory, speed of light."""
     p, gen = point.phase, point.generation
     lines = [f"{llm_label}: {_describe(point.values, p.phase if gen is None else None)}, {p.precision.label()}"]
-    lines.append(
-        f"  parameters {si(parameters)}, FLOPs {si(p.flops.total())} (1 multiply-add = "
-        f"{p.flops.flops_per_mac} flop{'s' if p.flops.flops_per_mac > 1 else ''})"
-    )
-    m = p.memory
+    convention = f"1 multiply-add = {p.flops.flops_per_mac} flop{'s' if p.flops.flops_per_mac > 1 else ''}"
+    if gen is None:
+        lines.append(f"  parameters {si(parameters)}, FLOPs {si(p.flops.total())} ({convention})")
+    else:  # the table above is the prefill's; the generation adds its decode steps
+        lines.append(
+            f"  parameters {si(parameters)}, FLOPs {si(gen.flops)}: prefill {si(p.flops.total())} (the table), "
+            f"{gen.gen_len} decode steps {si(gen.decode_flops)} ({convention})"
+        )
+    m = p.memory if gen is None else gen.memory
     lines.append(
         f"  memory: weights {size(m.weights)}, KV cache {size(m.kv_cache)}, "
         f"activations (peak) {size(m.activations)}, total {size(m.total)}"
@@ -239,7 +243,7 @@ def _single_report(llm: CausalLM, point: Point, args: argparse.Namespace, label:
     if args.format == "json":
         data = json.loads(report.to_json(p.flops, columns=args.columns, max_depth=args.depth, extra=extra))
         data["llm"] = _point_json(point, label, llm.parameters)
-        data["memory"] = p.memory.as_dict()
+        data["memory"] = (p.memory if point.generation is None else point.generation.memory).as_dict()
         return json.dumps(data, indent=2)
     columns = args.columns or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
     depth = 3 if args.depth is None else args.depth
@@ -261,7 +265,7 @@ def _point_json(point: Point, label: str, parameters: int) -> dict[str, Any]:
         "parameters": parameters,
         "flops": p.flops.total() if gen is None else gen.flops,
         "flops_per_mac": p.flops.flops_per_mac,
-        "memory": p.memory.as_dict(),
+        "memory": (p.memory if gen is None else gen.memory).as_dict(),
     }
     if p.roofline is not None:
         out["hardware"] = p.roofline.hardware.name

@@ -251,6 +251,17 @@ class GenerationCost:
         return self.prefill.flops.total() + self.decode_flops
 
     @property
+    def memory(self) -> Memory:
+        """The most the generation holds: the cache at its last step (prompt + generated tokens),
+        the larger activation working set of prefill and decode."""
+        last = self.last_step or self.prefill
+        return Memory(
+            self.prefill.memory.weights,
+            last.memory.kv_cache,
+            max(self.prefill.memory.activations, last.memory.activations),
+        )
+
+    @property
     def time(self) -> float | None:
         if self.prefill.time is None or self.decode_time is None:
             return None
