@@ -282,3 +282,21 @@ def test_the_command_line_traces_each_model_once(capsys: pytest.CaptureFixture[s
     assert _forwards(lambda: main(["compare", spec, f"{__name__}:counted_again", "-q"])) == 2
     out = capsys.readouterr().out
     assert "fc1" in out
+
+
+def test_an_llm_phase_traces_the_model_once() -> None:
+    transformers = pytest.importorskip("transformers")
+    from opcount.llm.phases import CausalLM
+
+    config = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4, vocab_size=100
+    )
+    llm = CausalLM(config)
+    calls: list[int] = []
+    handle = llm.model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    try:
+        cost = llm.phase("decode", kv_len=8, hardware="h100-sxm")
+    finally:
+        handle.remove()
+    assert len(calls) == 1  # flops, bytes and the roofline from one forward pass
+    assert cost.time > 0
