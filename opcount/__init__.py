@@ -1,6 +1,7 @@
 """opcount: what a PyTorch model costs, operator by operator and module by module."""
 
 from .analysis import ActivationCountAnalysis, FlopCountAnalysis, JitModelAnalysis
+from .counts import Cost
 from .errors import HandleError, OpcountError, TorchInternalsError, TraceError
 from .functions import activation_count, flop_count
 from .handles import Handle, spec_handle
@@ -20,6 +21,7 @@ __all__ = [
     # analyses and their building blocks
     "ActivationCountAnalysis",
     "Const",
+    "Cost",
     "FlopCountAnalysis",
     "Handle",
     "HandleError",

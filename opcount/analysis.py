@@ -11,7 +11,7 @@ import copy as _copy
 import functools
 import logging
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
@@ -19,12 +19,14 @@ import torch
 from torch import nn
 
 from ._runtime import gc_paused
-from .counts import describe, handle_result
+from .counts import Cost, cost_flops, describe, handle_result
 from .errors import HandleError
 from .handles import ACTIVATIONS, FVCORE_IGNORED, Handle
 from .handles.attention import sdpa_handle
 from .ir import OpCall
-from .presets import flop_preset
+from .presets import flop_preset, macs_only
+from .rollup import MODES as ANCESTOR_MODES
+from .rollup import roll_up
 from .scopes import ModuleTree
 from .tracing import Trace, check_options, run
 
@@ -34,7 +36,6 @@ T = TypeVar("T", bound="JitModelAnalysis")
 AnyHandle = Callable[..., Any]
 K = TypeVar("K", bound=Hashable)
 
-ANCESTOR_MODES = ("owner", "caller")
 WARN_MODES = ("all", "no_tracer_warning", "none")
 
 _NOTHING: Counter[str] = Counter()  # an ignored call's value; never mutated
@@ -369,42 +370,25 @@ class JitModelAnalysis:
         return self._handles.get(name) if name else None
 
     def _aggregate(
-        self, calls: Iterable[OpCall], values: Iterable[Mapping[K, Any] | None]
+        self, calls: Sequence[OpCall], values: Iterable[Mapping[K, Any] | None]
     ) -> tuple[dict[str, Counter[K]], dict[str, Counter[str]]]:
         """Roll each call's value (None: unsupported) up to every module it belongs to.
 
         Subclasses that measure several quantities per call pass composite keys (e.g.
         ``(operator, "read")``) and split the counters afterwards: one walk over the calls.
         """
-        tree = self._tree
-        counts: dict[str, Counter[K]] = {name: _counter() for name in tree.names}
-        unsupported: dict[str, Counter[str]] = {name: _counter() for name in tree.names}
-        ancestors_of: dict[tuple[str, ...], tuple[str, ...]] = {}
-        caller = self._ancestor_mode == "caller"
-        for call, result in zip(calls, values):
-            if result is not None and not result:
-                continue  # ignored: nothing to add anywhere
-            ancestors = ancestors_of.get(call.scope)
-            if ancestors is None:
-                # Each module once: an operator counts at most once per module, even under
-                # recursion (owners are distinct names, the root first).
-                ancestors = ancestors_of[call.scope] = (
-                    tuple(dict.fromkeys(("", *call.scope))) if caller else tree.owners(call.scope[-1])
-                )
-            if result is None:
-                kind = fvcore_kind(call.kind) if self._fvcore_names else call.kind
-                kind = "::".join((*call.within, kind)) if call.within else kind
-                for name in ancestors:
-                    unsupported[name][kind] += 1
-                continue
-            for name in ancestors:
-                counter = counts[name]
-                for op, value in result.items():
-                    counter[op] += value
+        pairs = [(call.scope, value) for call, value in zip(calls, values)]
+        missing = [(c.scope, {self._unsupported_key(c): 1}) for c, (_, v) in zip(calls, pairs) if v is None]
+        counts = roll_up(self._tree, pairs, self._ancestor_mode)
+        unsupported = roll_up(self._tree, missing, self._ancestor_mode)
         for counter in counts.values():  # fvcore's Counter arithmetic keeps positive counts only
             for op in [op for op, v in counter.items() if v <= 0]:
                 del counter[op]
         return counts, unsupported
+
+    def _unsupported_key(self, call: OpCall) -> str:
+        kind = fvcore_kind(call.kind) if self._fvcore_names else call.kind
+        return "::".join((*call.within, kind)) if call.within else kind
 
     def _is_ignored(self, kind: str) -> bool:
         if kind in self._ignored:
@@ -433,7 +417,7 @@ class JitModelAnalysis:
                     )
                 value = handle(list(node.inputs()), list(node.outputs()))
                 scale, name = 1, self._op_key(call.kind)
-            if call.within:  # inside a custom autograd Function: "MyFn::mm" (seed 004)
+            if call.within:  # inside a custom autograd Function: "MyFn::mm" (MXNet's custom operators)
                 name = "::".join((*call.within, name))
         except Exception as e:
             raise HandleError(
@@ -446,6 +430,8 @@ class JitModelAnalysis:
         value, scale, name = self._invoke(handle, call)
         if type(value) is int and value >= 0:  # the common case, checked without the cost of ABC isinstance
             return {name: value * scale}
+        if type(value) is Cost:  # multiply-adds and plain flops apart: only the former are scaled
+            value, scale = cost_flops(value, call, self._flops_per_mac), 1
         return handle_result(value, name, call, scale)
 
     def _op_key(self, kind: str) -> str:
@@ -463,12 +449,6 @@ class JitModelAnalysis:
                     "reached through .forward() or another method; their cost, if any, is in their caller.",
                     ", ".join(shown),
                 )
-
-
-def _counter() -> Counter[Any]:
-    # An empty Counter without Counter.__init__, which only adds its arguments: 4x cheaper,
-    # and a model of thousands of modules needs two per module.
-    return Counter.__new__(Counter)
 
 
 def _forwards() -> set[Any]:
@@ -513,11 +493,21 @@ class FlopCountAnalysis(JitModelAnalysis):
         if causal_attention == "unmasked" and SDPA in self._handles:
             # Published model tables count the full q.k^T product; this counts only the pairs an
             # is_causal=True call keeps, L*(L+1)/2 of L*L.
-            self._handles[SDPA] = Handle(sdpa_handle(causal_unmasked_only=True), ops=(SDPA,), macs=True)
+            causal = Handle(sdpa_handle(causal_unmasked_only=True), ops=(SDPA,), macs=True)
+            self._handles[SDPA] = macs_only(causal) if preset == "macs" else causal
 
     @property
     def flops_per_mac(self) -> int:
         return self._flops_per_mac
+
+    def per_call_at(self, flops_per_mac: int) -> list[tuple[OpCall, Mapping[str, Any] | None]]:
+        """:meth:`per_call` with a multiply-add counted ``flops_per_mac`` flops, whatever this
+        analysis' own convention (the roofline takes 2); the same trace and handles."""
+        if flops_per_mac not in (1, 2):
+            raise ValueError(f"flops_per_mac must be 1 or 2, got {flops_per_mac!r}")
+        other = self.copy()
+        other._flops_per_mac = flops_per_mac
+        return other.per_call()
 
     @property
     def preset(self) -> str:

@@ -16,6 +16,7 @@ import difflib
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import logging
 import os
 import sys
@@ -37,6 +38,7 @@ from .cli_warnings import unsupported_warnings
 from .errors import OpcountError
 from .ir import DTYPE_BYTES
 from .llm import command as llm_command
+from .llm.model import expected_routing
 from .presets import PRESETS
 from .progress import Progress
 from .provenance import export_meta
@@ -518,7 +520,7 @@ def _huggingface(name: str, args: argparse.Namespace) -> Loaded:
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise UsageError(f"unknown transformers class {name!r}: expected a config or model class name{hint}")
     where = f"hf:{name}"
-    overrides = {"return_dict": False, "use_cache": False, **hf_overrides(config_class, args.hf_config)}
+    overrides = {"use_cache": False, **hf_overrides(config_class, args.hf_config)}
     try:
         config = config_class(**overrides)
         with warnings.catch_warnings():
@@ -572,33 +574,41 @@ def _is_causal_lm(transformers: Any, config: Any) -> bool:
 
 
 def _hf_inputs(model: nn.Module, config: Any, seq_len: int | None) -> dict[str, torch.Tensor]:
+    """Random inputs for what the model's forward takes: its main input, and the other modality
+    of a text-image model (CLIP: ``input_ids`` and ``pixel_values``), each from its sub-config."""
     main = getattr(model, "main_input_name", "input_ids")
-    text_len = seq_len or 128
+    takes = inspect.signature(model.forward).parameters
+    wanted = [main] + [name for name in ("input_ids", "pixel_values") if name != main and name in takes]
     gen = torch.Generator().manual_seed(0)
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
-    if main == "input_ids":
-        vocab = int(getattr(config, "vocab_size", 0) or 2)
-        inputs = {"input_ids": torch.randint(vocab, (1, text_len), generator=gen)}
-    elif main == "pixel_values":
-        size = getattr(config, "image_size", 224)
-        h, w = (size, size) if isinstance(size, int) else tuple(size)[:2]
-        inputs = {"pixel_values": torch.randn(1, getattr(config, "num_channels", 3), h, w, generator=gen).to(dtype)}
-    elif main == "input_values":
-        inputs = {"input_values": torch.randn(1, seq_len or 16000, generator=gen).to(dtype)}
-    elif main == "input_features":
-        frames = 2 * getattr(config, "max_source_positions", 1500)
-        inputs = {
-            "input_features": torch.randn(1, getattr(config, "num_mel_bins", 80), frames, generator=gen).to(dtype)
-        }
-    else:
-        raise UsageError(
-            f"{type(model).__name__} takes {main!r}, which opcount cannot make up; "
-            "write a factory returning (model, inputs, kwargs) and run opcount module.path:factory"
-        )
+    inputs = {name: _hf_input(name, model, config, seq_len, gen, dtype) for name in wanted}
     if getattr(config, "is_encoder_decoder", False):
-        vocab = int(getattr(config, "vocab_size", 0) or 2)
-        inputs["decoder_input_ids"] = torch.randint(vocab, (1, text_len), generator=gen)
+        inputs["decoder_input_ids"] = _hf_input("input_ids", model, config, seq_len, gen, dtype)
     return inputs
+
+
+def _hf_input(
+    name: str, model: nn.Module, config: Any, seq_len: int | None, gen: torch.Generator, dtype: torch.dtype
+) -> torch.Tensor:
+    if name == "input_ids":
+        text = getattr(config, "text_config", None) or config
+        vocab = int(getattr(text, "vocab_size", 0) or 2)
+        default = min(128, getattr(text, "max_position_embeddings", 128) or 128)  # CLIP's text takes 77
+        return torch.randint(vocab, (1, seq_len or default), generator=gen)
+    if name == "pixel_values":
+        vision = getattr(config, "vision_config", None) or config
+        size = getattr(vision, "image_size", 224)
+        h, w = (size, size) if isinstance(size, int) else tuple(size)[:2]
+        return torch.randn(1, getattr(vision, "num_channels", 3), h, w, generator=gen).to(dtype)
+    if name == "input_values":
+        return torch.randn(1, seq_len or 16000, generator=gen).to(dtype)
+    if name == "input_features":
+        frames = 2 * getattr(config, "max_source_positions", 1500)
+        return torch.randn(1, getattr(config, "num_mel_bins", 80), frames, generator=gen).to(dtype)
+    raise UsageError(
+        f"{type(model).__name__} takes {name!r}, which opcount cannot make up; "
+        "write a factory returning (model, inputs, kwargs) and run opcount module.path:factory"
+    )
 
 
 # ================================================================================================
@@ -886,7 +896,10 @@ def run(args: argparse.Namespace, stderr: TextIO) -> str:
 def _whole_model(args: argparse.Namespace, spinner: Progress, caught: _Collect) -> str:
     spinner.update(f"building {args.model}")
     loaded = load(args.model, args)
-    with torch.no_grad():
+    # mixture-of-experts blocks route by expectation: random weights route at random, and meta
+    # tensors cannot route at all (docs/llm.md)
+    routing = expected_routing(loaded.model) if args.model.startswith("hf:") else nullcontext()
+    with torch.no_grad(), routing:
         analyses = analyze(loaded, args, spinner)
     text = render(analyses, args)
     caught.messages += unsupported_warnings(analyses, args.columns or ["params", "flops"])

@@ -57,7 +57,8 @@ def _check_tracer(args: argparse.Namespace) -> None:
         args.tracer = "dispatch"
         if args.profile:
             raise UsageError("--profile runs the model on real tensors: leave out --meta")
-    args.tracer = args.tracer or "jit"
+    # transformers models build attention masks with torch.vmap, which jit tracing cannot record
+    args.tracer = args.tracer or ("dispatch" if str(args.model).startswith("hf:") else "jit")
     if args.mode != "eval" and args.tracer != "dispatch":
         raise UsageError(f"--mode {args.mode} needs --tracer dispatch (the jit tracer records the forward pass only)")
 

@@ -1,4 +1,4 @@
-"""What a handle may return: a count, or a Counter of counts, checked and made plain numbers.
+"""What a handle may return: a count, a Counter of counts, or a :class:`Cost`, checked and made plain numbers.
 
 A count is a finite number >= 0 of any numeric type: a Python ``int`` or ``float``, a numpy
 integer or floating scalar, or a 0-d torch tensor (converted once to ``int``/``float``). A bool,
@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,34 @@ import torch
 
 from .errors import HandleError
 from .ir import ListSpec, OpCall, TensorSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """A flop handle's result that counts multiply-adds and plain flops apart.
+
+    A fused operator often does both: an LSTM's gate products (multiply-adds) and its sigmoids
+    and cell update (flops), attention's two products and the softmax between them. The flop
+    analysis counts ``macs * flops_per_mac + flops``; the roofline, whose peaks count a
+    multiply-add as two operations, ``2 * macs + flops``. A plain number from a handle marked
+    ``macs`` is all multiply-adds, from any other handle all flops.
+
+    A type of its own rather than a Counter with reserved keys: a handle's Counter is keyed by
+    operator (fvcore's handles return such Counters), and a reserved key could be an operator's
+    name; fvcore-style handles never return a Cost, so they work unchanged.
+    """
+
+    macs: int | float = 0
+    flops: int | float = 0
+
+    def at(self, flops_per_mac: int) -> int | float:
+        """The flops when a multiply-add counts ``flops_per_mac`` flops."""
+        return self.macs * flops_per_mac + self.flops
+
+
+def cost_flops(value: Cost, call: OpCall, flops_per_mac: int) -> int | float:
+    """``value.at(flops_per_mac)``, each part checked to be a count (else :class:`HandleError`)."""
+    return _checked(value.macs, call, "macs") * flops_per_mac + _checked(value.flops, call, "flops")
 
 
 def count_of(value: Any) -> int | float | None:
@@ -56,7 +85,7 @@ def handle_result(value: Any, name: str, call: OpCall, scale: int = 1) -> Mappin
         return Counter({f"{prefix}{k}" if prefix else k: _checked(v, call, k) * scale for k, v in value.items()})
     if not isinstance(value, (int, float, np.number, np.bool_, torch.Tensor)):
         raise HandleError(
-            f"the handle for {call.kind} {_site(call)} returned {type(value).__name__}, not a number or Counter"
+            f"the handle for {call.kind} {_site(call)} returned {type(value).__name__}, not a number, Counter or Cost"
         )
     return Counter({name: _checked(value, call, None) * scale})
 

@@ -209,7 +209,7 @@ def _xeon_8480_2s() -> Hardware:
 
 
 def _nvdla_full() -> Hardware:
-    # AMAIX (seed 002): CONV_CORE peak = Tk * Tc * clock multiply-adds with Tk = 16, Tc = 64 for
+    # AMAIX: CONV_CORE peak = Tk * Tc * clock multiply-adds with Tk = 16, Tc = 64 for
     # fp16 (int8 doubles Tk); the SDP handles 16 elements per cycle (nv_full.spec, SDP_*_THROUGHPUT_16);
     # 512-bit AXI at 1 GHz = 64 GB/s; 512 KiB convolution buffer.
     clock = 1e9

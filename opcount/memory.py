@@ -1,6 +1,6 @@
 """Memory traffic: bytes read and written per operator and module, and arithmetic intensity.
 
-These follow seed 000 (chainer-computational-cost's mread / mwrite) unless noted:
+These follow chainer-computational-cost's mread / mwrite unless noted:
 
 - **Bytes** are elements times the size of each tensor's own dtype: float32 4, float16 and
   bfloat16 2, int8 1. A float16 model moves half the bytes of the same model in float32.
@@ -8,10 +8,10 @@ These follow seed 000 (chainer-computational-cost's mread / mwrite) unless noted
   and writes each of its outputs once. Windows that overlap (convolution, pooling) and tiles
   that a blocked kernel re-reads are not counted again; padding is not read.
 - **Broadcasting** is free: an operand is read at its own size (a bias of C values is read as
-  C values, not expanded to the output's size; seed 000 instead reads every operand at the
+  C values, not expanded to the output's size; chainer-computational-cost instead reads every operand at the
   output's size).
 - **Views move nothing**: view, reshape, flatten, transpose, permute, expand, squeeze, basic
-  slicing and select only change metadata (seed 000 counts transpose as a copy; PyTorch makes
+  slicing and select only change metadata (chainer-computational-cost counts transpose as a copy; PyTorch makes
   it a view, and the copy, if any, is the later ``contiguous``).
 - **Copies** read and write the output's size: concat and stack, padding, roll, ``contiguous``;
   indexing copies (``index``, ``gather``, ``index_select``, ``embedding``) read only the source

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
+from .counts import Cost
 from .handles import FLOPS, FVCORE_IGNORED, Handle
+from .ir import Spec
 
 PRESETS = ("default", "fvcore", "macs")
 
@@ -24,6 +28,18 @@ def flop_preset(name: str) -> Preset:
     if name == "fvcore":
         return Preset({op: h for op, h in handles.items() if h.fvcore}, FVCORE_IGNORED)
     if name == "macs":
-        macs = {op: h for op, h in handles.items() if h.macs}
+        macs = {op: macs_only(h) for op, h in handles.items() if h.macs}
         return Preset(macs, FLOPS.zero | frozenset(handles.keys() - macs.keys()))
     raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+
+
+def macs_only(handle: Handle) -> Handle:
+    """``handle`` keeping only the multiply-adds of a :class:`Cost` it returns (a plain number of a
+    ``macs`` handle is all multiply-adds already): the ``"macs"`` preset's view of it."""
+    fn = handle.fn
+
+    def multiply_adds(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int | float | Counter[str] | Cost:
+        value = fn(inputs, outputs)
+        return value.macs if type(value) is Cost else value
+
+    return replace(handle, fn=multiply_adds)

@@ -11,7 +11,7 @@ How it measures
 - **Operators** are the outermost dispatcher events in a module (``aten::conv2d``, not the
   ``aten::convolution`` / ``mkldnn_convolution`` it calls), keyed as the analyses key them
   (``conv``, ``addmm``, ``relu_``), so they pair with the roofline's ``by_operator()`` rows.
-- **Custom operators** (seed 004, MXNet's custom-operator profiling): a
+- **Custom operators** (MXNet's custom-operator profiling): a
   ``torch.autograd.Function`` appears under its class name, a ``torch.library`` operator under
   its name without namespace (as the analyses name it). The operators it launches are
   attributed under its name (``MyOp::add``), and its own time, outside those operators, is a row
@@ -172,10 +172,6 @@ class ProfileReport:
         self.statistic = statistic
         self.tree = tree
         self.roofline = roofline
-        self._children: dict[str, list[str]] = {}
-        for name in tree.names:
-            if name:
-                self._children.setdefault(tree.owners(name)[-2], []).append(name)
 
     @property
     def hardware(self) -> Hardware | None:
@@ -196,12 +192,11 @@ class ProfileReport:
 
     def parent(self, name: str) -> str | None:
         """The module's parent by name (None for the model)."""
-        owners = self.tree.owners(name)
-        return owners[-2] if len(owners) > 1 else None
+        return self.tree.parent(name)
 
     def children(self, name: str) -> list[str]:
         """The module's children by name, in registration order."""
-        return list(self._children.get(name, ()))
+        return list(self.tree.children(name))
 
     def leaf_modules(self) -> dict[str, ProfileRow]:
         """Called modules none of whose children were called (where the time is spent)."""
@@ -239,7 +234,7 @@ class ProfileReport:
             rows = [
                 (self._indent(n), r)
                 for n, r in self.modules.items()
-                if r.calls > 0 and (max_depth is None or len(self.tree.owners(n)) - 1 <= max_depth)
+                if r.calls > 0 and (max_depth is None or self.tree.depth(n) <= max_depth)
             ]
         elif by == "leaf":
             rows = [(n, r) for n, r in sorted(self.leaf_modules().items(), key=lambda kv: -kv[1].measured)]
@@ -278,7 +273,7 @@ class ProfileReport:
         )
 
     def _indent(self, name: str) -> str:
-        depth = len(self.tree.owners(name)) - 1
+        depth = self.tree.depth(name)
         parent = self.parent(name)
         local = name[len(parent) + 1 :] if parent else name  # owners are prefixes of the name
         return "  " * depth + (local or "model")
@@ -337,9 +332,7 @@ class ProfileReport:
         if max_depth is None:
             rows = list(self.leaf_modules().values())
         else:
-            rows = [
-                r for n, r in self.modules.items() if n and r.calls > 0 and len(self.tree.owners(n)) - 1 == max_depth
-            ]
+            rows = [r for n, r in self.modules.items() if n and r.calls > 0 and self.tree.depth(n) == max_depth]
         rows = sorted(rows, key=lambda r: -r.measured)[:top][::-1]  # slowest at the top
         fig = Figure(figsize=(8, 1.4 + 0.32 * max(len(rows), 1)), dpi=100, layout="constrained")
         ax = fig.add_subplot()
@@ -803,7 +796,7 @@ def _report(
             name,
             "module",
             type(tree.module(name)).__name__,
-            _parent(tree, name),
+            tree.parent(name),
             calls,
             v.get(("module", name), 0.0),
             v.get(("self", name)) if calls else None,
@@ -859,8 +852,3 @@ def _report(
         tree,
         predicted,
     )
-
-
-def _parent(tree: ModuleTree, name: str) -> str | None:
-    owners = tree.owners(name)
-    return owners[-2] if len(owners) > 1 else None

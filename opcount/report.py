@@ -24,6 +24,7 @@ from typing import Any
 import tabulate
 from torch import nn
 
+from .rollup import roll_up
 from .scopes import ModuleTree
 
 __all__ = [
@@ -328,10 +329,10 @@ def _parameters(tree: ModuleTree) -> list[tuple[str, str, nn.Parameter]]:
 
 
 def _parameter_count(tree: ModuleTree) -> Counter[str]:
-    counts: Counter[str] = Counter()
-    for name, module_name, p in _parameters(tree):
-        for owner in tree.owners(module_name):
-            counts[owner] += p.numel()
+    params = _parameters(tree)
+    totals = roll_up(tree, (((module_name,), {"": p.numel()}) for _, module_name, p in params))
+    counts = Counter({name: c[""] for name, c in totals.items() if c})  # modules holding parameters
+    for name, _, p in params:  # and a row per parameter
         counts[name] += p.numel()
     return counts
 
@@ -355,7 +356,7 @@ class _Layout:
 
 def _layout(tree: ModuleTree, with_params: bool) -> _Layout:
     order: dict[str, None] = {}
-    parent: dict[str, str | None] = {name: (tree.owners(name)[-2] if name else None) for name in tree.names}
+    parent: dict[str, str | None] = {name: tree.parent(name) for name in tree.names}
     shapes: dict[str, tuple[int, ...]] = {}
     if with_params:
         for name, module_name, p in _parameters(tree):

@@ -1,4 +1,4 @@
-"""Speed-of-light latency: the roofline per operator call, operator, module and model (AMAIX, seed 002).
+"""Speed-of-light latency: the roofline per operator call, operator, module and model (AMAIX).
 
 Each operator call is a *layer* (AMAIX's task): it does ``flops`` operations and moves ``bytes``
 to and from main memory on one compute unit, so it takes at least
@@ -62,6 +62,7 @@ from .hardware import hardware as lookup_hardware
 from .ir import DTYPE_BYTES, OpCall, TensorSpec
 from .memory import MemoryTrafficAnalysis, alias_roots
 from .report import check_max_depth
+from .rollup import grouped
 from .tracing import Trace
 from .units import seconds, si, size
 
@@ -147,6 +148,31 @@ class LayerTime:
         """Attainable FLOP/s: flops / time (the layer's point on the roofline chart)."""
         return _ratio(self.layer.flops, self.time, zero=0.0)
 
+    # The layer's own figures, readable on the LayerTime too (``lt.flops`` as ``lt.layer.flops``).
+    @property
+    def flops(self) -> float:
+        return self.layer.flops
+
+    @property
+    def ifmap_bytes(self) -> float:
+        return self.layer.ifmap_bytes
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.layer.weight_bytes
+
+    @property
+    def ofmap_bytes(self) -> float:
+        return self.layer.ofmap_bytes
+
+    @property
+    def unit(self) -> str:
+        return self.layer.unit
+
+    @property
+    def precision(self) -> str:
+        return self.layer.precision
+
 
 @dataclass(frozen=True)
 class Summary:
@@ -187,6 +213,13 @@ def _ratio(a: float, b: float, zero: float = math.nan) -> float:
     if b > 0:
         return a / b
     return math.inf if a > 0 else zero
+
+
+def _by_op(layers: Iterable[LayerTime]) -> dict[str, list[LayerTime]]:
+    ops: dict[str, list[LayerTime]] = {}
+    for t in layers:
+        ops.setdefault(t.layer.op, []).append(t)
+    return ops
 
 
 def _summarize(name: str, times: Iterable[LayerTime]) -> Summary:
@@ -258,29 +291,20 @@ class RooflineReport:
     # ----- roll-ups ------------------------------------------------------------------------
     def by_operator(self) -> dict[str, Summary]:
         """One row per operator key (``conv``, ``addmm``, ...), most time first."""
-        groups: dict[str, list[LayerTime]] = {}
-        for t in self.layers:
-            groups.setdefault(t.layer.op, []).append(t)
-        rows = [_summarize(op, ts) for op, ts in groups.items()]
+        rows = [_summarize(op, ts) for op, ts in _by_op(self.layers).items()]
         return {r.name: r for r in sorted(rows, key=lambda r: -r.time)}
 
     def by_module(self) -> dict[str, Summary]:
         """One row per module that holds layers (the model is ``""``), in first-call order."""
         if self._modules is None:
-            groups: dict[str, list[LayerTime]] = {}
-            for t in self.layers:
-                for owner in dict.fromkeys(("", *t.layer.owners)):
-                    groups.setdefault(owner, []).append(t)
+            groups = grouped((t.layer.owners, t) for t in self.layers)
             self._modules = {name: _summarize(name, ts) for name, ts in groups.items()}
         return self._modules
 
     def by_module_and_operator(self) -> dict[str, dict[str, Summary]]:
         """Module -> operator -> row, for every module that holds layers."""
-        groups: dict[str, dict[str, list[LayerTime]]] = {}
-        for t in self.layers:
-            for owner in dict.fromkeys(("", *t.layer.owners)):
-                groups.setdefault(owner, {}).setdefault(t.layer.op, []).append(t)
-        return {m: {op: _summarize(op, ts) for op, ts in ops.items()} for m, ops in groups.items()}
+        groups = grouped((t.layer.owners, t) for t in self.layers)
+        return {m: {op: _summarize(op, ops) for op, ops in _by_op(ts).items()} for m, ts in groups.items()}
 
     # The analyses' protocol, so report tables can show roofline columns next to theirs.
     def uncalled_modules(self) -> set[str]:
@@ -311,15 +335,26 @@ class RooflineReport:
     # ----- text ----------------------------------------------------------------------------
     def modules(self, max_depth: int | None = None, within: str = "") -> list[Summary]:
         """Module rows: the innermost modules that ran layers, or every module down to ``max_depth``
-        levels; only those inside module ``within`` (its descendants) when given."""
+        levels below the model (``max_depth=0``: the model's own row); only those inside module
+        ``within`` (its descendants) when given."""
         check_max_depth(max_depth, optional=True)
+        chains = self._chains()  # module -> its owners, the model first: depth and ancestry
         if max_depth is None:
             rows = list(self.leaf_modules().values())
         else:
-            rows = [s for n, s in self.by_module().items() if n and n.count(".") < max_depth]
+            lowest = min(max_depth, 1)  # the model's row stands for the whole breakdown at depth 0
+            rows = [s for n, s in self.by_module().items() if lowest <= len(chains[n]) - 1 <= max_depth]
         if within:
-            rows = [s for s in rows if s.name.startswith(within + ".")]
+            rows = [s for s in rows if within in chains[s.name][:-1]]
         return rows
+
+    def _chains(self) -> dict[str, tuple[str, ...]]:
+        chains: dict[str, tuple[str, ...]] = {}
+        for t in self.layers:
+            chain = tuple(dict.fromkeys(("", *t.layer.owners)))
+            for depth, name in enumerate(chain):
+                chains.setdefault(name, chain[: depth + 1])
+        return chains
 
     def table(self, by: str = "module", top: int | None = 15, max_depth: int | None = None, within: str = "") -> str:
         """A text table: ``by="module"`` (see :meth:`modules`), ``"operator"`` or ``"layer"``
@@ -560,14 +595,11 @@ def roofline(
     tree = memory.module_tree
     layers: list[Layer] = []
     unsupported: Counter[str] = Counter()
-    per_mac = FLOPS_PER_MAC / pricing.flops_per_mac
-    for i, (call, t, (_, value)) in enumerate(zip(calls, traffic, pricing.per_call())):
+    for i, (call, t, (_, value)) in enumerate(zip(calls, traffic, pricing.per_call_at(FLOPS_PER_MAC))):
         handle = pricing.handle_of(call.kind)
         macs = bool(getattr(handle, "macs", False))
         op = getattr(handle, "name", None) or op_key(call.kind)
         flops = float(sum(value.values())) if value else 0.0
-        if macs:
-            flops *= per_mac
         if t is None or value is None:
             unsupported[call.kind] += 1
         t = t or Traffic()

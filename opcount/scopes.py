@@ -7,8 +7,6 @@ registration order; the other names are aliases of it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import torch
 from torch import nn
 
@@ -21,40 +19,44 @@ def inner_scope(scope: tuple[str, ...], name: str) -> tuple[str, ...]:
     return scope if scope == ROOT and not name else (*scope, name)
 
 
-def named_modules_with_aliases(model: nn.Module, prefix: str = "") -> Iterator[tuple[str, nn.Module]]:
-    """Like ``named_modules()`` but also yields every further name of a shared module."""
-    yield prefix, model
-    for name, child in model._modules.items():
-        if child is not None:
-            yield from named_modules_with_aliases(child, f"{prefix}.{name}" if prefix else name)
-
-
 class ModuleTree:
-    """Canonical module names of a model with their owners (parents by name) and aliases."""
+    """Canonical module names of a model with their aliases, and the tree they form: each
+    module's parent, children and depth by ownership, found once while walking the model, so
+    that no consumer has to parse a dotted name to learn them."""
 
     def __init__(self, model: nn.Module) -> None:
         self.modules: dict[str, nn.Module] = {}  # every name, aliases included
         self.aliases: dict[str, str] = {}  # any name -> canonical name
         self.names: list[str] = []  # canonical names in registration order
         self._by_id: dict[int, str] = {}
-        for name, module in named_modules_with_aliases(model):
-            canonical = self._by_id.setdefault(id(module), name)
-            if canonical == name:
-                self.names.append(name)
-            self.modules[name] = module
-            self.aliases[name] = canonical
-        self._owners: dict[str, tuple[str, ...]] = {}  # filled on demand
+        self._parent: dict[str, str | None] = {}
+        self._children: dict[str, list[str]] = {}
+        self._owners: dict[str, tuple[str, ...]] = {}
+        self._walk(model, "", None)
 
-    def _owner_chain(self, name: str) -> tuple[str, ...]:
-        # The prefixes of a canonical name are canonical too: a module first met through
-        # "a.b" is met before any of its children, so the children's first names extend "a.b".
-        if not name:
-            return ROOT
-        parent = name.rpartition(".")[0]
-        up = self._owners.get(parent)
-        if up is None:
-            up = self._owners[parent] = self._owner_chain(parent)
-        return (*up, name)
+    def _walk(self, module: nn.Module, name: str, parent: str | None) -> None:
+        """Register ``module`` under ``name``, met as a child of canonical module ``parent``.
+
+        Pre-order, as ``named_modules()``: a shared module keeps the first name it is met by,
+        and its parent is the module it was first met in, so each owner chain extends its
+        parent's (fvcore's naming)."""
+        canonical = self._by_id.setdefault(id(module), name)
+        self.modules[name] = module
+        self.aliases[name] = canonical
+        if canonical == name:
+            self.names.append(name)
+            self._parent[name] = parent
+            self._children[name] = []
+            if parent is None:
+                self._owners[name] = ROOT
+            else:
+                self._children[parent].append(name)
+                self._owners[name] = (*self._owners[parent], name)
+        for key, child in module._modules.items():
+            if child is not None:
+                # An alias's children were met before under the canonical name: these names of
+                # theirs become aliases too (the string is built here, at the boundary, once).
+                self._walk(child, f"{name}.{key}" if name else key, canonical)
 
     def canonical(self, name: str) -> str:
         """The canonical name of ``name``; KeyError if no module has that name."""
@@ -75,10 +77,20 @@ class ModuleTree:
         """The module and its ancestors by ownership (by name), root first."""
         found = self._owners.get(name)
         if found is None:
-            if name not in self.aliases or self.aliases[name] != name:
-                raise KeyError(name)
-            found = self._owners[name] = self._owner_chain(name)
+            raise KeyError(name)
         return found
+
+    def parent(self, name: str) -> str | None:
+        """The canonical module that owns module ``name`` (None for the model)."""
+        return self._parent[self.canonical(name)]
+
+    def children(self, name: str) -> tuple[str, ...]:
+        """The canonical modules module ``name`` owns, in registration order."""
+        return tuple(self._children[self.canonical(name)])
+
+    def depth(self, name: str) -> int:
+        """Levels below the model: 0 for the model, 1 for its children, ..."""
+        return len(self._owners[self.canonical(name)]) - 1
 
     def module(self, name: str) -> nn.Module:
         return self.modules[name]
@@ -91,7 +103,7 @@ class ModuleTree:
         seen: set[int] = set()
         prefix = root + "." if root else ""
         for name in self.names:
-            if root and name != root and not name.startswith(prefix):
+            if root and root not in self._owners[name]:  # not root or one of its descendants
                 continue
             module = self.modules[name]
             here = name[len(prefix) :] + "." if name != root else ""

@@ -22,7 +22,7 @@ from opcount.sparsity.plot import SparsityPoint, sparsity_roofline_chart, speedu
 
 IMG = Path(__file__).resolve().parent.parent / "docs" / "img"
 HW, DTYPE = "h100-sxm", "float16"
-LEVELS = (0.5, 0.75, 0.875, 0.9375)  # seed 003's levels (halving the non-zeros each step)
+LEVELS = (0.5, 0.75, 0.875, 0.9375)  # the Sparsity Roofline paper's levels (halving the non-zeros each step)
 CONFIGS = [
     *(f"unstructured={lv}" for lv in LEVELS),
     *(f"block16={lv}" for lv in LEVELS),

@@ -1,4 +1,4 @@
-"""Elementwise arithmetic, activations and softmax against seed 000's per-element counts."""
+"""Elementwise arithmetic, activations and softmax against chainer-computational-cost's per-element counts."""
 
 import pytest
 
@@ -61,7 +61,7 @@ def test_per_element_costs(op, inputs, per_element) -> None:
 
 
 def test_broadcast_output_is_counted() -> None:
-    # [4] + [3, 1] -> [3, 4]: 12 adds (seed 000: the output is the broadcast size)
+    # [4] + [3, 1] -> [3, 4]: 12 adds (chainer-computational-cost: the output is the broadcast size)
     assert flops("aten::add", [T(4), T(3, 1), C(1)], [T(3, 4)]) == 12
 
 

@@ -1,4 +1,4 @@
-"""Pooling: seed 000 (max: prod(k) - 1 per output, average: prod(k) per output); adaptive: per input."""
+"""Pooling: chainer-computational-cost (max: prod(k) - 1 per output, average: prod(k) per output); adaptive: per input."""
 
 import pytest
 

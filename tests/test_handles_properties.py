@@ -18,6 +18,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from opcount.counts import Cost
 from opcount.handles import FLOPS
 from opcount.ir import Const, ListSpec, Spec, TensorSpec
 
@@ -402,8 +403,20 @@ def _rnn(name: str, gates: int) -> Example:
     return build
 
 
+def _rnn_cell(name: str, gates: int) -> Example:
+    def build(n: int, k: int) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        hidden = 4
+        x, h = torch.rand(n, 3), torch.zeros(n, hidden)
+        hx: Any = [h, h.clone()] if name == "lstm" else h
+        weights = (torch.rand(gates * hidden, 3), torch.rand(gates * hidden, hidden))
+        return getattr(aten, f"{name}_cell"), (x, hx, *weights, torch.rand(gates * hidden), torch.rand(gates * hidden))
+
+    return build
+
+
 for _name, _gates in (("lstm", 4), ("gru", 3), ("rnn_tanh", 1), ("rnn_relu", 1)):
     EXAMPLES[f"aten::{_name}"] = _rnn(_name, _gates)
+    EXAMPLES[f"aten::{_name}_cell"] = _rnn_cell(_name, _gates)
 
 
 def _bag(name: str) -> Example:
@@ -523,7 +536,10 @@ def specs_of(op: str, n: int, k: int) -> tuple[list[Spec], list[Spec]]:
     return [to_spec(a) for a in args], _outputs(result)
 
 
-def total(value: int | Counter[str]) -> int:
+def total(value: int | Counter[str] | Cost) -> int:
+    if isinstance(value, Cost):  # multiply-adds and flops apart: each a count
+        assert all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (value.macs, value.flops))
+        return value.macs + value.flops
     if isinstance(value, Counter):
         assert all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value.values()), value
         return sum(value.values())

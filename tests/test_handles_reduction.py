@@ -1,4 +1,4 @@
-"""Reductions: seed 000's axis-by-axis count, which telescopes to numel(in) - numel(out)."""
+"""Reductions: chainer-computational-cost's axis-by-axis count, which telescopes to numel(in) - numel(out)."""
 
 import pytest
 
@@ -6,7 +6,7 @@ from ._specs import NONE, C, T, flops
 
 
 def test_seed_000_max_over_two_axes() -> None:
-    # seed 000: (A, B, C, D) max over (1, 2) = (B-1)ACD + (C-1)AD; with (2, 3, 4, 5): 80 + 30
+    # chainer-computational-cost: (A, B, C, D) max over (1, 2) = (B-1)ACD + (C-1)AD; with (2, 3, 4, 5): 80 + 30
     assert flops("aten::amax", [T(2, 3, 4, 5), C((1, 2)), C(False)], [T(2, 5)]) == 110
     assert 2 * 3 * 4 * 5 - 2 * 5 == 110
 

@@ -51,12 +51,17 @@ def attention_macs(batch: int, s: int, cached: int) -> int:
     return N * 2 * batch * H * s * (cached + s) * E
 
 
+def attention_softmax(batch: int, s: int, cached: int) -> int:
+    """The softmax inside sdpa: each of the s queries' cached + s scores, 3 * (cached + s) - 1 flops a row."""
+    return N * batch * H * s * (3 * (cached + s) - 1)
+
+
 @pytest.mark.parametrize("batch,s", [(1, 16), (3, 7)])
 def test_prefill_macs(llm: CausalLM, batch: int, s: int) -> None:
     cost = llm.phase("prefill", seq_len=s, batch=batch)
     ops = cost.flops.by_operator()
     assert ops["linear"] == linear_macs(batch * s) + batch * D * V  # lm_head: the prompt's last token
-    assert ops["scaled_dot_product_attention"] == attention_macs(batch, s, 0)
+    assert ops["scaled_dot_product_attention"] == attention_macs(batch, s, 0) + attention_softmax(batch, s, 0)
     # SwiGLU's gate: silu(x) = x * sigmoid(x), 5 flops per element (chainer's sigmoid 4 + the multiply)
     assert ops["silu"] == 5 * N * batch * s * F
     # rotary embedding: rotate_half negates half of each of q's and k's heads
@@ -68,7 +73,7 @@ def test_decode_macs(llm: CausalLM, batch: int, s: int, cached: int) -> None:
     cost = llm.phase("decode", seq_len=s, kv_len=cached, batch=batch)
     ops = cost.flops.by_operator()
     assert ops["linear"] == linear_macs(batch * s) + batch * s * D * V
-    assert ops["scaled_dot_product_attention"] == attention_macs(batch, s, cached)
+    assert ops["scaled_dot_product_attention"] == attention_macs(batch, s, cached) + attention_softmax(batch, s, cached)
 
 
 def test_kv_cache_bytes(llm: CausalLM) -> None:

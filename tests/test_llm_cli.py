@@ -45,7 +45,8 @@ def test_decode_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["llm"]["phase"] == "decode"
     assert data["llm"]["kv_len"] == 20
     rotary = E // 2  # inv_freq x the positions, shared by the batch (position_ids is [1, s])
-    assert data["llm"]["flops"] - _elementwise(data) == decode_macs(2, 20) + rotary
+    softmax = N * 2 * H * (3 * 21 - 1)  # inside sdpa: 21 scores per query and head, 3 * 21 - 1 flops
+    assert data["llm"]["flops"] - _elementwise(data) == decode_macs(2, 20) + rotary + softmax
     assert data["memory"]["kv_cache"] == 2 * N * G * E * 21 * 2 * 2  # keys and values, 21 tokens, batch 2, bf16
     assert set(data["memory"]) == {"weights", "kv_cache", "activations"}
     assert data["llm"]["bound"] == "memory"

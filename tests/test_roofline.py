@@ -1,4 +1,4 @@
-"""Roofline (AMAIX, seed 002): hardware models, speed-of-light times worked by hand, the AMAIX
+"""Roofline (AMAIX): hardware models, speed-of-light times worked by hand, the AMAIX
 refinements (scaling factors, pipelines, fusion) and the charts."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sparsity Roofline (seed 003): formats and bytes, FLOPs, times and speedups worked by hand,
+"""Sparsity Roofline (Shinn et al.): formats and bytes, FLOPs, times and speedups worked by hand,
 pattern detection, pruning copies, report columns and charts."""
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def test_dense_layer_speedup_is_exactly_one() -> None:
 
 def test_unstructured_by_hand_halves_flops_but_runs_slower() -> None:
     # 50%: 16 values (64 B) + (16 + 4 + 1) indices (84 B) = 148 B; with x and out 244 B -> 24.4 ns;
-    # 64 flops on the vector unit: 6.4 ns. Slower than dense (22.4 ns), as seed 003 warns.
+    # 64 flops on the vector unit: 6.4 ns. Slower than dense (22.4 ns), as the Sparsity Roofline paper warns.
     (w,) = _toy("unstructured=0.5").weights
     assert (w.nnz, w.format.name, w.format.bytes) == (16, "csr", 148)
     assert w.sparse.layer.unit == "vector" and w.dense.layer.unit == "tensor"

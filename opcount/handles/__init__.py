@@ -4,6 +4,7 @@ from . import (  # noqa: F401  (registration side effects)
     activations,
     attention,
     conv,
+    dispatch_ops,
     einsum,
     elementwise,
     embedding,
@@ -19,11 +20,6 @@ from . import (  # noqa: F401  (registration side effects)
     tv_ops,
     zero_cost,
 )
-
-# isort: off
-from . import dispatch_ops  # noqa: F401  last: it claims only operators no family claims
-
-# isort: on
 from .registry import ACTIVATIONS, FLOPS, MEMORY, Handle, Registry, spec_handle
 from .zero_cost import FVCORE_IGNORED
 

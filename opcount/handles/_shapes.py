@@ -26,7 +26,7 @@ def first_tensor_out(outputs: Sequence[Spec]) -> TensorSpec:
 # --- helpers for the operator library ---------------------------------------
 
 # dtypes whose arithmetic counts as floating-point work; integer and bool tensors carry indices,
-# sizes and masks, whose arithmetic seed 000 treats as free index calculation.
+# sizes and masks, whose arithmetic chainer-computational-cost treats as free index calculation.
 FLOATING_DTYPES: frozenset[str] = frozenset(
     {"float64", "float32", "float16", "bfloat16", "complex128", "complex64", "complex32"}
     | {"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"}

@@ -1,11 +1,13 @@
-"""Attention: the two batched products of softmax(q k^T) v, and the MultiheadAttention fast path.
+"""Attention: the two batched products of softmax(q k^T) v and the softmax, and the MultiheadAttention fast path.
 
 Convention: the full query x key product and attention x value product are counted as
 multiply-adds, ``b*h*L*S*E + b*h*L*S*Ev``, whatever the mask, as published model tables (e.g.
-ViT-B/16's 17.56 GMACs) do. The scaling, masking and softmax inside the fused kernel are not
-counted: a handle counts either multiply-adds or flops, and these are the multiply-add kinds
-(``preset="macs"`` keeps them, ``flops_per_mac=2`` doubles them). Models that spell attention
-out (matmul, softmax, ...) get their softmax counted by the softmax handle instead.
+ViT-B/16's 17.56 GMACs) do; the softmax over each query's ``S`` scores as the standalone softmax
+handle counts it (:func:`~opcount.handles.softmax.softmax_flops`: ``3*S - 1`` flops per query row).
+Each handle returns a :class:`~opcount.counts.Cost` with both parts: ``preset="macs"`` keeps the
+products, ``flops_per_mac=2`` doubles them and not the softmax. The scaling and the masking are
+not counted. Models that spell attention out (matmul, softmax, ...) get the same numbers from the
+matmul and softmax handles.
 
 To count only the unmasked (lower-triangular) half of causal attention, install the handle made
 by :func:`sdpa_handle`::
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..counts import Cost
 from ..ir import Const, Spec, const, tensor
 from ._shapes import first_tensor_out, numel, shape_of
 from .registry import FLOPS, SpecFn
@@ -59,22 +62,41 @@ def attention_macs(
     return batch * pairs * (e + e_v)
 
 
+def attention_softmax_flops(batch: int, q_len: int, pairs: int) -> int:
+    """The softmax over ``pairs`` (query, key) scores in ``q_len`` rows, ``batch`` times: a row of
+    ``c`` scores costs ``2c + (c - 1)`` (exp and divide per score, a sum of c values), the
+    standalone softmax handle's count, so ``batch * (3 * pairs - q_len)`` (no row is empty)."""
+    return batch * (3 * pairs - q_len) if pairs else 0
+
+
+def attention_cost(
+    q: Sequence[int], k: Sequence[int], v: Sequence[int], out: Sequence[int], causal_unmasked_only: bool = False
+) -> Cost:
+    """The products (:func:`attention_macs`) as multiply-adds and the softmax (:func:`attention_softmax_flops`)
+    as flops; the causal option applies to both."""
+    macs = attention_macs(q, k, v, out, causal_unmasked_only)
+    q_len, kv_len = q[-2], k[-2]
+    pairs = causal_pairs(q_len, kv_len) if causal_unmasked_only else q_len * kv_len
+    return Cost(macs=macs, flops=attention_softmax_flops(numel(out[:-2]), q_len, pairs))
+
+
 def sdpa_handle(causal_unmasked_only: bool = False) -> SpecFn:
     """A handle for ``aten::scaled_dot_product_attention``; with ``causal_unmasked_only=True`` an
     ``is_causal=True`` call counts only the query/key pairs its causal mask keeps."""
 
     # [*b, L, Ev] = sdpa(q [*b, L, E], k [*b, S, E], v [*b, S, Ev], mask, dropout, is_causal, ...)
-    def scaled_dot_product_attention(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
+    def scaled_dot_product_attention(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Cost:
         is_causal = False
         if causal_unmasked_only and len(inputs) > SDPA_IS_CAUSAL:
             flag = inputs[SDPA_IS_CAUSAL]
             is_causal = isinstance(flag, Const) and flag.value is True
         q, k, v = (shape_of(inputs[i]) for i in (SDPA_QUERY, SDPA_KEY, SDPA_VALUE))
-        return attention_macs(q, k, v, first_tensor_out(outputs).shape, causal_unmasked_only=is_causal)
+        return attention_cost(q, k, v, first_tensor_out(outputs).shape, causal_unmasked_only=is_causal)
 
     scaled_dot_product_attention.__doc__ = (
         "[*b, L, Ev] = sdpa([*b, L, E], [*b, S, E], [*b, S, Ev]): b*L*S*E + b*L*S*Ev multiply-adds "
-        "(q.k^T and attn.v; b includes heads), whatever the mask; softmax not counted"
+        "(q.k^T and attn.v; b includes heads), whatever the mask, plus b*(3*L*S - L) flops of softmax "
+        "(exp, sum and divide over each query's S scores)"
         + ("; is_causal=True counts L*(L+1)/2 pairs when L == S." if causal_unmasked_only else ".")
     )
     return scaled_dot_product_attention
@@ -94,11 +116,11 @@ _FUSED_KERNELS = (
 
 
 @FLOPS.register(*_FUSED_KERNELS, macs=True)
-def fused_attention(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
-    """[b, h, L, Ev] = kernel(q [b, h, L, E], k [b, h, S, E], v [b, h, S, Ev], ...): b*h*L*S*(E + Ev) multiply-adds, as sdpa."""
+def fused_attention(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Cost:
+    """[b, h, L, Ev] = kernel(q [b, h, L, E], k [b, h, S, E], v [b, h, S, Ev], ...): b*h*L*S*(E + Ev) multiply-adds and b*h*(3*L*S - L) flops of softmax, as sdpa."""
     q, k, v = (shape_of(inputs[i]) for i in (SDPA_QUERY, SDPA_KEY, SDPA_VALUE))
     out = first_tensor_out(outputs).shape
-    return attention_macs(q, k, v, out)
+    return attention_cost(q, k, v, out)
 
 
 # _native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
@@ -107,19 +129,21 @@ MHA_QUERY, MHA_KEY, MHA_EMBED_DIM, MHA_NUM_HEADS, MHA_QKV_WEIGHT, MHA_PROJ_WEIGH
 
 
 @FLOPS.register("aten::_native_multi_head_attention", macs=True)
-def native_multi_head_attention(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
-    """[b, L, E] = MHA fast path(q [b, L, E], k/v [b, S, E]): in-projection b*L*E*E + 2*b*S*E*E, attention 2*b*L*S*E (h heads of E/h), out-projection b*L*E*E multiply-adds; biases, softmax not counted.
+def native_multi_head_attention(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Cost:
+    """[b, L, E] = MHA fast path(q [b, L, E], k/v [b, S, E]): in-projection b*L*E*E + 2*b*S*E*E, attention 2*b*L*S*E (h heads of E/h), out-projection b*L*E*E multiply-adds, and b*h*(3*L*S - L) flops of softmax; biases not counted.
 
     nn.MultiheadAttention takes this path under no_grad in eval mode (batch_first); it is the
     same arithmetic as the linear, sdpa, linear it replaces, so both grad modes count alike.
     """
     q, k = shape_of(inputs[MHA_QUERY]), shape_of(inputs[MHA_KEY])
-    embed_dim = const(inputs[MHA_EMBED_DIM])
+    embed_dim, heads = const(inputs[MHA_EMBED_DIM]), const(inputs[MHA_NUM_HEADS])
     w_qkv, w_proj = tensor(inputs[MHA_QKV_WEIGHT]), tensor(inputs[MHA_PROJ_WEIGHT])
     if not isinstance(embed_dim, int) or w_qkv.shape != (3 * embed_dim, embed_dim):
         raise ValueError(
             f"aten::_native_multi_head_attention: embed_dim {embed_dim!r} does not fit qkv weight {w_qkv.shape}"
         )
+    if not isinstance(heads, int) or heads < 1:
+        raise ValueError(f"aten::_native_multi_head_attention: num_head {heads!r} is not a positive constant")
     if len(q) == 2:  # unbatched [L, E]
         q, k = (1, *q), (1, *k)
     if len(q) != 3 or len(k) != 3 or q[2] != embed_dim or k[2] != embed_dim:
@@ -128,4 +152,5 @@ def native_multi_head_attention(inputs: Sequence[Spec], outputs: Sequence[Spec])
     in_proj = b * q_len * e * e + 2 * b * kv_len * e * e
     attention = 2 * b * q_len * kv_len * e  # h heads x (L*S*(E/h)) for q.k^T and again for attn.v
     out_proj = b * q_len * e * w_proj.shape[0]
-    return in_proj + attention + out_proj
+    softmax = attention_softmax_flops(b * heads, q_len, q_len * kv_len)
+    return Cost(macs=in_proj + attention + out_proj, flops=softmax)

@@ -6,8 +6,8 @@ buffers autograd allocates for gradients. Most backward kernels are recorded as 
 operators they mirror (:mod:`opcount.trace.aten`) and priced by those handles; the embedding's
 weight gradient has no forward counterpart and is priced here.
 
-This module is imported after every other family and claims only operators no family claims,
-so a family that later prices one of them takes precedence.
+Its zero costs are fallbacks: they hold only for operators no other family prices or frees,
+whichever is imported first.
 """
 
 from __future__ import annotations
@@ -86,8 +86,8 @@ COPIES: tuple[str, ...] = tuple(
     ]
 )
 
-FLOPS.zero_cost(*(op for op in (*METADATA, *COPIES) if op not in FLOPS), family="dispatch_ops")
-MEMORY.zero_cost(*(op for op in METADATA if op not in MEMORY), family="dispatch_ops")
+FLOPS.zero_cost(*METADATA, *COPIES, family="dispatch_ops", fallback=True)
+MEMORY.zero_cost(*METADATA, family="dispatch_ops", fallback=True)
 
 # embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
 EMB_GRAD = 0

@@ -1,11 +1,11 @@
 """Elementwise arithmetic: a fixed number of flops per output element.
 
-Convention (seed 000, chainer-computational-cost): an elementwise operator costs its number of
+Convention (chainer-computational-cost): an elementwise operator costs its number of
 elementary operations per output element; broadcasting is free and the output is the broadcast
 shape. Each elementary function (exp, log, sqrt, rsqrt, sin, erf, ...) counts as one flop, as
 chainer counts ``exp`` in softmax and sigmoid. In-place variants (``add_``) cost what their
 out-of-place form costs. Arithmetic on integer or bool tensors (indices, sizes, masks) and on
-plain Python numbers is index calculation, which seed 000 ignores: it costs 0.
+plain Python numbers is index calculation, which chainer-computational-cost ignores: it costs 0.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _register(per_element: int, ops: str, doc: str) -> Callable[..., object]:
 
 
 # out = add(self, other, alpha) / sub / mul / div / rsub(self, other, alpha): one add,
-# subtract, multiply or divide per output element; alpha is fused (seed 000: Add, Mul, Div, Sub
+# subtract, multiply or divide per output element; alpha is fused (chainer-computational-cost: Add, Mul, Div, Sub
 # and their *Constant forms all cost numel(out)).
 arithmetic = _register(
     1,
@@ -98,7 +98,7 @@ WHERE_SELF = 1
 
 @FLOPS.register("aten::where")
 def where(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
-    """out = where(cond, a, b): 1 flop per output element, a select (seed 000 counts max, a select, as one instruction); where(cond) alone returns indices: 0."""
+    """out = where(cond, a, b): 1 flop per output element, a select (chainer-computational-cost counts max, a select, as one instruction); where(cond) alone returns indices: 0."""
     if len(inputs) <= WHERE_SELF:
         return 0
     return elementwise_flops(1, outputs)

@@ -1,4 +1,4 @@
-"""Embedding lookups: a gather of rows, no arithmetic (seed 000: GetItem is 0 flops)."""
+"""Embedding lookups: a gather of rows, no arithmetic (chainer-computational-cost: GetItem is 0 flops)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Memory traffic: the bytes each operator reads and writes (seed 000's mread / mwrite).
+"""Memory traffic: the bytes each operator reads and writes (chainer-computational-cost's mread / mwrite).
 
 A memory handle returns a :class:`Traffic`: the tensors it reads and writes and how many
 bytes of each. Naming the tensors (rather than returning two numbers) lets the analysis
@@ -248,7 +248,7 @@ def _resize(taps: int, kind: str) -> TrafficFn:
 
     handle.__doc__ = (
         f"{kind.capitalize()} resize: reads min(numel(x), {taps} * numel(out)) input elements ({taps} source "
-        f"value{'s' if taps > 1 else ''} per output element, but an upscale reads its input only once; seed 000), "
+        f"value{'s' if taps > 1 else ''} per output element, but an upscale reads its input only once; chainer-computational-cost), "
         "writes the output once."
     )
     handle.__name__ = handle.__qualname__ = f"resize_{kind}"
@@ -290,7 +290,7 @@ def grid_sampler(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Traffic:
 
 @_register(*_aten("index index_select gather embedding take masked_select"))
 def gather(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Traffic:
-    """Indexing copies: reads only the source elements it copies (the output's size, seed 000's
+    """Indexing copies: reads only the source elements it copies (the output's size, chainer-computational-cost's
     slicing rule) plus the indices or mask in full; writes the output once. An embedding reads the
     rows it looks up, not the whole table."""
     source, *indices = flat_tensors(inputs)
@@ -365,9 +365,9 @@ def convert(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Traffic:
 
 
 # ----- explicitly free -----------------------------------------------------------------------
-# Views: metadata over the same storage (seed 000: reshape; PyTorch also views for transpose,
+# Views: metadata over the same storage (chainer-computational-cost: reshape; PyTorch also views for transpose,
 # permute, expand and basic slicing). A reshape that PyTorch has to copy (non-contiguous input)
-# is still counted as free, as seed 000 does.
+# is still counted as free, as chainer-computational-cost does.
 VIEWS: tuple[str, ...] = _aten(
     """view reshape flatten unflatten squeeze squeeze_ unsqueeze unsqueeze_ permute transpose transpose_ t t_
     numpy_T expand expand_as view_as reshape_as slice select narrow chunk split split_with_sizes unbind
@@ -385,8 +385,8 @@ ALLOCATIONS: tuple[str, ...] = _aten("empty empty_like new_empty empty_strided")
 
 # What each explicitly free family means, for the generated docs.
 FREE_FAMILIES: dict[str, str] = {
-    "views": "Views: metadata over the same storage; move nothing (seed 000's reshape). A reshape that "
-    "PyTorch has to copy (non-contiguous input) is still free, as in seed 000; data flow is followed through "
+    "views": "Views: metadata over the same storage; move nothing (chainer-computational-cost's reshape). A reshape that "
+    "PyTorch has to copy (non-contiguous input) is still free, as in chainer-computational-cost; data flow is followed through "
     "views for `fuse` and `resident_params`.",
     "metadata": "Metadata queries: read no tensor data.",
     "allocations": "Allocations: a new uninitialized tensor; nothing is written until an operator fills it.",

@@ -1,6 +1,6 @@
 """Activation functions (nonlinearities): the elementary operations of each definition, per element.
 
-Convention: seed 000 (chainer-computational-cost) where it defines the function (ReLU 1 = one
+Convention: chainer-computational-cost where it defines the function (ReLU 1 = one
 max, LeakyReLU 2 = max(x, a*x), PReLU 1, Sigmoid 4 = negate, exp, +1, inverse); elsewhere the
 count of elementary operations in the function's textbook definition, each elementary function
 (exp, log, tanh, erf) counting 1. Costs are per output element; integer tensors cost 0.
@@ -25,32 +25,32 @@ def _register(per_element: int, ops: str, doc: str) -> object:
 relu = _register(
     1,
     "relu relu_ threshold threshold_",
-    "max(x, 0): 1 flop per element (seed 000 ReLU: a max is one instruction).",
+    "max(x, 0): 1 flop per element (chainer-computational-cost ReLU: a max is one instruction).",
 )
 prelu = _register(
     1,
     "prelu _prelu_kernel",
-    "max(x, 0) + w * min(x, 0) taken as one select-multiply: 1 flop per element (seed 000 PReLU).",
+    "max(x, 0) + w * min(x, 0) taken as one select-multiply: 1 flop per element (chainer-computational-cost PReLU).",
 )
 leaky_relu = _register(
     2,
     "leaky_relu leaky_relu_ rrelu rrelu_",
-    "max(x, a * x): 2 flops per element, a multiply and a max (seed 000 LeakyReLU).",
+    "max(x, a * x): 2 flops per element, a multiply and a max (chainer-computational-cost LeakyReLU).",
 )
 sigmoid = _register(
     4,
     "sigmoid sigmoid_",
-    "1 / (1 + exp(-x)): 4 flops per element: negate, exp, +1, inverse (seed 000 Sigmoid).",
+    "1 / (1 + exp(-x)): 4 flops per element: negate, exp, +1, inverse (chainer-computational-cost Sigmoid).",
 )
 tanh = _register(
     1,
     "tanh tanh_",
-    "tanh(x): 1 flop per element, one elementary function (as exp in seed 000).",
+    "tanh(x): 1 flop per element, one elementary function (as exp in chainer-computational-cost).",
 )
 silu = _register(
     5,
     "silu silu_",
-    "x * sigmoid(x): 5 flops per element (sigmoid 4, seed 000, + multiply).",
+    "x * sigmoid(x): 5 flops per element (sigmoid 4, chainer-computational-cost, + multiply).",
 )
 hardsigmoid = _register(
     4,
@@ -65,7 +65,7 @@ hardswish = _register(
 hardtanh = _register(
     2,
     "hardtanh hardtanh_ relu6 relu6_",
-    "min(max(x, lo), hi): 2 flops per element, a max and a min (seed 000 counts a max as 1).",
+    "min(max(x, lo), hi): 2 flops per element, a max and a min (chainer-computational-cost counts a max as 1).",
 )
 elu = _register(
     4,
@@ -90,7 +90,7 @@ log_sigmoid = _register(
 clamp_one = _register(
     1,
     "clamp_min clamp_min_ clamp_max clamp_max_",
-    "max(x, lo) or min(x, hi): 1 flop per element (seed 000: a max is one instruction).",
+    "max(x, lo) or min(x, hi): 1 flop per element (chainer-computational-cost: a max is one instruction).",
 )
 
 # gelu(self, approximate): exact 0.5 * x * (1 + erf(x / sqrt(2))), or the tanh approximation
@@ -125,7 +125,7 @@ CLAMP_MIN, CLAMP_MAX = 1, 2
 
 @FLOPS.register("aten::clamp", "aten::clamp_", "aten::clip", "aten::clip_")
 def clamp(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
-    """min(max(x, lo), hi): 1 flop per element per bound given (a max or a min, seed 000); fvcore ignores clamp."""
+    """min(max(x, lo), hi): 1 flop per element per bound given (a max or a min, chainer-computational-cost); fvcore ignores clamp."""
     bounds = sum(1 for i in (CLAMP_MIN, CLAMP_MAX) if len(inputs) > i and not _is_none(inputs[i]))
     return elementwise_flops(bounds, outputs)
 
@@ -137,5 +137,5 @@ def _is_none(spec: Spec) -> bool:
 # [*, 2n, *] -> [*, n, *] = glu(x, dim): a * sigmoid(b) with a, b the halves of x along dim.
 @FLOPS.register("aten::glu")
 def glu(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
-    """a * sigmoid(b) over the two halves of x: 5 flops per output element (sigmoid 4, seed 000, + multiply)."""
+    """a * sigmoid(b) over the two halves of x: 5 flops per output element (sigmoid 4, chainer-computational-cost, + multiply)."""
     return elementwise_flops(5, outputs)

@@ -46,9 +46,7 @@ def _max_pool(spatial_rank: int, op: str) -> SpecFn:
         n_out, window = _pool(inputs, outputs, spatial_rank, op)
         return n_out * (window - 1)
 
-    handle.__doc__ = (
-        f"[n, c, *o] = {op}([n, c, *i], k): numel(out) * (prod(k) - 1): a max over each window (seed 000 MaxPooling2D)."
-    )
+    handle.__doc__ = f"[n, c, *o] = {op}([n, c, *i], k): numel(out) * (prod(k) - 1): a max over each window (chainer-computational-cost MaxPooling2D)."
     return handle
 
 
@@ -57,7 +55,7 @@ def _avg_pool(spatial_rank: int, op: str) -> SpecFn:
         n_out, window = _pool(inputs, outputs, spatial_rank, op)
         return n_out * window
 
-    handle.__doc__ = f"[n, c, *o] = {op}([n, c, *i], k): numel(out) * prod(k): sum (prod(k) - 1) and divide (1) per window (seed 000 AveragePooling2D)."
+    handle.__doc__ = f"[n, c, *o] = {op}([n, c, *i], k): numel(out) * prod(k): sum (prod(k) - 1) and divide (1) per window (chainer-computational-cost AveragePooling2D)."
     return handle
 
 
@@ -81,5 +79,5 @@ def adaptive_avg_pool_nd(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int
 # ([n, c, *o], indices) = adaptive_max_pool{1,2,3}d([n, c, *i], output_size)
 @FLOPS.register("aten::adaptive_max_pool1d", "aten::adaptive_max_pool2d", "aten::adaptive_max_pool3d")
 def adaptive_max_pool(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
-    """numel(in) - numel(out): (window - 1) maxes per output with windows tiling the input (seed 000 Max; the adaptive_avg convention of one op per input, less one per window)."""
+    """numel(in) - numel(out): (window - 1) maxes per output with windows tiling the input (chainer-computational-cost Max; the adaptive_avg convention of one op per input, less one per window)."""
     return max(numel(shape_of(inputs[POOL_INPUT])) - first_tensor_out(outputs).numel, 0)

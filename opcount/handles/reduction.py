@@ -1,4 +1,4 @@
-"""Reductions and scans (seed 000 conventions for Sum/Max/Min/ArgMax).
+"""Reductions and scans (chainer-computational-cost conventions for Sum/Max/Min/ArgMax).
 
 Seed 000 reduces axis by axis: reducing an axis of size ``d`` costs ``(d - 1)`` operations per
 remaining position. Over any set of axes this telescopes to ``numel(in) - numel(out)``, which is
@@ -26,14 +26,14 @@ def _in_out(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> tuple[int, int, 
 
 
 def reduce_flops(numel_in: int, numel_out: int) -> int:
-    """``numel_in - numel_out``: one binary operation folds two values into one (seed 000 Sum/Max)."""
+    """``numel_in - numel_out``: one binary operation folds two values into one (chainer-computational-cost Sum/Max)."""
     return max(numel_in - numel_out, 0)
 
 
 # [*out] = sum([*in], dims, keepdim); prod, amax, amin, argmax, argmin, nansum alike.
 @FLOPS.register("aten::sum", "aten::nansum", "aten::prod", "aten::amax", "aten::amin", "aten::argmax", "aten::argmin")
 def reduce(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
-    """numel(in) - numel(out): (d - 1) adds, multiplies or max/min per output for each reduced axis of size d (seed 000 Sum, Max, ArgMax)."""
+    """numel(in) - numel(out): (d - 1) adds, multiplies or max/min per output for each reduced axis of size d (chainer-computational-cost Sum, Max, ArgMax)."""
     return _reduce(inputs, outputs)
 
 
@@ -48,7 +48,7 @@ MAXMIN_OTHER = 1
 
 @FLOPS.register("aten::max", "aten::min")
 def max_min(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
-    """Reduction (full or along dim): numel(in) - numel(out) (seed 000 Max). Binary max(a, b) / min(a, b): 1 per output element."""
+    """Reduction (full or along dim): numel(in) - numel(out) (chainer-computational-cost Max). Binary max(a, b) / min(a, b): 1 per output element."""
     if len(inputs) > MAXMIN_OTHER and isinstance(inputs[MAXMIN_OTHER], TensorSpec):
         return elementwise_flops(1, outputs)
     return _reduce(inputs, outputs)
@@ -57,7 +57,7 @@ def max_min(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
 # [*out] = mean([*in], dims, keepdim)
 @FLOPS.register("aten::mean", "aten::nanmean")
 def mean(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
-    """sum then divide: (numel(in) - numel(out)) + numel(out) = numel(in) (seed 000 Sum + a divide per output)."""
+    """sum then divide: (numel(in) - numel(out)) + numel(out) = numel(in) (chainer-computational-cost Sum + a divide per output)."""
     n_in, _, floating = _in_out(inputs, outputs)
     return n_in if floating else 0
 
@@ -84,7 +84,7 @@ NORM_ORD = 1
 def vector_norm_flops(numel_in: int, numel_out: int, order: object) -> int:
     """Vector p-norm over the reduced axes.
 
-    ord 2: square, sum, sqrt = ``2 * in`` (seed 000 NormalizeL2: 2c per vector of c).
+    ord 2: square, sum, sqrt = ``2 * in`` (chainer-computational-cost NormalizeL2: 2c per vector of c).
     ord 1, inf, -inf, 0: one elementwise step (abs or compare) then a sum or max: ``2 * in - out``.
     other p: abs, power, sum, root: ``3 * in``.
     """
@@ -102,7 +102,7 @@ def vector_norm_flops(numel_in: int, numel_out: int, order: object) -> int:
 
 @FLOPS.register("aten::norm", "aten::linalg_vector_norm")
 def norm(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
-    """||x||_p over dims: p=2 (default): 2 * numel(in) (square, sum, sqrt; seed 000 NormalizeL2); p in {1, 0, inf}: 2 * in - out; other p: 3 * in."""
+    """||x||_p over dims: p=2 (default): 2 * numel(in) (square, sum, sqrt; chainer-computational-cost NormalizeL2); p in {1, 0, inf}: 2 * in - out; other p: 3 * in."""
     n_in, n_out, floating = _in_out(inputs, outputs)
     order: object = 2
     if len(inputs) > NORM_ORD and isinstance(inputs[NORM_ORD], Const):

@@ -1,8 +1,13 @@
 """One registry per metric: operator name -> handle, filled by decorators in the family modules.
 
-A handle is a pure function ``fn(inputs, outputs) -> int | Counter[str]`` of the operator's
-argument specs (see :mod:`opcount.ir`). Each operator has exactly one of three outcomes:
+A handle is a pure function ``fn(inputs, outputs) -> int | Counter[str] | Cost`` of the operator's
+argument specs (see :mod:`opcount.ir`); a :class:`~opcount.counts.Cost` counts multiply-adds and
+plain flops apart. Each operator has exactly one of three outcomes:
 counted (a handle), explicitly zero-cost (``zero_cost``), or unsupported (neither).
+
+A family may also declare operators free *as a fallback* (``zero_cost(..., fallback=True)``):
+the claim holds only where no other family prices or frees the operator, whichever module is
+imported first, so the registry's contents never depend on import order.
 """
 
 from __future__ import annotations
@@ -11,16 +16,19 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from ..counts import Cost
 from ..ir import Spec
 
-SpecFn = Callable[[Sequence[Spec], Sequence[Spec]], "int | float | Counter[str]"]
+SpecFn = Callable[[Sequence[Spec], Sequence[Spec]], "int | float | Counter[str] | Cost"]
 
 
 @dataclass(frozen=True)
 class Handle:
     """A spec-based handle and what the analyses need to know about it.
 
-    ``macs``: the result counts multiply-adds, so ``flops_per_mac`` scales it.
+    ``macs``: a plain number the handle returns counts multiply-adds, so ``flops_per_mac`` scales
+    it (a :class:`~opcount.counts.Cost` says itself which part is which); the roofline runs the
+    operator on the tensor unit.
     ``fvcore``: part of fvcore's default set (the ``"fvcore"`` preset), with fvcore's values.
     ``name``: the operator key in results when it differs from the short op name.
     """
@@ -33,7 +41,7 @@ class Handle:
     family: str = ""
     doc: str = field(default="", compare=False)
 
-    def __call__(self, inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int | float | Counter[str]:
+    def __call__(self, inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int | float | Counter[str] | Cost:
         return self.fn(inputs, outputs)
 
 
@@ -53,6 +61,8 @@ class Registry:
         self.metric = metric
         self._handles: dict[str, Handle] = {}
         self._zero: dict[str, str] = {}  # op -> family, explicitly zero-cost
+        self._fallback: dict[str, str] = {}  # op -> family, zero-cost unless another family claims it
+        self._zero_view: frozenset[str] | None = None  # zero + unclaimed fallbacks, cached (hot in roofline)
 
     def register(
         self, *ops: str, macs: bool = False, fvcore: bool = False, name: str | None = None
@@ -62,6 +72,7 @@ class Registry:
         def decorate(fn: SpecFn) -> SpecFn:
             family = fn.__module__.rsplit(".", 1)[-1]
             handle = Handle(fn, tuple(ops), macs, fvcore, name, family, fn.__doc__ or "")
+            self._zero_view = None
             for op in ops:
                 self._claim(op)
                 self._handles[op] = handle
@@ -69,15 +80,23 @@ class Registry:
 
         return decorate
 
-    def zero_cost(self, *ops: str, family: str = "zero_cost") -> None:
-        """Declare operators that do no arithmetic for this metric (views, copies, indexing)."""
+    def zero_cost(self, *ops: str, family: str = "zero_cost", fallback: bool = False) -> None:
+        """Declare operators that do no arithmetic for this metric (views, copies, indexing).
+
+        ``fallback=True``: only where no family registers a handle or a zero cost for the
+        operator, before or after this call (the dispatch tracer's catch-all operators).
+        """
+        self._zero_view = None
         for op in ops:
-            self._claim(op)
-            self._zero[op] = family
+            if fallback:
+                _qualified(op)
+                self._fallback.setdefault(op, family)
+            else:
+                self._claim(op)
+                self._zero[op] = family
 
     def _claim(self, op: str) -> None:
-        if "::" not in op:
-            raise ValueError(f"operator names are qualified (e.g. 'aten::{op}'), got {op!r}")
+        _qualified(op)
         if op in self._handles or op in self._zero:
             raise ValueError(f"{self.metric}: operator {op!r} is registered twice")
 
@@ -87,16 +106,25 @@ class Registry:
 
     @property
     def zero(self) -> frozenset[str]:
-        return frozenset(self._zero)
+        if self._zero_view is None:
+            self._zero_view = frozenset(self.zero_families())
+        return self._zero_view
 
     def zero_families(self) -> dict[str, str]:
-        return dict(self._zero)
+        """Every zero-cost operator and the family that declared it (fallbacks not claimed otherwise)."""
+        fallback = {op: f for op, f in self._fallback.items() if op not in self._handles and op not in self._zero}
+        return {**self._zero, **fallback}
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._handles)
 
     def __contains__(self, op: object) -> bool:
-        return op in self._handles or op in self._zero
+        return op in self._handles or op in self._zero or op in self._fallback
+
+
+def _qualified(op: str) -> None:
+    if "::" not in op:
+        raise ValueError(f"operator names are qualified (e.g. 'aten::{op}'), got {op!r}")
 
 
 FLOPS = Registry("flops")

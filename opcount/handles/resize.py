@@ -17,7 +17,7 @@ def upsample_nearest(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
 
 @FLOPS.register("aten::upsample_bilinear2d", "aten::grid_sampler", fvcore=True)
 def upsample_bilinear(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
-    """4 per output element: a weighted sum of the 4 neighbouring inputs (fvcore, seed 000); grid_sampler assumed bilinear."""
+    """4 per output element: a weighted sum of the 4 neighbouring inputs (fvcore, chainer-computational-cost); grid_sampler assumed bilinear."""
     return 4 * first_tensor_out(outputs).numel
 
 

@@ -73,7 +73,7 @@ FVCORE_IGNORED: frozenset[str] = frozenset(
     ]
 )
 
-# Data movement and metadata: zero flops by definition (seed 000: reshape, concat, broadcast).
+# Data movement and metadata: zero flops by definition (chainer-computational-cost: reshape, concat, broadcast).
 VIEWS_AND_COPIES: tuple[str, ...] = tuple(
     "aten::" + op
     for op in [
@@ -153,7 +153,7 @@ VIEWS_AND_COPIES: tuple[str, ...] = tuple(
 FLOPS.zero_cost(*VIEWS_AND_COPIES)
 
 # More data movement, creation and metadata: copies, padding and pixel shuffles move
-# values without arithmetic (seed 000: Concat, Transpose, GetItem, Shift are 0 flops).
+# values without arithmetic (chainer-computational-cost: Concat, Transpose, GetItem, Shift are 0 flops).
 MORE_COPIES: tuple[str, ...] = tuple(
     "aten::" + op
     for op in [

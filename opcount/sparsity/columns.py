@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..report import COLUMNS, Column, format_number, register_column
+from ..rollup import grouped
 from ..units import seconds
 from .report import SparsityReport, speedup_ratio
 
@@ -14,9 +15,9 @@ from .report import SparsityReport, speedup_ratio
 def _sparse_flop_cuts(report: SparsityReport) -> dict[str, dict[str, float]]:
     """FLOPs each module (and operator in it) no longer does, in the report's flops-per-MAC convention."""
     cuts: dict[str, dict[str, float]] = {}
-    for w in report.weights:
-        for owner in dict.fromkeys(("", *w.dense.layer.owners)):
-            ops = cuts.setdefault(owner, {})
+    for owner, weights in grouped((w.dense.layer.owners, w) for w in report.weights).items():
+        ops = cuts[owner] = {}
+        for w in weights:
             ops[w.dense.layer.op] = ops.get(w.dense.layer.op, 0.0) + w.dense_flops - w.sparse_flops
     return cuts
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..hardware import Hardware
+from ..rollup import grouped
 from ..roofline import FLOPS_PER_MAC, LayerTime, RooflineReport, Summary
 from ..sparse_support import SparseSupport
 from ..units import seconds, si, size
@@ -120,10 +121,7 @@ class SparsityReport:
 
     def module_levels(self) -> dict[str, float]:
         """The zero level of the weights of every module holding weight layers (the model is ``""``)."""
-        mine: dict[str, list[SparseLayer]] = {}
-        for w in self.weights:
-            for owner in dict.fromkeys(("", *w.dense.layer.owners)):
-                mine.setdefault(owner, []).append(w)
+        mine = grouped((w.dense.layer.owners, w) for w in self.weights)
         return {name: _level_of(ws) for name, ws in mine.items()}
 
     @property

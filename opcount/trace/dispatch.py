@@ -19,7 +19,7 @@ reports are shared:
   backward operator takes the scope of the node running it (``_current_autograd_node``).
 - **Custom autograd Functions.** ``Function.apply`` is wrapped for the trace so that the
   operators inside ``forward`` and ``backward`` are recorded under the Function's name
-  (``OpCall.within``, reported as ``"MyFn::mm"``; seed 004's custom-operator prefixes).
+  (``OpCall.within``, reported as ``"MyFn::mm"``; MXNet's custom-operator prefixes).
   ``torch.library`` custom operators are recorded whole under their qualified name, as jit
   records them: on meta tensors only their fake implementation would run inside.
 - **Meta analysis.** A forward pass on the meta device runs on shape-only tensors
