@@ -14,6 +14,9 @@ from .roofline import Layer, RooflineReport, mac_array_scale, nvdla_scale_ops, r
 from .sparsity import SparseSupport, Sparsity, SparsityReport, prune, sparsity_roofline
 from .trace.meta import TensorShape
 
+# After every import above: the function, not the tracers' subpackage, is ``opcount.trace``.
+from .tracing import Trace, trace  # noqa: E402
+
 __all__ = [
     # analyses and their building blocks
     "ActivationCountAnalysis",
@@ -32,6 +35,9 @@ __all__ = [
     "TorchInternalsError",
     "TraceError",
     "spec_handle",
+    # one trace, analyzed any number of ways
+    "Trace",
+    "trace",
     # fvcore's one-call functions
     "activation_count",
     "flop_count",

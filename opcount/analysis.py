@@ -28,9 +28,7 @@ from .presets import flop_preset, macs_only
 from .rollup import MODES as ANCESTOR_MODES
 from .rollup import roll_up
 from .scopes import ModuleTree
-from .trace import Trace, trace_jit
-from .trace.dispatch import MODES, trace_dispatch
-from .trace.meta import device_of, has_shapes, materialize
+from .tracing import Trace, check_options, run
 
 logger = logging.getLogger(__name__)
 
@@ -38,10 +36,10 @@ T = TypeVar("T", bound="JitModelAnalysis")
 AnyHandle = Callable[..., Any]
 K = TypeVar("K", bound=Hashable)
 
-TRACERS = ("jit", "dispatch")
 WARN_MODES = ("all", "no_tracer_warning", "none")
 
 _NOTHING: Counter[str] = Counter()  # an ignored call's value; never mutated
+NO_INPUTS: Any = object()  # the default of ``inputs``: not given (an analysis of a Trace)
 
 # Modules that never run arithmetic of their own: not worth an "uncalled" warning.
 _NO_FORWARD = (nn.ModuleList, nn.ModuleDict, nn.Module, nn.Identity)
@@ -89,6 +87,9 @@ def fvcore_op_key(kind: str) -> str:
 class JitModelAnalysis:
     """Per-module statistics from one traced forward pass (fvcore.nn.JitModelAnalysis compatible).
 
+    ``model`` is a module, traced on the first query, or a ready :class:`~opcount.Trace`
+    (:func:`opcount.trace`), analyzed without running the model; a Trace carries its inputs and
+    tracer options, so none of them may be given with it.
     ``inputs`` is a tensor, a tuple of positional arguments, or any other single argument
     (e.g. a list of images); ``kwargs`` holds keyword arguments. Both may nest lists, tuples
     and dicts of tensors, :class:`~opcount.TensorShape` placeholders and non-tensor constants.
@@ -101,38 +102,50 @@ class JitModelAnalysis:
 
     def __init__(
         self,
-        model: nn.Module,
-        inputs: Any,
+        model: nn.Module | Trace,
+        inputs: Any = NO_INPUTS,
         kwargs: Mapping[str, Any] | None = None,
         *,
-        tracer: str = "jit",
-        mode: str = "eval",
+        tracer: str | None = None,
+        mode: str | None = None,
         loss_fn: Callable[[Any], torch.Tensor] | None = None,
         device: torch.device | str | None = None,
     ) -> None:
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        if tracer not in TRACERS:
-            raise ValueError(f"unknown tracer {tracer!r}; choose 'jit' or 'dispatch'")
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}; choose 'eval' or 'train'")
-        if tracer == "jit" and (mode != "eval" or loss_fn is not None or device is not None):
-            raise ValueError(
-                "mode, loss_fn and device need tracer='dispatch'; the jit tracer runs the forward pass as is"
-            )
-        self._tracer, self._mode, self._loss_fn, self._device = tracer, mode, loss_fn, device
-        self._model = model
-        self._inputs = inputs
-        if kwargs is not None and not isinstance(kwargs, Mapping):
-            raise TypeError(f"kwargs must be a mapping of argument names to values, got {type(kwargs).__name__}")
-        self._kwargs = dict(kwargs) if kwargs is not None else None
-        self._tree = ModuleTree(model)
+        self._trace: Trace | None = None
+        self._device: torch.device | str | None
+        if isinstance(model, Trace):
+            given = {"inputs": inputs is not NO_INPUTS, "kwargs": kwargs is not None, "tracer": tracer is not None}
+            given |= {"mode": mode is not None, "loss_fn": loss_fn is not None, "device": device is not None}
+            if any(given.values()):
+                raise TypeError(
+                    f"{type(self).__name__} of a Trace takes no {', '.join(k for k, v in given.items() if v)}: "
+                    "the Trace was made with them; pass them to opcount.trace()"
+                )
+            self._trace = model
+            self._tracer, self._mode, self._loss_fn, self._device = model.tracer, model.mode, None, model.device
+            self._model, self._tree = model.model, model.tree
+            self._inputs, self._kwargs = model.inputs, model.kwargs
+        elif isinstance(model, nn.Module):
+            if inputs is NO_INPUTS:
+                raise TypeError(
+                    f"{type(self).__name__} needs the model's inputs (or an opcount.Trace instead of a model)"
+                )
+            tracer, mode = tracer or "jit", mode or "eval"
+            check_options(tracer, mode, loss_fn, device)
+            self._tracer, self._mode, self._loss_fn, self._device = tracer, mode, loss_fn, device
+            self._model = model
+            self._inputs = inputs
+            if kwargs is not None and not isinstance(kwargs, Mapping):
+                raise TypeError(f"kwargs must be a mapping of argument names to values, got {type(kwargs).__name__}")
+            self._kwargs = dict(kwargs) if kwargs is not None else None
+            self._tree = ModuleTree(model)
+        else:
+            raise TypeError(f"model must be a torch.nn.Module or an opcount.Trace, got {type(model).__name__}")
         self._handles: dict[str, AnyHandle] = {}
         self._base_ignored: frozenset[str] = FVCORE_IGNORED  # fvcore's JitModelAnalysis ignores these
         self._ignored: set[str] = set(self._base_ignored)
         self._fvcore_names = False  # result keys: opcount's (MyFn, CallFunction.fn) or fvcore's
         self._flops_per_mac = 1
-        self._trace: Trace | None = None
         self._stats: Statistics | None = None
         self._warn_unsupported = True
         self._warn_uncalled = True
@@ -173,6 +186,11 @@ class JitModelAnalysis:
     def device(self) -> torch.device | str | None:
         """The dispatch tracer's device (``"meta"``: no weights touched), or None."""
         return self._device
+
+    def trace(self) -> Trace:
+        """The :class:`~opcount.Trace` analyzed (the model is traced on the first call): another
+        analysis of it runs no forward pass of its own."""
+        return self._traced()
 
     # ----- queries -------------------------------------------------------------------------
     def total(self, module_name: str = "") -> int:
@@ -265,12 +283,21 @@ class JitModelAnalysis:
         self._warn_uncalled = bool(enabled)
         return self
 
-    def copy(self, new_model: nn.Module | None = None, new_inputs: Any = None) -> Self:
-        """The same analysis (class and every setting) on a new model and/or new inputs."""
+    def copy(self, new_model: nn.Module | Trace | None = None, new_inputs: Any = None) -> Self:
+        """The same analysis (class and every setting) on a new model and/or new inputs (traced
+        as before: an analysis of a Trace traces them as its Trace was), or on another
+        :class:`~opcount.Trace` (``new_model``)."""
         new = _copy.copy(self)
         new._handles = dict(self._handles)
         new._ignored = set(self._ignored)
         new._stats = None
+        if isinstance(new_model, Trace):
+            if new_inputs is not None:
+                raise TypeError("copy() of a Trace takes no new_inputs: the Trace was made with its own")
+            new._trace, new._model, new._tree = new_model, new_model.model, new_model.tree
+            new._tracer, new._mode, new._loss_fn, new._device = new_model.tracer, new_model.mode, None, new_model.device
+            new._inputs, new._kwargs = new_model.inputs, new_model.kwargs
+            return new
         if new_model is not None or new_inputs is not None:
             new._trace = None
         if new_model is not None:
@@ -284,22 +311,18 @@ class JitModelAnalysis:
 
     # ----- the work ------------------------------------------------------------------------
     def _traced(self) -> Trace:
-        if self._trace is None and self._tracer == "dispatch":
-            self._trace = trace_dispatch(
+        if self._trace is None:
+            self._trace = run(
                 self._model,
                 self._inputs,
                 self._kwargs,
                 self._tree,
                 self._warn_trace,
+                tracer=self._tracer,
                 mode=self._mode,
                 loss_fn=self._loss_fn,
                 device=self._device,
             )
-        elif self._trace is None:
-            inputs, kwargs = self._inputs, self._kwargs
-            if has_shapes((inputs, kwargs)):  # TensorShape placeholders become zeros for jit
-                inputs, kwargs = materialize((inputs, kwargs), device_of(self._model))
-            self._trace = trace_jit(self._model, inputs, kwargs, self._tree, self._warn_trace)
         return self._trace
 
     def _analyze(self) -> Statistics:
@@ -330,6 +353,14 @@ class JitModelAnalysis:
             if handle is None:
                 return None
         return self._apply(handle, call)
+
+    def handle_of(self, kind: str) -> AnyHandle | None:
+        """The handle that prices operator ``kind`` here (its own, or its family's), or None
+        when the operator is ignored or has no handle."""
+        handle = self._handles.get(kind)
+        if handle is None and not self._is_ignored(kind):
+            handle = self._family_handle(kind)
+        return handle
 
     def _family_handle(self, kind: str) -> AnyHandle | None:
         """The handle set under a custom Function's or scripted function's family name
@@ -378,12 +409,12 @@ class JitModelAnalysis:
                 scale = self._flops_per_mac if handle.macs else 1
                 name = handle.name or self._op_key(call.kind)
             else:
-                if call.raw is None:
+                node: Any = self._traced().node_of(call)
+                if node is None:
                     raise TypeError(
                         "this handle takes torch._C.Value lists (fvcore style), which only the jit tracer "
                         "has; wrap a function of specs with opcount.spec_handle"
                     )
-                node: Any = call.raw
                 value = handle(list(node.inputs()), list(node.outputs()))
                 scale, name = 1, self._op_key(call.kind)
             if call.within:  # inside a custom autograd Function: "MyFn::mm" (MXNet's custom operators)
@@ -438,8 +469,8 @@ class FlopCountAnalysis(JitModelAnalysis):
 
     def __init__(
         self,
-        model: nn.Module,
-        inputs: Any,
+        model: nn.Module | Trace,
+        inputs: Any = NO_INPUTS,
         kwargs: Mapping[str, Any] | None = None,
         *,
         preset: str = "default",
@@ -469,6 +500,15 @@ class FlopCountAnalysis(JitModelAnalysis):
     def flops_per_mac(self) -> int:
         return self._flops_per_mac
 
+    def per_call_at(self, flops_per_mac: int) -> list[tuple[OpCall, Mapping[str, Any] | None]]:
+        """:meth:`per_call` with a multiply-add counted ``flops_per_mac`` flops, whatever this
+        analysis' own convention (the roofline takes 2); the same trace and handles."""
+        if flops_per_mac not in (1, 2):
+            raise ValueError(f"flops_per_mac must be 1 or 2, got {flops_per_mac!r}")
+        other = self.copy()
+        other._flops_per_mac = flops_per_mac
+        return other.per_call()
+
     @property
     def preset(self) -> str:
         """The flop formulas: ``"default"``, ``"fvcore"`` or ``"macs"``."""
@@ -487,7 +527,11 @@ class ActivationCountAnalysis(JitModelAnalysis):
     """
 
     def __init__(
-        self, model: nn.Module, inputs: Any, kwargs: Mapping[str, Any] | None = None, **trace_options: Any
+        self,
+        model: nn.Module | Trace,
+        inputs: Any = NO_INPUTS,
+        kwargs: Mapping[str, Any] | None = None,
+        **trace_options: Any,
     ) -> None:
         super().__init__(model, inputs, kwargs, **trace_options)
         self._base_ignored = ACTIVATIONS.zero

@@ -673,33 +673,30 @@ def _wants_sparsity(args: argparse.Namespace) -> bool:
 
 
 def _analyses(loaded: Loaded, args: argparse.Namespace, inputs: Any, kwargs: Any) -> dict[str, Any]:
-    found: dict[str, Any] = {}
+    """Trace the model once and build every analysis the output needs on that one trace."""
     roles = _needed(args)
     # --tracer/--mode/--meta; mode and device are refused by the jit tracer with a clear error
-    trace: dict[str, Any] = {"tracer": getattr(args, "tracer", None) or "jit"}
+    options: dict[str, Any] = {"tracer": getattr(args, "tracer", None) or "jit"}
     if getattr(args, "mode", "eval") != "eval":
-        trace["mode"] = args.mode
+        options["mode"] = args.mode
     if getattr(args, "meta", False):
-        trace["device"] = "meta"
-    found["flops"] = FlopCountAnalysis(
-        loaded.model,
-        inputs,
-        kwargs,
-        preset=args.preset,
-        flops_per_mac=args.flops_per_mac,
-        **trace,
+        options["device"] = "meta"
+    flops = FlopCountAnalysis(
+        loaded.model, inputs, kwargs, preset=args.preset, flops_per_mac=args.flops_per_mac, **options
     )
+    traced = flops.trace()  # the one forward pass of this run
+    found: dict[str, Any] = {"flops": flops}
     if "activations" in roles:
-        found["activations"] = ActivationCountAnalysis(loaded.model, inputs, kwargs, **trace)
+        found["activations"] = ActivationCountAnalysis(traced)
     if "memory" in roles:
         from .memory import MemoryTrafficAnalysis  # the costlier import, only when asked for
 
-        found["memory"] = MemoryTrafficAnalysis(loaded.model, inputs, kwargs, **trace)
+        found["memory"] = MemoryTrafficAnalysis(traced)
     if "roofline" in roles:
         from .memory import MemoryTrafficAnalysis
 
-        # Traced here like the others; analyze() turns it into the roofline report.
-        found["roofline"] = MemoryTrafficAnalysis(loaded.model, inputs, kwargs, fuse=args.fuse, **trace)
+        # analyze() turns it into the roofline report
+        found["roofline"] = MemoryTrafficAnalysis(traced, fuse=args.fuse)
     for analysis in found.values():  # run() warns once per operator, naming the columns it misses
         analysis.unsupported_ops_warnings(False)
     return found
@@ -709,11 +706,13 @@ def analyze(loaded: Loaded, args: argparse.Namespace, spinner: Progress) -> dict
     """Run every analysis the output needs; on a trace failure try the loader's alternatives."""
     attempts = [(loaded.inputs, loaded.kwargs), *loaded.alternatives]
     first_error: Exception | None = None
+    _needed(args)  # a mistake in the arguments is reported before any tracing
     for inputs, kwargs in attempts:
-        found = _analyses(loaded, args, inputs, kwargs)
         try:
+            spinner.update(f"tracing {loaded.label}")
+            found = _analyses(loaded, args, inputs, kwargs)
             for role, analysis in found.items():
-                spinner.update(f"{role}: tracing {loaded.label}")
+                spinner.update(f"{role}: analyzing {loaded.label}")
                 analysis.by_module()  # analyses are lazy: do the work here, under the spinner
             if "roofline" in found:
                 from .roofline import roofline

@@ -7,7 +7,6 @@ Python values. Everything downstream (handles, aggregation, reports) sees only t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # Bytes per element of each dtype name the tracers emit (torch dtype names without "torch.").
@@ -108,79 +107,50 @@ class ListSpec:
 Spec = TensorSpec | Const | ListSpec
 
 
+@dataclass(frozen=True, slots=True, init=False)
 class OpCall:
-    """One operator call recorded by a tracer.
+    """One operator call recorded by a tracer: a frozen record of plain values.
 
     ``kind`` is the qualified operator name (``"aten::addmm"``, ``"prim::PythonOp.MyFn"``,
     ``"mylib::fused"``). ``scope`` is the stack of canonical module names that were running
     ``forward`` when the operator was called, outermost first; the root module is ``""``.
-    ``raw`` keeps the tracer's native node so that handles written for fvcore (which take
-    ``torch._C.Value`` lists) still work; it takes no part in equality.
 
     ``within`` names the custom autograd Functions the call ran inside, outermost first (the
     dispatch tracer sees inside them); results report the call under ``"MyFn::mm"``.
 
-    A tracer may pass ``resolve`` instead of the specs: a function of ``raw`` that returns
-    ``(inputs, outputs)``, called on first access, so that operators nobody asks about (views,
-    ignored operators) cost no conversion.
+    The jit tracer's native nodes, which handles written for fvcore take (as ``torch._C.Value``
+    lists), are not part of the record: :class:`opcount.Trace` keeps them beside the records.
     """
 
-    __slots__ = ("_inputs", "_outputs", "_resolve", "kind", "raw", "scope", "within")
+    kind: str
+    inputs: tuple[Spec, ...]
+    outputs: tuple[Spec, ...]
+    scope: tuple[str, ...] = ("",)
+    within: tuple[str, ...] = ()
 
     def __init__(
         self,
         kind: str,
-        inputs: tuple[Spec, ...] | None = None,
-        outputs: tuple[Spec, ...] | None = None,
+        inputs: tuple[Spec, ...],
+        outputs: tuple[Spec, ...],
         scope: tuple[str, ...] = ("",),
-        raw: object = None,
-        resolve: Callable[[object], tuple[tuple[Spec, ...], tuple[Spec, ...]]] | None = None,
         within: tuple[str, ...] = (),
     ) -> None:
-        if resolve is None and (inputs is None or outputs is None):
-            raise ValueError("OpCall needs inputs and outputs, or a resolve function")
-        self.kind = kind
-        self.scope = scope
-        self.raw = raw
-        self.within = within
-        self._inputs = inputs
-        self._outputs = outputs
-        self._resolve = resolve
-
-    def _load(self) -> None:
-        assert self._resolve is not None
-        self._inputs, self._outputs = self._resolve(self.raw)
-        self._resolve = None
-
-    @property
-    def inputs(self) -> tuple[Spec, ...]:
-        if self._inputs is None:
-            self._load()
-        return self._inputs  # type: ignore[return-value]
-
-    @property
-    def outputs(self) -> tuple[Spec, ...]:
-        if self._outputs is None:
-            self._load()
-        return self._outputs  # type: ignore[return-value]
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, OpCall):
-            return NotImplemented
-        return (self.kind, self.scope, self.within, self.inputs, self.outputs) == (
-            other.kind,
-            other.scope,
-            other.within,
-            other.inputs,
-            other.outputs,
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.kind, self.scope, self.within, self.inputs, self.outputs))
+        # Through the slots' own setters, as TensorSpec does: tracers make one record per operator.
+        _set_kind(self, kind)
+        _set_inputs(self, inputs)
+        _set_outputs(self, outputs)
+        _set_scope(self, scope)
+        _set_within(self, within)
 
     def __repr__(self) -> str:
         within = f", within={self.within!r}" if self.within else ""
         return f"OpCall(kind={self.kind!r}, inputs={self.inputs!r}, outputs={self.outputs!r}, scope={self.scope!r}{within})"
+
+
+_set_kind, _set_inputs, _set_outputs, _set_scope, _set_within = (
+    OpCall.__dict__[f].__set__ for f in ("kind", "inputs", "outputs", "scope", "within")
+)
 
 
 def tensor(spec: Spec) -> TensorSpec:

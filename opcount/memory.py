@@ -43,7 +43,7 @@ from typing import Any
 
 from torch import nn
 
-from .analysis import JitModelAnalysis, Statistics, op_key
+from .analysis import NO_INPUTS, JitModelAnalysis, Statistics, op_key
 from .counts import count_of, describe
 from .errors import HandleError
 from .handles import MEMORY
@@ -56,6 +56,7 @@ from .handles.memory import (
     generic_traffic,
 )
 from .ir import OpCall, TensorSpec
+from .tracing import Trace
 
 KINDS = ("read", "write", "both")
 
@@ -108,8 +109,8 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
 
     def __init__(
         self,
-        model: nn.Module,
-        inputs: Any,
+        model: nn.Module | Trace,
+        inputs: Any = NO_INPUTS,
         kwargs: Mapping[str, Any] | None = None,
         *,
         resident_params: bool = False,
@@ -214,7 +215,7 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
         if self._fuse or self._resident:
             roots = alias_roots(calls, traffic)
             if self._fuse:
-                traffic = fuse_chains(calls, traffic, roots, no_data)
+                traffic = fuse_chains(calls, traffic, roots, no_data, self._traced().outputs)
             if self._resident:
                 traffic = resident_reads(traffic, roots)
         return keys, traffic
@@ -266,13 +267,16 @@ def fuse_chains(
     traffic: Sequence[Traffic | None],
     roots: Mapping[int, TensorSpec],
     no_data: Collection[str] = (),
+    outputs: Collection[TensorSpec] = (),
 ) -> list[Traffic | None]:
     """Drop the write and the read of every tensor whose only consumer is a fusable call.
 
     A consumer is any later call that takes the tensor (or a view of it) as an input, except
     views and ``no_data`` operators (``size``, ``empty_like``) which never touch the data; an
-    unsupported call counts as a consumer, so it blocks fusion.
+    unsupported call counts as a consumer, so it blocks fusion. The model's ``outputs`` (and
+    the tensors they are views of) are consumed by its caller: they are always written.
     """
+    returned = {_root_id(spec, roots) for spec in outputs}
     consumers: dict[int, set[int]] = {}
     for i, (call, t) in enumerate(zip(calls, traffic)):
         if (t is not None and t.alias) or call.kind in no_data:
@@ -290,7 +294,7 @@ def fuse_chains(
     fused: set[int] = set()
     for rid, p in producers.items():
         users = consumers.get(rid, set())
-        if len(users) == 1:
+        if len(users) == 1 and rid not in returned:
             (c,) = users
             consumer = traffic[c]
             if c > p and consumer is not None and consumer.fusable:

@@ -53,7 +53,7 @@ from torch.autograd import Function
 from torch.autograd.profiler import record_function
 
 from ._runtime import kineto_quiet
-from .analysis import op_key
+from .analysis import FlopCountAnalysis, op_key
 from .errors import OpcountError, failure_site, first_line
 from .handles import FLOPS
 from .hardware import Hardware
@@ -62,6 +62,7 @@ from .scopes import ModuleTree
 from .torch_internals import OpOverload, custom_op_definitions, op_qualified_name, pytree
 from .trace.patching import replaced
 from .trace.structure import normalize_inputs
+from .tracing import Trace
 from .units import seconds, time_unit
 
 if TYPE_CHECKING:
@@ -410,14 +411,16 @@ def profile(
     dtype: str | None = None,
     statistic: str = "midmean",
     grad: bool = False,
-    predicted: RooflineReport | None = None,
+    predicted: RooflineReport | Trace | FlopCountAnalysis | None = None,
     roofline_options: Mapping[str, Any] | None = None,
 ) -> ProfileReport:
     """Measure ``model(*inputs, **kwargs)`` per module and operator and put the roofline beside it.
 
     ``hardware`` (a preset name, file or :class:`Hardware`) adds the speed-of-light prediction of
     :func:`opcount.roofline.roofline` (with ``dtype`` and ``roofline_options``); or pass a ready
-    ``predicted`` report. ``device``: ``"cpu"`` or ``"cuda"``, default where the model's
+    ``predicted`` report, or a :class:`~opcount.Trace` or :class:`~opcount.FlopCountAnalysis` of the
+    model that the roofline on ``hardware`` is computed from (no trace of its own; the analysis'
+    handles price the compute). ``device``: ``"cpu"`` or ``"cuda"``, default where the model's
     parameters are; the model and inputs must already be there (they are not moved).
     ``grad``: run the passes with autograd recording (default: under ``torch.no_grad()``).
     See the module docstring for what is measured and how rows are aggregated.
@@ -432,7 +435,15 @@ def profile(
         raise ValueError(f"unknown statistic {statistic!r}; choose one of {', '.join(STATISTICS)}")
     args, kw = normalize_inputs(inputs, kwargs)
     dev = _device(model, (args, kw), device)
-    if predicted is None and hardware is not None:
+    if isinstance(predicted, (Trace, FlopCountAnalysis)):
+        if hardware is None:
+            raise TypeError(f"profile(predicted=a {type(predicted).__name__}) needs hardware= for its roofline")
+        if predicted.model is not model:
+            raise ValueError(f"profile(predicted=...): the {type(predicted).__name__} is of another model")
+        from .roofline import roofline
+
+        predicted = roofline(predicted, hardware=hardware, dtype=dtype, **dict(roofline_options or {}))
+    elif predicted is None and hardware is not None:
         from .roofline import roofline  # traces the model once more; only when asked
 
         predicted = roofline(model, inputs, hardware, dtype=dtype, kwargs=kwargs, **dict(roofline_options or {}))

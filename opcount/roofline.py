@@ -13,6 +13,12 @@ Conventions
   counts the multiply and the add), so the roofline always counts a multiply-add as 2 flops,
   whatever ``FlopCountAnalysis``' default (1) is. Other operators count as their flop handles
   say (an add or a ReLU: 1 per element).
+- **Handles.** The flops come from a :class:`~opcount.analysis.FlopCountAnalysis`: the one
+  passed as ``model`` (its preset and ``set_op_handle`` overrides price the compute), else the
+  default preset's. A handle marked ``macs`` counts multiply-adds (its result, whatever the
+  analysis' ``flops_per_mac``, is doubled); any other handle, a plain callable or a
+  ``spec_handle`` included, is taken as plain flops, as it returns them
+  (``spec_handle(fn, macs=True)`` marks a user's formula as multiply-adds).
 - **Bytes** come from :class:`~opcount.memory.MemoryTrafficAnalysis` (read once, write once,
   views free); ``fuse=True`` and ``resident_params=True`` are its options.
 - **dtype.** The model is traced in its own dtype (usually float32). ``dtype=`` says what it
@@ -49,10 +55,7 @@ from typing import Any
 
 from torch import nn
 
-from .analysis import describe, op_key
-from .counts import Cost
-from .errors import HandleError
-from .handles import FLOPS
+from .analysis import FlopCountAnalysis, op_key
 from .handles.memory import Access, Traffic, flat_tensors
 from .hardware import TENSOR, VECTOR, Hardware
 from .hardware import hardware as lookup_hardware
@@ -60,6 +63,7 @@ from .ir import DTYPE_BYTES, OpCall, TensorSpec
 from .memory import MemoryTrafficAnalysis, alias_roots
 from .report import check_max_depth
 from .rollup import grouped
+from .tracing import Trace
 from .units import seconds, si, size
 
 __all__ = [
@@ -539,8 +543,11 @@ def _scale_of(scale: Scale, call: OpCall, op: str, what: str) -> float:
 _FLOATING = frozenset(d for d in DTYPE_BYTES if d.startswith(("float", "bfloat", "complex")))
 
 
+Source = nn.Module | Trace | FlopCountAnalysis | MemoryTrafficAnalysis
+
+
 def roofline(
-    model: nn.Module | MemoryTrafficAnalysis,
+    model: Source,
     inputs: Any = None,
     hardware: Hardware | str | None = None,
     dtype: str | None = None,
@@ -556,11 +563,16 @@ def roofline(
     fuse: bool | Groups = False,
     resident_params: bool = False,
     itemsize: Callable[[TensorSpec], float | None] | None = None,
+    **trace_options: Any,
 ) -> RooflineReport:
     """Speed-of-light time of ``model(*inputs, **kwargs)`` on ``hardware`` (a preset name, a
     TOML/JSON file or a :class:`~opcount.hardware.Hardware`). See the module docstring for the
-    conventions and options. ``model`` may be a ready :class:`MemoryTrafficAnalysis` (its trace,
-    handles and ``fuse`` / ``resident_params`` settings are used; ``inputs`` is then ignored).
+    conventions and options. ``trace_options`` (``tracer``, ``mode``, ``device``, ``loss_fn``)
+    say how a module is traced, as for :func:`opcount.trace`.
+    ``model`` may instead be a :class:`~opcount.Trace` (analyzed without a forward pass), a
+    :class:`FlopCountAnalysis` (its trace, and its handles price the compute), or a ready
+    :class:`MemoryTrafficAnalysis` (its trace, handles and ``fuse`` / ``resident_params``
+    settings are used); ``inputs``, ``kwargs`` and trace options are then not taken.
     ``dtype``: what the model would run in (default: the dtype it was traced in).
     ``itemsize``: bytes per element of a tensor as stored, where its role decides it (quantized
     weights, a KV cache in another dtype: see :mod:`opcount.llm.precision`); None keeps ``dtype``'s.
@@ -568,14 +580,7 @@ def roofline(
     if hardware is None:
         raise TypeError("roofline() needs hardware: a preset name such as 'h100-sxm', a file or a Hardware")
     hw = lookup_hardware(hardware)
-    if isinstance(model, MemoryTrafficAnalysis):
-        if fuse is True or resident_params:
-            raise ValueError("give fuse=True / resident_params to the MemoryTrafficAnalysis, not to roofline()")
-        memory = model
-    elif isinstance(model, nn.Module):
-        memory = MemoryTrafficAnalysis(model, inputs, kwargs, resident_params=resident_params, fuse=fuse is True)
-    else:
-        raise TypeError(f"model must be an nn.Module or a MemoryTrafficAnalysis, got {type(model).__name__}")
+    memory, pricing = _sources(model, inputs, kwargs, trace_options, resident_params=resident_params, fuse=fuse)
     per_call = memory.traffic_per_call()
     calls = [c for c, _ in per_call]
     traffic = [t for _, t in per_call]
@@ -584,17 +589,18 @@ def roofline(
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(sorted(DTYPE_BYTES))}")
     if fuse is not True and fuse:
-        traffic = fuse_modules(calls, traffic, _resolve_groups(memory, fuse, "fuse"))
+        traffic = fuse_modules(calls, traffic, _resolve_groups(memory, fuse, "fuse"), memory.trace().outputs)
     groups = _resolve_groups(memory, pipeline, "pipeline") if pipeline else []
 
     tree = memory.module_tree
     layers: list[Layer] = []
     unsupported: Counter[str] = Counter()
-    for i, (call, t) in enumerate(zip(calls, traffic)):
-        handle = FLOPS.handles.get(call.kind)
-        op = (handle.name if handle is not None else None) or op_key(call.kind)
-        flops = _flops(handle, call)
-        if t is None or (handle is None and not _free(call.kind)):
+    for i, (call, t, (_, value)) in enumerate(zip(calls, traffic, pricing.per_call_at(FLOPS_PER_MAC))):
+        handle = pricing.handle_of(call.kind)
+        macs = bool(getattr(handle, "macs", False))
+        op = getattr(handle, "name", None) or op_key(call.kind)
+        flops = float(sum(value.values())) if value else 0.0
+        if t is None or value is None:
             unsupported[call.kind] += 1
         t = t or Traffic()
         if flops == 0 and not t.read and not t.write:
@@ -605,7 +611,7 @@ def roofline(
         weight *= _scale_of(scale_weight, call, op, "scale_weight")
         ofmap *= _scale_of(scale_ofmap, call, op, "scale_ofmap")
         chosen = unit(call) if unit is not None else None
-        u, precision = _assign(hw, bool(handle is not None and handle.macs), dtype, allow_tf32, chosen, call)
+        u, precision = _assign(hw, macs, dtype, allow_tf32, chosen, call)
         owners = tree.owners(call.scope[-1])
         layers.append(Layer(f"{owners[-1]}#{i}", flops, ifmap, weight, ofmap, u, precision, op, owners, call))
     report = speed_of_light(layers, hw, pipeline=groups, dtype=dtype)
@@ -615,20 +621,36 @@ def roofline(
     return report
 
 
-def _flops(handle: Any, call: OpCall) -> float:
-    if handle is None:
-        return 0.0
-    try:
-        value = handle(call.inputs, call.outputs)
-        if isinstance(value, Cost):  # multiply-adds and plain flops apart
-            return float(value.at(FLOPS_PER_MAC))
-        total = float(sum(value.values()) if isinstance(value, Mapping) else value)
-    except Exception as e:
-        raise HandleError(
-            f"the flop handle for {call.kind} failed in module '{call.scope[-1]}' on inputs "
-            f"{describe(call.inputs)}: {type(e).__name__}: {e}"
-        ) from e
-    return total * (FLOPS_PER_MAC if handle.macs else 1)
+def _sources(
+    model: Source,
+    inputs: Any,
+    kwargs: Mapping[str, Any] | None,
+    trace_options: Mapping[str, Any],
+    *,
+    resident_params: bool,
+    fuse: bool | Groups,
+) -> tuple[MemoryTrafficAnalysis, FlopCountAnalysis]:
+    """The bytes and the flops of one trace: what ``model`` has, the rest made from its trace."""
+    if isinstance(model, nn.Module):
+        memory = MemoryTrafficAnalysis(
+            model, inputs, kwargs, resident_params=resident_params, fuse=fuse is True, **trace_options
+        )
+        return memory, FlopCountAnalysis(memory.trace())
+    if not isinstance(model, (Trace, FlopCountAnalysis, MemoryTrafficAnalysis)):
+        raise TypeError(
+            "model must be an nn.Module, an opcount.Trace, a FlopCountAnalysis or a MemoryTrafficAnalysis, "
+            f"got {type(model).__name__}"
+        )
+    given = [name for name, v in (("inputs", inputs), ("kwargs", kwargs)) if v is not None] + sorted(trace_options)
+    if given:
+        raise TypeError(f"roofline() of a {type(model).__name__} takes no {', '.join(given)}: it is traced already")
+    if isinstance(model, MemoryTrafficAnalysis):
+        if fuse is True or resident_params:
+            raise ValueError("give fuse=True / resident_params to the MemoryTrafficAnalysis, not to roofline()")
+        return model, FlopCountAnalysis(model.trace())
+    traced = model if isinstance(model, Trace) else model.trace()
+    memory = MemoryTrafficAnalysis(traced, resident_params=resident_params, fuse=fuse is True)
+    return memory, model if isinstance(model, FlopCountAnalysis) else FlopCountAnalysis(traced)
 
 
 def _traced_dtype(calls: Sequence[OpCall]) -> str:
@@ -641,13 +663,6 @@ def _traced_dtype(calls: Sequence[OpCall]) -> str:
                     return t.dtype
                 fallback = fallback or t.dtype
     return fallback or "float32"
-
-
-def _free(kind: str) -> bool:
-    """Declared free of flops (views, copies) or graph structure (prim:: nodes but user code)."""
-    if kind in FLOPS.zero:
-        return True
-    return kind.startswith("prim::") and not kind.startswith(("prim::PythonOp", "prim::CallFunction"))
 
 
 def _split(
@@ -717,13 +732,17 @@ def _resolve_groups(analysis: MemoryTrafficAnalysis, groups: Groups | bool, what
 
 
 def fuse_modules(
-    calls: Sequence[OpCall], traffic: Sequence[Traffic | None], groups: Sequence[Sequence[str]]
+    calls: Sequence[OpCall],
+    traffic: Sequence[Traffic | None],
+    groups: Sequence[Sequence[str]],
+    outputs: Sequence[TensorSpec] = (),
 ) -> list[Traffic | None]:
     """Layer fusion by module groups (AMAIX: an intermediate kept on chip has data scale 0).
 
     A call belongs to a group when one of the group's modules was running when it ran.
     Within a group, reads of a tensor the group produced are dropped; its write is dropped too
-    when every reader is in the group (a tensor nobody reads, such as the model's output, stays).
+    when every reader is in the group and the model does not return it (``outputs``: the
+    trace's output tensors, read after the model returns; a tensor nobody reads stays too).
     Views are followed; an unsupported call reads all its inputs.
     """
     group_of: dict[int, int] = {}
@@ -758,10 +777,13 @@ def fuse_modules(
         r = root(a.tensor)
         return r is not None and r in producer and group_of.get(producer[r]) == group
 
+    returned = {root(spec) for spec in outputs}
+
     def hidden(a: Access, group: int) -> bool:
         r = root(a.tensor)
         users = readers.get(r, set()) if r is not None else set()
-        return local(a, group) and bool(users) and all(group_of.get(u) == group for u in users)
+        kept = r in returned
+        return not kept and local(a, group) and bool(users) and all(group_of.get(u) == group for u in users)
 
     out: list[Traffic | None] = []
     for i, t in enumerate(traffic):

@@ -115,12 +115,12 @@ def test_ignored_op_counts_nothing_and_is_not_unsupported() -> None:
 
 
 def test_handle_change_recomputes_without_retracing(monkeypatch: pytest.MonkeyPatch) -> None:
-    from opcount import analysis
+    from opcount import tracing
 
     a = FlopCountAnalysis(Nested(), torch.randn(4, 10))
     assert a.total() == 1260
     calls = []
-    monkeypatch.setattr(analysis, "trace_jit", lambda *args: calls.append(args))
+    monkeypatch.setattr(tracing, "trace_jit", lambda *args: calls.append(args))
     a.set_op_handle("aten::linear", spec_handle(lambda i, o: 1))
     assert a.total() == 3
     assert calls == []

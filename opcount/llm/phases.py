@@ -191,7 +191,7 @@ class CausalLM:
                 )
                 flops.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
                 flops.total()
-                traffic = MemoryTrafficAnalysis(model, (), kwargs, tracer="dispatch")
+                traffic = MemoryTrafficAnalysis(flops.trace())  # the same trace: one forward per phase
                 traffic.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
                 traffic.total()
         return flops, traffic, blocks

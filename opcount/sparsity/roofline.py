@@ -16,8 +16,7 @@ from torch import nn
 from ..hardware import PRESETS, TENSOR, VECTOR, Hardware
 from ..hardware import hardware as lookup_hardware
 from ..ir import DTYPE_BYTES, OpCall
-from ..memory import MemoryTrafficAnalysis
-from ..roofline import FLOPS_PER_MAC, LayerTime, roofline, speed_of_light
+from ..roofline import FLOPS_PER_MAC, LayerTime, Source, roofline, speed_of_light
 from ..sparse_support import SparseSupport
 from .declared import Chooser, SparsityArg, SparsitySpec
 from .detect import detect_sparsity
@@ -36,7 +35,7 @@ def sparse_support(hw: Hardware, override: SparseSupport | None = None) -> Spars
 
 
 def sparsity_roofline(
-    model: nn.Module | MemoryTrafficAnalysis,
+    model: Source,
     inputs: Any = None,
     hardware: Hardware | str = "h100-sxm",
     sparsity: SparsityArg = MEASURED,
@@ -64,7 +63,9 @@ def sparsity_roofline(
     deployment would keep it dense); off by default, as in the paper.
     ``weights``: where measured weights are read, by parameter name, when not from the traced
     model: a pruned copy of it, or a state dict (one trace then serves many what-if copies).
-    ``options`` go to :func:`~opcount.roofline.roofline` (``allow_tf32``, ``fuse``, ``pipeline``, ...).
+    ``options`` go to :func:`~opcount.roofline.roofline` (``allow_tf32``, ``fuse``, ``pipeline``, the
+    trace options ``tracer``, ``device``, ...). ``model`` may be a :class:`~opcount.Trace` or an
+    analysis, as for :func:`~opcount.roofline.roofline`.
     """
     if index_dtype not in DTYPE_BYTES or index_dtype.startswith(("float", "bfloat", "complex")):
         raise ValueError(f"index_dtype must be an integer dtype name such as 'int32', got {index_dtype!r}")
@@ -72,7 +73,7 @@ def sparsity_roofline(
         raise ValueError(f"flops_per_mac must be 1 or 2, got {flops_per_mac!r}")
     hw = lookup_hardware(hardware)
     dense = roofline(model, inputs, hw, dtype, kwargs, **options)
-    net = model.model if isinstance(model, MemoryTrafficAnalysis) else model
+    net = model if isinstance(model, nn.Module) else model.model
     caps = sparse_support(hw, support)
     chooser = Chooser(sparsity, default)
     source_model = weights if isinstance(weights, nn.Module) else net

@@ -70,7 +70,7 @@ from ..torch_internals import (
     require,
 )
 from .aten import Record, backward_records, bind, forward_records, jit_constant, outputs_of, schema
-from .jit import WRAPPERS, Trace, _warnings
+from .jit import WRAPPERS, Recording, _warnings
 from .meta import CPU, META, FakeTensorMode, TensorShape, fake_state, materialize
 from .patching import exclusive, replaced
 from .replay import CHAIN, LEAF, RUN, Replayer
@@ -98,7 +98,7 @@ def trace_dispatch(
     mode: str = "eval",
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
     device: torch.device | str | None = None,
-) -> Trace:
+) -> Recording:
     """Run one forward pass (``mode="eval"``) or one training step's forward and backward
     (``mode="train"``) of ``model`` under a dispatch mode and return its operator records.
 
@@ -149,7 +149,7 @@ def _trace(
     tensors: _RealTensors,
     train: bool,
     loss_fn: Callable[[Any], torch.Tensor] | None,
-) -> Trace:
+) -> Recording:
     # under the patch lock throughout: the warning filters, the collector, the flags and buffers are process state too
     preserving = preserved(tree, (args, kw), values=not tensors.on_meta)  # stand-ins write nothing back
     with exclusive(), gc_paused(), _training_flags(tree, model, train), preserving, _warnings(warn_mode):
@@ -167,7 +167,7 @@ def _trace(
                 raise _trace_error(model, tree, e, tensors.on_meta) from e
     calls = tuple(recorder.calls)
     called = {name for scope in {call.scope for call in calls} for name in scope} | {""}
-    return Trace(calls=calls, called=frozenset(called | _inside_scripted(tree, called)))
+    return Recording(calls, frozenset(called | _inside_scripted(tree, called)), recorder.outputs)
 
 
 def _inside_scripted(tree: ModuleTree, called: set[str]) -> set[str]:
@@ -489,6 +489,7 @@ class _Recorder(TorchDispatchMode):
         self.scopes = scopes
         self._compute = compute  # how an operator's outputs are made; None: its kernel runs
         self.calls: list[OpCall] = []
+        self.outputs: tuple[TensorSpec, ...] = ()  # the model's output tensors, set by run()
         self.within: tuple[str, ...] = ()  # custom autograd Functions running, outermost first
         self._names = names
         self._train = train
@@ -510,6 +511,8 @@ class _Recorder(TorchDispatchMode):
                 # the keys this guard excludes: re-enabled per operator when training
                 self._autograd = dispatch_exclude_set() - before
                 output = step.forward()
+                # the specs of tensors already recorded; one made by no operator gets a new id
+                self.outputs = tuple(map(self.spec_of, output_tensors(output)))
                 loss = step.loss(output) if step.train else None
             if loss is not None:
                 if not loss.requires_grad:

@@ -74,11 +74,13 @@ _MARK = "prim::Enter"
 
 
 @dataclass(frozen=True)
-class Trace:
-    """What one traced forward pass produced."""
+class Recording:
+    """What one traced forward pass produced (:class:`opcount.Trace` adds how it was traced)."""
 
     calls: tuple[OpCall, ...]
     called: frozenset[str]  # canonical names of the modules whose __call__ ran
+    outputs: tuple[TensorSpec, ...] = ()  # the model's output tensors, as the records name them
+    nodes: tuple[object, ...] = ()  # the jit tracer's node of each call, for fvcore-style handles
 
 
 def _flat(model: nn.Module, call: FlatCall, marks: _Marks) -> Callable[..., tuple[torch.Tensor, ...]]:
@@ -231,7 +233,7 @@ def trace_jit(
     kwargs: Mapping[str, Any] | None,
     tree: ModuleTree,
     warn_mode: str = "no_tracer_warning",
-) -> Trace:
+) -> Recording:
     """Trace one forward pass of ``model`` and return its operator records."""
     require(JIT)
     args, kw = normalize_inputs(inputs, kwargs)
@@ -255,10 +257,12 @@ def trace_jit(
             ) from None
         except Exception as e:
             raise _trace_error(model, tree, e) from e
-        n_inputs = len(call.tensors)
-        calls = tuple(_records(graph, tree, marks, _Converter(graph, n_inputs, state, names)))
+        converter = _Converter(graph, len(call.tensors), state, names)
+        records = list(_records(graph, tree, marks, converter))
+        outputs = converter.outputs()
+    calls = tuple(c for c, _ in records)
     called = {name for scope in {call.scope for call in calls} for name in scope} | {""}
-    return Trace(calls=calls, called=frozenset(called))
+    return Recording(calls, frozenset(called), outputs, tuple(node for _, node in records))
 
 
 class _NoTensorOutput(Exception):
@@ -309,7 +313,8 @@ def _warnings(mode: str) -> Iterator[None]:
         yield
 
 
-def _records(graph: Graph, tree: ModuleTree, marks: _Marks, converter: _Converter) -> Iterator[OpCall]:
+def _records(graph: Graph, tree: ModuleTree, marks: _Marks, converter: _Converter) -> Iterator[tuple[OpCall, object]]:
+    """Each operator node as a record, with the node itself (for fvcore-style handles)."""
     names, events = tree.names, marks.events
     stack = [ROOT]
     pushed: dict[tuple[tuple[str, ...], int], tuple[str, ...]] = {}  # one tuple per distinct scope
@@ -333,14 +338,14 @@ def _records(graph: Graph, tree: ModuleTree, marks: _Marks, converter: _Converte
                 stack.append(scope)
             done = end
         elif not kind.startswith("prim::"):
-            yield OpCall(kind, None, None, stack[-1], raw=node, resolve=resolve)
+            yield OpCall(kind, *resolve(node), stack[-1]), node
         elif kind == "prim::PythonOp":
-            yield OpCall(f"prim::PythonOp.{node.pyname()}", None, None, stack[-1], raw=node, resolve=resolve)  # type: ignore[attr-defined]
+            yield OpCall(f"prim::PythonOp.{node.pyname()}", *resolve(node), stack[-1]), node  # type: ignore[attr-defined]
         elif kind == "prim::CallFunction":
             # A scripted function called from traced code: named by the function, e.g.
             # prim::CallFunction.torchvision.ops.boxes._batched_nms_coordinate_trick.
             name = str(node.inputsAt(0).type()).removeprefix("__torch__.")
-            yield OpCall(f"prim::CallFunction.{name}", None, None, stack[-1], raw=node, resolve=resolve)
+            yield OpCall(f"prim::CallFunction.{name}", *resolve(node), stack[-1]), node
         # other prim:: nodes (constants, list construction, getattr) are structure, not operators
     if len(stack) != 1 or done != len(events):  # every mark is the tracer's: check
         raise TraceError(f"internal error: module marks do not pair up ({len(stack) - 1} left open)")
@@ -367,6 +372,22 @@ class _Converter:
         get, convert = cache.get, self._convert
         ins = tuple([get(v) or convert(v) for v in map(n.inputsAt, range(n.inputsSize()))])
         return ins, tuple([get(v) or convert(v) for v in map(n.outputsAt, range(n.outputsSize()))])
+
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        """The graph's output tensors (the model's, flattened), as the records name them."""
+        cache = self._cache if self._cache is not None else self._start()
+        found: list[TensorSpec] = []
+        pending = list(self._graph.outputs())
+        while pending:
+            value = pending.pop(0)
+            node = value.node()
+            if node.kind() in ("prim::TupleConstruct", "prim::ListConstruct"):
+                pending[:0] = list(node.inputs())
+                continue
+            spec = cache.get(value) or self._convert(value)
+            if isinstance(spec, TensorSpec):
+                found.append(spec)
+        return tuple(found)
 
     def _start(self) -> dict[Value, Spec]:
         n_inputs, state, names = self._state
