@@ -1,0 +1,199 @@
+"""What each piece of opcount's speed machinery buys: time with it and without, side by side.
+
+    .venv/bin/python benchmarks/speed_machinery.py               # every piece, 5 runs
+    .venv/bin/python benchmarks/speed_machinery.py --runs 9 --pieces gc replay
+
+Each piece is switched off by a temporary patch made here, in the benchmark alone (no option of
+the package): the analysis then takes the path it would take without that piece. Runs with and
+without alternate, one intra-op thread, after a warm-up of each (the meta path's process-wide
+caches of operator recipes and module templates are warm, as in any analysis after the first);
+the table gives the median of ``--runs`` and the ratio without / with, so 1.25 means the piece
+takes a fifth off the time. The machine's load average is printed: on a shared machine only the
+ratios of interleaved runs mean anything.
+
+Models: torchvision resnet50 and vit_b_16 (weights=None, 1x3x224x224) and a transformers GPT-2
+(12 layers, 256 tokens, logits only) under the jit tracer, the same three on meta tensors
+(what ``benchmarks/compare.py``'s meta column measures), and a 70B-parameter Llama-style decoder
+built on the meta device (``benchmarks/llama70b_meta.py``, 2048 tokens) under the dispatch tracer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+logging.disable(logging.WARNING)
+
+import compare  # noqa: E402 -- benchmarks/compare.py: its models
+import llama70b_meta  # noqa: E402
+
+import opcount  # noqa: E402
+from opcount import TensorShape  # noqa: E402
+from opcount.trace import dispatch, jit  # noqa: E402
+
+Patch = Callable[[], contextlib.AbstractContextManager[None]]
+
+
+@contextlib.contextmanager
+def patched(*changes: tuple[Any, str, Any]) -> Iterator[None]:
+    """Set each ``(owner, name, value)`` for the block, then put the originals back."""
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in changes]
+    for owner, name, value in changes:
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            setattr(owner, name, value)
+
+
+def _no_gc_pause() -> contextlib.AbstractContextManager[None]:
+    from opcount import analysis
+
+    return patched(*((m, "gc_paused", contextlib.nullcontext) for m in (jit, dispatch, analysis)))
+
+
+def _no_replay() -> contextlib.AbstractContextManager[None]:
+    return patched((dispatch._ShapeTensors, "replayer", lambda self, recorder: None))
+
+
+def _no_chain() -> contextlib.AbstractContextManager[None]:
+    from opcount.trace import replay
+
+    return patched((replay, "chainable", lambda module: False))
+
+
+def _no_shape_tensors() -> contextlib.AbstractContextManager[None]:
+    return patched((dispatch, "_ShapeTensors", dispatch._FakeTensors))
+
+
+def _jit_no_call() -> contextlib.AbstractContextManager[None]:
+    # every module marked by a _slow_forward of its own, as modules with hooks are
+    return patched((jit, "torch_call", lambda module: False))
+
+
+def _dispatch_no_call() -> contextlib.AbstractContextManager[None]:
+    # every module scoped by a forward pre/post hook pair, as modules with hooks are; replay
+    # needs the replaced __call__, so both sides of this row run without it (see PIECES)
+    return patched((dispatch, "has_hooks", lambda module: True))
+
+
+def _one_mark_per_event() -> contextlib.AbstractContextManager[None]:
+    """jit: a mark node at every module start and end, none shared."""
+
+    def start(self: Any, graph: Any) -> None:
+        create, insert = graph.create, graph.insertNode
+        events, cuts = self.events, self.cuts
+
+        def event(what: int) -> None:
+            events.append(what)
+            insert(create(jit._MARK, 0))
+            cuts.append(len(events))
+
+        self._event = event
+
+    return patched((jit._Marks, "start", start))
+
+
+# piece -> (what it is, the patch that takes it away, the patch both sides run under, where)
+PIECES: dict[str, tuple[str, Patch, Patch, str]] = {
+    "replay": ("leaf-module replay (trace/replay.py)", _no_replay, contextlib.nullcontext, "meta"),
+    "chain": ("Sequential inlined on meta (Replayer.chain)", _no_chain, contextlib.nullcontext, "meta"),
+    "shapes": (
+        "shape-only tensors vs fake tensors (trace/shapes.py)",
+        _no_shape_tensors,
+        contextlib.nullcontext,
+        "meta",
+    ),
+    "jit_call": (
+        "jit: replaced nn.Module.__call__ vs _slow_forward on every module",
+        _jit_no_call,
+        contextlib.nullcontext,
+        "jit",
+    ),
+    "dispatch_call": (
+        "dispatch: replaced nn.Module.__call__ vs hooks (replay off on both sides)",
+        _dispatch_no_call,
+        _no_replay,
+        "meta",
+    ),
+    "gc": ("garbage collector paused (_runtime.gc_paused)", _no_gc_pause, contextlib.nullcontext, "all"),
+    "marks": ("jit: module marks shared between events", _one_mark_per_event, contextlib.nullcontext, "jit"),
+}
+
+JIT_MODELS = ["resnet50", "vit_b_16", "gpt2"]
+
+
+def analyses() -> Iterator[tuple[str, Callable[[], object]]]:
+    """(label, one analysis) for every model and tracer measured."""
+    for name in JIT_MODELS:
+        model, inputs = compare.build(name)
+        yield f"{name} jit", lambda m=model, x=inputs: opcount.FlopCountAnalysis(m, x).total()
+        yield (
+            f"{name} meta",
+            lambda m=model, x=inputs: opcount.FlopCountAnalysis(m, x, tracer="dispatch", device="meta").total(),
+        )
+    llama = llama70b_meta.llama70b()
+    ids = (TensorShape((1, 2048), dtype=torch.long),)
+
+    def llama_meta() -> object:
+        kw = {"use_cache": False}
+        return opcount.FlopCountAnalysis(llama, ids, kwargs=kw, tracer="dispatch").total()
+
+    yield "llama70b meta", llama_meta
+
+
+def measure(fn: Callable[[], object], off: Patch, base: Patch, runs: int) -> tuple[float, float]:
+    """Median seconds with the piece and without it, runs interleaved; the totals must agree."""
+    with base():
+        with_total = fn()
+        with off():
+            without_total = fn()
+        if with_total != without_total:
+            raise AssertionError(f"the piece changed the result: {with_total} != {without_total}")
+        on_times, off_times = [], []
+        for _ in range(runs):
+            start = time.perf_counter()
+            fn()
+            on_times.append(time.perf_counter() - start)
+            with off():
+                start = time.perf_counter()
+                fn()
+                off_times.append(time.perf_counter() - start)
+    return statistics.median(on_times), statistics.median(off_times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--pieces", nargs="+", choices=list(PIECES), default=list(PIECES))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("| piece | model | with (s) | without (s) | without / with |")
+    print("|---|---|---|---|---|")
+    with torch.no_grad():
+        for label, fn in analyses():
+            tracer = label.rsplit(" ", 1)[1]
+            for piece in args.pieces:
+                title, off, base, where = PIECES[piece]
+                if where not in ("all", tracer):
+                    continue
+                on, without = measure(fn, off, base, args.runs)
+                print(f"| {title} | {label} | {on:.4f} | {without:.4f} | {without / on:.2f} |", flush=True)
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
