@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import os
 import statistics
@@ -86,7 +87,9 @@ def _jit_no_call() -> contextlib.AbstractContextManager[None]:
 def _dispatch_no_call() -> contextlib.AbstractContextManager[None]:
     # every module scoped by a forward pre/post hook pair, as modules with hooks are; replay
     # needs the replaced __call__, so both sides of this row run without it (see PIECES)
-    return patched((dispatch, "has_hooks", lambda module: True))
+    return patched(
+        (dispatch, "has_hooks", lambda module: True), (dispatch._ShapeTensors, "replayer", lambda s, r: None)
+    )
 
 
 def _one_mark_per_event() -> contextlib.AbstractContextManager[None]:
@@ -106,92 +109,101 @@ def _one_mark_per_event() -> contextlib.AbstractContextManager[None]:
     return patched((jit._Marks, "start", start))
 
 
-# piece -> (what it is, the patch that takes it away, the patch both sides run under, where)
+# piece -> (what it is, the patch it runs with, the patch it runs without, where it applies)
 PIECES: dict[str, tuple[str, Patch, Patch, str]] = {
-    "replay": ("leaf-module replay (trace/replay.py)", _no_replay, contextlib.nullcontext, "meta"),
-    "chain": ("Sequential inlined on meta (Replayer.chain)", _no_chain, contextlib.nullcontext, "meta"),
+    "replay": ("leaf-module replay (trace/replay.py)", contextlib.nullcontext, _no_replay, "meta"),
+    "chain": ("Sequential inlined on meta (Replayer.chain)", contextlib.nullcontext, _no_chain, "meta"),
     "shapes": (
         "shape-only tensors vs fake tensors (trace/shapes.py)",
-        _no_shape_tensors,
         contextlib.nullcontext,
+        _no_shape_tensors,
         "meta",
     ),
     "jit_call": (
         "jit: replaced nn.Module.__call__ vs _slow_forward on every module",
-        _jit_no_call,
         contextlib.nullcontext,
+        _jit_no_call,
         "jit",
     ),
     "dispatch_call": (
         "dispatch: replaced nn.Module.__call__ vs hooks (replay off on both sides)",
-        _dispatch_no_call,
         _no_replay,
+        _dispatch_no_call,
         "meta",
     ),
-    "gc": ("garbage collector paused (_runtime.gc_paused)", _no_gc_pause, contextlib.nullcontext, "all"),
-    "marks": ("jit: module marks shared between events", _one_mark_per_event, contextlib.nullcontext, "jit"),
+    "gc": ("garbage collector paused (_runtime.gc_paused)", contextlib.nullcontext, _no_gc_pause, "all"),
+    "marks": ("jit: module marks shared between events", contextlib.nullcontext, _one_mark_per_event, "jit"),
 }
 
-JIT_MODELS = ["resnet50", "vit_b_16", "gpt2"]
+MODELS = ["resnet50", "vit_b_16", "gpt2", "llama70b"]
 
 
-def analyses() -> Iterator[tuple[str, Callable[[], object]]]:
+def analyses(models: list[str]) -> Iterator[tuple[str, Callable[[], object]]]:
     """(label, one analysis) for every model and tracer measured."""
-    for name in JIT_MODELS:
+    for name in models:
+        if name == "llama70b":
+            yield "llama70b meta", _llama70b_meta()
+            continue
         model, inputs = compare.build(name)
-        yield f"{name} jit", lambda m=model, x=inputs: opcount.FlopCountAnalysis(m, x).total()
-        yield (
-            f"{name} meta",
-            lambda m=model, x=inputs: opcount.FlopCountAnalysis(m, x, tracer="dispatch", device="meta").total(),
-        )
+        yield f"{name} jit", functools.partial(_jit, model, inputs)
+        yield f"{name} meta", functools.partial(_meta, model, inputs)
+
+
+def _jit(model: torch.nn.Module, inputs: tuple[Any, ...]) -> object:
+    return opcount.FlopCountAnalysis(model, inputs).total()
+
+
+def _meta(model: torch.nn.Module, inputs: tuple[Any, ...]) -> object:
+    return opcount.FlopCountAnalysis(model, inputs, tracer="dispatch", device="meta").total()
+
+
+def _llama70b_meta() -> Callable[[], object]:
     llama = llama70b_meta.llama70b()
     ids = (TensorShape((1, 2048), dtype=torch.long),)
 
-    def llama_meta() -> object:
-        kw = {"use_cache": False}
-        return opcount.FlopCountAnalysis(llama, ids, kwargs=kw, tracer="dispatch").total()
+    def analysis() -> object:
+        return opcount.FlopCountAnalysis(llama, ids, kwargs={"use_cache": False}, tracer="dispatch").total()
 
-    yield "llama70b meta", llama_meta
+    return analysis
 
 
-def measure(fn: Callable[[], object], off: Patch, base: Patch, runs: int) -> tuple[float, float]:
-    """Median seconds with the piece and without it, runs interleaved; the totals must agree."""
-    with base():
-        with_total = fn()
-        with off():
-            without_total = fn()
-        if with_total != without_total:
-            raise AssertionError(f"the piece changed the result: {with_total} != {without_total}")
-        on_times, off_times = [], []
-        for _ in range(runs):
-            start = time.perf_counter()
-            fn()
-            on_times.append(time.perf_counter() - start)
-            with off():
+def measure(fn: Callable[[], object], on: Patch, off: Patch, runs: int) -> tuple[float, float]:
+    """Median seconds with the piece (under ``on``) and without it (under ``off``), runs
+    interleaved; the totals must agree."""
+    totals: list[object] = []
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(runs + 1):  # the first round is a warm-up
+        for side, patch in enumerate((on, off)):
+            with patch():
                 start = time.perf_counter()
-                fn()
-                off_times.append(time.perf_counter() - start)
-    return statistics.median(on_times), statistics.median(off_times)
+                totals.append(fn())
+                times[side].append(time.perf_counter() - start)
+    if len(set(map(repr, totals))) != 1:
+        raise AssertionError(f"the piece changed the result: {sorted(set(map(repr, totals)))}")
+    return statistics.median(times[0][1:]), statistics.median(times[1][1:])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--pieces", nargs="+", choices=list(PIECES), default=list(PIECES))
+    parser.add_argument("--models", nargs="+", choices=[*MODELS, "mobilenet_v3_large"], default=MODELS)
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("| piece | model | with (s) | without (s) | without / with |")
     print("|---|---|---|---|---|")
     with torch.no_grad():
-        for label, fn in analyses():
+        for label, fn in analyses(args.models):
             tracer = label.rsplit(" ", 1)[1]
             for piece in args.pieces:
-                title, off, base, where = PIECES[piece]
+                title, on, off, where = PIECES[piece]
                 if where not in ("all", tracer):
                     continue
-                on, without = measure(fn, off, base, args.runs)
-                print(f"| {title} | {label} | {on:.4f} | {without:.4f} | {without / on:.2f} |", flush=True)
+                with_piece, without = measure(fn, on, off, args.runs)
+                print(
+                    f"| {title} | {label} | {with_piece:.4f} | {without:.4f} | {without / with_piece:.2f} |", flush=True
+                )
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
