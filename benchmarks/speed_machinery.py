@@ -33,7 +33,8 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's opcount, whatever is installed
 logging.disable(logging.WARNING)
 
 import compare  # noqa: E402 -- benchmarks/compare.py: its models
@@ -169,11 +170,12 @@ def _llama70b_meta() -> Callable[[], object]:
 
 def measure(fn: Callable[[], object], on: Patch, off: Patch, runs: int) -> tuple[float, float]:
     """Median seconds with the piece (under ``on``) and without it (under ``off``), runs
-    interleaved; the totals must agree."""
+    interleaved, the order swapped every round: what one run leaves to the next (garbage the
+    paused collector defers) falls on both sides alike. The totals must agree."""
     totals: list[object] = []
     times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(runs + 1):  # the first round is a warm-up
-        for side, patch in enumerate((on, off)):
+    for round in range(runs + 1):  # the first round is a warm-up
+        for side, patch in ((0, on), (1, off)) if round % 2 else ((1, off), (0, on)):
             with patch():
                 start = time.perf_counter()
                 totals.append(fn())
