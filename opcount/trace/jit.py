@@ -99,10 +99,8 @@ class _Marks:
     """Marks where each module call's ``forward`` starts and ends among the traced operators.
 
     Each start and end is an event, kept here in order: the module's scope index, or -1 for an
-    end. A mark is a ``prim::Enter`` node placed in the graph at an event; events with no
-    operator traced between them share one mark (a Sequential's child ends, the next starts),
-    which the graph's last node tells: it is still the last mark. So the records can replay the
-    events in graph order, at the marks.
+    end, and a ``prim::Enter`` node placed in the graph. So the records can replay the events in
+    graph order, one at each mark.
 
     While tracing, ``_call_impl`` calls ``forward`` through the module's ``_slow_forward``, after
     the forward pre-hooks and before the forward hooks; an instance attribute of that name, set
@@ -116,7 +114,6 @@ class _Marks:
 
     def __init__(self, tree: ModuleTree, model: nn.Module) -> None:
         self.events: list[int] = []  # each forward's start (its scope index) and end (-1), in order
-        self.cuts: list[int] = []  # for each mark, in graph order: how many events precede it
         self._tree = tree
         self._model = model
         self._event: Callable[[int], None] = _not_tracing
@@ -124,18 +121,11 @@ class _Marks:
         self._thread: list[int | None] = [threading.get_ident()]  # the tracing thread; None once closed
 
     def start(self, graph: Graph) -> None:
-        create, insert, last_node = graph.create, graph.insertNode, graph.return_node().prev
-        events, cuts = self.events, self.cuts
-        last = None  # the last mark: pybind returns its wrapper, held here, for the same node
+        create, insert, events = graph.create, graph.insertNode, self.events
 
         def event(what: int) -> None:
-            nonlocal last
             events.append(what)
-            if last is not None and last_node() is last:  # nothing traced since the last mark
-                cuts[-1] = len(events)
-            else:
-                last = insert(create(_MARK, 0))  # type: ignore[call-arg]  # (kind, outputs)
-                cuts.append(len(events))
+            insert(create(_MARK, 0))  # type: ignore[call-arg]  # (kind, outputs)
 
         self._event = event
 
@@ -271,25 +261,23 @@ def _records(graph: Graph, tree: ModuleTree, marks: _Marks, converter: _Converte
     names, events = tree.names, marks.events
     stack = [ROOT]
     pushed: dict[tuple[tuple[str, ...], int], tuple[str, ...]] = {}  # one tuple per distinct scope
-    cuts = iter(marks.cuts)
     done = 0  # events replayed
     resolve = converter.node_specs
     for node in graph.nodes():
         kind = node.kind()
         if kind == _MARK:
-            end = next(cuts, None)
-            if end is None:
+            if done == len(events):
                 break  # more marks than placed: reported below
-            for index in events[done:end]:  # the forwards that started or ended here
-                if index < 0:
-                    stack.pop()
-                    continue
-                top = stack[-1]
-                scope = pushed.get((top, index))
-                if scope is None:
-                    scope = pushed[(top, index)] = inner_scope(top, names[index])
-                stack.append(scope)
-            done = end
+            index = events[done]  # the forward that started or ended here
+            done += 1
+            if index < 0:
+                stack.pop()
+                continue
+            top = stack[-1]
+            scope = pushed.get((top, index))
+            if scope is None:
+                scope = pushed[(top, index)] = inner_scope(top, names[index])
+            stack.append(scope)
         elif not kind.startswith("prim::"):
             yield OpCall(kind, None, None, stack[-1], raw=node, resolve=resolve)
         elif kind == "prim::PythonOp":
