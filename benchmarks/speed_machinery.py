@@ -71,12 +71,6 @@ def _no_replay() -> contextlib.AbstractContextManager[None]:
     return patched((dispatch._ShapeTensors, "replayer", lambda self, recorder: None))
 
 
-def _no_chain() -> contextlib.AbstractContextManager[None]:
-    from opcount.trace import replay
-
-    return patched((replay, "chainable", lambda module: False))
-
-
 def _no_shape_tensors() -> contextlib.AbstractContextManager[None]:
     return patched((dispatch, "_ShapeTensors", dispatch._FakeTensors))
 
@@ -92,7 +86,6 @@ def _dispatch_no_call() -> contextlib.AbstractContextManager[None]:
 # piece -> (what it is, the patch it runs with, the patch it runs without, where it applies)
 PIECES: dict[str, tuple[str, Patch, Patch, str]] = {
     "replay": ("leaf-module replay (trace/replay.py)", contextlib.nullcontext, _no_replay, "meta"),
-    "chain": ("Sequential inlined on meta (Replayer.chain)", contextlib.nullcontext, _no_chain, "meta"),
     "shapes": (
         "shape-only tensors vs fake tensors (trace/shapes.py)",
         contextlib.nullcontext,
