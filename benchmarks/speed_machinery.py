@@ -25,6 +25,7 @@ import contextlib
 import functools
 import logging
 import os
+import re
 import statistics
 import sys
 import time
@@ -155,10 +156,11 @@ def _llama70b_meta() -> Callable[[], object]:
     return analysis
 
 
-def measure(fn: Callable[[], object], on: Patch, off: Patch, runs: int) -> tuple[float, float]:
+def measure(fn: Callable[[], object], on: Patch, off: Patch, runs: int) -> tuple[float, float, float]:
     """Median seconds with the piece (under ``on``) and without it (under ``off``), runs
     interleaved, the order swapped every round: what one run leaves to the next (garbage the
-    paused collector defers) falls on both sides alike. The totals must agree."""
+    paused collector defers) falls on both sides alike. Also the ratio of the total times, which
+    counts the rare slow run (a full collection) that a median leaves out. The totals must agree."""
     totals: list[object] = []
     times: tuple[list[float], list[float]] = ([], [])
     for round in range(runs + 1):  # the first round is a warm-up
@@ -169,19 +171,23 @@ def measure(fn: Callable[[], object], on: Patch, off: Patch, runs: int) -> tuple
                 times[side].append(time.perf_counter() - start)
     if len(set(map(repr, totals))) != 1:
         raise AssertionError(f"the piece changed the result: {sorted(set(map(repr, totals)))}")
-    return statistics.median(times[0][1:]), statistics.median(times[1][1:])
+    with_piece, without = times[0][1:], times[1][1:]
+    return statistics.median(with_piece), statistics.median(without), sum(without) / sum(with_piece)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--pieces", nargs="+", choices=list(PIECES), default=list(PIECES))
-    parser.add_argument("--models", nargs="+", choices=[*MODELS, "mobilenet_v3_large"], default=MODELS)
+    parser.add_argument("--models", nargs="+", default=MODELS, help=f"of {MODELS}, mobilenet_v3_large, mlpN")
     args = parser.parse_args()
+    for name in args.models:
+        if name not in (*MODELS, "mobilenet_v3_large") and not re.fullmatch(r"mlp[0-9]+", name):
+            parser.error(f"unknown model {name!r}: choose from {MODELS}, mobilenet_v3_large or mlpN")
     torch.set_num_threads(1)
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print("| piece | model | with (s) | without (s) | without / with |")
-    print("|---|---|---|---|---|")
+    print("| piece | model | with (s) | without (s) | without / with | total without / with |")
+    print("|---|---|---|---|---|---|")
     with torch.no_grad():
         for label, fn in analyses(args.models):
             tracer = label.rsplit(" ", 1)[1]
@@ -189,9 +195,10 @@ def main() -> None:
                 title, on, off, where = PIECES[piece]
                 if where not in ("all", tracer):
                     continue
-                with_piece, without = measure(fn, on, off, args.runs)
+                with_piece, without, total = measure(fn, on, off, args.runs)
                 print(
-                    f"| {title} | {label} | {with_piece:.4f} | {without:.4f} | {without / with_piece:.2f} |", flush=True
+                    f"| {title} | {label} | {with_piece:.4f} | {without:.4f} | {without / with_piece:.2f} | {total:.2f} |",
+                    flush=True,
                 )
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
