@@ -84,17 +84,6 @@ def _dispatch_no_call() -> contextlib.AbstractContextManager[None]:
     )
 
 
-def _spec_init_generated() -> contextlib.AbstractContextManager[None]:
-    """TensorSpec made as the frozen dataclass's generated ``__init__`` makes it."""
-    from opcount.ir import TensorSpec
-
-    def init(self: Any, shape: Any, dtype: str = "float32", param: Any = None, id: Any = None) -> None:
-        for name, value in (("shape", shape), ("dtype", dtype), ("param", param), ("id", id)):
-            object.__setattr__(self, name, value)
-
-    return patched((TensorSpec, "__init__", init))
-
-
 def _counter_init() -> contextlib.AbstractContextManager[None]:
     """The roll-up's empty Counters made by ``Counter()``."""
     from collections import Counter
@@ -120,7 +109,6 @@ PIECES: dict[str, tuple[str, Patch, Patch, str]] = {
         "meta",
     ),
     "gc": ("garbage collector paused (_runtime.gc_paused)", contextlib.nullcontext, _no_gc_pause, "all"),
-    "spec_init": ("TensorSpec set through its slots' setters", contextlib.nullcontext, _spec_init_generated, "all"),
     "counter": ("empty Counters without Counter.__init__", contextlib.nullcontext, _counter_init, "all"),
 }
 
