@@ -9,8 +9,9 @@ without alternate, one intra-op thread, after a warm-up of each (the meta path's
 caches of operator recipes and module templates are warm, as in any analysis after the first);
 the table gives the median of ``--runs`` and the ratio without / with, so 1.25 means the piece
 takes a fifth off the time. The machine's load average is printed: on a shared machine only the
-ratios of interleaved runs mean anything. Pieces that bought under 10% on every model were
-removed from the package, and their rows from this script (docs/benchmarks.md keeps the table).
+ratios of interleaved runs mean anything. Pieces that bought under 10% on every model, and
+that no target needs, were removed from the package, and their rows from this script
+(docs/benchmarks.md keeps the table).
 
 Models: torchvision resnet50 and vit_b_16 (weights=None, 1x3x224x224) and a transformers GPT-2
 (12 layers, 256 tokens, logits only) under the jit tracer, the same three on meta tensors
@@ -76,6 +77,28 @@ def _no_shape_tensors() -> contextlib.AbstractContextManager[None]:
     return patched((dispatch, "_ShapeTensors", dispatch._FakeTensors))
 
 
+def _jit_no_call() -> contextlib.AbstractContextManager[None]:
+    # every module marked by a _slow_forward of its own, as modules with hooks are
+    return patched((jit, "torch_call", lambda module: False))
+
+
+def _one_mark_per_event() -> contextlib.AbstractContextManager[None]:
+    """jit: a mark node at every module start and end, none shared."""
+
+    def start(self: Any, graph: Any) -> None:
+        create, insert = graph.create, graph.insertNode
+        events, cuts = self.events, self.cuts
+
+        def event(what: int) -> None:
+            events.append(what)
+            insert(create(jit._MARK, 0))
+            cuts.append(len(events))
+
+        self._event = event
+
+    return patched((jit._Marks, "start", start))
+
+
 def _dispatch_no_call() -> contextlib.AbstractContextManager[None]:
     # every module scoped by a forward pre/post hook pair, as modules with hooks are; replay
     # needs the replaced __call__, so both sides of this row run without it (see PIECES)
@@ -102,6 +125,13 @@ PIECES: dict[str, tuple[str, Patch, Patch, str]] = {
         _no_shape_tensors,
         "meta",
     ),
+    "jit_call": (
+        "jit: replaced nn.Module.__call__ vs _slow_forward on every module",
+        contextlib.nullcontext,
+        _jit_no_call,
+        "jit",
+    ),
+    "marks": ("jit: module marks shared between events", contextlib.nullcontext, _one_mark_per_event, "jit"),
     "dispatch_call": (
         "dispatch: replaced nn.Module.__call__ vs hooks (replay off on both sides)",
         _no_replay,

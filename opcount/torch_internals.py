@@ -203,6 +203,11 @@ def compiled(module: nn.Module) -> bool:
     return "_compiled_call_impl" in module.__dict__ or module._compiled_call_impl is not None
 
 
+def torch_call(module: nn.Module) -> bool:
+    """Whether the module's class keeps torch's ``_call_impl``, which ``__call__`` runs."""
+    return type(module)._call_impl is nn.Module._call_impl
+
+
 def hook_epoch() -> int:
     """The number the next hook handle takes: every registration takes the next one."""
     return RemovableHandle.next_id

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import sys
 import threading
 
 import pytest
@@ -273,6 +275,29 @@ def test_hooks_registered_during_the_pass_run_and_cost_the_caller(tracer: str, g
     a = FlopCountAnalysis(model, x, tracer=tracer)
     assert a.by_module_and_operator()["fc"] == {"linear": 3 * 32}
     assert a.by_module_and_operator()[""] == {"linear": 3 * 32, "mul": 8}
+
+
+class Depth(nn.Module):
+    """Records the number of Python frames under which each nesting level's forward runs."""
+
+    def __init__(self, child: nn.Module | None, seen: list[int]) -> None:
+        super().__init__()
+        self.child, self.seen = child, seen
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        frame, depth = sys._getframe(), 0
+        while frame is not None:
+            frame, depth = frame.f_back, depth + 1
+        self.seen.append(depth)
+        return self.child(x) if self.child is not None else x + 1
+
+
+def test_jit_tracing_adds_two_python_frames_per_module_level() -> None:
+    # torch's tracer records the whole Python stack at every operator: frames cost time per
+    # operator, and a module call without hooks costs __call__ and forward, as without tracing.
+    seen: list[int] = []
+    FlopCountAnalysis(Depth(Depth(Depth(None, seen), seen), seen), torch.randn(2)).total()
+    assert [b - a for a, b in itertools.pairwise(seen)] == [2, 2]
 
 
 class Waits(nn.Module):

@@ -25,11 +25,17 @@ from ..torch_internals import (
     Graph,
     TensorType,
     Value,
+    compiled,
     create_graph_by_tracing,
     get_tracing_state,
+    global_hooks,
+    has_hooks,
+    hook_epoch,
+    hooked_since,
     require,
+    torch_call,
 )
-from .patching import exclusive
+from .patching import exclusive, replaced
 from .state import preserved
 from .structure import FlatCall, normalize_inputs, output_tensors
 
@@ -99,21 +105,27 @@ class _Marks:
     """Marks where each module call's ``forward`` starts and ends among the traced operators.
 
     Each start and end is an event, kept here in order: the module's scope index, or -1 for an
-    end, and a ``prim::Enter`` node placed in the graph. So the records can replay the events in
-    graph order, one at each mark.
+    end. A mark is a ``prim::Enter`` node placed in the graph at an event; events with no
+    operator traced between them share one mark (a Sequential's child ends, the next starts),
+    which the graph's last node tells: it is still the last mark. So the records can replay the
+    events in graph order, at the marks.
 
-    While tracing, ``_call_impl`` calls ``forward`` through the module's ``_slow_forward``, after
-    the forward pre-hooks and before the forward hooks; an instance attribute of that name, set
-    on each module for the trace (under :mod:`.patching`'s lock; calls from other threads pass
-    straight through), places the events. (A replaced ``nn.Module.__call__`` saved two of the
-    four Python frames per nesting level, which torch's tracer walks at every operator, and
-    measured under 10% on every benchmark model: see docs/benchmarks.md.)
+    A module without hooks is called by ``nn.Module.__call__``, replaced for the trace (under
+    :mod:`.patching`'s lock; calls from other threads pass straight through), which places the
+    events around ``forward`` itself. A module with hooks (or one that gets a hook
+    during the pass, or whose class has a ``_call_impl`` of its own) is called as usual; while
+    tracing, ``_call_impl`` calls ``forward`` through the module's ``_slow_forward``, after the
+    forward pre-hooks and before the forward hooks, and an instance attribute of that name, set
+    for the trace, places the events. Both give the same graph; the first has two Python frames
+    per nesting level instead of four, and torch walks the whole Python stack at every operator
+    it traces.
     Torch's own alternative, ``tracing_state.push_scope``, nests every module call in a block
     that the tracer inlines again at the end: on deep models that costs as much as the tracing.
     """
 
     def __init__(self, tree: ModuleTree, model: nn.Module) -> None:
         self.events: list[int] = []  # each forward's start (its scope index) and end (-1), in order
+        self.cuts: list[int] = []  # for each mark, in graph order: how many events precede it
         self._tree = tree
         self._model = model
         self._event: Callable[[int], None] = _not_tracing
@@ -121,11 +133,18 @@ class _Marks:
         self._thread: list[int | None] = [threading.get_ident()]  # the tracing thread; None once closed
 
     def start(self, graph: Graph) -> None:
-        create, insert, events = graph.create, graph.insertNode, self.events
+        create, insert, last_node = graph.create, graph.insertNode, graph.return_node().prev
+        events, cuts = self.events, self.cuts
+        last = None  # the last mark: pybind returns its wrapper, held here, for the same node
 
         def event(what: int) -> None:
+            nonlocal last
             events.append(what)
-            insert(create(_MARK, 0))  # type: ignore[call-arg]  # (kind, outputs)
+            if last is not None and last_node() is last:  # nothing traced since the last mark
+                cuts[-1] = len(events)
+            else:
+                last = insert(create(_MARK, 0))  # type: ignore[call-arg]  # (kind, outputs)
+                cuts.append(len(events))
 
         self._event = event
 
@@ -143,6 +162,30 @@ class _Marks:
 
         return slow_forward
 
+    def _module_call(self, plain: dict[int, int], original: Callable[..., Any], epoch: int) -> Callable[..., Any]:
+        """``nn.Module.__call__`` for the trace: a module of ``plain`` (id -> scope index) runs
+        its ``forward`` between marks, as ``_call_impl`` would with no hook to run; any other
+        module, or one that got a hook during the pass, or a call from another thread or after
+        the window, runs as usual."""
+        get_ident, thread = threading.get_ident, self._thread
+
+        def module_call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            index = plain.get(id(module))
+            if index is None or get_ident() != thread[0]:
+                return original(module, *args, **kwargs)
+            if hooked_since(epoch, module):  # the hooks run: marks from _slow_forward, inside them
+                if "_slow_forward" not in module.__dict__:
+                    self._patch(module, index)
+                return original(module, *args, **kwargs)
+            # slow_forward's body, inlined: a shared helper would be one more frame per level
+            self._event(index)
+            try:
+                return module.forward(*args, **kwargs)
+            finally:
+                self._event(-1)
+
+        return module_call
+
     def _patch(self, module: nn.Module, index: int) -> None:
         slow_forward = module.__dict__["_slow_forward"] = self._slow_forward(module, index)
         self._patched.append((module, slow_forward))
@@ -151,8 +194,10 @@ class _Marks:
     def installed(self) -> Iterator[None]:
         """The marks' patches for the trace, held under :mod:`.patching`'s lock; each removed
         afterwards if it is still ours, also when the trace fails."""
+        plain: dict[int, int] = {}  # modules marked by nn.Module.__call__: id -> scope index
         modules = self._tree.modules
         with exclusive():
+            hooked = global_hooks()
             try:
                 for index, name in enumerate(self._tree.names):
                     module = modules[name]
@@ -160,10 +205,17 @@ class _Marks:
                         continue  # a scripted module cannot be marked (see _trace_error); a patched one is left alone
                     if module is not self._model and isinstance(module, WRAPPERS):
                         continue
-                    self._patch(module, index)
-                yield
+                    if hooked or has_hooks(module) or compiled(module) or not torch_call(module):
+                        self._patch(module, index)
+                    else:
+                        plain[id(module)] = index
+                # a hook registered from here on takes a higher number: see _module_call
+                epoch = hook_epoch()
+                call = replaced(nn.Module, "__call__", lambda original: self._module_call(plain, original, epoch))
+                with call if plain else contextlib.nullcontext():
+                    yield
             finally:
-                self._thread[0] = None  # a _slow_forward someone kept passes every call through
+                self._thread[0] = None  # a replaced __call__ someone kept passes every call through
                 for module, slow_forward in self._patched:
                     if module.__dict__.get("_slow_forward") is slow_forward:
                         del module.__dict__["_slow_forward"]
@@ -261,23 +313,25 @@ def _records(graph: Graph, tree: ModuleTree, marks: _Marks, converter: _Converte
     names, events = tree.names, marks.events
     stack = [ROOT]
     pushed: dict[tuple[tuple[str, ...], int], tuple[str, ...]] = {}  # one tuple per distinct scope
+    cuts = iter(marks.cuts)
     done = 0  # events replayed
     resolve = converter.node_specs
     for node in graph.nodes():
         kind = node.kind()
         if kind == _MARK:
-            if done == len(events):
+            end = next(cuts, None)
+            if end is None:
                 break  # more marks than placed: reported below
-            index = events[done]  # the forward that started or ended here
-            done += 1
-            if index < 0:
-                stack.pop()
-                continue
-            top = stack[-1]
-            scope = pushed.get((top, index))
-            if scope is None:
-                scope = pushed[(top, index)] = inner_scope(top, names[index])
-            stack.append(scope)
+            for index in events[done:end]:  # the forwards that started or ended here
+                if index < 0:
+                    stack.pop()
+                    continue
+                top = stack[-1]
+                scope = pushed.get((top, index))
+                if scope is None:
+                    scope = pushed[(top, index)] = inner_scope(top, names[index])
+                stack.append(scope)
+            done = end
         elif not kind.startswith("prim::"):
             yield OpCall(kind, None, None, stack[-1], raw=node, resolve=resolve)
         elif kind == "prim::PythonOp":
