@@ -38,7 +38,7 @@ DTYPE_BYTES: dict[str, float] = {
 }
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True)
 class TensorSpec:
     """A tensor seen by the tracer: its shape and dtype name (e.g. ``"float32"``).
 
@@ -51,16 +51,6 @@ class TensorSpec:
     dtype: str = "float32"
     param: str | None = field(default=None, compare=False)
     id: int | None = field(default=None, compare=False)
-
-    def __init__(
-        self, shape: tuple[int, ...], dtype: str = "float32", param: str | None = None, id: int | None = None
-    ) -> None:
-        # What the generated frozen __init__ does, through the slots' own setters: a third of
-        # its cost, and tracers make one spec per value.
-        _set_shape(self, shape)
-        _set_dtype(self, dtype)
-        _set_param(self, param)
-        _set_id(self, id)
 
     @property
     def numel(self) -> int:
@@ -78,11 +68,6 @@ class TensorSpec:
     @property
     def nbytes(self) -> float:
         return self.numel * self.itemsize
-
-
-_set_shape, _set_dtype, _set_param, _set_id = (
-    TensorSpec.__dict__[f].__set__ for f in ("shape", "dtype", "param", "id")
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,14 @@ def test_jit_floor_prints_a_row_per_model():
     assert re.search(rf"^\| mlp20 \| [0-9.]+ \| {cell} \| {cell} \| {cell} \| {cell} \|$", out, re.MULTILINE), out
 
 
+def test_speed_machinery_times_each_piece_with_and_without():
+    out = run("speed_machinery.py", "--models", "mlp20", "--runs", "1")
+    row = r" \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$"
+    for piece, tracers in {"garbage collector": ("jit", "meta"), "leaf-module replay": ("meta",)}.items():
+        for tracer in tracers:
+            assert re.search(rf"^\| {piece}[^|]* \| mlp20 {tracer}{row}", out, re.MULTILINE), out
+
+
 @pytest.mark.slow  # three fresh interpreters importing transformers: ~15 s of CPU
 def test_llm_sweep_times_the_api_and_the_cli():
     out = run("llm_sweep.py", "--layers", "1", "--batch", "1,2", "--kv-len", "8")

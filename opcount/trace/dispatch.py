@@ -29,8 +29,7 @@ reports are shared:
 - **Scopes** come from ``nn.Module.__call__``, replaced for the trace, or a forward pre/post
   hook pair for a module with hooks of its own (removed in ``finally``), with the jit tracer's
   semantics. On shape-only tensors, calls of torch.nn's own leaf modules are replayed from
-  their first call's records, and Sequentials run their loop without making the tensors
-  their replayed children pass on (:mod:`.replay`).
+  their first call's records (:mod:`.replay`).
 """
 
 from __future__ import annotations
@@ -73,7 +72,7 @@ from .aten import Record, backward_records, bind, forward_records, jit_constant,
 from .jit import WRAPPERS, Recording, _warnings
 from .meta import CPU, META, FakeTensorMode, TensorShape, fake_state, materialize
 from .patching import exclusive, replaced
-from .replay import CHAIN, LEAF, RUN, Replayer
+from .replay import LEAF, RUN, Replayer
 from .shapes import Meta, ShapeRunner, ShapeTensor
 from .state import preserved
 from .structure import normalize_inputs, output_tensors
@@ -400,10 +399,10 @@ class _Scopes:
         self, plain: dict[int, tuple[str, int]], original: Callable[..., Any], replayer: Replayer | None
     ) -> Callable[..., Any]:
         """``nn.Module.__call__`` for the trace: the modules in ``plain`` (id -> name, how) run
-        in their scope, are replayed or have their forward inlined (:mod:`.replay`); any other
+        in their scope or are replayed (:mod:`.replay`); any other
         module, or a call from another thread or after the window, runs as usual."""
         run, get_ident, thread = self.run, threading.get_ident, self.live
-        replay, chain = (replayer.call, replayer.chain) if replayer is not None else (run, run)
+        replay = replayer.call if replayer is not None else run
 
         def module_call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
             entry = plain.get(id(module))
@@ -412,8 +411,6 @@ class _Scopes:
             name, how = entry
             if how == LEAF:
                 return replay(module, name, args, kwargs)
-            if how == CHAIN:
-                return chain(module, name, args, kwargs)
             return run(module, name, args, kwargs)
 
         return module_call

@@ -13,11 +13,6 @@ A call is not replayed, and runs as usual, when its key cannot be made (an attri
 not a plain value, such as the list of weights an ``LSTM`` keeps) or when its records are not
 all expressible in its arguments, its own state and tensors it made (it read a tensor from
 elsewhere, or returned something other than tensors).
-
-An ``nn.Sequential`` (torch.nn's ``forward`` and iteration) is a chain of such calls: its
-forward is inlined, and the tensors one replayed child hands the next are never made, only
-their metadata and specs passed on. A child that is not replayed gets a real shape-only tensor
-and is called as usual.
 """
 
 from __future__ import annotations
@@ -49,9 +44,10 @@ _OUT_ARG, _OUT_KWARG, _OUT_NEW, _OUT_SEQ = range(4)
 _PLAIN = frozenset({int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format})
 _PLAIN_OR_TUPLE = _PLAIN | {tuple}
 
-# How the trace's ``nn.Module.__call__`` takes a module of the model: run in its scope,
-# replayed (a leaf), or its forward inlined (a Sequential).
-RUN, LEAF, CHAIN = range(3)
+# How the trace's ``nn.Module.__call__`` takes a module of the model: run in its scope, or
+# replayed (a leaf). (Sequentials inlined as chains of replayed leaves bought under 10% on every
+# benchmark model and were removed: docs/benchmarks.md.)
+RUN, LEAF = range(2)
 
 
 class Recording(Protocol):
@@ -67,8 +63,6 @@ class Recording(Protocol):
 
     def fresh_spec(self, shape: tuple[int, ...], dtype: str) -> TensorSpec: ...
 
-    def meta_spec(self, meta: Meta) -> TensorSpec: ...
-
 
 class Scoping(Protocol):
     """What replay needs of the dispatch tracer's module scopes."""
@@ -78,10 +72,6 @@ class Scoping(Protocol):
     def run(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
 
     def hooked(self, module: nn.Module) -> bool: ...
-
-    def enter(self, name: str) -> None: ...
-
-    def exit(self) -> None: ...
 
 
 class _Unreplayable(Exception):
@@ -159,34 +149,6 @@ def replayable(module: nn.Module) -> bool:
     )
 
 
-def chainable(module: nn.Module) -> bool:
-    """A Sequential whose call is torch.nn's: each child called on the last one's output."""
-    kind = type(module)
-    return (
-        isinstance(module, nn.Sequential)
-        and kind.forward is nn.Sequential.forward
-        and getattr(kind, "__iter__", None) is nn.Sequential.__iter__
-        and kind._call_impl is nn.Module._call_impl
-        and "forward" not in module.__dict__
-        and None not in module._modules.values()
-    )
-
-
-class _Pending:
-    """A shape-only tensor a chain hands on without making it: its metadata, and its spec once
-    it is recorded."""
-
-    __slots__ = ("meta", "spec")
-
-    def __init__(self, meta: Meta, spec: TensorSpec | None) -> None:
-        self.meta, self.spec = meta, spec
-
-    def tensor(self) -> ShapeTensor:
-        t = ShapeTensor(self.meta)
-        t.spec = self.spec
-        return t
-
-
 class Replayer:
     """Memoizes the calls of replayable leaf modules during one shape-only pass.
 
@@ -203,23 +165,18 @@ class Replayer:
         metas: dict[int, Meta],
     ) -> None:
         self._rec = recording
-        self._scopes = scopes
         self._scope_of = scopes.scope_of  # module name -> the scope its operators get, called now
         self._run = scopes.run  # a module call in its scope, as without replay
         self._freeze = freeze
         self._metas = metas  # id -> metadata of the model's parameters and buffers
-        self._leaves: dict[int, str] = {}  # id -> name of the model's replayable leaves
         self._hooked = scopes.hooked  # whether a hook registered during the pass would run
         self._cache = _TEMPLATES.setdefault((device, torch.get_default_dtype()), {})
         if len(self._cache) > _MAX_TEMPLATES:
             self._cache.clear()
 
     def adopt(self, module: nn.Module, name: str) -> int:
-        """How the trace calls module ``name`` of the model (which has no hooks): RUN, LEAF or CHAIN."""
-        if replayable(module):
-            self._leaves[id(module)] = name
-            return LEAF
-        return CHAIN if chainable(module) else RUN
+        """How the trace calls module ``name`` of the model (which has no hooks): RUN or LEAF."""
+        return LEAF if replayable(module) else RUN
 
     def call(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Leaf ``name``'s call: replayed when a template for its key exists, else run."""
@@ -239,43 +196,6 @@ class Replayer:
         template = cast(_Template, template)
         slots = self._emit(template, module, self._scope_of(name), args, kwargs)
         return _rebuild(template.output, args, kwargs, slots)
-
-    def chain(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Sequential ``name``'s call: its forward inlined (see the module docstring)."""
-        x = args[0] if len(args) == 1 and not kwargs else None
-        if type(x) is not ShapeTensor or self._hooked(module):
-            return self._run(module, name, args, kwargs)
-        scopes = self._scopes
-        scopes.enter(name)
-        try:
-            out = self._chain(module, x)
-        finally:
-            scopes.exit()
-        return out.tensor() if type(out) is _Pending else out
-
-    def _chain(self, module: nn.Module, x: ShapeTensor) -> Any:
-        value: Any = x  # what the next child gets: a tensor or anything, or a _Pending
-        leaves, cache = self._leaves, self._cache
-        for child in cast("dict[str, nn.Module]", module._modules).values():  # chainable: no None
-            name = leaves.get(id(child))
-            template: _Template | None = None
-            kind = type(value)
-            if name is not None and (kind is _Pending or kind is ShapeTensor) and not self._hooked(child):
-                try:
-                    template = cache.get(self._key_of(child, value.meta, ()))
-                except (_Unreplayable, TypeError):
-                    pass
-            if template is None or name is None:  # not replayed (or not learned yet): called as Sequential would
-                value = child(value.tensor() if kind is _Pending else value)
-                continue
-            slots = self._emit(template, child, self._scope_of(name), (value,), {})
-            how = template.output
-            if how[0] == _OUT_NEW:
-                value = _Pending(how[1], None if how[2] is None else slots[how[2]])
-            elif how[0] != _OUT_ARG:
-                args = (value.tensor() if type(value) is _Pending else value,)
-                value = _rebuild(how, args, {}, slots)
-        return value
 
     # ----- the key -----------------------------------------------------------------------
     def _key(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Hashable:
@@ -356,13 +276,7 @@ class Replayer:
             if how == _NEW:
                 slots[i] = rec.fresh_spec(*what)
             elif how == _ARG:
-                a = args[what]
-                if type(a) is _Pending:
-                    if a.spec is None:
-                        a.spec = rec.meta_spec(a.meta)
-                    slots[i] = a.spec
-                else:
-                    slots[i] = spec_of(a)
+                slots[i] = spec_of(args[what])
             elif how == _PARAM:
                 slots[i] = spec_of(module._parameters[what])  # type: ignore[arg-type]
             elif how == _BUFFER:
