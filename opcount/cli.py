@@ -521,7 +521,7 @@ def _huggingface(name: str, args: argparse.Namespace) -> Loaded:
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise UsageError(f"unknown transformers class {name!r}: expected a config or model class name{hint}")
     where = f"hf:{name}"
-    overrides = {"return_dict": False, "use_cache": False, **hf_overrides(config_class, args.hf_config)}
+    overrides = {"use_cache": False, **hf_overrides(config_class, args.hf_config)}
     try:
         config = config_class(**overrides)
         with warnings.catch_warnings():
