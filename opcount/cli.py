@@ -309,6 +309,9 @@ def _column_list(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(
             f"unknown column {', '.join(unknown) or text!r}; choose from {', '.join(report.COLUMNS)}"
         )
+    twice = [k for k in dict.fromkeys(keys) if keys.count(k) > 1]
+    if twice:  # an alias and its name count as one column (acts, activations)
+        raise argparse.ArgumentTypeError(f"column {', '.join(twice)} named twice in {text!r}")
     return keys
 
 
@@ -768,8 +771,6 @@ def render(analyses: dict[str, Any], args: argparse.Namespace) -> str:
 def _render(flops: Any, common: dict[str, Any], args: argparse.Namespace) -> str:
     fmt = args.format
     if fmt in ("json", "csv"):
-        if args.units or args.decimals is not None or args.sig_figs is not None:
-            raise UsageError("--units, --decimals and --sig-figs apply to text formats; json and csv are exact")
         meta = export_meta(flops, model=args.model, roofline=(common.get("extra") or {}).get("roofline"))
         kw = {"columns": args.columns, "max_depth": args.depth, "meta": meta, **common}
         if fmt == "json":
@@ -788,12 +789,8 @@ def _render(flops: Any, common: dict[str, Any], args: argparse.Namespace) -> str
             **common,
         )
     if fmt == "repr":
-        if args.by_operator or args.depth is not None:
-            raise UsageError("--by-operator and --depth do not apply to --format repr: it prints the whole model")
         return report.flop_count_str(flops, columns=columns, number_format=number_format, **common)
     if fmt == "tree":
-        if args.by_operator:
-            raise UsageError("--by-operator applies to table, csv and md")
         return report.tree_str(flops, columns=columns, max_depth=depth, number_format=number_format, **common)
     if args.by_operator:
         cols = [c for c in columns if c != "params"] or ["flops"]

@@ -2,7 +2,8 @@
 flags' own words, in one line, before it spends seconds (or all the memory) building a model.
 
 - flag combinations: ``--meta`` implies ``--tracer dispatch`` (``--tracer jit`` with it is
-  refused), ``--mode train`` needs the dispatch tracer, the roofline flags need ``--hardware``;
+  refused), ``--mode train`` needs the dispatch tracer, the roofline flags need ``--hardware``,
+  layout flags must apply to the ``--format`` (no ``--depth`` with ``repr``, no ``--units`` with json);
 - ``--input`` shapes and an ``hf:`` model's ``--seq-len``: positive sizes whose element count
   torch can index, and real tensors within :data:`REAL_BYTES` (on meta tensors any size goes);
 - ``-o`` and ``--plot``: an existing folder, and a chart type matplotlib writes;
@@ -41,6 +42,7 @@ def check_arguments(args: argparse.Namespace, dtype: torch.dtype) -> None:
     resolve ``--tracer`` (``--meta`` implies ``dispatch``). ``dtype``: the ``--dtype`` of inputs."""
     _check_tracer(args)
     _check_roofline_flags(args)
+    _check_format_flags(args)
     check_output_paths(args)
     shapes = [(f"--input {','.join(map(str, s))}", s, dtype) for s in args.input or []]
     if args.seq_len and args.model.startswith("hf:"):  # token ids (int64) or audio samples, 1 x N
@@ -73,6 +75,17 @@ def _check_roofline_flags(args: argparse.Namespace) -> None:
     ]
     if given:
         raise UsageError(f"{given[0]} applies to the roofline: add --hardware NAME (e.g. --hardware h100-sxm)")
+
+
+def _check_format_flags(args: argparse.Namespace) -> None:
+    # Layout flags a format ignores: refused here rather than after the model is built and traced.
+    fmt = args.format
+    if fmt in ("json", "csv") and (args.units or args.decimals is not None or args.sig_figs is not None):
+        raise UsageError("--units, --decimals and --sig-figs apply to text formats; json and csv are exact")
+    if fmt == "repr" and (args.by_operator or args.depth is not None):
+        raise UsageError("--by-operator and --depth do not apply to --format repr: it prints the whole model")
+    if fmt == "tree" and args.by_operator:
+        raise UsageError("--by-operator applies to table, csv and md")
 
 
 def check_output_paths(args: argparse.Namespace) -> None:

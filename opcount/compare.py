@@ -86,6 +86,15 @@ def _check(args: argparse.Namespace) -> None:
         raise cli.UsageError(f"opcount compare reports each model's totals: {flags} apply to one model's report")
     if args.format in ("json", "csv") and (args.units or args.decimals is not None or args.sig_figs is not None):
         raise cli.UsageError("--units, --decimals and --sig-figs apply to text formats; json and csv are exact")
+    from .llm.command import LLM_FLAGS
+
+    llm = [spec for spec in args.models if spec.startswith("llm:")]
+    llm_flags = [f"--{f.replace('_', '-')}" for f in LLM_FLAGS if getattr(args, f, None) is not None]
+    if llm or llm_flags:
+        raise cli.UsageError(
+            f"opcount compare analyzes whole models, not LLM phases ({', '.join(llm + llm_flags)}): "
+            "compare points with opcount llm:NAME --sweep KEY=V1,V2"
+        )
     twice = sorted({spec for spec in args.models if args.models.count(spec) > 1})
     if twice:
         raise cli.UsageError(f"model {', '.join(twice)} named twice")
