@@ -39,6 +39,7 @@ logger = logging.getLogger("opcount")
 CACHE_FILE = "local-hardware.json"
 TARGET_SECONDS = 0.05  # one timed matrix product: long enough to dwarf launch and timer overhead
 REPEATS = 3
+MIN_SIDE = {"cpu": 512, "cuda": 2048}  # smaller products measure overheads, not the peak
 MAX_SIDE = {"cpu": 2048, "cuda": 16384}
 COPY_BYTES = {"cpu": 256 * 2**20, "cuda": 2 * 2**30}  # many times any last-level cache
 
@@ -77,14 +78,17 @@ def matmul_flops(
     max_side: int | None = None,
     repeats: int = REPEATS,
 ) -> float:
-    """FLOP/s of ``a @ b`` for n x n operands (2 n^3 FLOPs), n doubled from 128 until one product
-    takes ``target`` seconds or reaches ``max_side``; the best of ``repeats`` runs at that n."""
+    """FLOP/s of ``a @ b`` for n x n operands (2 n^3 FLOPs), n doubled from ``MIN_SIDE`` until a
+    warmed product takes ``target`` seconds or reaches ``max_side``; the best of ``repeats`` runs
+    at that n. A first, cold run decides nothing: on a busy machine one stall at a small n would
+    end the search there and cache a peak a thousand times too low."""
     limit = max_side or MAX_SIDE.get(device.type, 2048)
-    n = 128
+    n = min(MIN_SIDE.get(device.type, 512), limit)
     while True:
         a = torch.randn(n, n, device=device).to(dtype)
         b = torch.randn(n, n, device=device).to(dtype)
-        seconds = _best_time(lambda: a @ b, device, 1)  # the first run also warms up the library
+        a @ b  # warm-up: the library's start and the first touch of the pages are not the product
+        seconds = _best_time(lambda: a @ b, device, 2)
         if seconds >= target or n * 2 > limit:
             break
         n *= 2

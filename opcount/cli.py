@@ -269,7 +269,7 @@ def parse_shape(text: str) -> tuple[int, ...]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"malformed shape {text!r}: expected integers like 1,3,224,224") from None
     if not shape or any(d < 0 for d in shape):
-        raise argparse.ArgumentTypeError(f"malformed shape {text!r}: expected non-negative sizes like 1,3,224,224")
+        raise argparse.ArgumentTypeError(f"malformed shape {text!r}: expected positive sizes like 1,3,224,224")
     return shape
 
 

@@ -151,9 +151,10 @@ def hf_overrides(config_class: type, items: Sequence[str]) -> dict[str, Any]:
         if not sep or not key.isidentifier():
             raise UsageError(f"malformed --hf-config {item!r}: expected KEY=VALUE")
         if default is not None and not _is_field(default, config_class, key):
+            # a config keeps unknown keys as attributes that nothing reads: a typo would count the default model
             close = difflib.get_close_matches(key, [k for k in vars(default) if not k.startswith("_")], n=3)
-            if close:
-                raise UsageError(f"--hf-config {item}: {owner} has no field {key!r}; did you mean {', '.join(close)}?")
+            hint = f"; did you mean {', '.join(close)}?" if close else f" (see {owner}'s documentation for its fields)"
+            raise UsageError(f"--hf-config {item}: {owner} has no field {key!r}{hint}")
         found[key] = _parse_value(owner, key, text, getattr(default, key, None))
     return found
 

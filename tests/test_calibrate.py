@@ -140,3 +140,13 @@ def test_cli_profile_against_the_local_machine(monkeypatch, cache_in_tmp, capsys
     assert stub.calls == 6  # measured again
     assert main(["tests.report_fixtures:tiny", "--hardware", "h100", "--recalibrate"]) == 2
     assert "--recalibrate applies to --hardware local" in capsys.readouterr().err
+
+
+def test_a_slow_first_product_does_not_stop_the_search_at_a_tiny_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a busy machine one stalled run at n=128 used to end the search there, caching a peak
+    about a thousand times too low: the search now starts at a size that measures the peak."""
+    from opcount import calibrate
+
+    monkeypatch.setattr(calibrate, "_best_time", lambda fn, device, repeats: 1.0)  # every run "slow"
+    flops = calibrate.matmul_flops(torch.float32, torch.device("cpu"), target=0.05)
+    assert flops == 2 * calibrate.MIN_SIDE["cpu"] ** 3 / 1.0

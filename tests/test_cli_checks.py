@@ -145,6 +145,7 @@ def test_flag_mistakes_are_refused_before_building(
         ("scale_attn_weights=maybe", "GPT2Config.scale_attn_weights takes true or false"),
         ("resid_pdrop=high", "GPT2Config.resid_pdrop takes a number"),
         ("n_layers=2", "GPT2Config has no field 'n_layers'; did you mean n_layer?"),
+        ("nonsense_key=3", "GPT2Config has no field 'nonsense_key' (see GPT2Config's documentation"),
         ("n_embd=30", "hf:GPT2Config: invalid config: ValueError: `embed_dim` must be divisible by num_heads"),
         ("n_head=0", "hf:GPT2Config: invalid config: ZeroDivisionError"),
         (

@@ -57,6 +57,11 @@ class Hyper:
         """q x k and attention x v over every (query, key) pair, per query head."""
         return self.n * 2 * batch * self.h * self.e * s * (cached + s)
 
+    def attention_softmax(self, s: int, cached: int, batch: int = 1) -> int:
+        """The softmax inside fused attention, per query row over its cached + s scores: 3 flops
+        a score less one a row (chainer-computational-cost's softmax: exp, sum, divide)."""
+        return self.n * batch * self.h * s * (3 * (cached + s) - 1)
+
     def kv_bytes(self, tokens: int, batch: int = 1, itemsize: int = BF16) -> int:
         return 2 * self.n * self.g * self.e * tokens * batch * itemsize
 
@@ -105,7 +110,7 @@ def test_prefill_macs(case: tuple[Hyper, CausalLM, PhaseCost, PhaseCost]) -> Non
     ops = prefill.flops.by_operator()
     # every linear layer on every prompt token; the output projection on the last one only
     assert ops["linear"] == hp.n * hp.linear_per_layer * PROMPT + hp.d * hp.V
-    assert ops["scaled_dot_product_attention"] == hp.attention_macs(PROMPT, 0)
+    assert ops["scaled_dot_product_attention"] == hp.attention_macs(PROMPT, 0) + hp.attention_softmax(PROMPT, 0)
     assert prefill.flops.unsupported_ops() == {}
 
 
@@ -114,7 +119,7 @@ def test_decode_macs(case: tuple[Hyper, CausalLM, PhaseCost, PhaseCost]) -> None
     ops = decode.flops.by_operator()
     assert ops["linear"] == hp.n * hp.linear_per_layer + hp.d * hp.V
     # the new token attends to the 2048 cached ones and to itself
-    assert ops["scaled_dot_product_attention"] == hp.attention_macs(1, CONTEXT)
+    assert ops["scaled_dot_product_attention"] == hp.attention_macs(1, CONTEXT) + hp.attention_softmax(1, CONTEXT)
 
 
 def test_kv_cache_bytes(case: tuple[Hyper, CausalLM, PhaseCost, PhaseCost]) -> None:
