@@ -111,9 +111,9 @@ def _counter_init() -> contextlib.AbstractContextManager[None]:
     """The roll-up's empty Counters made by ``Counter()``."""
     from collections import Counter
 
-    from opcount import analysis
+    from opcount import rollup
 
-    return patched((analysis, "_counter", Counter))
+    return patched((rollup, "_counter", Counter))
 
 
 # piece -> (what it is, the patch it runs with, the patch it runs without, where it applies)
