@@ -33,7 +33,15 @@ from torch import nn
 
 from . import __version__, report
 from .analysis import ActivationCountAnalysis, FlopCountAnalysis
-from .cli_args import UsageError, check_arguments, check_output_paths, check_real_weights, hf_overrides
+from .cli_args import (
+    UsageError,
+    check_arguments,
+    check_output_paths,
+    check_real_weights,
+    hf_overrides,
+    natural_int,
+    positive_int,
+)
 from .cli_warnings import unsupported_warnings
 from .errors import OpcountError
 from .ir import DTYPE_BYTES
@@ -129,7 +137,7 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--seq-len",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="hf: sequence length (default 128; audio models: samples, default 16000)",
     )
@@ -214,12 +222,12 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--repeats",
-        type=_positive_int,
+        type=positive_int,
         default=10,
         metavar="N",
         help="--profile: profiled forward passes after 2 warm-up passes (default 10)",
     )
-    llm_command.add_arguments(p, _positive_int)
+    llm_command.add_arguments(p)
     g = p.add_argument_group("output")
     g.add_argument(
         "--format",
@@ -240,7 +248,7 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
         help="the module x operator breakdown instead of one row per module (table, csv, md)",
     )
     g.add_argument(
-        "--depth", type=_natural_int, metavar="N", help="module levels shown (default 3; json/csv: every level)"
+        "--depth", type=natural_int, metavar="N", help="module levels shown (default 3; json/csv: every level)"
     )
     g.add_argument(
         "--units",
@@ -249,8 +257,8 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
         help="auto: K/M/G/T by magnitude; exact: unrounded; or one fixed unit (1: none)",
     )
     digits = g.add_mutually_exclusive_group()
-    digits.add_argument("--decimals", type=_natural_int, metavar="N", help="decimals after scaling (table default 3)")
-    digits.add_argument("--sig-figs", type=_positive_int, metavar="N", help="significant figures (tree/md default 3)")
+    digits.add_argument("--decimals", type=natural_int, metavar="N", help="decimals after scaling (table default 3)")
+    digits.add_argument("--sig-figs", type=positive_int, metavar="N", help="significant figures (tree/md default 3)")
     g.add_argument("--no-param-shapes", action="store_true", help="table: leave out the parameter rows")
     g.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     g = p.add_argument_group("diagnostics")
@@ -271,23 +279,6 @@ def parse_shape(text: str) -> tuple[int, ...]:
     if not shape or any(d < 0 for d in shape):
         raise argparse.ArgumentTypeError(f"malformed shape {text!r}: expected positive sizes like 1,3,224,224")
     return shape
-
-
-def _positive_int(text: str) -> int:
-    value = _natural_int(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _natural_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return value
 
 
 def _hardware_arg(text: str) -> Any:

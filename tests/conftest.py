@@ -24,3 +24,14 @@ def pytest_addoption(parser):
         default=False,
         help="rewrite tests/golden/*.txt from the current output (same as OPCOUNT_UPDATE_GOLDEN=1)",
     )
+
+
+@pytest.fixture
+def nothing_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building a model fails the test: for mistakes the command must refuse before it builds."""
+    from opcount import cli
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("a model was built")
+
+    monkeypatch.setattr(cli, "load", refuse)

@@ -104,14 +104,6 @@ def test_profile_keeps_the_profilers_c_lines_off_stderr(runs) -> None:
 
 
 # ----- in process ------------------------------------------------------------------------------
-@pytest.fixture
-def nothing_built(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Building a model is a failure: these mistakes are refused before."""
-
-    def refuse(*args: object) -> None:
-        raise AssertionError("a model was built")
-
-    monkeypatch.setattr(cli, "load", refuse)
 
 
 @pytest.mark.parametrize(

@@ -10,14 +10,6 @@ from opcount import cli
 TINY = "tests.report_fixtures:tiny"
 
 
-@pytest.fixture
-def nothing_built(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: object) -> None:
-        raise AssertionError("a model was built")
-
-    monkeypatch.setattr(cli, "load", refuse)
-
-
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -8,14 +8,6 @@ import pytest
 from opcount import cli
 
 
-@pytest.fixture
-def nothing_built(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: object) -> None:
-        raise AssertionError("a model was built")
-
-    monkeypatch.setattr(cli, "load", refuse)
-
-
 @pytest.mark.parametrize(
     ("argv", "named"),
     [

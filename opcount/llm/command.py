@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import report
+from ..cli_args import hf_overrides, natural_int, positive_int
 from ..errors import OpcountError
 from ..units import seconds, si, size
 from .catalogue import ARCHITECTURES
@@ -27,14 +28,14 @@ LLM_FLAGS = ("phase", "kv_len", "batch", "gen_len", "weight_dtype", "act_dtype",
 DEFAULT_SEQ_LEN = 128
 
 
-def add_arguments(parser: argparse.ArgumentParser, positive_int: Callable[[str], int]) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The LLM flags, in their own help group."""
     g = parser.add_argument_group("LLM inference (llm:NAME, or a causal LM from hf:; built on the meta device)")
     g.add_argument("--phase", choices=PHASES, help="prefill (default: --seq-len prompt tokens) or decode")
-    g.add_argument("--kv-len", type=_natural, metavar="L", help="decode: tokens already in the KV cache (default 0)")
+    g.add_argument("--kv-len", type=natural_int, metavar="L", help="decode: tokens already in the KV cache (default 0)")
     g.add_argument("--batch", type=positive_int, metavar="B", help="sequences per batch (default 1)")
     g.add_argument(
-        "--gen-len", type=_natural, metavar="N", help="a whole generation: prefill, then N decode steps of one token"
+        "--gen-len", type=natural_int, metavar="N", help="a whole generation: prefill, then N decode steps of one token"
     )
     g.add_argument("--weight-dtype", metavar="DTYPE", help=f"{', '.join(WEIGHT_DTYPES)} (default bfloat16)")
     g.add_argument("--act-dtype", metavar="DTYPE", help=f"{', '.join(ACT_DTYPES)} (default bfloat16)")
@@ -46,16 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser, positive_int: Callable[[str],
         type=_sweep,
         help=f"one row per point ({', '.join(SWEEPABLE)}); repeat for a grid",
     )
-
-
-def _natural(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
 
 
 def _sweep(text: str) -> tuple[str, tuple[int, ...]]:
@@ -118,8 +109,6 @@ def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
     """The transformers config of ``llm:NAME`` or ``hf:ConfigClass`` / ``hf:ModelClass`` with the
     ``--hf-config KEY=VALUE`` items applied (each parsed with its field's type), and a label."""
     import transformers
-
-    from ..cli_args import hf_overrides
 
     if spec.startswith("llm:"):
         name = spec[4:].lower()
