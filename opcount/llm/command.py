@@ -108,7 +108,10 @@ def check(args: argparse.Namespace) -> Precision:
 def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
     """The transformers config of ``llm:NAME`` or ``hf:ConfigClass`` / ``hf:ModelClass`` with the
     ``--hf-config KEY=VALUE`` items applied (each parsed with its field's type), and a label."""
-    import transformers
+    try:
+        import transformers
+    except ImportError:
+        raise OpcountError(f"{spec}: LLM models need the transformers package (pip install 'opcount[hf]')") from None
 
     if spec.startswith("llm:"):
         name = spec[4:].lower()
