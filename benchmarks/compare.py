@@ -84,7 +84,7 @@ def build(name: str) -> tuple[nn.Module, tuple[Any, ...]]:
 
 def methods(model: nn.Module, inputs: tuple[Any, ...]) -> dict[str, Callable[[], object]]:
     import opcount
-    from opcount.trace import replay, shapes
+    from opcount.tracers import replay, shapes
 
     def meta_cold() -> int:  # what a first analysis in a fresh process pays
         shapes._RECIPES.clear()

@@ -45,7 +45,7 @@ import llama70b_meta  # noqa: E402
 
 import opcount  # noqa: E402
 from opcount import TensorShape  # noqa: E402
-from opcount.trace import dispatch, jit  # noqa: E402
+from opcount.tracers import dispatch, jit  # noqa: E402
 
 Patch = Callable[[], contextlib.AbstractContextManager[None]]
 
@@ -118,9 +118,9 @@ def _counter_init() -> contextlib.AbstractContextManager[None]:
 
 # piece -> (what it is, the patch it runs with, the patch it runs without, where it applies)
 PIECES: dict[str, tuple[str, Patch, Patch, str]] = {
-    "replay": ("leaf-module replay (trace/replay.py)", contextlib.nullcontext, _no_replay, "meta"),
+    "replay": ("leaf-module replay (tracers/replay.py)", contextlib.nullcontext, _no_replay, "meta"),
     "shapes": (
-        "shape-only tensors vs fake tensors (trace/shapes.py)",
+        "shape-only tensors vs fake tensors (tracers/shapes.py)",
         contextlib.nullcontext,
         _no_shape_tensors,
         "meta",

@@ -12,10 +12,8 @@ from .profile import ProfileError, ProfileReport, ProfileRow, profile
 from .report import flop_count_str, flop_count_table, parameter_count, parameter_count_table
 from .roofline import Layer, RooflineReport, mac_array_scale, nvdla_scale_ops, roofline, speed_of_light
 from .sparsity import SparseSupport, Sparsity, SparsityReport, prune, sparsity_roofline
-from .trace.meta import TensorShape
-
-# After every import above: the function, not the tracers' subpackage, is ``opcount.trace``.
-from .tracing import Trace, trace  # noqa: E402
+from .tracers.meta import TensorShape
+from .tracing import Trace, trace
 
 __all__ = [
     # analyses and their building blocks

@@ -50,7 +50,7 @@ from .llm.model import expected_routing
 from .presets import PRESETS
 from .progress import Progress
 from .provenance import export_meta
-from .trace.meta import TensorShape
+from .tracers.meta import TensorShape
 
 FORMATS = ("table", "tree", "json", "csv", "md", "repr")
 COLUMN_ALIASES = {

@@ -60,8 +60,8 @@ from .hardware import Hardware
 from .report import COMPACT, check_max_depth, format_number
 from .scopes import ModuleTree
 from .torch_internals import OpOverload, custom_op_definitions, op_qualified_name, pytree
-from .trace.patching import replaced
-from .trace.structure import normalize_inputs
+from .tracers.patching import replaced
+from .tracers.structure import normalize_inputs
 from .tracing import Trace
 from .units import seconds, time_unit
 

@@ -1,6 +1,6 @@
 """The public trace: one forward pass of a model, recorded once, analyzed any number of ways.
 
-``trace(model, inputs)`` runs one of the tracers (:mod:`opcount.trace`) and returns a
+``trace(model, inputs)`` runs one of the tracers (:mod:`opcount.tracers`) and returns a
 :class:`Trace`: the model's module tree, the frozen :class:`~opcount.ir.OpCall` records, the
 modules that ran, the model's output tensors and how it was traced. Every analysis
 (``FlopCountAnalysis(trace)``, ``ActivationCountAnalysis(trace)``, ``MemoryTrafficAnalysis(trace)``)
@@ -19,9 +19,9 @@ from torch import nn
 
 from .ir import OpCall, TensorSpec
 from .scopes import ModuleTree
-from .trace import Recording, trace_dispatch, trace_jit
-from .trace.dispatch import MODES
-from .trace.meta import device_of, has_shapes, materialize
+from .tracers import Recording, trace_dispatch, trace_jit
+from .tracers.dispatch import MODES
+from .tracers.meta import device_of, has_shapes, materialize
 
 TRACERS = ("jit", "dispatch")
 

@@ -14,7 +14,7 @@ from torch import nn
 
 from opcount import FlopCountAnalysis, TensorShape, TraceError, spec_handle
 from opcount.scopes import ModuleTree
-from opcount.trace import trace_dispatch, trace_jit
+from opcount.tracers import trace_dispatch, trace_jit
 
 from ._optional import torchvision
 from .models import CalledTwice, Nested, OwnerVsCaller, Recursive, Shared, ViaForward, WithHooks

@@ -1,4 +1,4 @@
-"""Leaf module calls replayed from their records (opcount/trace/replay.py): a replayed pass records
+"""Leaf module calls replayed from their records (opcount/tracers/replay.py): a replayed pass records
 exactly what running every module records (operators, shapes, scopes and value ids), and a call
 runs whenever its key or records cannot capture it. The reference is the same pass with replay
 switched off, and torch's real tensors where values matter."""
@@ -12,8 +12,8 @@ from torch import nn
 from opcount import FlopCountAnalysis, MemoryTrafficAnalysis
 from opcount.ir import ListSpec, OpCall, TensorSpec
 from opcount.scopes import ModuleTree
-from opcount.trace import replay, trace_dispatch
-from opcount.trace.shapes import ShapeRunner
+from opcount.tracers import replay, trace_dispatch
+from opcount.tracers.shapes import ShapeRunner
 
 from . import zoo
 from ._optional import torchvision

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from opcount import FlopCountAnalysis, TensorShape
-from opcount.trace import dispatch, shapes
-from opcount.trace.shapes import ShapeRunner, ShapeTensor, ShapeUnsupported
+from opcount.tracers import dispatch, shapes
+from opcount.tracers.shapes import ShapeRunner, ShapeTensor, ShapeUnsupported
 
 from ._optional import torchvision
 

@@ -18,7 +18,7 @@ from torch import nn
 from torch.autograd import Function
 
 from opcount import FlopCountAnalysis, TraceError
-from opcount.trace import patching
+from opcount.tracers import patching
 
 WAIT = 60.0  # seconds: a deadlock guard, never reached when the code is right
 EXPECTED = {"": 256, "pre": 128, "post": 128}

@@ -33,7 +33,7 @@ from ..hardware import hardware as lookup_hardware
 from ..ir import OpCall, TensorSpec
 from ..memory import MemoryTrafficAnalysis
 from ..roofline import RooflineReport, roofline
-from ..trace.meta import TensorShape
+from ..tracers.meta import TensorShape
 from .model import (
     KVGeometry,
     build_on_meta,
