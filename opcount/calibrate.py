@@ -135,8 +135,8 @@ def measure(device: torch.device, *, matmul: Matmul | None = None, copy: Copy | 
     peak: dict[str, dict[str, float]]
     try:
         if device.type == "cuda":
-            peak = {VECTOR: {"float32": _without_tf32(matmul, device)}, TENSOR: {}}
-            peak[TENSOR]["tf32"] = _with_tf32(matmul, device)
+            peak = {VECTOR: {"float32": _float32_with_tf32(matmul, device, False)}, TENSOR: {}}
+            peak[TENSOR]["tf32"] = _float32_with_tf32(matmul, device, True)
             peak[TENSOR]["float16"] = matmul(torch.float16, device)
             if torch.cuda.is_bf16_supported():
                 peak[TENSOR]["bfloat16"] = matmul(torch.bfloat16, device)
@@ -154,18 +154,10 @@ def measure(device: torch.device, *, matmul: Matmul | None = None, copy: Copy | 
     )
 
 
-def _without_tf32(matmul: Matmul, device: torch.device) -> float:
+def _float32_with_tf32(matmul: Matmul, device: torch.device, tf32: bool) -> float:
+    """float32 matrix products with TF32 tensor cores allowed or not, the caller's setting restored."""
     old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        return matmul(torch.float32, device)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
-
-
-def _with_tf32(matmul: Matmul, device: torch.device) -> float:
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     try:
         return matmul(torch.float32, device)
     finally:
