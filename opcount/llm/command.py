@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import tabulate
+
 from .. import report
 from ..cli_args import hf_overrides, natural_int, positive_int
 from ..errors import OpcountError
@@ -312,8 +314,4 @@ def _cell(key: str, value: Any) -> str:
 
 
 def _pipe(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    line = "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |"
-    rule = "|" + "|".join(":" + "-" * (w + 1) for w in widths) + "|"
-    body = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
-    return "\n".join([line, rule, *body])
+    return tabulate.tabulate(rows, headers=list(header), tablefmt="pipe", disable_numparse=True)
