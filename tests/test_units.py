@@ -13,7 +13,7 @@ from opcount import FlopCountAnalysis
 from opcount.hardware import Hardware
 from opcount.report import module_table
 from opcount.roofline import roofline
-from opcount.units import MICROSECONDS, seconds, si, size, time_unit
+from opcount.units import MICROSECONDS, seconds, si, size, time_unit, unprefixed
 
 # 100 GFLOP/s tensor, 10 GFLOP/s vector, 10 GB/s.
 TOY = Hardware("toy", {"tensor": {"float32": 100e9}, "vector": {"float32": 10e9}}, bandwidth=10e9)
@@ -105,3 +105,12 @@ def test_profile_text_uses_the_time_style() -> None:
     assert f"speed of light on toy (float32) {TOTAL}" in report.summary()
     measured = report.total.measured
     assert seconds(measured) in report.summary()
+
+
+@pytest.mark.parametrize(
+    ("x", "text"),
+    [(12.345, "12.3"), (1234.56, "1235"), (0.5, "0.5"), (0.0012345, "0.00123"), (0, "0"), (-2.0, "-2")],
+)
+def test_unprefixed_keeps_three_significant_figures_without_a_prefix(x: float, text: str) -> None:
+    # flops/byte cells: no K/M/G prefix, trailing zeros dropped.
+    assert unprefixed(x) == text

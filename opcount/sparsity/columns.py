@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..report import COLUMNS, Column, format_number, register_column
+from ..report.columns import COLUMNS, Column, register_column
 from ..rollup import grouped
-from ..units import seconds
+from ..units import format_number, seconds
 from .report import SparsityReport, speedup_ratio
 
 

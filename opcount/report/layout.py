@@ -1,0 +1,102 @@
+"""Which rows a report shows and in what order: the module tree plus parameter rows in fvcore's
+order, the rows left out for being zero, each row's cells as text, and the ``max_depth`` check
+every report makes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..scopes import ModuleTree
+from ..units import NumberFormat
+from .columns import Column, Sources, Values, uncalled_rows
+from .parameters import parameters_once
+
+__all__ = ["Layout", "build_layout", "check_max_depth", "format_cells", "keep_nonzero"]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Row names with their parents. Siblings come in fvcore's order: those holding parameters
+    first, in ``named_parameters()`` order, then the others in registration order."""
+
+    order: tuple[str, ...]
+    parent: Mapping[str, str | None]
+    children: Mapping[str, tuple[str, ...]]
+    shapes: Mapping[str, tuple[int, ...]]  # parameter rows
+
+    def depth(self, name: str) -> int:
+        depth = 0
+        while (name := self.parent[name]) is not None:  # type: ignore[assignment]
+            depth += 1
+        return depth
+
+
+def build_layout(tree: ModuleTree, with_params: bool) -> Layout:
+    """The rows over ``tree``: every module, and every parameter under its module when ``with_params``."""
+    order: dict[str, None] = {}
+    parent: dict[str, str | None] = {name: tree.parent(name) for name in tree.names}
+    shapes: dict[str, tuple[int, ...]] = {}
+    if with_params:
+        for name, module_name, p in parameters_once(tree):
+            order.update(dict.fromkeys(tree.owners(module_name)))
+            order[name] = None
+            parent[name] = module_name
+            shapes[name] = tuple(p.shape)
+    order.update(dict.fromkeys(tree.names))
+    children: dict[str, list[str]] = {}
+    for name in order:
+        if (up := parent[name]) is not None:
+            children.setdefault(up, []).append(name)
+    return Layout(tuple(order), parent, {k: tuple(v) for k, v in children.items()}, shapes)
+
+
+def keep_nonzero(layout: Layout, values: Mapping[str, Values]) -> set[str]:
+    """Rows with a nonzero value, or with a kept descendant; the root always stays."""
+    kept: set[str] = set()
+
+    def visit(name: str) -> bool:
+        child_kept = [visit(child) for child in layout.children.get(name, ())]
+        if name == "" or any(child_kept) or any(v.get(name) for v in values.values()):
+            kept.add(name)
+            return True
+        return False
+
+    visit("")
+    return kept
+
+
+def format_cells(
+    sources: Sources,
+    columns: Sequence[Column],
+    values: Mapping[str, Values],
+    rows: Iterable[str],
+    fmt: NumberFormat,
+    uncalled_text: str,
+) -> dict[str, dict[str, str]]:
+    """Row -> column key -> text, for the columns that have a value for the row.
+
+    A module never called gets ``uncalled_text`` when nothing is attributed to it: a container
+    (ModuleList) is never called, but its children's costs are its own and are shown.
+    """
+    uncalled = {c.key: uncalled_rows(sources, c) for c in columns}
+    cells: dict[str, dict[str, str]] = {}
+    for name in rows:
+        cells[name] = {}
+        for c in columns:
+            if name in values[c.key]:
+                value = values[c.key][name]
+                missing = name in uncalled[c.key] and not value
+                cells[name][c.key] = uncalled_text if missing else c.render(value, fmt)
+    return cells
+
+
+def check_max_depth(max_depth: Any, *, optional: bool = False) -> None:
+    """Reject a ``max_depth`` that is not an int >= 0 (or None, where ``optional``): a negative
+    depth would print a report with no module in it, a float or a string fail deep inside."""
+    if optional and max_depth is None:
+        return
+    if type(max_depth) is not int or max_depth < 0:  # bool is not a depth either
+        allowed = "an int >= 0 or None" if optional else "an int >= 0"
+        raise ValueError(f"max_depth must be {allowed} (module levels shown), got {max_depth!r}")

@@ -1,0 +1,218 @@
+"""Tables in fvcore's layout (module names indented by level, tabulate's pipe format): the
+per-module table with any columns, fvcore's ``flop_count_table`` and ``parameter_count_table``,
+and the module x operator table."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import tabulate
+from torch import nn
+
+from ..scopes import ModuleTree
+from ..units import FVCORE_TABLE, NumberFormat
+from .columns import Column, Sources, resolve_columns
+from .layout import Layout, build_layout, check_max_depth, format_cells, keep_nonzero
+from .parameters import parameter_counts
+
+__all__ = [
+    "flop_count_table",
+    "module_table",
+    "operator_rows",
+    "operator_table",
+    "parameter_count_table",
+]
+
+_PARAMETER_SCALES = (("G", 1e9), ("M", 1e6), ("K", 1e3))  # fvcore's parameter table stops at G
+
+
+def _pipe(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    return tabulate.tabulate(rows, headers=list(headers), tablefmt="pipe", preserve_whitespace=True)
+
+
+def _merge(a: Mapping[str, str], b: Mapping[str, str]) -> dict[str, str] | None:
+    """The cells of two rows shown as one, or None when they disagree (fvcore's rule)."""
+    if a.keys() != b.keys():
+        return None
+    merged = {}
+    for key, x in a.items():
+        y = b[key]
+        if x and y and x != y:
+            return None
+        merged[key] = x or y
+    return merged
+
+
+def _indented_rows(
+    layout: Layout,
+    cells: dict[str, dict[str, str]],
+    keys: Sequence[str],
+    max_depth: int,
+) -> list[list[str]]:
+    """fvcore's table body: one row per shown row name, indented by level; a row whose only
+    child agrees with it is merged into the child (``layer1`` + ``layer1.0`` -> ``layer1.0``)."""
+
+    def kids(name: str) -> list[str]:
+        return [c for c in layout.children.get(name, ()) if c in cells]
+
+    def fast_forward(name: str) -> str:
+        while len(only := kids(name)) == 1 and (merged := _merge(cells[name], cells[only[0]])) is not None:
+            cells[only[0]] = merged
+            name = only[0]
+        return name
+
+    rows: list[list[str]] = []
+
+    def add(label: str, name: str, level: int) -> None:
+        pad = " " * level
+        rows.append([pad + label] + [pad + cells[name][k] if k in cells[name] else "" for k in keys])
+
+    root = fast_forward("")
+    add(root or "model", root, 0)
+    strip = len(root) + 1 if root else 0  # a merged root's name prefixes every row: drop it
+
+    def fill(name: str, level: int) -> None:
+        if level > max_depth:
+            return
+        for child in kids(name):
+            child = fast_forward(child)
+            add(child[strip:], child, level)
+            fill(child, level + 1)
+
+    fill(root, 1)
+    return rows
+
+
+def module_table(
+    analysis: Any,
+    *,
+    columns: Sequence[str | Column] = ("params", "flops"),
+    max_depth: int = 3,
+    activations: Any = None,
+    memory: Any = None,
+    extra: Mapping[str, Any] | None = None,
+    number_format: NumberFormat = FVCORE_TABLE,
+    show_param_shapes: bool = True,
+) -> str:
+    """A per-module table in fvcore's layout with the chosen columns (keys of :data:`COLUMNS`).
+
+    Modules whose values are all zero are left out unless a descendant is shown; a module
+    the analysis never saw called gets blank analysis cells; with ``"params"`` the parameters
+    are rows too, showing their shapes (or are left out, ``show_param_shapes=False``).
+    """
+    check_max_depth(max_depth)
+    sources = Sources(analysis, activations, memory, extra or {})
+    chosen = resolve_columns(columns, sources)
+    values = {c.key: c.modules(sources) for c in chosen}
+    with_params = "params" in values
+    layout = build_layout(sources.tree, with_params)
+    kept = keep_nonzero(layout, values)
+    cells = format_cells(sources, chosen, values, [n for n in layout.order if n in kept], number_format, "")
+    for name, shape in layout.shapes.items():
+        if name in cells:
+            if show_param_shapes:
+                cells[name]["params"] = str(shape)
+            else:
+                del cells[name]
+    headers = [c.header + (" or shape" if c.key == "params" and show_param_shapes else "") for c in chosen]
+    rows = _indented_rows(layout, cells, [c.key for c in chosen], max_depth)
+    return _pipe(["module", *headers], rows)
+
+
+def flop_count_table(
+    flops: Any,
+    max_depth: int = 3,
+    activations: Any = None,
+    show_param_shapes: bool = True,
+) -> str:
+    """fvcore.nn.flop_count_table: parameters (or their shapes) and flops per module, and
+    activations when given, to ``max_depth`` levels; numbers as ``4.112G``."""
+    columns = ("params", "flops", "activations") if activations is not None else ("params", "flops")
+    return module_table(
+        flops,
+        columns=columns,
+        max_depth=max_depth,
+        activations=activations,
+        show_param_shapes=show_param_shapes,
+    )
+
+
+def parameter_count_table(model: nn.Module, max_depth: int = 3) -> str:
+    """fvcore.nn.parameter_count_table: parameters per module (``1.2M``) and parameter shapes."""
+    check_max_depth(max_depth)
+    tree = ModuleTree(model)
+    counts = parameter_counts(tree)
+    layout = build_layout(tree, with_params=True)
+
+    def size(x: int) -> str:
+        for prefix, scale in _PARAMETER_SCALES:  # one decimal, as fvcore's parameter table
+            if x > scale / 10:
+                return f"{x / scale:.1f}{prefix}"
+        return str(x)
+
+    rows = [["model", size(counts[""])]]
+
+    def fill(name: str, level: int) -> None:
+        if level >= max_depth:
+            return
+        pad = " " * (level + 1)
+        for child in layout.children.get(name, ()):
+            if child not in counts:
+                continue
+            if child in layout.shapes:
+                rows.append([pad + child, pad + str(layout.shapes[child])])
+            else:
+                rows.append([pad + child, pad + size(counts[child])])
+                fill(child, level + 1)
+
+    fill("", 0)
+    return _pipe(["name", "#elements or shape"], rows)
+
+
+def operator_rows(
+    sources: Sources,
+    columns: Sequence[Column],
+    max_depth: int | None,
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """(module, operator, {column key: value}) in module order, heaviest operator first."""
+    for c in columns:
+        if c.operators is None:
+            raise ValueError(f"column {c.key!r} has no per-operator breakdown")
+    tables = {c.key: c.operators(sources) for c in columns if c.operators is not None}
+    layout = build_layout(sources.tree, with_params=False)
+    rows: list[tuple[str, str, dict[str, Any]]] = []
+    for name in sources.tree.names:
+        if max_depth is not None and layout.depth(name) > max_depth:
+            continue
+        ops: dict[str, None] = {}
+        for table in tables.values():
+            ops.update(dict.fromkeys(table.get(name, {})))
+        found = [(op, {k: t.get(name, {}).get(op) for k, t in tables.items()}) for op in ops]
+        found = [(op, v) for op, v in found if any(x for x in v.values())]
+        first = columns[0].key if columns else None
+        found.sort(key=lambda item: (-(item[1].get(first) or 0) if first else 0, item[0]))
+        rows.extend((name, op, v) for op, v in found)
+    return rows
+
+
+def operator_table(
+    analysis: Any,
+    *,
+    columns: Sequence[str | Column] = ("flops", "percent"),
+    max_depth: int | None = None,
+    activations: Any = None,
+    memory: Any = None,
+    extra: Mapping[str, Any] | None = None,
+    number_format: NumberFormat = FVCORE_TABLE,
+) -> str:
+    """The long table: one row per module and operator (modules to ``max_depth`` levels,
+    operators with a nonzero value, heaviest first)."""
+    check_max_depth(max_depth, optional=True)
+    sources = Sources(analysis, activations, memory, extra or {})
+    chosen = resolve_columns(columns, sources)
+    rows = [
+        [name or "model", op, *(c.render(v[c.key], number_format) for c in chosen)]
+        for name, op, v in operator_rows(sources, chosen, max_depth)
+    ]
+    return _pipe(["module", "operator", *(c.header for c in chosen)], rows)
