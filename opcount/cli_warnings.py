@@ -1,5 +1,6 @@
-"""The ``opcount`` command's unsupported-operator warnings, one per operator, naming the shown
-columns that do not count it.
+"""The warnings the ``opcount`` commands print: opcount's log records held back while the
+progress line is drawn (:func:`captured_warnings`), and the unsupported-operator warnings, one
+per operator, naming the shown columns that do not count it (:func:`unsupported_warnings`).
 
 Each analysis knows which operators it has no formula for, and they differ: fvcore's activation
 convention counts the outputs of convolutions and matrix products only, so its analysis reports
@@ -9,11 +10,45 @@ column the report shows, and says which one.
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from . import report
+
+
+class Collect(logging.Handler):
+    """Holds opcount's warnings until the progress line is gone, then they print as one block."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextmanager
+def captured_warnings(debug: bool) -> Iterator[Collect]:
+    """opcount's logged warnings, collected in the handler yielded for the caller to print once
+    the progress line is closed; torch's deprecation notices silenced unless ``debug``."""
+    logger = logging.getLogger("opcount")
+    handler = Collect()
+    logger.addHandler(handler)
+    old_propagate = logger.propagate
+    logger.propagate = False
+    try:
+        with warnings.catch_warnings():
+            if not debug:  # torch.jit's deprecation notices are about our tracer, not the user's model
+                warnings.simplefilter("ignore", FutureWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)
+            yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = old_propagate
 
 
 def unsupported_warnings(analyses: Mapping[str, Any], columns: Sequence[str]) -> list[str]:

@@ -17,7 +17,11 @@ from typing import Any, TextIO
 import tabulate
 import torch
 
-from . import cli, report
+from . import cli_models, report
+from .cli_analyze import analyze, local_hardware
+from .cli_args import UsageError
+from .cli_render import number_format
+from .cli_warnings import captured_warnings
 from .errors import OpcountError, first_line
 from .progress import Progress
 from .provenance import csv_header, export_meta
@@ -50,12 +54,12 @@ def compare(args: argparse.Namespace, stderr: TextIO) -> str:
     spinner = Progress(stderr, enabled=False if args.debug else None)
     measured: list[Measured] = []
     notes: list[str] = []
-    with cli._captured_warnings(args.debug) as caught:
+    with captured_warnings(args.debug) as caught:
         try:
             if isinstance(args.hardware, str):  # --hardware local, measured once for every model
-                args.hardware = cli._local_hardware(args, spinner)
+                args.hardware = local_hardware(args, spinner)
             elif getattr(args, "recalibrate", False):
-                raise cli.UsageError("--recalibrate applies to --hardware local")
+                raise UsageError("--recalibrate applies to --hardware local")
             for spec in args.models:
                 start = len(caught.messages)
                 measured.append(_measure(spec, args, spinner))
@@ -68,13 +72,13 @@ def compare(args: argparse.Namespace, stderr: TextIO) -> str:
     if args.by_operator:
         columns = [c for c in columns if c.operators is not None]
         if not columns:
-            raise cli.UsageError("--by-operator: the columns chosen have no per-operator breakdown")
+            raise UsageError("--by-operator: the columns chosen have no per-operator breakdown")
     return _render(measured, columns, args)
 
 
 def _check(args: argparse.Namespace) -> None:
     if args.format not in (*TEXT_FORMATS, "json", "csv"):
-        raise cli.UsageError(f"opcount compare prints table, md, json or csv, not {args.format}")
+        raise UsageError(f"opcount compare prints table, md, json or csv, not {args.format}")
     refused = {
         "--depth": args.depth is not None,
         "--no-param-shapes": args.no_param_shapes,
@@ -83,21 +87,21 @@ def _check(args: argparse.Namespace) -> None:
     }
     if any(refused.values()):
         flags = ", ".join(flag for flag, given in refused.items() if given)
-        raise cli.UsageError(f"opcount compare reports each model's totals: {flags} apply to one model's report")
+        raise UsageError(f"opcount compare reports each model's totals: {flags} apply to one model's report")
     if args.format in ("json", "csv") and (args.units or args.decimals is not None or args.sig_figs is not None):
-        raise cli.UsageError("--units, --decimals and --sig-figs apply to text formats; json and csv are exact")
+        raise UsageError("--units, --decimals and --sig-figs apply to text formats; json and csv are exact")
     from .llm.command import LLM_FLAGS
 
     llm = [spec for spec in args.models if spec.startswith("llm:")]
     llm_flags = [f"--{f.replace('_', '-')}" for f in LLM_FLAGS if getattr(args, f, None) is not None]
     if llm or llm_flags:
-        raise cli.UsageError(
+        raise UsageError(
             f"opcount compare analyzes whole models, not LLM phases ({', '.join(llm + llm_flags)}): "
             "compare points with opcount llm:NAME --sweep KEY=V1,V2"
         )
     twice = sorted({spec for spec in args.models if args.models.count(spec) > 1})
     if twice:
-        raise cli.UsageError(f"model {', '.join(twice)} named twice")
+        raise UsageError(f"model {', '.join(twice)} named twice")
 
 
 def _measure(spec: str, args: argparse.Namespace, spinner: Any) -> Measured:
@@ -106,11 +110,11 @@ def _measure(spec: str, args: argparse.Namespace, spinner: Any) -> Measured:
     torch.manual_seed(0)  # each model sees the inputs and weights it would see alone
     try:
         spinner.update(f"building {spec}")
-        loaded = cli.load(spec, one)
+        loaded = cli_models.load(spec, one)
         with torch.no_grad():
-            found = cli.analyze(loaded, one, spinner)
+            found = analyze(loaded, one, spinner)
     except (OpcountError, ValueError, OSError) as e:
-        raise cli.UsageError(f"{spec}: {first_line(e, type(e).__name__)}") from e
+        raise UsageError(f"{spec}: {first_line(e, type(e).__name__)}") from e
     extra: dict[str, Any] = {role: found[role] for role in ("roofline", "sparsity") if role in found}
     sources = report.Sources(found["flops"], found.get("activations"), found.get("memory"), extra)
     return Measured(spec, sources, export_meta(found["flops"], model=spec, roofline=extra.get("roofline")))
@@ -132,7 +136,7 @@ def _render(measured: list[Measured], columns: list[report.Column], args: argpar
         return json.dumps(_to_dict(measured, columns, args.by_operator), indent=2)
     if args.format == "csv":
         return _to_csv(measured, columns, args.by_operator).rstrip("\n")
-    fmt = cli._number_format(args, significant=args.format == "md")
+    fmt = number_format(args, significant=args.format == "md")
     headers, rows = _operator_rows(measured, columns, fmt) if args.by_operator else _model_rows(measured, columns, fmt)
     # md right-aligns numbers as to_markdown does; the table keeps fvcore's left-aligned cells
     aligns = ["left", *(["right"] * (len(headers) - 1))] if args.format == "md" else None

@@ -42,6 +42,13 @@ def failure_site(model: nn.Module, tree: ModuleTree, e: BaseException) -> str:
     return f"the model ({type(model).__name__})"
 
 
+def one_line(e: BaseException) -> str:
+    """An exception as one line, its type first: ``ValueError: bad size``."""
+    text = str(e).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
 def first_line(e: BaseException, default: str = "") -> str:
     """The first line of an exception's message, or ``default`` when it has none."""
     text = str(e).strip()

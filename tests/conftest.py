@@ -29,9 +29,10 @@ def pytest_addoption(parser):
 @pytest.fixture
 def nothing_built(monkeypatch: pytest.MonkeyPatch) -> None:
     """Building a model fails the test: for mistakes the command must refuse before it builds."""
-    from opcount import cli
+    from opcount import cli_models
 
     def refuse(*args: object) -> None:
         raise AssertionError("a model was built")
 
-    monkeypatch.setattr(cli, "load", refuse)
+    # opcount MODEL and opcount compare both look the loader up there
+    monkeypatch.setattr(cli_models, "load", refuse)

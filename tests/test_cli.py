@@ -18,7 +18,8 @@ import torch
 
 from opcount import FlopCountAnalysis
 from opcount import report as R
-from opcount.cli import main, parse_shape
+from opcount.cli import main
+from opcount.cli_parser import parse_shape
 
 from ._optional import HAS_TORCHVISION
 from .report_fixtures import tiny

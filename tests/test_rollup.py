@@ -139,7 +139,7 @@ _PARSERS = {"split", "rsplit", "partition", "rpartition", "count"}
 # Dotted strings that are not module scopes: (file, function) -> what the string is.
 ALLOWED = {
     ("torch_internals.py", "_resolve"): "a dotted path of a torch attribute",
-    ("cli.py", "_factory"): "a dotted attribute path of a model factory (module.attr)",
+    ("cli_models.py", "_factory"): "a dotted attribute path of a model factory (module.attr)",
     ("handles/registry.py", "decorate"): "a Python module's name (the handle family)",
     ("analysis.py", "family"): "an operator kind, prim::PythonOp.MyFn",
     ("plot.py", "_short"): "a chart label shortened for display",
