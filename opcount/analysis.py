@@ -8,7 +8,6 @@ Changing handles re-aggregates without tracing again.
 from __future__ import annotations
 
 import copy as _copy
-import functools
 import logging
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -19,11 +18,11 @@ import torch
 from torch import nn
 
 from ._runtime import gc_paused
-from .counts import Cost, cost_flops, describe, handle_result
-from .errors import HandleError
 from .handles import ACTIVATIONS, FVCORE_IGNORED, Handle
 from .handles.attention import sdpa_handle
+from .invoke import apply_handle, invoke_handle
 from .ir import OpCall
+from .op_keys import family, fvcore_kind, fvcore_op_key, op_key
 from .presets import flop_preset, macs_only
 from .rollup import MODES as ANCESTOR_MODES
 from .rollup import roll_up
@@ -50,38 +49,6 @@ class Statistics:
     counts: dict[str, Counter[str]]
     unsupported_ops: dict[str, Counter[str]]
     uncalled_mods: set[str]
-
-
-@functools.lru_cache(maxsize=4096)
-def op_key(kind: str) -> str:
-    """Result key of an operator kind: namespace dropped, custom Functions by class name."""
-    if kind.startswith("prim::PythonOp."):
-        return kind[len("prim::PythonOp.") :]
-    return kind.split("::", 1)[-1]
-
-
-# The jit tracer names a custom autograd Function ``prim::PythonOp.MyFn`` and a scripted function
-# call ``prim::CallFunction.<qualified name>``; each kind also answers to its family's name.
-_FAMILIES = ("prim::PythonOp", "prim::CallFunction")
-
-
-def family(kind: str) -> str:
-    """The family of a custom Function or scripted-function kind (``prim::PythonOp``,
-    ``prim::CallFunction``), else ``""``."""
-    head = kind.split(".", 1)[0]
-    return head if head in _FAMILIES and head != kind else ""
-
-
-def fvcore_kind(kind: str) -> str:
-    """fvcore's name for an operator kind: a scripted function call is plain ``prim::CallFunction``
-    (fvcore keeps ``prim::PythonOp.MyFn``)."""
-    return "prim::CallFunction" if family(kind) == "prim::CallFunction" else kind
-
-
-@functools.lru_cache(maxsize=4096)
-def fvcore_op_key(kind: str) -> str:
-    """fvcore's result key: its kind without the namespace (``PythonOp.MyFn``, ``CallFunction``)."""
-    return fvcore_kind(kind).split("::", 1)[-1]
 
 
 class JitModelAnalysis:
@@ -401,38 +368,11 @@ class JitModelAnalysis:
         return not name or (name in self._ignored and name not in self._handles)
 
     def _invoke(self, handle: AnyHandle, call: OpCall) -> tuple[Any, int, str]:
-        """Run a handle on one call: (its raw result, the mac scale, the operator key).
-        Failures are re-raised naming the operator, the module and the input shapes."""
-        try:
-            if type(handle) is Handle or isinstance(handle, Handle):
-                value = handle.fn(call.inputs, call.outputs)
-                scale = self._flops_per_mac if handle.macs else 1
-                name = handle.name or self._op_key(call.kind)
-            else:
-                node: Any = self._traced().node_of(call)
-                if node is None:
-                    raise TypeError(
-                        "this handle takes torch._C.Value lists (fvcore style), which only the jit tracer "
-                        "has; wrap a function of specs with opcount.spec_handle"
-                    )
-                value = handle(list(node.inputs()), list(node.outputs()))
-                scale, name = 1, self._op_key(call.kind)
-            if call.within:  # inside a custom autograd Function: "MyFn::mm" (MXNet's custom operators)
-                name = "::".join((*call.within, name))
-        except Exception as e:
-            raise HandleError(
-                f"the handle for {call.kind} failed in module '{call.scope[-1]}' "
-                f"on inputs {describe(call.inputs)}: {type(e).__name__}: {e}"
-            ) from e
-        return value, scale, name
+        """Run a handle on one call: (its raw result, the mac scale, the operator key)."""
+        return invoke_handle(handle, call, self._flops_per_mac, self._op_key, self._traced)
 
     def _apply(self, handle: AnyHandle, call: OpCall) -> Mapping[str, Any]:
-        value, scale, name = self._invoke(handle, call)
-        if type(value) is int and value >= 0:  # the common case, checked without the cost of ABC isinstance
-            return {name: value * scale}
-        if type(value) is Cost:  # multiply-adds and plain flops apart: only the former are scaled
-            value, scale = cost_flops(value, call, self._flops_per_mac), 1
-        return handle_result(value, name, call, scale)
+        return apply_handle(handle, call, self._flops_per_mac, self._op_key, self._traced)
 
     def _op_key(self, kind: str) -> str:
         return fvcore_op_key(kind) if self._fvcore_names else op_key(kind)

@@ -141,7 +141,7 @@ ALLOWED = {
     ("torch_internals.py", "_resolve"): "a dotted path of a torch attribute",
     ("cli_models.py", "_factory"): "a dotted attribute path of a model factory (module.attr)",
     ("handles/registry.py", "decorate"): "a Python module's name (the handle family)",
-    ("analysis.py", "family"): "an operator kind, prim::PythonOp.MyFn",
+    ("op_keys.py", "family"): "an operator kind, prim::PythonOp.MyFn",
     ("plot.py", "_short"): "a chart label shortened for display",
     ("sparsity/roofline.py", "sparsity_roofline"): "a parameter name (module.param)",
     ("sparsity/pruning.py", "hit"): "a parameter name (module.param)",

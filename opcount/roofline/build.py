@@ -1,0 +1,295 @@
+"""The roofline of a model: its trace turned into layers (AMAIX's tasks), then timed.
+
+:func:`roofline` takes the flops of each operator call from a
+:class:`~opcount.analysis.FlopCountAnalysis` and its bytes from a
+:class:`~opcount.memory.MemoryTrafficAnalysis` (one trace serves both), prices the bytes in the
+dtype the model would run in, maps each call to a compute unit, applies AMAIX's scaling factors
+and layer fusion (:func:`fuse_modules`: an intermediate kept on chip has data scale 0), and hands
+the layers to :func:`~opcount.roofline.model.speed_of_light`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from torch import nn
+
+from ..analysis import FlopCountAnalysis, op_key
+from ..handles.memory import Access, Traffic, flat_tensors
+from ..hardware import TENSOR, VECTOR, Hardware
+from ..hardware import hardware as lookup_hardware
+from ..ir import DTYPE_BYTES, OpCall, TensorSpec
+from ..memory import MemoryTrafficAnalysis, alias_roots
+from ..tracing import Trace
+from .model import FLOPS_PER_MAC, Groups, Scale, speed_of_light
+from .report import Layer, RooflineReport
+
+_FLOATING = frozenset(d for d in DTYPE_BYTES if d.startswith(("float", "bfloat", "complex")))
+
+
+Source = nn.Module | Trace | FlopCountAnalysis | MemoryTrafficAnalysis
+
+
+def roofline(
+    model: Source,
+    inputs: Any = None,
+    hardware: Hardware | str | None = None,
+    dtype: str | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    allow_tf32: bool = False,
+    unit: Callable[[OpCall], str | None] | None = None,
+    scale_ops: Scale = None,
+    scale_ifmap: Scale = None,
+    scale_weight: Scale = None,
+    scale_ofmap: Scale = None,
+    pipeline: Groups | None = None,
+    fuse: bool | Groups = False,
+    resident_params: bool = False,
+    itemsize: Callable[[TensorSpec], float | None] | None = None,
+    **trace_options: Any,
+) -> RooflineReport:
+    """Speed-of-light time of ``model(*inputs, **kwargs)`` on ``hardware`` (a preset name, a
+    TOML/JSON file or a :class:`~opcount.hardware.Hardware`). See :mod:`opcount.roofline`'s docstring
+    for the conventions and options. ``trace_options`` (``tracer``, ``mode``, ``device``, ``loss_fn``)
+    say how a module is traced, as for :func:`opcount.trace`.
+    ``model`` may instead be a :class:`~opcount.Trace` (analyzed without a forward pass), a
+    :class:`FlopCountAnalysis` (its trace, and its handles price the compute), or a ready
+    :class:`MemoryTrafficAnalysis` (its trace, handles and ``fuse`` / ``resident_params``
+    settings are used); ``inputs``, ``kwargs`` and trace options are then not taken.
+    ``dtype``: what the model would run in (default: the dtype it was traced in).
+    ``itemsize``: bytes per element of a tensor as stored, where its role decides it (quantized
+    weights, a KV cache in another dtype: see :mod:`opcount.llm.precision`); None keeps ``dtype``'s.
+    """
+    if hardware is None:
+        raise TypeError("roofline() needs hardware: a preset name such as 'h100-sxm', a file or a Hardware")
+    hw = lookup_hardware(hardware)
+    memory, pricing = _sources(model, inputs, kwargs, trace_options, resident_params=resident_params, fuse=fuse)
+    per_call = memory.traffic_per_call()
+    calls = [c for c, _ in per_call]
+    traffic = [t for _, t in per_call]
+    traced = _traced_dtype(calls)
+    dtype = dtype or traced
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(sorted(DTYPE_BYTES))}")
+    if fuse is not True and fuse:
+        traffic = fuse_modules(calls, traffic, _resolve_groups(memory, fuse, "fuse"), memory.trace().outputs)
+    groups = _resolve_groups(memory, pipeline, "pipeline") if pipeline else []
+
+    tree = memory.module_tree
+    layers: list[Layer] = []
+    unsupported: Counter[str] = Counter()
+    for i, (call, t, (_, value)) in enumerate(zip(calls, traffic, pricing.per_call_at(FLOPS_PER_MAC))):
+        handle = pricing.handle_of(call.kind)
+        macs = bool(getattr(handle, "macs", False))
+        op = getattr(handle, "name", None) or op_key(call.kind)
+        flops = float(sum(value.values())) if value else 0.0
+        if t is None or value is None:
+            unsupported[call.kind] += 1
+        t = t or Traffic()
+        if flops == 0 and not t.read and not t.write:
+            continue
+        flops *= _scale_of(scale_ops, call, op, "scale_ops")
+        ifmap, weight, ofmap = _split(t, dtype, traced, itemsize)
+        ifmap *= _scale_of(scale_ifmap, call, op, "scale_ifmap")
+        weight *= _scale_of(scale_weight, call, op, "scale_weight")
+        ofmap *= _scale_of(scale_ofmap, call, op, "scale_ofmap")
+        chosen = unit(call) if unit is not None else None
+        u, precision = _assign(hw, macs, dtype, allow_tf32, chosen, call)
+        owners = tree.owners(call.scope[-1])
+        layers.append(Layer(f"{owners[-1]}#{i}", flops, ifmap, weight, ofmap, u, precision, op, owners, call))
+    report = speed_of_light(layers, hw, pipeline=groups, dtype=dtype)
+    report.unsupported = unsupported
+    report.uncalled = frozenset(memory.uncalled_modules())
+    report.fused = fuse if isinstance(fuse, bool) else tuple(tuple(g) for g in fuse)
+    return report
+
+
+def _sources(
+    model: Source,
+    inputs: Any,
+    kwargs: Mapping[str, Any] | None,
+    trace_options: Mapping[str, Any],
+    *,
+    resident_params: bool,
+    fuse: bool | Groups,
+) -> tuple[MemoryTrafficAnalysis, FlopCountAnalysis]:
+    """The bytes and the flops of one trace: what ``model`` has, the rest made from its trace."""
+    if isinstance(model, nn.Module):
+        memory = MemoryTrafficAnalysis(
+            model, inputs, kwargs, resident_params=resident_params, fuse=fuse is True, **trace_options
+        )
+        return memory, FlopCountAnalysis(memory.trace())
+    if not isinstance(model, (Trace, FlopCountAnalysis, MemoryTrafficAnalysis)):
+        raise TypeError(
+            "model must be an nn.Module, an opcount.Trace, a FlopCountAnalysis or a MemoryTrafficAnalysis, "
+            f"got {type(model).__name__}"
+        )
+    given = [name for name, v in (("inputs", inputs), ("kwargs", kwargs)) if v is not None] + sorted(trace_options)
+    if given:
+        raise TypeError(f"roofline() of a {type(model).__name__} takes no {', '.join(given)}: it is traced already")
+    if isinstance(model, MemoryTrafficAnalysis):
+        if fuse is True or resident_params:
+            raise ValueError("give fuse=True / resident_params to the MemoryTrafficAnalysis, not to roofline()")
+        return model, FlopCountAnalysis(model.trace())
+    traced = model if isinstance(model, Trace) else model.trace()
+    memory = MemoryTrafficAnalysis(traced, resident_params=resident_params, fuse=fuse is True)
+    return memory, model if isinstance(model, FlopCountAnalysis) else FlopCountAnalysis(traced)
+
+
+def _scale_of(scale: Scale, call: OpCall, op: str, what: str) -> float:
+    if scale is None:
+        return 1.0
+    if isinstance(scale, Mapping):
+        scale = scale.get(call.kind, scale.get(op, scale.get("*", 1.0)))
+    value = scale(call) if callable(scale) else scale
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{what} for {call.kind} in '{call.scope[-1]}' must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def _traced_dtype(calls: Sequence[OpCall]) -> str:
+    """The dtype of the first floating-point parameter the model uses (else of any float tensor)."""
+    fallback = None
+    for call in calls:
+        for t in flat_tensors(call.inputs):
+            if t.dtype in _FLOATING:
+                if t.param is not None:
+                    return t.dtype
+                fallback = fallback or t.dtype
+    return fallback or "float32"
+
+
+def _split(
+    t: Traffic, dtype: str, traced: str, itemsize: Callable[[TensorSpec], float | None] | None = None
+) -> tuple[float, float, float]:
+    """(ifmap, weight, ofmap) bytes in ``dtype``: parameter reads are weights, other reads ifmap."""
+    ifmap = weight = 0.0
+    for a in t.read:
+        nbytes = _in_dtype(a, dtype, traced, itemsize)
+        if a.tensor is None or a.tensor.param is not None:
+            weight += nbytes
+        else:
+            ifmap += nbytes
+    return ifmap, weight, sum(_in_dtype(a, dtype, traced, itemsize) for a in t.write)
+
+
+def _in_dtype(
+    a: Access, dtype: str, traced: str, itemsize: Callable[[TensorSpec], float | None] | None = None
+) -> float:
+    """Bytes of one access once floating-point data is stored in ``dtype`` (or as ``itemsize``
+    prices its tensor); an access of no known tensor (a handle's plain byte count) is taken to be
+    in the traced dtype."""
+    if itemsize is not None and a.tensor is not None:
+        size = itemsize(a.tensor)
+        if size is not None:
+            return a.nbytes * size / DTYPE_BYTES[a.tensor.dtype]
+    source = a.tensor.dtype if a.tensor is not None else traced
+    if source not in _FLOATING:
+        return a.nbytes
+    return a.nbytes * DTYPE_BYTES[dtype] / DTYPE_BYTES[source]
+
+
+def _assign(
+    hw: Hardware, macs: bool, dtype: str, allow_tf32: bool, chosen: str | None, call: OpCall
+) -> tuple[str, str]:
+    if chosen is not None:
+        if chosen not in hw.peak:
+            raise ValueError(f"unit() chose {chosen!r} for {call.kind}; {hw.name} has units {', '.join(hw.units)}")
+        candidates = [(chosen, dtype), (chosen, "float32")]
+    else:
+        candidates = []
+        if macs:
+            candidates.append((TENSOR, dtype))
+            if dtype == "float32" and allow_tf32:
+                candidates.append((TENSOR, "tf32"))
+        candidates += [(VECTOR, dtype), (VECTOR, "float32")]
+    candidates = list(dict.fromkeys(candidates))
+    for u, precision in candidates:
+        if hw.peak_of(u, precision) is not None:
+            return u, precision
+    raise ValueError(
+        f"{hw.name} has no unit for {call.kind} in {dtype} (tried {', '.join(f'{u}/{p}' for u, p in candidates)}; "
+        f"it has {', '.join(f'{u}: {sorted(t)}' for u, t in hw.peak.items())}); pass another dtype="
+    )
+
+
+def _resolve_groups(analysis: MemoryTrafficAnalysis, groups: Groups | bool, what: str) -> list[tuple[str, ...]]:
+    if isinstance(groups, (str, bool)) or not all(isinstance(g, Sequence) and not isinstance(g, str) for g in groups):
+        raise TypeError(f"{what} takes groups of module names, e.g. [['conv1', 'bn1', 'relu']]")
+    resolved = []
+    for group in groups:
+        try:
+            resolved.append(tuple(analysis.canonical_module_name(name) for name in group))
+        except KeyError as e:
+            raise ValueError(f"{what}: {e.args[0]}") from None
+    return resolved
+
+
+def fuse_modules(
+    calls: Sequence[OpCall],
+    traffic: Sequence[Traffic | None],
+    groups: Sequence[Sequence[str]],
+    outputs: Sequence[TensorSpec] = (),
+) -> list[Traffic | None]:
+    """Layer fusion by module groups (AMAIX: an intermediate kept on chip has data scale 0).
+
+    A call belongs to a group when one of the group's modules was running when it ran.
+    Within a group, reads of a tensor the group produced are dropped; its write is dropped too
+    when every reader is in the group and the model does not return it (``outputs``: the
+    trace's output tensors, read after the model returns; a tensor nobody reads stays too).
+    Views are followed; an unsupported call reads all its inputs.
+    """
+    group_of: dict[int, int] = {}
+    for g, names in enumerate(groups):
+        for i, call in enumerate(calls):
+            # call.scope is the stack of modules running when the call ran, root first
+            if any(name in call.scope for name in names) and group_of.setdefault(i, g) != g:
+                raise ValueError(f"fuse: a call in '{call.scope[-1]}' belongs to groups {group_of[i]} and {g}")
+    roots = alias_roots(calls, traffic)
+
+    def root(spec: TensorSpec | None) -> int | None:
+        if spec is None or spec.id is None:
+            return None
+        return roots.get(spec.id, spec).id
+
+    producer: dict[int, int] = {}
+    readers: dict[int, set[int]] = {}
+    for i, (call, t) in enumerate(zip(calls, traffic)):
+        if t is not None and t.alias:
+            continue
+        reads = flat_tensors(call.inputs) if t is None else (a.tensor for a in t.read)
+        for spec in reads:
+            r = root(spec)
+            if r is not None:
+                readers.setdefault(r, set()).add(i)
+        for a in t.write if t is not None else ():
+            r = root(a.tensor)
+            if r is not None and a.tensor is not None and a.tensor.param is None:
+                producer.setdefault(r, i)
+
+    def local(a: Access, group: int) -> bool:
+        r = root(a.tensor)
+        return r is not None and r in producer and group_of.get(producer[r]) == group
+
+    returned = {root(spec) for spec in outputs}
+
+    def hidden(a: Access, group: int) -> bool:
+        r = root(a.tensor)
+        users = readers.get(r, set()) if r is not None else set()
+        kept = r in returned
+        return not kept and local(a, group) and bool(users) and all(group_of.get(u) == group for u in users)
+
+    out: list[Traffic | None] = []
+    for i, t in enumerate(traffic):
+        group = group_of.get(i)
+        if t is None or group is None:
+            out.append(t)
+            continue
+        read = tuple(a for a in t.read if not local(a, group))
+        write = tuple(a for a in t.write if not hidden(a, group))
+        out.append(Traffic(read, write, t.alias, t.fusable))
+    return out

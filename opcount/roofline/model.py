@@ -1,0 +1,139 @@
+"""The AMAIX paper's speed-of-light model: each layer's time on given hardware, pipelining, scaling.
+
+A layer takes ``max(flops / peak(unit, precision), bytes / bandwidth)``; a pipeline group of
+layers takes its slowest member's time (AMAIX: t(pipe) = max of members, fill and drain
+ignored). AMAIX's scaling factors (``scale_ops``, ``scale_ifmap``, ``scale_weight``,
+``scale_ofmap``) multiply a layer's flops and bytes; :func:`nvdla_scale_ops` is its utilization
+factor of a Tc x Tk MAC array, ceil(c/Tc) ceil(k/Tk) Tc Tk / (c k).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+from ..hardware import Hardware
+from ..hardware import hardware as lookup_hardware
+from ..ir import OpCall, TensorSpec
+from .report import Layer, LayerTime, RooflineReport
+
+FLOPS_PER_MAC = 2
+
+ScaleFn = Callable[[OpCall], float]
+Scale = float | ScaleFn | Mapping[str, float | ScaleFn] | None
+Groups = Sequence[Sequence[str]]
+
+
+def speed_of_light(
+    layers: Sequence[Layer], hw: Hardware | str, *, pipeline: Groups | None = None, dtype: str = ""
+) -> RooflineReport:
+    """The roofline of given layers on ``hw``: each layer's time, pipelining applied.
+
+    Pipeline members are matched against each layer's ``owners`` (and ``name``); every group
+    must match layers, and a layer may belong to one group only.
+    """
+    hw = lookup_hardware(hw)
+    own = []
+    for layer in layers:
+        peak = hw.peak_of(layer.unit, layer.precision)
+        if peak is None:
+            raise ValueError(
+                f"layer {layer.name!r}: {hw.name} has no {layer.unit} peak for {layer.precision} "
+                f"(it has {', '.join(f'{u}: {sorted(t)}' for u, t in hw.peak.items())})"
+            )
+        compute = layer.flops / peak
+        memory = layer.bytes / hw.bandwidth
+        own.append(LayerTime(layer, peak, compute, memory, max(compute, memory)))
+    groups = [tuple(g) for g in pipeline or ()]
+    return RooflineReport(hw, dtype, _pipelined(own, groups), groups)
+
+
+def _pipelined(times: list[LayerTime], groups: Sequence[tuple[str, ...]]) -> list[LayerTime]:
+    """Hide every pipelined member but the slowest one of its group (AMAIX: t(pipe) = max of members)."""
+    if not groups:
+        return times
+    member_of: dict[int, tuple[int, int]] = {}  # layer index -> (group, member)
+    for g, names in enumerate(groups):
+        if not names:
+            raise ValueError(f"pipeline group {g} is empty")
+        for m, name in enumerate(names):
+            hits = [i for i, t in enumerate(times) if name in t.layer.owners or name == t.layer.name]
+            if not hits:
+                raise ValueError(f"pipeline group {g}: no layer belongs to {name!r}")
+            for i in hits:
+                if i in member_of:
+                    other = groups[member_of[i][0]][member_of[i][1]]
+                    raise ValueError(f"pipeline: layer {times[i].layer.name!r} is in both {other!r} and {name!r}")
+                member_of[i] = (g, m)
+    member_time: dict[tuple[int, int], float] = {}
+    for i, (g, m) in member_of.items():
+        member_time[(g, m)] = member_time.get((g, m), 0.0) + times[i].time
+    dominant: dict[int, int] = {}
+    for g, names in enumerate(groups):
+        # The first slowest member dominates; ties keep the earlier one.
+        dominant[g] = max(range(len(names)), key=lambda m: (member_time[(g, m)], -m))
+    out = []
+    for i, t in enumerate(times):
+        if i not in member_of:
+            out.append(t)
+            continue
+        g, m = member_of[i]
+        effective = t.time if m == dominant[g] else 0.0
+        out.append(LayerTime(t.layer, t.peak, t.compute_time, t.memory_time, effective, g))
+    return out
+
+
+# ================================================================================================
+# AMAIX scaling factors
+# ================================================================================================
+def mac_array_scale(c: int, k: int, tc: int = 64, tk: int = 16) -> float:
+    """Executed / useful multiply-adds of a Tc x Tk weight-stationary MAC array (AMAIX's scale_ops):
+    ceil(c/Tc) ceil(k/Tk) Tc Tk / (c k), for c input and k output channels; 1 when both divide."""
+    if c <= 0 or k <= 0 or tc <= 0 or tk <= 0:
+        raise ValueError(f"channels and array sizes must be positive, got c={c}, k={k}, tc={tc}, tk={tk}")
+    return math.ceil(c / tc) * math.ceil(k / tk) * tc * tk / (c * k)
+
+
+_CONV = {
+    "aten::_convolution",
+    "aten::convolution",
+    "aten::_convolution_mode",
+    "aten::conv1d",
+    "aten::conv2d",
+    "aten::conv3d",
+}
+_CONV_T = {"aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d"}
+CONV_TRANSPOSED = 6
+
+
+def gemm_channels(call: OpCall) -> tuple[int, int] | None:
+    """(c, k): the reduction (input channels) and output-channel sizes of a conv or matrix product,
+    None for other operators. Conv weights are [k, c/groups, ...] ([c, k/groups, ...] transposed)."""
+    tensors = [s for s in call.inputs if isinstance(s, TensorSpec)]
+    kind = call.kind
+    if kind in _CONV or kind in _CONV_T:
+        w = tensors[1].shape
+        transposed = kind in _CONV_T or (
+            kind in ("aten::_convolution", "aten::convolution")
+            and getattr(call.inputs[CONV_TRANSPOSED], "value", False) is True
+        )
+        return (w[0], w[1]) if transposed else (w[1], w[0])
+    if kind == "aten::linear":  # weight [k, c]
+        return tensors[1].shape[1], tensors[1].shape[0]
+    if kind in ("aten::addmm", "aten::baddbmm"):  # (bias, x, w): w [..., c, k]
+        return tensors[2].shape[-2], tensors[2].shape[-1]
+    if kind in ("aten::mm", "aten::bmm", "aten::matmul") and tensors[1].rank >= 2:
+        return tensors[1].shape[-2], tensors[1].shape[-1]
+    return None
+
+
+def nvdla_scale_ops(tc: int = 64, tk: int = 16) -> ScaleFn:
+    """AMAIX's scale_ops for a Tc x Tk MAC array (NVDLA full, fp16: Tc = 64, Tk = 16) as a
+    ``callable(OpCall) -> float``: :func:`mac_array_scale` of a conv's or product's channels, 1 otherwise."""
+
+    def scale(call: OpCall) -> float:
+        ck = gemm_channels(call)
+        return 1.0 if ck is None else mac_array_scale(ck[0], ck[1], tc, tk)
+
+    scale.__doc__ = f"NVDLA-style MAC array utilization, Tc={tc}, Tk={tk}"
+    return scale
