@@ -45,7 +45,7 @@ import llama70b_meta  # noqa: E402
 
 import opcount  # noqa: E402
 from opcount import TensorShape  # noqa: E402
-from opcount.tracers import dispatch, jit  # noqa: E402
+from opcount.tracers import dispatch, jit, scoping, tensor_kinds  # noqa: E402
 
 Patch = Callable[[], contextlib.AbstractContextManager[None]]
 
@@ -70,11 +70,11 @@ def _no_gc_pause() -> contextlib.AbstractContextManager[None]:
 
 
 def _no_replay() -> contextlib.AbstractContextManager[None]:
-    return patched((dispatch._ShapeTensors, "replayer", lambda self, recorder: None))
+    return patched((tensor_kinds.ShapeTensors, "replayer", lambda self, recorder: None))
 
 
 def _no_shape_tensors() -> contextlib.AbstractContextManager[None]:
-    return patched((dispatch, "_ShapeTensors", dispatch._FakeTensors))
+    return patched((dispatch, "ShapeTensors", tensor_kinds.FakeTensors))
 
 
 def _jit_no_call() -> contextlib.AbstractContextManager[None]:
@@ -103,7 +103,7 @@ def _dispatch_no_call() -> contextlib.AbstractContextManager[None]:
     # every module scoped by a forward pre/post hook pair, as modules with hooks are; replay
     # needs the replaced __call__, so both sides of this row run without it (see PIECES)
     return patched(
-        (dispatch, "has_hooks", lambda module: True), (dispatch._ShapeTensors, "replayer", lambda s, r: None)
+        (scoping, "has_hooks", lambda module: True), (tensor_kinds.ShapeTensors, "replayer", lambda s, r: None)
     )
 
 

@@ -116,7 +116,7 @@ def _no_fake_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object) -> None:
         raise AssertionError("fell back to fake tensors")
 
-    monkeypatch.setattr(dispatch, "_FakeTensors", refuse)
+    monkeypatch.setattr(dispatch, "FakeTensors", refuse)
 
 
 def test_torchvision_and_transformers_models_need_no_fake_tensors(monkeypatch: pytest.MonkeyPatch) -> None:

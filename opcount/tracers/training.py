@@ -1,0 +1,85 @@
+"""A training step for the dispatch tracer, and the modules' training flags for the trace.
+
+:class:`Step` is what the recorder runs: the forward call and, with ``mode="train"``, the loss
+and the tensors to differentiate it by. ``mode="train"``'s conventions (the default loss, what
+is differentiated, the error when nothing requires grad) live here, in one place; the recorder
+only runs the step (docs/dispatch.md, "Training: the convention").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..scopes import ModuleTree
+from ..torch_internals import pytree
+from .structure import output_tensors
+
+
+class TrainingError(ValueError):
+    """``mode="train"`` cannot differentiate: no loss, or nothing that requires grad."""
+
+
+class Step:
+    """What the recorder runs: the forward call and, when training, the loss and what to
+    differentiate it by."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        state: dict[str, torch.Tensor],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        loss_fn: Callable[[Any], torch.Tensor] | None,
+        train: bool,
+    ) -> None:
+        self.model, self.state, self.args, self.kwargs = model, state, args, kwargs
+        self.loss_fn = loss_fn
+        self.train = train
+
+    def forward(self) -> Any:
+        if self.state:  # fake stand-ins for the weights, for this call only
+            return torch.func.functional_call(
+                self.model, self.state, self.args, self.kwargs, tie_weights=True, strict=False
+            )
+        return self.model(*self.args, **self.kwargs)
+
+    def loss(self, output: Any) -> torch.Tensor:
+        if self.loss_fn is not None:
+            loss = self.loss_fn(output)
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                raise TrainingError(f"loss_fn must return a one-element tensor, got {type(loss).__name__}")
+            return loss
+        outs = [t for t in output_tensors(output) if t.requires_grad]
+        if not outs:
+            raise TrainingError("mode='train': no output tensor requires grad; pass loss_fn, or check requires_grad")
+        return functools.reduce(torch.add, (t.sum() for t in outs))
+
+    def differentiable(self) -> list[torch.Tensor]:
+        """Every parameter (as the forward saw it) and input tensor that requires grad."""
+        params = dict(self.model.named_parameters()) | self.state
+        inputs = [t for t in pytree.tree_leaves((self.args, self.kwargs)) if isinstance(t, torch.Tensor)]
+        wrt = [t for t in (*params.values(), *inputs) if t.requires_grad]
+        if not wrt:
+            raise TrainingError("mode='train': no parameter or input requires grad, nothing to differentiate")
+        return wrt
+
+
+@contextlib.contextmanager
+def training_flags(tree: ModuleTree, model: nn.Module, train: bool) -> Iterator[None]:
+    """``model.train(train)`` for the trace; every module's own flag restored afterwards."""
+    saved = [(m, m.training) for m in map(tree.module, tree.names)]
+    if all(flag == train for _, flag in saved):
+        yield  # the common case: an eval model analyzed in eval mode
+        return
+    try:
+        model.train(train)
+        yield
+    finally:
+        for module, flag in saved:
+            module.training = flag
