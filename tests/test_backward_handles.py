@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from opcount import ActivationCountAnalysis, FlopCountAnalysis, MemoryTrafficAnalysis, TensorShape, spec_handle
-from opcount.handles import FLOPS
+from opcount.handles import ACTIVATIONS, FLOPS, MEMORY
+from opcount.handles.registry import Handle, Registry
 
 from ._optional import torchvision
 
@@ -190,3 +191,27 @@ def test_gpt2_backward_kernels_all_supported() -> None:
     assert {"aten::native_layer_norm_backward", "aten::tanh_backward", "aten::embedding_dense_backward"} <= kinds
     assert all(k in FLOPS for k in kinds), sorted(k for k in kinds if k not in FLOPS)
     assert not [op for op in train.unsupported_ops() if "backward" in op]
+
+
+# ----- the registries: each kernel is priced, free or unsupported as its forward is ---------------
+def test_a_mirror_follows_its_forward_in_each_registry() -> None:
+    # conv: priced in all three; relu: free for activations (fvcore ignores it); losses: unsupported
+    assert all("aten::convolution_backward" in r.handles for r in (FLOPS, ACTIVATIONS, MEMORY))
+    assert "aten::threshold_backward" in FLOPS.handles and "aten::threshold_backward" in ACTIVATIONS.zero
+    assert not any("aten::mse_loss_backward" in r for r in (FLOPS, ACTIVATIONS, MEMORY))
+    assert FLOPS.handles["aten::convolution_backward"].macs and FLOPS.handles["aten::convolution_backward"].fvcore
+    assert not FLOPS.handles["aten::threshold_backward"].fvcore
+
+
+def test_registry_mirror_is_resolved_when_read() -> None:
+    registry = Registry("test")
+    made = Handle(lambda inputs, outputs: 2, ops=("x::f_backward",))
+    registry.mirror("x::f_backward", "x::f", lambda handles: made, family="backward")
+    registry.mirror("x::g_backward", "x::g", lambda handles: made, family="backward")
+    assert "x::f_backward" not in registry  # the forward is unsupported, so is the mirror
+    registry.register("x::f")(lambda inputs, outputs: 1)  # declared after the mirror
+    registry.zero_cost("x::g")
+    assert registry.handles["x::f_backward"] is made
+    assert registry.zero_families()["x::g_backward"] == "backward"
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.register("x::f_backward")(lambda inputs, outputs: 1)
