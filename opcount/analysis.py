@@ -20,6 +20,7 @@ from torch import nn
 from ._runtime import gc_paused
 from .handles import ACTIVATIONS, FVCORE_IGNORED, Handle
 from .handles.attention import sdpa_handle
+from .handles.backward import unmasked_attention_backward
 from .invoke import apply_handle, invoke_handle
 from .ir import OpCall
 from .op_keys import family, fvcore_kind, fvcore_op_key, op_key
@@ -434,7 +435,8 @@ class FlopCountAnalysis(JitModelAnalysis):
             # Published model tables count the full q.k^T product; this counts only the pairs an
             # is_causal=True call keeps, L*(L+1)/2 of L*L.
             causal = Handle(sdpa_handle(causal_unmasked_only=True), ops=(SDPA,), macs=True)
-            self._handles[SDPA] = macs_only(causal) if preset == "macs" else causal
+            for op, handle in {SDPA: causal, **unmasked_attention_backward()}.items():
+                self._handles[op] = macs_only(handle) if preset == "macs" else handle
 
     @property
     def flops_per_mac(self) -> int:

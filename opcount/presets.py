@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .counts import Cost
-from .handles import FLOPS, FVCORE_IGNORED, Handle
+from .handles import FLOPS, FVCORE_IGNORED, FVCORE_IGNORED_BACKWARD, Handle
 from .ir import Spec
 
 PRESETS = ("default", "fvcore", "macs")
@@ -26,7 +26,9 @@ def flop_preset(name: str) -> Preset:
     if name == "default":
         return Preset(handles, FLOPS.zero)
     if name == "fvcore":
-        return Preset({op: h for op, h in handles.items() if h.fvcore}, FVCORE_IGNORED)
+        # fvcore's multiply-add handles count multiply-adds only (convolution_backward's bias sum is not)
+        fvcore = {op: macs_only(h) if h.macs else h for op, h in handles.items() if h.fvcore}
+        return Preset(fvcore, FVCORE_IGNORED | FVCORE_IGNORED_BACKWARD)
     if name == "macs":
         macs = {op: macs_only(h) for op, h in handles.items() if h.macs}
         return Preset(macs, FLOPS.zero | frozenset(handles.keys() - macs.keys()))

@@ -22,6 +22,8 @@ from opcount.counts import Cost
 from opcount.handles import FLOPS
 from opcount.ir import Const, ListSpec, Spec, TensorSpec
 
+from ._backward_examples import BACKWARD_EXAMPLES, BACKWARD_NOT_BATCH_LINEAR, BACKWARD_SPEC_EXAMPLES
+
 pytest.importorskip("torchvision")  # registers torch.ops.torchvision
 
 aten = torch.ops.aten
@@ -509,6 +511,11 @@ SPEC_EXAMPLES["prim::CallFunction.torchvision.models.detection.roi_heads._onnx_h
         [TensorSpec((n, 3, k)), TensorSpec((n, k))],
     )
 )
+
+# The backward kernels' examples live beside their handles' tests.
+EXAMPLES.update(BACKWARD_EXAMPLES)
+SPEC_EXAMPLES.update(BACKWARD_SPEC_EXAMPLES)
+NOT_BATCH_LINEAR |= BACKWARD_NOT_BATCH_LINEAR
 
 
 def to_spec(value: Any) -> Spec:

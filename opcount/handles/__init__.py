@@ -3,6 +3,7 @@
 from . import (  # noqa: F401  (registration side effects)
     activations,
     attention,
+    backward,
     conv,
     dispatch_ops,
     einsum,
@@ -20,7 +21,17 @@ from . import (  # noqa: F401  (registration side effects)
     tv_ops,
     zero_cost,
 )
+from .backward import FVCORE_IGNORED_BACKWARD
 from .registry import ACTIVATIONS, FLOPS, MEMORY, Handle, Registry, spec_handle
 from .zero_cost import FVCORE_IGNORED
 
-__all__ = ["ACTIVATIONS", "FLOPS", "FVCORE_IGNORED", "MEMORY", "Handle", "Registry", "spec_handle"]
+__all__ = [
+    "ACTIVATIONS",
+    "FLOPS",
+    "FVCORE_IGNORED",
+    "FVCORE_IGNORED_BACKWARD",
+    "MEMORY",
+    "Handle",
+    "Registry",
+    "spec_handle",
+]

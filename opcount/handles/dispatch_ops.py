@@ -2,9 +2,9 @@
 
 Below the Python API the dispatcher runs a few operators the jit tracer never shows: the
 in-place detach of a ``torch.tensor`` constant, the scalar read behind ``if tensor:``, the
-buffers autograd allocates for gradients. Most backward kernels are recorded as the forward
-operators they mirror (:mod:`opcount.tracers.aten`) and priced by those handles; the embedding's
-weight gradient has no forward counterpart and is priced here.
+buffers autograd allocates for gradients. Most backward kernels are priced from the forward
+operators they mirror (:mod:`.backward`); the embedding's weight gradient has no forward
+counterpart and is priced here.
 
 Its zero costs are fallbacks: they hold only for operators no other family prices or frees,
 whichever is imported first.

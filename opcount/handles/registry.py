@@ -7,13 +7,15 @@ counted (a handle), explicitly zero-cost (``zero_cost``), or unsupported (neithe
 
 A family may also declare operators free *as a fallback* (``zero_cost(..., fallback=True)``):
 the claim holds only where no other family prices or frees the operator, whichever module is
-imported first, so the registry's contents never depend on import order.
+imported first, so the registry's contents never depend on import order. For the same reason an
+operator priced *as another one is* (``mirror``: a backward kernel and its forward) is resolved
+when the registry is read, not when it is declared.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..counts import Cost
@@ -45,6 +47,9 @@ class Handle:
         return self.fn(inputs, outputs)
 
 
+MakeHandle = Callable[[Mapping[str, Handle]], Handle]  # the registry's own handles -> a mirror's handle
+
+
 def spec_handle(fn: SpecFn, *, macs: bool = False, name: str | None = None) -> Handle:
     """Wrap a user function of specs as a handle for ``set_op_handle``.
 
@@ -62,7 +67,9 @@ class Registry:
         self._handles: dict[str, Handle] = {}
         self._zero: dict[str, str] = {}  # op -> family, explicitly zero-cost
         self._fallback: dict[str, str] = {}  # op -> family, zero-cost unless another family claims it
+        self._mirrors: dict[str, tuple[str, MakeHandle, str]] = {}  # op -> (forward, make, family)
         self._zero_view: frozenset[str] | None = None  # zero + unclaimed fallbacks, cached (hot in roofline)
+        self._view: tuple[dict[str, Handle], dict[str, str]] | None = None  # handles and zeros, mirrors resolved
 
     def register(
         self, *ops: str, macs: bool = False, fvcore: bool = False, name: str | None = None
@@ -72,7 +79,7 @@ class Registry:
         def decorate(fn: SpecFn) -> SpecFn:
             family = fn.__module__.rsplit(".", 1)[-1]
             handle = Handle(fn, tuple(ops), macs, fvcore, name, family, fn.__doc__ or "")
-            self._zero_view = None
+            self._changed()
             for op in ops:
                 self._claim(op)
                 self._handles[op] = handle
@@ -86,7 +93,7 @@ class Registry:
         ``fallback=True``: only where no family registers a handle or a zero cost for the
         operator, before or after this call (the dispatch tracer's catch-all operators).
         """
-        self._zero_view = None
+        self._changed()
         for op in ops:
             if fallback:
                 _qualified(op)
@@ -95,14 +102,39 @@ class Registry:
                 self._claim(op)
                 self._zero[op] = family
 
+    def mirror(self, op: str, forward: str, make: MakeHandle, family: str) -> None:
+        """Declare ``op`` priced as ``forward`` is: by ``make(handles)`` where ``forward`` has a
+        handle, free (under ``family``) where it is free, unsupported where it is unsupported."""
+        self._changed()
+        self._claim(op)
+        self._mirrors[op] = (forward, make, family)
+
     def _claim(self, op: str) -> None:
         _qualified(op)
-        if op in self._handles or op in self._zero:
+        if op in self._handles or op in self._zero or op in self._mirrors:
             raise ValueError(f"{self.metric}: operator {op!r} is registered twice")
+
+    def _changed(self) -> None:
+        self._zero_view = None
+        self._view = None
+
+    def _resolved(self) -> tuple[dict[str, Handle], dict[str, str]]:
+        """(handles, zero-cost operators and their families), fallbacks and mirrors resolved."""
+        if self._view is None:
+            claimed = self._handles.keys() | self._zero.keys() | self._mirrors.keys()
+            zero = {**self._zero, **{op: f for op, f in self._fallback.items() if op not in claimed}}
+            handles = dict(self._handles)
+            for op, (forward, make, family) in self._mirrors.items():
+                if forward in self._handles:
+                    handles[op] = make(self._handles)
+                elif forward in zero:
+                    zero[op] = family
+            self._view = handles, zero
+        return self._view
 
     @property
     def handles(self) -> dict[str, Handle]:
-        return dict(self._handles)
+        return dict(self._resolved()[0])
 
     @property
     def zero(self) -> frozenset[str]:
@@ -112,14 +144,14 @@ class Registry:
 
     def zero_families(self) -> dict[str, str]:
         """Every zero-cost operator and the family that declared it (fallbacks not claimed otherwise)."""
-        fallback = {op: f for op, f in self._fallback.items() if op not in self._handles and op not in self._zero}
-        return {**self._zero, **fallback}
+        return dict(self._resolved()[1])
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._handles)
+        return iter(self._resolved()[0])
 
     def __contains__(self, op: object) -> bool:
-        return op in self._handles or op in self._zero or op in self._fallback
+        handles, zero = self._resolved()
+        return op in handles or op in zero or op in self._fallback
 
 
 def _qualified(op: str) -> None:
