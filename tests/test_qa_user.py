@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
-from opcount import FlopCountAnalysis, Hardware, cli
+from opcount import FlopCountAnalysis, Hardware, OpcountError, cli
 from opcount.llm import command as llm_command
 
 TINY = "tests.report_fixtures:tiny_model"
@@ -171,3 +172,48 @@ def test_more_digits_than_a_double_holds_still_read_the_exact_count(
 def test_units_1_writes_whole_counts(capsys: pytest.CaptureFixture[str]) -> None:
     row = _model_row(capsys, ["--units", "1", "--depth", "2"])
     assert str(TINY_PARAMS) in row and not any(cell.endswith(".000") for cell in row), row
+
+
+# ----- LLM context length ------------------------------------------------------------------------
+def _gpt2(positions: int) -> Any:
+    transformers = pytest.importorskip("transformers")
+    return transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=positions)
+
+
+def test_llm_positions_past_a_learned_position_table_are_refused() -> None:
+    # GPT-2 looks each position up in wpe (n_positions rows): the real model raises IndexError past
+    # it; on meta nothing is looked up, so before this the phase was priced as if it could run.
+    from opcount.llm.phases import CausalLM
+
+    llm = CausalLM(_gpt2(16))
+    assert llm.phase("prefill", seq_len=16).seq_len == 16
+    assert llm.phase("decode", kv_len=15).kv_len == 15
+    with pytest.raises(
+        OpcountError, match=r"17 positions \(kv_len 16 \+ seq_len 1\) exceed the 16 rows .* 'transformer.wpe'"
+    ):
+        llm.phase("decode", kv_len=16)
+    with pytest.raises(OpcountError, match="17 positions"):
+        llm.phase("prefill", seq_len=17)
+
+
+def test_llm_rotary_models_run_past_their_configured_length() -> None:
+    transformers = pytest.importorskip("transformers")
+    from opcount.llm.phases import CausalLM
+
+    config = transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, vocab_size=100, max_position_embeddings=16,
+    )  # fmt: skip
+    assert CausalLM(config).phase("decode", kv_len=64).kv_len == 64
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="cli.py (_hf_inputs): --meta --seq-len past a learned position table is traced without complaint",
+)
+def test_hf_meta_seq_len_past_the_position_table_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("transformers")
+    small = ["n_layer=1", "n_embd=32", "n_head=2", "vocab_size=100", "n_positions=16"]
+    argv = ["hf:GPT2Config", "--meta", "--seq-len", "17", *(a for kv in small for a in ("--hf-config", kv))]
+    err = _one_line_error(capsys, argv)
+    assert "wpe" in err, err
