@@ -109,6 +109,8 @@ def check_output_paths(args: argparse.Namespace) -> None:
     for flag, value in (("-o", args.output), ("--plot", args.plot)):
         if value and not Path(value).resolve().parent.is_dir():
             raise UsageError(f"{flag} {value}: no folder {str(Path(value).parent)!r} to write it in")
+        if value and Path(value).is_dir():
+            raise UsageError(f"{flag} {value}: a folder, not a file: name a file in it")
     if args.plot:
         try:  # only when a chart is asked for
             from matplotlib.backend_bases import FigureCanvasBase

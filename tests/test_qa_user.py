@@ -217,3 +217,13 @@ def test_hf_meta_seq_len_past_the_position_table_is_refused(capsys: pytest.Captu
     argv = ["hf:GPT2Config", "--meta", "--seq-len", "17", *(a for kv in small for a in ("--hf-config", kv))]
     err = _one_line_error(capsys, argv)
     assert "wpe" in err, err
+
+
+# ----- output paths ------------------------------------------------------------------------------
+@pytest.mark.parametrize("flag", ["-o", "--plot"])
+def test_an_output_path_that_is_a_folder_is_refused_before_building(
+    nothing_built: None, capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str
+) -> None:
+    # Before: -o wrote nothing after the whole analysis, "IsADirectoryError: [Errno 21] ..." naming no flag.
+    err = _one_line_error(capsys, [TINY, "--input", "1,3,8,8", "--hardware", "h100-sxm", flag, str(tmp_path)])
+    assert f"{flag} {tmp_path}: a folder, not a file" in err, err
