@@ -114,7 +114,7 @@ def test_hardware_dtype_names_are_torchs_and_tf32() -> None:
 # ----- --dtype with a factory's own inputs -------------------------------------------------------
 @pytest.mark.xfail(
     strict=True,
-    reason="cli.py (_factory): --dtype converts the model but not the float inputs the factory returns",
+    reason="cli.py, cli_models.py after the split (_factory): --dtype converts the model but not the float inputs the factory returns",
 )
 def test_dtype_converts_a_factorys_own_float_inputs(capsys: pytest.CaptureFixture[str]) -> None:
     fvcore_nn = pytest.importorskip("fvcore.nn")
@@ -151,7 +151,7 @@ def _model_row(capsys: pytest.CaptureFixture[str], argv: list[str]) -> list[str]
 
 @pytest.mark.xfail(
     strict=True,
-    reason="report.py (_fixed): digits past a float64's 15 significant ones print binary noise "
+    reason="report.py, units.py after the split (_fixed): digits past a float64's 15 significant ones print binary noise "
     "(472 parameters at --units K --decimals 30: 0.471999999999999975131004248396K)",
 )
 @pytest.mark.parametrize(
@@ -166,7 +166,7 @@ def test_more_digits_than_a_double_holds_still_read_the_exact_count(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="report.py (format_number): --units 1 writes counts with 3 decimals (472.000), which tabulate "
+    reason="report.py, units.py after the split (format_number): --units 1 writes counts with 3 decimals (472.000), which tabulate "
     "strips in all-number columns only (127360.000 flops, or 472.000 parameters beside shapes such as (8, 3, 3, 3))",
 )
 def test_units_1_writes_whole_counts(capsys: pytest.CaptureFixture[str]) -> None:
@@ -209,7 +209,7 @@ def test_llm_rotary_models_run_past_their_configured_length() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="cli.py (_hf_inputs): --meta --seq-len past a learned position table is traced without complaint",
+    reason="cli.py, cli_models.py after the split (_hf_inputs): --meta --seq-len past a learned position table is traced without complaint",
 )
 def test_hf_meta_seq_len_past_the_position_table_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("transformers")
