@@ -31,6 +31,9 @@ from torch import nn
 REAL_BYTES = 8 * 2**30
 MAX_ELEMENTS = 2**63 - 1  # torch indexes tensors with int64
 META_HINT = "analyze it on meta tensors with --meta (implies --tracer dispatch), no memory needed"
+# Report columns that need an analysis beyond the trace: the roofline (--hardware), the sparsity roofline.
+ROOFLINE_COLUMNS = frozenset({"time", "time_share", "bound", "unit"})
+SPARSITY_COLUMNS = frozenset({"sparse_flops", "sparse_time", "speedup", "sparsity"})
 
 
 class UsageError(Exception):
@@ -43,6 +46,7 @@ def check_arguments(args: argparse.Namespace, dtype: torch.dtype) -> None:
     _check_tracer(args)
     _check_roofline_flags(args)
     _check_format_flags(args)
+    _check_hf_flags(args)
     check_output_paths(args)
     shapes = [(f"--input {','.join(map(str, s))}", s, dtype) for s in args.input or []]
     if args.seq_len and args.model.startswith("hf:"):  # token ids (int64) or audio samples, 1 x N
@@ -88,12 +92,25 @@ def _check_format_flags(args: argparse.Namespace) -> None:
         raise UsageError("--by-operator applies to table, csv and md")
 
 
+def _check_hf_flags(args: argparse.Namespace) -> None:
+    # They shape a transformers model's config and inputs; any other model would silently ignore them.
+    if str(args.model).startswith("hf:"):
+        return
+    given = [flag for flag, value in (("--seq-len", args.seq_len), ("--hf-config", args.hf_config)) if value]
+    if given:
+        raise UsageError(
+            f"{given[0]} applies to hf: and llm: models, not to {args.model}: give its inputs with --input"
+        )
+
+
 def check_output_paths(args: argparse.Namespace) -> None:
     """``-o`` and ``--plot`` are written after the analysis: a wrong folder or format should not
     cost one."""
     for flag, value in (("-o", args.output), ("--plot", args.plot)):
         if value and not Path(value).resolve().parent.is_dir():
             raise UsageError(f"{flag} {value}: no folder {str(Path(value).parent)!r} to write it in")
+        if value and Path(value).is_dir():
+            raise UsageError(f"{flag} {value}: a folder, not a file: name a file in it")
     if args.plot:
         try:  # only when a chart is asked for
             from matplotlib.backend_bases import FigureCanvasBase
@@ -199,18 +216,20 @@ def _name(dtype: torch.dtype) -> str:
 
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
-    value = natural_int(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+    return _integer(text, 1, "a positive integer")
 
 
 def natural_int(text: str) -> int:
     """argparse type: an integer >= 0."""
+    return _integer(text, 0, "a non-negative integer")
+
+
+def _integer(text: str, minimum: int, expected: str) -> int:
+    # one message per flag whatever the wrong value: -3 and 0 both miss "a positive integer"
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
     return value

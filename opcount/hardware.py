@@ -20,6 +20,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import torch
+
 from .errors import OpcountError
 from .sparse_support import SparseSupport
 
@@ -60,6 +62,11 @@ class Hardware:
             if not isinstance(table, Mapping) or not table:
                 raise ValueError(f"{self.name}: peak[{unit!r}] must be a non-empty {{dtype: FLOP/s}} table")
             for dtype, value in table.items():
+                if not _is_dtype_name(dtype):
+                    raise ValueError(
+                        f"{self.name}: peak[{unit!r}] has unknown dtype {dtype!r}: name it as torch does "
+                        "(float32, float16, bfloat16, float8_e4m3fn, int8, ...) or tf32"
+                    )
                 if not _positive(value):
                     raise ValueError(f"{self.name}: peak[{unit!r}][{dtype!r}] must be a positive FLOP/s, got {value!r}")
             frozen[str(unit)] = MappingProxyType({str(d): float(v) for d, v in table.items()})
@@ -152,6 +159,15 @@ class Hardware:
             return cls.from_dict(data)
         except (TypeError, ValueError) as e:
             raise ValueError(f"{path}: {e}") from e
+
+
+def _is_dtype_name(name: object) -> bool:
+    # A key no operator's dtype matches (a typo, an alias such as half) would only fail later, at
+    # the first layer priced in that dtype: the roofline looks peaks up by torch's canonical names.
+    if name == "tf32":
+        return True
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
+    return isinstance(dtype, torch.dtype) and str(dtype) == f"torch.{name}"
 
 
 def _positive(x: object) -> bool:

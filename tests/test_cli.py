@@ -212,7 +212,7 @@ def test_torchvision_model_by_name(capsys: pytest.CaptureFixture[str]) -> None:
         ([TINY, "--columns", "flops,speed"], "unknown column 'speed'"),
         ([TINY, "--columns", "flops", "--format", "tree", "--by-operator"], "--by-operator"),
         ([TINY, "--depth", "-1"], "non-negative"),
-        ([TINY, "--hf-config", "x"], None),  # ignored for non-hf models: not a mistake
+        ([TINY, "--hf-config", "x"], "--hf-config applies to hf: and llm: models"),
     ],
 )
 def test_more_mistakes_in_process(capsys: pytest.CaptureFixture[str], argv: list[str], message: str | None) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import tabulate
 
 from .. import report
-from ..cli_args import hf_overrides, natural_int, positive_int
+from ..cli_args import ROOFLINE_COLUMNS, SPARSITY_COLUMNS, hf_overrides, natural_int, positive_int
 from ..errors import OpcountError
 from ..units import seconds, si, size
 from .catalogue import ARCHITECTURES
@@ -101,10 +101,23 @@ def check(args: argparse.Namespace) -> Precision:
             )
     if args.format in ("tree", "md", "repr") or args.by_operator:
         raise OpcountError("LLM phases print table, json or csv (--by-operator and tree/md/repr are for whole models)")
+    _check_columns(args)
     try:
         return Precision(args.weight_dtype or "bfloat16", args.act_dtype or "bfloat16", args.kv_dtype)
     except OpcountError as e:
         raise OpcountError(f"{e} (--weight-dtype, --act-dtype, --kv-dtype)") from None
+
+
+def _check_columns(args: argparse.Namespace) -> None:
+    columns = set(args.columns or ())
+    if columns & SPARSITY_COLUMNS:
+        named = ", ".join(sorted(columns & SPARSITY_COLUMNS))
+        raise OpcountError(f"columns {named} do not apply to LLM phases (the model is on the meta device)")
+    if columns & ROOFLINE_COLUMNS and args.hardware is None:
+        raise OpcountError(f"columns {', '.join(sorted(columns & ROOFLINE_COLUMNS))} need --hardware")
+    if args.sweep and (args.columns or args.depth is not None or args.no_param_shapes):
+        # a sweep prints one row per point, not a module table: these would be silently ignored
+        raise OpcountError("--columns, --depth and --no-param-shapes shape one point's table, not a --sweep's rows")
 
 
 def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:

@@ -126,6 +126,7 @@ class CausalLM:
         self._weights = footprint_weights(model, self.precision)
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._pricing = pricing_for(model, self.precision)
+        self._positions = _learned_positions(model, self.config)
 
     @property
     def parameters(self) -> int:
@@ -160,6 +161,13 @@ class CausalLM:
         for name, value, least in (("seq_len", seq_len, 1), ("kv_len", kv_len, 0), ("batch", batch, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise OpcountError(f"{name} must be an integer >= {least}, got {value!r}")
+        if self._positions is not None and kv_len + seq_len > self._positions[1]:
+            # On meta an out-of-range position is never looked up: the real model fails, the trace would not
+            name, rows = self._positions
+            raise OpcountError(
+                f"{kv_len + seq_len} positions (kv_len {kv_len} + seq_len {seq_len}) exceed the {rows} rows of "
+                f"{type(self.model).__name__}'s learned position table '{name}'"
+            )
         hw = lookup_hardware(hardware) if hardware is not None else None
         flops, traffic, blocks = self._trace(seq_len, kv_len, batch, flops_per_mac, preset)
         memory = Memory(
@@ -282,6 +290,19 @@ class GenerationCost:
         """Generated tokens per second in the decode phase, over the whole batch."""
         tpot = self.time_per_output_token
         return None if not tpot else self.prefill.batch / tpot
+
+
+def _learned_positions(model: nn.Module, config: Any) -> tuple[str, int] | None:
+    """The learned position embedding (GPT-2's ``wpe``), as its module name and rows: an embedding
+    table of exactly ``max_position_embeddings`` rows besides the token embedding. Rotary and ALiBi
+    models have none: they run past their configured length (with the quality that gives)."""
+    rows = getattr(config, "max_position_embeddings", None)
+    get_tokens = getattr(model, "get_input_embeddings", None)
+    tokens = get_tokens() if callable(get_tokens) else None
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Embedding) and module is not tokens and module.num_embeddings == rows:
+            return name, rows
+    return None
 
 
 def generation(
