@@ -13,14 +13,12 @@ import argparse
 from typing import Any
 
 from .analysis import ActivationCountAnalysis, FlopCountAnalysis
-from .cli_args import UsageError
+from .cli_args import ROOFLINE_COLUMNS, SPARSITY_COLUMNS, UsageError
 from .cli_models import Loaded
 from .errors import OpcountError
 from .progress import Progress
 
 MEMORY_COLUMNS = {"bytes_read", "bytes_written", "bytes", "intensity"}
-ROOFLINE_COLUMNS = {"time", "time_share", "bound", "unit"}
-SPARSITY_COLUMNS = {"sparse_flops", "sparse_time", "speedup", "sparsity"}
 
 
 def roles_needed(args: argparse.Namespace) -> set[str]:
