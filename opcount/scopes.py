@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .errors import OpcountTypeError
+
 ROOT: tuple[str, ...] = ("",)  # the scope of an operator that ran in the model itself
 
 
@@ -61,7 +63,7 @@ class ModuleTree:
     def canonical(self, name: str) -> str:
         """The canonical name of ``name``; KeyError if no module has that name."""
         if not isinstance(name, str):
-            raise TypeError(f"module names are strings, got {type(name).__name__}")
+            raise OpcountTypeError(f"module names are strings, got {type(name).__name__}")
         try:
             return self.aliases[name]
         except KeyError:
