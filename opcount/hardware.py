@@ -73,7 +73,7 @@ class Hardware:
                     raise OpcountValueError(
                         f"{self.name}: peak[{unit!r}][{dtype!r}] must be a positive FLOP/s, got {value!r}"
                     )
-            frozen[str(unit)] = MappingProxyType({str(d): float(v) for d, v in table.items()})
+            frozen[str(unit)] = MappingProxyType({str(dtype_name(d)): float(v) for d, v in table.items()})
         # Read-only views: a preset shared by every caller must not be edited in place.
         object.__setattr__(self, "peak", MappingProxyType(frozen))
         object.__setattr__(self, "bandwidth", float(self.bandwidth))
@@ -97,15 +97,15 @@ class Hardware:
     def units(self) -> tuple[str, ...]:
         return tuple(self.peak)
 
-    def peak_of(self, unit: str, dtype: str) -> float | None:
-        """FLOP/s of ``unit`` on ``dtype``, None when the unit does not run that dtype."""
-        return self.peak.get(unit, {}).get(dtype)
+    def peak_of(self, unit: str, dtype: DType) -> float | None:
+        """FLOP/s of ``unit`` on ``dtype`` (a name or a torch.dtype), None when the unit does not run that dtype."""
+        return self.peak.get(unit, {}).get(dtype_name(dtype))
 
-    def ridge(self, unit: str, dtype: str) -> float:
+    def ridge(self, unit: str, dtype: DType) -> float:
         """The ridge point (FLOP/byte): intensities above it are compute bound on ``unit``."""
         peak = self.peak_of(unit, dtype)
         if peak is None:
-            raise KeyError(f"{self.name} has no {unit} peak for {dtype}")
+            raise KeyError(f"{self.name} has no {unit} peak for {dtype_name(dtype)}")
         return peak / self.bandwidth
 
     # ----- (de)serialization ---------------------------------------------------------------
@@ -167,9 +167,20 @@ class Hardware:
             raise OpcountValueError(f"{path}: {e}") from e
 
 
+DType = str | torch.dtype  # a dtype as a name ("float16") or as torch's object (torch.float16)
+
+
+def dtype_name(dtype: DType) -> str:
+    """The name opcount gives a dtype, torch's without its prefix (``torch.float16`` -> ``"float16"``),
+    the name the tracers record and hardware peaks are keyed by; anything else is returned as is."""
+    return str(dtype).removeprefix("torch.") if isinstance(dtype, torch.dtype) else dtype
+
+
 def _is_dtype_name(name: object) -> bool:
     # A key no operator's dtype matches (a typo, an alias such as half) would only fail later, at
     # the first layer priced in that dtype: the roofline looks peaks up by torch's canonical names.
+    if isinstance(name, torch.dtype):
+        return True
     if name == "tf32":
         return True
     dtype = getattr(torch, name, None) if isinstance(name, str) else None

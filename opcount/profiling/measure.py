@@ -12,7 +12,7 @@ from torch import nn
 
 from ..analysis import FlopCountAnalysis
 from ..errors import OpcountTypeError, OpcountValueError
-from ..hardware import Hardware
+from ..hardware import DType, Hardware
 from ..scopes import ModuleTree
 from ..tracers.structure import normalize_inputs
 from ..tracing import Trace
@@ -36,7 +36,7 @@ def profile(
     device: str | None = None,
     repeats: int = 10,
     warmup: int = 2,
-    dtype: str | None = None,
+    dtype: DType | None = None,
     statistic: str = "midmean",
     grad: bool = False,
     predicted: RooflineReport | Trace | FlopCountAnalysis | None = None,

@@ -20,7 +20,7 @@ from torch import nn
 from ..analysis import FlopCountAnalysis, op_key
 from ..errors import OpcountTypeError, OpcountValueError
 from ..handles.memory import Access, Traffic, flat_tensors
-from ..hardware import TENSOR, VECTOR, Hardware
+from ..hardware import TENSOR, VECTOR, DType, Hardware, dtype_name
 from ..hardware import hardware as lookup_hardware
 from ..ir import DTYPE_BYTES, OpCall, TensorSpec
 from ..memory import MemoryTrafficAnalysis, alias_roots
@@ -38,7 +38,7 @@ def roofline(
     model: Source,
     inputs: Any = None,
     hardware: Hardware | str | None = None,
-    dtype: str | None = None,
+    dtype: DType | None = None,
     kwargs: Mapping[str, Any] | None = None,
     *,
     allow_tf32: bool = False,
@@ -61,7 +61,7 @@ def roofline(
     :class:`FlopCountAnalysis` (its trace, and its handles price the compute), or a ready
     :class:`MemoryTrafficAnalysis` (its trace, handles and ``fuse`` / ``resident_params``
     settings are used); ``inputs``, ``kwargs`` and trace options are then not taken.
-    ``dtype``: what the model would run in (default: the dtype it was traced in).
+    ``dtype``: what the model would run in, a name or a torch.dtype (default: the dtype it was traced in).
     ``itemsize``: bytes per element of a tensor as stored, where its role decides it (quantized
     weights, a KV cache in another dtype: see :mod:`opcount.llm.precision`); None keeps ``dtype``'s.
     """
@@ -73,7 +73,7 @@ def roofline(
     calls = [c for c, _ in per_call]
     traffic = [t for _, t in per_call]
     traced = _traced_dtype(calls)
-    dtype = dtype or traced
+    dtype = dtype_name(dtype) if dtype else traced
     if dtype not in DTYPE_BYTES:
         raise OpcountValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(sorted(DTYPE_BYTES))}")
     if fuse is not True and fuse:

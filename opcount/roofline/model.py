@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import OpcountValueError
-from ..hardware import Hardware
+from ..hardware import DType, Hardware, dtype_name
 from ..hardware import hardware as lookup_hardware
 from ..ir import OpCall, TensorSpec
 from .report import Layer, LayerTime, RooflineReport
@@ -26,7 +26,7 @@ Groups = Sequence[Sequence[str]]
 
 
 def speed_of_light(
-    layers: Sequence[Layer], hw: Hardware | str, *, pipeline: Groups | None = None, dtype: str = ""
+    layers: Sequence[Layer], hw: Hardware | str, *, pipeline: Groups | None = None, dtype: DType = ""
 ) -> RooflineReport:
     """The roofline of given layers on ``hw``: each layer's time, pipelining applied.
 
@@ -46,7 +46,7 @@ def speed_of_light(
         memory = layer.bytes / hw.bandwidth
         own.append(LayerTime(layer, peak, compute, memory, max(compute, memory)))
     groups = [tuple(g) for g in pipeline or ()]
-    return RooflineReport(hw, dtype, _pipelined(own, groups), groups)
+    return RooflineReport(hw, dtype_name(dtype), _pipelined(own, groups), groups)
 
 
 def _pipelined(times: list[LayerTime], groups: Sequence[tuple[str, ...]]) -> list[LayerTime]:

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ..errors import OpcountValueError
-from ..hardware import PRESETS, TENSOR, VECTOR, Hardware
+from ..hardware import PRESETS, TENSOR, VECTOR, DType, Hardware, dtype_name
 from ..hardware import hardware as lookup_hardware
 from ..ir import DTYPE_BYTES, OpCall
 from ..roofline import FLOPS_PER_MAC, LayerTime, Source, roofline, speed_of_light
@@ -40,12 +40,12 @@ def sparsity_roofline(
     inputs: Any = None,
     hardware: Hardware | str = "h100-sxm",
     sparsity: SparsityArg = MEASURED,
-    dtype: str | None = None,
+    dtype: DType | None = None,
     kwargs: Mapping[str, Any] | None = None,
     *,
     default: SparsitySpec = MEASURED,
     support: SparseSupport | None = None,
-    index_dtype: str = "int32",
+    index_dtype: DType = "int32",
     flops_per_mac: int = FLOPS_PER_MAC,
     dense_if_faster: bool = False,
     weights: nn.Module | Mapping[str, torch.Tensor] | None = None,
@@ -68,6 +68,7 @@ def sparsity_roofline(
     trace options ``tracer``, ``device``, ...). ``model`` may be a :class:`~opcount.Trace` or an
     analysis, as for :func:`~opcount.roofline.roofline`.
     """
+    index_dtype = dtype_name(index_dtype)
     if index_dtype not in DTYPE_BYTES or index_dtype.startswith(("float", "bfloat", "complex")):
         raise OpcountValueError(f"index_dtype must be an integer dtype name such as 'int32', got {index_dtype!r}")
     if flops_per_mac not in (1, 2):
