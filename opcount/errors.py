@@ -26,6 +26,14 @@ class OpcountTypeError(OpcountError, TypeError):
     TypeError`` keeps working."""
 
 
+class OpcountKeyError(OpcountError, KeyError):
+    """A name that is not there: a module the analyzed model lacks, a peak the hardware lacks.
+    A ``KeyError`` too, as the lookups of fvcore's analyses raise."""
+
+    def __str__(self) -> str:  # KeyError's own would print the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
 class TraceError(OpcountError):
     """The model could not be traced; the message names the module path and the cause."""
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .errors import OpcountError, OpcountValueError
+from .errors import OpcountError, OpcountKeyError, OpcountValueError
 from .sparse_support import SparseSupport
 
 TENSOR, VECTOR = "tensor", "vector"
@@ -105,7 +105,7 @@ class Hardware:
         """The ridge point (FLOP/byte): intensities above it are compute bound on ``unit``."""
         peak = self.peak_of(unit, dtype)
         if peak is None:
-            raise KeyError(f"{self.name} has no {unit} peak for {dtype_name(dtype)}")
+            raise OpcountKeyError(f"{self.name} has no {unit} peak for {dtype_name(dtype)}")
         return peak / self.bandwidth
 
     # ----- (de)serialization ---------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .errors import OpcountTypeError
+from .errors import OpcountKeyError, OpcountTypeError
 
 ROOT: tuple[str, ...] = ("",)  # the scope of an operator that ran in the model itself
 
@@ -67,7 +67,7 @@ class ModuleTree:
         try:
             return self.aliases[name]
         except KeyError:
-            raise KeyError(f"no module named {name!r} in the analyzed model") from None
+            raise OpcountKeyError(f"no module named {name!r} in the analyzed model") from None
 
     def has(self, module: nn.Module) -> bool:
         return id(module) in self._by_id

@@ -70,6 +70,7 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], str]] = [
     ("set_op_handle name", lambda: flops().set_op_handle("mm", None), "'mm'"),
     ("set_op_handle handle", lambda: flops().set_op_handle("aten::mm", 42), "handle for aten::mm"),
     ("copy new_model", lambda: flops().copy(new_model="resnet"), "new_model must be a torch.nn.Module, got str"),
+    ("module name", lambda: flops().by_operator("body.9"), "no module named 'body.9'"),
     ("memory kind", lambda: MemoryTrafficAnalysis(tiny(), X).by_module(kind="sideways"), "'sideways'"),
     ("flop_count supported_ops", lambda: flop_count(tiny(), (X,), supported_ops=["aten::mm"]), "got list"),
     # trace
@@ -94,6 +95,7 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], str]] = [
     # hardware
     ("hardware name", lambda: hardware("no-such-gpu"), "no-such-gpu"),
     ("peak dtype", lambda: Hardware("toy", {"tensor": {"float17": 1e12}}, bandwidth=1e9), "'float17'"),
+    ("ridge", lambda: hardware("h100-sxm").ridge("vector", "int8"), "no vector peak for int8"),
     ("bandwidth", lambda: Hardware("toy", TOY, bandwidth=-1.0), "got -1.0"),
     ("hardware keys", lambda: Hardware.from_dict({"name": "t", "peak": TOY, "bandwidth": 1, "colour": 1}), "colour"),
     # sparsity
