@@ -2,7 +2,15 @@
 
 from .analysis import ActivationCountAnalysis, FlopCountAnalysis, JitModelAnalysis
 from .counts import Cost
-from .errors import HandleError, OpcountError, TorchInternalsError, TraceError
+from .errors import (
+    HandleError,
+    OpcountError,
+    OpcountKeyError,
+    OpcountTypeError,
+    OpcountValueError,
+    TorchInternalsError,
+    TraceError,
+)
 from .functions import activation_count, flop_count
 from .handles import Handle, spec_handle
 from .hardware import Hardware, UnknownHardwareError, hardware
@@ -28,6 +36,9 @@ __all__ = [
     "MemoryTrafficAnalysis",
     "OpCall",
     "OpcountError",
+    "OpcountKeyError",
+    "OpcountTypeError",
+    "OpcountValueError",
     "TensorShape",
     "TensorSpec",
     "TorchInternalsError",

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ._runtime import gc_paused
+from .errors import OpcountTypeError, OpcountValueError
 from .handles import ACTIVATIONS, FVCORE_IGNORED, Handle
 from .handles.attention import sdpa_handle
 from .handles.backward import unmasked_attention_backward
@@ -85,7 +86,7 @@ class JitModelAnalysis:
             given = {"inputs": inputs is not NO_INPUTS, "kwargs": kwargs is not None, "tracer": tracer is not None}
             given |= {"mode": mode is not None, "loss_fn": loss_fn is not None, "device": device is not None}
             if any(given.values()):
-                raise TypeError(
+                raise OpcountTypeError(
                     f"{type(self).__name__} of a Trace takes no {', '.join(k for k, v in given.items() if v)}: "
                     "the Trace was made with them; pass them to opcount.trace()"
                 )
@@ -95,7 +96,7 @@ class JitModelAnalysis:
             self._inputs, self._kwargs = model.inputs, model.kwargs
         elif isinstance(model, nn.Module):
             if inputs is NO_INPUTS:
-                raise TypeError(
+                raise OpcountTypeError(
                     f"{type(self).__name__} needs the model's inputs (or an opcount.Trace instead of a model)"
                 )
             tracer, mode = tracer or "jit", mode or "eval"
@@ -104,11 +105,13 @@ class JitModelAnalysis:
             self._model = model
             self._inputs = inputs
             if kwargs is not None and not isinstance(kwargs, Mapping):
-                raise TypeError(f"kwargs must be a mapping of argument names to values, got {type(kwargs).__name__}")
+                raise OpcountTypeError(
+                    f"kwargs must be a mapping of argument names to values, got {type(kwargs).__name__}"
+                )
             self._kwargs = dict(kwargs) if kwargs is not None else None
             self._tree = ModuleTree(model)
         else:
-            raise TypeError(f"model must be a torch.nn.Module or an opcount.Trace, got {type(model).__name__}")
+            raise OpcountTypeError(f"model must be a torch.nn.Module or an opcount.Trace, got {type(model).__name__}")
         self._handles: dict[str, AnyHandle] = {}
         self._base_ignored: frozenset[str] = FVCORE_IGNORED  # fvcore's JitModelAnalysis ignores these
         self._ignored: set[str] = set(self._base_ignored)
@@ -204,11 +207,11 @@ class JitModelAnalysis:
         wrap a function of :mod:`opcount.ir` specs with :func:`opcount.spec_handle` instead.
         """
         if len(args) % 2:
-            raise TypeError("set_op_handle takes pairs of operator names and handles")
+            raise OpcountTypeError("set_op_handle takes pairs of operator names and handles")
         pairs = {**dict(zip(args[::2], args[1::2])), **kwargs}
         for name, handle in pairs.items():
             if not isinstance(name, str) or "::" not in name:
-                raise ValueError(f"operator names are qualified like 'aten::mm', got {name!r}")
+                raise OpcountValueError(f"operator names are qualified like 'aten::mm', got {name!r}")
             if handle is None:
                 self._handles.pop(name, None)
                 self._ignored.add(name)
@@ -216,7 +219,7 @@ class JitModelAnalysis:
                 self._handles[name] = handle
                 self._ignored.discard(name)
             else:
-                raise TypeError(f"handle for {name} must be callable or None, got {type(handle).__name__}")
+                raise OpcountTypeError(f"handle for {name} must be callable or None, got {type(handle).__name__}")
         self._stats = None
         return self
 
@@ -231,7 +234,7 @@ class JitModelAnalysis:
         """``"owner"``: an operator belongs to the module that ran it and that module's owners by
         name. ``"caller"``: to every module on the call stack when it ran."""
         if mode not in ANCESTOR_MODES:
-            raise ValueError(f"unknown ancestor mode {mode!r}; choose 'owner' or 'caller'")
+            raise OpcountValueError(f"unknown ancestor mode {mode!r}; choose 'owner' or 'caller'")
         self._ancestor_mode = mode
         self._stats = None
         return self
@@ -239,7 +242,7 @@ class JitModelAnalysis:
     def tracer_warnings(self, mode: str) -> Self:
         """Which warnings tracing may show: ``"all"``, ``"no_tracer_warning"`` (default), ``"none"``."""
         if mode not in WARN_MODES:
-            raise ValueError(f"unknown tracer warning mode {mode!r}; choose one of {WARN_MODES}")
+            raise OpcountValueError(f"unknown tracer warning mode {mode!r}; choose one of {WARN_MODES}")
         self._warn_trace = mode
         return self
 
@@ -261,7 +264,7 @@ class JitModelAnalysis:
         new._stats = None
         if isinstance(new_model, Trace):
             if new_inputs is not None:
-                raise TypeError("copy() of a Trace takes no new_inputs: the Trace was made with its own")
+                raise OpcountTypeError("copy() of a Trace takes no new_inputs: the Trace was made with its own")
             new._trace, new._model, new._tree = new_model, new_model.model, new_model.tree
             new._tracer, new._mode, new._loss_fn, new._device = new_model.tracer, new_model.mode, None, new_model.device
             new._inputs, new._kwargs = new_model.inputs, new_model.kwargs
@@ -270,7 +273,7 @@ class JitModelAnalysis:
             new._trace = None
         if new_model is not None:
             if not isinstance(new_model, nn.Module):
-                raise TypeError(f"new_model must be a torch.nn.Module, got {type(new_model).__name__}")
+                raise OpcountTypeError(f"new_model must be a torch.nn.Module, got {type(new_model).__name__}")
             new._model = new_model
             new._tree = ModuleTree(new_model)
         if new_inputs is not None:
@@ -421,9 +424,9 @@ class FlopCountAnalysis(JitModelAnalysis):
     ) -> None:
         super().__init__(model, inputs, kwargs, **trace_options)
         if flops_per_mac not in (1, 2):
-            raise ValueError(f"flops_per_mac must be 1 or 2, got {flops_per_mac!r}")
+            raise OpcountValueError(f"flops_per_mac must be 1 or 2, got {flops_per_mac!r}")
         if causal_attention not in ("full", "unmasked"):
-            raise ValueError(f"causal_attention must be 'full' or 'unmasked', got {causal_attention!r}")
+            raise OpcountValueError(f"causal_attention must be 'full' or 'unmasked', got {causal_attention!r}")
         chosen = flop_preset(preset)
         self._preset = preset
         self._flops_per_mac = flops_per_mac
@@ -446,7 +449,7 @@ class FlopCountAnalysis(JitModelAnalysis):
         """:meth:`per_call` with a multiply-add counted ``flops_per_mac`` flops, whatever this
         analysis' own convention (the roofline takes 2); the same trace and handles."""
         if flops_per_mac not in (1, 2):
-            raise ValueError(f"flops_per_mac must be 1 or 2, got {flops_per_mac!r}")
+            raise OpcountValueError(f"flops_per_mac must be 1 or 2, got {flops_per_mac!r}")
         other = self.copy()
         other._flops_per_mac = flops_per_mac
         return other.per_call()

@@ -14,6 +14,26 @@ class OpcountError(RuntimeError):
     """Base class of opcount's errors."""
 
 
+class OpcountValueError(OpcountError, ValueError):
+    """An argument of the right type has a wrong value (an unknown mode, a negative depth, a
+    malformed pattern); the message names the argument and the value. A ``ValueError`` too, so
+    ``except ValueError`` keeps working."""
+
+
+class OpcountTypeError(OpcountError, TypeError):
+    """An argument has the wrong type (a model that is not a module, a handle that is not
+    callable); the message names the argument and the type. A ``TypeError`` too, so ``except
+    TypeError`` keeps working."""
+
+
+class OpcountKeyError(OpcountError, KeyError):
+    """A name that is not there: a module the analyzed model lacks, a peak the hardware lacks.
+    A ``KeyError`` too, as the lookups of fvcore's analyses raise."""
+
+    def __str__(self) -> str:  # KeyError's own would print the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
 class TraceError(OpcountError):
     """The model could not be traced; the message names the module path and the cause."""
 

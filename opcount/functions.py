@@ -14,6 +14,7 @@ from typing import Any
 from torch import nn
 
 from .analysis import ActivationCountAnalysis, FlopCountAnalysis, JitModelAnalysis
+from .errors import OpcountTypeError
 
 Result = tuple[defaultdict[str, float], Counter[str]]
 
@@ -38,7 +39,9 @@ def activation_count(
 def _scaled(analysis: JitModelAnalysis, supported_ops: Mapping[str, Any] | None, unit: float) -> Result:
     if supported_ops is not None:
         if not isinstance(supported_ops, Mapping):
-            raise TypeError(f"supported_ops must map operator names to handles, got {type(supported_ops).__name__}")
+            raise OpcountTypeError(
+                f"supported_ops must map operator names to handles, got {type(supported_ops).__name__}"
+            )
         analysis.set_op_handle(**supported_ops)
     scaled: defaultdict[str, float] = defaultdict(float)
     for op, value in analysis.by_operator().items():

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .errors import OpcountError
+from .errors import OpcountError, OpcountKeyError, OpcountValueError
 from .sparse_support import SparseSupport
 
 TENSOR, VECTOR = "tensor", "vector"
@@ -52,38 +52,42 @@ class Hardware:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError("hardware needs a non-empty name")
+            raise OpcountValueError("hardware needs a non-empty name")
         if not _positive(self.bandwidth):
-            raise ValueError(f"{self.name}: bandwidth must be a positive number of bytes/s, got {self.bandwidth!r}")
+            raise OpcountValueError(
+                f"{self.name}: bandwidth must be a positive number of bytes/s, got {self.bandwidth!r}"
+            )
         if not isinstance(self.peak, Mapping) or not self.peak:
-            raise ValueError(f"{self.name}: peak must map unit names to {{dtype: FLOP/s}} tables")
+            raise OpcountValueError(f"{self.name}: peak must map unit names to {{dtype: FLOP/s}} tables")
         frozen: dict[str, Mapping[str, float]] = {}
         for unit, table in self.peak.items():
             if not isinstance(table, Mapping) or not table:
-                raise ValueError(f"{self.name}: peak[{unit!r}] must be a non-empty {{dtype: FLOP/s}} table")
+                raise OpcountValueError(f"{self.name}: peak[{unit!r}] must be a non-empty {{dtype: FLOP/s}} table")
             for dtype, value in table.items():
                 if not _is_dtype_name(dtype):
-                    raise ValueError(
+                    raise OpcountValueError(
                         f"{self.name}: peak[{unit!r}] has unknown dtype {dtype!r}: name it as torch does "
                         "(float32, float16, bfloat16, float8_e4m3fn, int8, ...) or tf32"
                     )
                 if not _positive(value):
-                    raise ValueError(f"{self.name}: peak[{unit!r}][{dtype!r}] must be a positive FLOP/s, got {value!r}")
-            frozen[str(unit)] = MappingProxyType({str(d): float(v) for d, v in table.items()})
+                    raise OpcountValueError(
+                        f"{self.name}: peak[{unit!r}][{dtype!r}] must be a positive FLOP/s, got {value!r}"
+                    )
+            frozen[str(unit)] = MappingProxyType({str(dtype_name(d)): float(v) for d, v in table.items()})
         # Read-only views: a preset shared by every caller must not be edited in place.
         object.__setattr__(self, "peak", MappingProxyType(frozen))
         object.__setattr__(self, "bandwidth", float(self.bandwidth))
         for opt in ("buffer_bytes", "clock_hz"):
             value = getattr(self, opt)
             if value is not None and not _positive(value):
-                raise ValueError(f"{self.name}: {opt} must be positive or None, got {value!r}")
+                raise OpcountValueError(f"{self.name}: {opt} must be positive or None, got {value!r}")
         if isinstance(self.sparse, Mapping):
             try:
                 object.__setattr__(self, "sparse", SparseSupport.from_dict(self.sparse))
             except ValueError as e:
-                raise ValueError(f"{self.name}: {e}") from e
+                raise OpcountValueError(f"{self.name}: {e}") from e
         elif not isinstance(self.sparse, SparseSupport):
-            raise ValueError(f"{self.name}: sparse must be a SparseSupport or a table, got {self.sparse!r}")
+            raise OpcountValueError(f"{self.name}: sparse must be a SparseSupport or a table, got {self.sparse!r}")
 
     def __hash__(self) -> int:  # the peak tables are read-only mappings, which do not hash
         return hash((self.name, self.bandwidth, tuple((u, tuple(t.items())) for u, t in self.peak.items())))
@@ -93,15 +97,15 @@ class Hardware:
     def units(self) -> tuple[str, ...]:
         return tuple(self.peak)
 
-    def peak_of(self, unit: str, dtype: str) -> float | None:
-        """FLOP/s of ``unit`` on ``dtype``, None when the unit does not run that dtype."""
-        return self.peak.get(unit, {}).get(dtype)
+    def peak_of(self, unit: str, dtype: DType) -> float | None:
+        """FLOP/s of ``unit`` on ``dtype`` (a name or a torch.dtype), None when the unit does not run that dtype."""
+        return self.peak.get(unit, {}).get(dtype_name(dtype))
 
-    def ridge(self, unit: str, dtype: str) -> float:
+    def ridge(self, unit: str, dtype: DType) -> float:
         """The ridge point (FLOP/byte): intensities above it are compute bound on ``unit``."""
         peak = self.peak_of(unit, dtype)
         if peak is None:
-            raise KeyError(f"{self.name} has no {unit} peak for {dtype}")
+            raise OpcountKeyError(f"{self.name} has no {unit} peak for {dtype_name(dtype)}")
         return peak / self.bandwidth
 
     # ----- (de)serialization ---------------------------------------------------------------
@@ -126,10 +130,10 @@ class Hardware:
         allowed = {"name", "peak", "bandwidth", "buffer_bytes", "clock_hz", "description", "sparse"}
         unknown = set(data) - allowed
         if unknown:
-            raise ValueError(f"unknown hardware keys {sorted(unknown)}; allowed: {sorted(allowed)}")
+            raise OpcountValueError(f"unknown hardware keys {sorted(unknown)}; allowed: {sorted(allowed)}")
         missing = {"name", "peak", "bandwidth"} - set(data)
         if missing:
-            raise ValueError(f"hardware description lacks {sorted(missing)}")
+            raise OpcountValueError(f"hardware description lacks {sorted(missing)}")
         return cls(**dict(data))
 
     @classmethod
@@ -152,18 +156,31 @@ class Hardware:
         try:
             data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
         except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path}: not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'}: {e}") from e
+            raise OpcountValueError(
+                f"{path}: not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'}: {e}"
+            ) from e
         if not isinstance(data, Mapping):
-            raise ValueError(f"{path}: expected a table of hardware keys at the top level")
+            raise OpcountValueError(f"{path}: expected a table of hardware keys at the top level")
         try:
             return cls.from_dict(data)
         except (TypeError, ValueError) as e:
-            raise ValueError(f"{path}: {e}") from e
+            raise OpcountValueError(f"{path}: {e}") from e
+
+
+DType = str | torch.dtype  # a dtype as a name ("float16") or as torch's object (torch.float16)
+
+
+def dtype_name(dtype: DType) -> str:
+    """The name opcount gives a dtype, torch's without its prefix (``torch.float16`` -> ``"float16"``),
+    the name the tracers record and hardware peaks are keyed by; anything else is returned as is."""
+    return str(dtype).removeprefix("torch.") if isinstance(dtype, torch.dtype) else dtype
 
 
 def _is_dtype_name(name: object) -> bool:
     # A key no operator's dtype matches (a typo, an alias such as half) would only fail later, at
     # the first layer priced in that dtype: the roofline looks peaks up by torch's canonical names.
+    if isinstance(name, torch.dtype):
+        return True
     if name == "tf32":
         return True
     dtype = getattr(torch, name, None) if isinstance(name, str) else None

@@ -45,7 +45,7 @@ from torch import nn
 
 from .analysis import NO_INPUTS, JitModelAnalysis, Statistics, op_key
 from .counts import count_of, describe
-from .errors import HandleError
+from .errors import HandleError, OpcountValueError
 from .handles import MEMORY
 from .handles.memory import (
     NOTHING,
@@ -81,7 +81,7 @@ def _free_families() -> tuple[frozenset[str], frozenset[str]]:
 
 def _check_kind(kind: str) -> str:
     if kind not in KINDS:
-        raise ValueError(f"unknown kind {kind!r}; choose 'read', 'write' or 'both'")
+        raise OpcountValueError(f"unknown kind {kind!r}; choose 'read', 'write' or 'both'")
     return kind
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .chart_labels import Label, freeze_layout, place_labels
+from .errors import OpcountValueError
 from .roofline import RooflineReport, Summary
 from .units import seconds, time_unit
 
@@ -63,7 +64,7 @@ def _points(report: RooflineReport, by: str) -> list[tuple[str, str, float, floa
             for s in rows.values()
         ]
     else:
-        raise ValueError(f"by must be one of {', '.join(BYS)}, got {by!r}")
+        raise OpcountValueError(f"by must be one of {', '.join(BYS)}, got {by!r}")
     # Log axes: points without flops or without bytes have no place on the chart.
     return [p for p in raw if p[3] > 0 and math.isfinite(p[2]) and p[2] > 0]
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .counts import Cost
+from .errors import OpcountValueError
 from .handles import FLOPS, FVCORE_IGNORED, FVCORE_IGNORED_BACKWARD, Handle
 from .ir import Spec
 
@@ -32,7 +33,7 @@ def flop_preset(name: str) -> Preset:
     if name == "macs":
         macs = {op: macs_only(h) for op, h in handles.items() if h.macs}
         return Preset(macs, FLOPS.zero | frozenset(handles.keys() - macs.keys()))
-    raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    raise OpcountValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
 
 
 def macs_only(handle: Handle) -> Handle:

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from .errors import OpcountValueError
+
 __all__ = ["CSV_ROOT", "csv_header", "export_meta", "input_specs", "read_csv_meta"]
 
 # The model's own row in CSV exports. fvcore names the root module "" (``by_module()[""]``), but
@@ -91,6 +93,6 @@ def read_csv_meta(source: str | Path) -> dict[str, Any]:
             break
         key, sep, value = line[1:].strip().partition(": ")
         if not sep:
-            raise ValueError(f"malformed CSV metadata line {line!r}: expected '# key: <JSON value>'")
+            raise OpcountValueError(f"malformed CSV metadata line {line!r}: expected '# key: <JSON value>'")
         meta[key] = json.loads(value)
     return meta

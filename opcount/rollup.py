@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from .errors import OpcountValueError
 from .scopes import ModuleTree
 
 MODES = ("owner", "caller")
@@ -33,7 +34,7 @@ def attributed(tree: ModuleTree, scope: Scope, mode: str = "owner") -> tuple[str
         return tuple(dict.fromkeys(("", *scope)))
     if mode == "owner":
         return tree.owners(scope[-1])
-    raise ValueError(f"unknown ancestor mode {mode!r}; choose 'owner' or 'caller'")
+    raise OpcountValueError(f"unknown ancestor mode {mode!r}; choose 'owner' or 'caller'")
 
 
 def roll_up(
@@ -43,7 +44,7 @@ def roll_up(
     calls that belong to it, per key. ``items``: (scope of a call, its values by key); a call
     whose values are None or empty adds nothing."""
     if mode not in MODES:
-        raise ValueError(f"unknown ancestor mode {mode!r}; choose 'owner' or 'caller'")
+        raise OpcountValueError(f"unknown ancestor mode {mode!r}; choose 'owner' or 'caller'")
     totals: dict[str, Counter[K]] = {name: _counter() for name in tree.names}
     into: dict[Scope, list[Counter[K]]] = {}  # scope -> the counters of its modules: resolved once
     for scope, values in items:

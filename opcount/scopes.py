@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .errors import OpcountKeyError, OpcountTypeError
+
 ROOT: tuple[str, ...] = ("",)  # the scope of an operator that ran in the model itself
 
 
@@ -61,11 +63,11 @@ class ModuleTree:
     def canonical(self, name: str) -> str:
         """The canonical name of ``name``; KeyError if no module has that name."""
         if not isinstance(name, str):
-            raise TypeError(f"module names are strings, got {type(name).__name__}")
+            raise OpcountTypeError(f"module names are strings, got {type(name).__name__}")
         try:
             return self.aliases[name]
         except KeyError:
-            raise KeyError(f"no module named {name!r} in the analyzed model") from None
+            raise OpcountKeyError(f"no module named {name!r} in the analyzed model") from None
 
     def has(self, module: nn.Module) -> bool:
         return id(module) in self._by_id

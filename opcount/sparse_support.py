@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import OpcountValueError
+
 __all__ = ["SparseSupport"]
 
 
@@ -35,15 +37,15 @@ class SparseSupport:
         for pattern in self.nm:
             n, m = tuple(pattern) if isinstance(pattern, (tuple, list)) and len(pattern) == 2 else (None, None)
             if not (isinstance(n, int) and isinstance(m, int) and 1 <= n <= m and m >= 2):
-                raise ValueError(f"N:M needs integers 1 <= N <= M, M >= 2; got {pattern!r}")
+                raise OpcountValueError(f"N:M needs integers 1 <= N <= M, M >= 2; got {pattern!r}")
             patterns.append((n, m))
         object.__setattr__(self, "nm", tuple(patterns))
         if self.nm_precisions is not None:
             object.__setattr__(self, "nm_precisions", frozenset(self.nm_precisions))
         if not isinstance(self.block, bool):
-            raise ValueError(f"block must be true or false, got {self.block!r}")
+            raise OpcountValueError(f"block must be true or false, got {self.block!r}")
         if not isinstance(self.min_block, int) or isinstance(self.min_block, bool) or self.min_block < 1:
-            raise ValueError(f"min_block must be a positive integer, got {self.min_block!r}")
+            raise OpcountValueError(f"min_block must be a positive integer, got {self.min_block!r}")
 
     def fit_nm(self, n: int, m: int, precision: str) -> tuple[int, int] | None:
         """The supported pattern an n:m weight runs as (fewest stored values), or None.
@@ -73,13 +75,13 @@ class SparseSupport:
         allowed = {"nm", "nm_precisions", "block", "min_block"}
         unknown = set(data) - allowed
         if unknown:
-            raise ValueError(f"unknown sparse keys {sorted(unknown)}; allowed: {sorted(allowed)}")
+            raise OpcountValueError(f"unknown sparse keys {sorted(unknown)}; allowed: {sorted(allowed)}")
         nm = data.get("nm", [])
         if isinstance(nm, str) or not isinstance(nm, (list, tuple)):
-            raise ValueError(f"sparse.nm must be a list of 'N:M' strings such as ['2:4'], got {nm!r}")
+            raise OpcountValueError(f"sparse.nm must be a list of 'N:M' strings such as ['2:4'], got {nm!r}")
         precisions = data.get("nm_precisions")
         if precisions is not None and (isinstance(precisions, str) or not all(isinstance(p, str) for p in precisions)):
-            raise ValueError(f"sparse.nm_precisions must be a list of dtype names, got {precisions!r}")
+            raise OpcountValueError(f"sparse.nm_precisions must be a list of dtype names, got {precisions!r}")
         return cls(
             nm=tuple(_pattern(p) for p in nm),
             nm_precisions=None if precisions is None else frozenset(precisions),
@@ -91,5 +93,5 @@ class SparseSupport:
 def _pattern(text: object) -> tuple[int, int]:
     found = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", text) if isinstance(text, str) else None
     if found is None:
-        raise ValueError(f"sparse.nm: cannot read {text!r}; write N:M patterns as strings such as '2:4'")
+        raise OpcountValueError(f"sparse.nm: cannot read {text!r}; write N:M patterns as strings such as '2:4'")
     return int(found[1]), int(found[2])

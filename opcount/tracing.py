@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .errors import OpcountTypeError, OpcountValueError
 from .ir import OpCall, TensorSpec
 from .scopes import ModuleTree
 from .tracers import Recording, trace_dispatch, trace_jit
@@ -93,7 +94,7 @@ def trace(
     pass; ``"train"``: forward and backward, loss ``loss_fn(output)``) and ``device="meta"``.
     """
     if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        raise OpcountTypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     check_options(tracer, mode, loss_fn, device)
     tree = ModuleTree(model)
     inputs = () if inputs is None else inputs
@@ -103,11 +104,13 @@ def trace(
 def check_options(tracer: str, mode: str, loss_fn: LossFn | None, device: torch.device | str | None) -> None:
     """Refuse an unknown tracer or mode, and options the jit tracer cannot honour."""
     if tracer not in TRACERS:
-        raise ValueError(f"unknown tracer {tracer!r}; choose 'jit' or 'dispatch'")
+        raise OpcountValueError(f"unknown tracer {tracer!r}; choose 'jit' or 'dispatch'")
     if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; choose 'eval' or 'train'")
+        raise OpcountValueError(f"unknown mode {mode!r}; choose 'eval' or 'train'")
     if tracer == "jit" and (mode != "eval" or loss_fn is not None or device is not None):
-        raise ValueError("mode, loss_fn and device need tracer='dispatch'; the jit tracer runs the forward pass as is")
+        raise OpcountValueError(
+            "mode, loss_fn and device need tracer='dispatch'; the jit tracer runs the forward pass as is"
+        )
 
 
 def run(

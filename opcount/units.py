@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import OpcountValueError
+
 __all__ = [
     "COMPACT",
     "EXACT",
@@ -122,9 +124,9 @@ class NumberFormat:
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
-            raise ValueError(f"unknown unit {self.unit!r}; choose one of {', '.join(map(repr, UNITS))}")
+            raise OpcountValueError(f"unknown unit {self.unit!r}; choose one of {', '.join(map(repr, UNITS))}")
         if isinstance(self.digits, bool) or not isinstance(self.digits, int) or self.digits < int(self.significant):
-            raise ValueError(f"digits must be an integer >= {int(self.significant)}, got {self.digits!r}")
+            raise OpcountValueError(f"digits must be an integer >= {int(self.significant)}, got {self.digits!r}")
 
 
 FVCORE_TABLE = NumberFormat(digits=3)  # fvcore's flop_count_table

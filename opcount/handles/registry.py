@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..counts import Cost
+from ..errors import OpcountValueError
 from ..ir import Spec
 
 SpecFn = Callable[[Sequence[Spec], Sequence[Spec]], "int | float | Counter[str] | Cost"]
@@ -112,7 +113,7 @@ class Registry:
     def _claim(self, op: str) -> None:
         _qualified(op)
         if op in self._handles or op in self._zero or op in self._mirrors:
-            raise ValueError(f"{self.metric}: operator {op!r} is registered twice")
+            raise OpcountValueError(f"{self.metric}: operator {op!r} is registered twice")
 
     def _changed(self) -> None:
         self._zero_view = None
@@ -156,7 +157,7 @@ class Registry:
 
 def _qualified(op: str) -> None:
     if "::" not in op:
-        raise ValueError(f"operator names are qualified (e.g. 'aten::{op}'), got {op!r}")
+        raise OpcountValueError(f"operator names are qualified (e.g. 'aten::{op}'), got {op!r}")
 
 
 FLOPS = Registry("flops")

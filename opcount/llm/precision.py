@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..errors import OpcountError
+from ..hardware import DType, dtype_name
 from ..ir import DTYPE_BYTES, TensorSpec
 from .model import KV_PREFIX
 
@@ -45,9 +46,10 @@ GROUP_SIZE = 128
 _SCALE_BYTES = 2  # float16 scales and zero-points
 
 
-def canonical(dtype: str, allowed: tuple[str, ...], role: str) -> str:
+def canonical(dtype: DType, allowed: tuple[str, ...], role: str) -> str:
     """``dtype``'s canonical name, checked against what ``role`` may be stored in."""
-    name = ALIASES.get(dtype.lower(), dtype.lower())
+    text = str(dtype_name(dtype)).lower()
+    name = ALIASES.get(text, text)
     if name not in allowed:
         raise OpcountError(f"unknown {role} dtype {dtype!r}; choose one of {', '.join(allowed)} (or bf16, fp16, fp8)")
     return name

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from ..analysis import FlopCountAnalysis
-from ..hardware import Hardware
+from ..errors import OpcountTypeError, OpcountValueError
+from ..hardware import DType, Hardware
 from ..scopes import ModuleTree
 from ..tracers.structure import normalize_inputs
 from ..tracing import Trace
@@ -35,7 +36,7 @@ def profile(
     device: str | None = None,
     repeats: int = 10,
     warmup: int = 2,
-    dtype: str | None = None,
+    dtype: DType | None = None,
     statistic: str = "midmean",
     grad: bool = False,
     predicted: RooflineReport | Trace | FlopCountAnalysis | None = None,
@@ -53,20 +54,20 @@ def profile(
     See :mod:`opcount.profiling` for what is measured and how rows are aggregated.
     """
     if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        raise OpcountTypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
+        raise OpcountValueError(f"repeats must be a positive integer, got {repeats!r}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
+        raise OpcountValueError(f"warmup must be a non-negative integer, got {warmup!r}")
     if statistic not in STATISTICS:
-        raise ValueError(f"unknown statistic {statistic!r}; choose one of {', '.join(STATISTICS)}")
+        raise OpcountValueError(f"unknown statistic {statistic!r}; choose one of {', '.join(STATISTICS)}")
     args, kw = normalize_inputs(inputs, kwargs)
     dev = model_device(model, (args, kw), device)
     if isinstance(predicted, (Trace, FlopCountAnalysis)):
         if hardware is None:
-            raise TypeError(f"profile(predicted=a {type(predicted).__name__}) needs hardware= for its roofline")
+            raise OpcountTypeError(f"profile(predicted=a {type(predicted).__name__}) needs hardware= for its roofline")
         if predicted.model is not model:
-            raise ValueError(f"profile(predicted=...): the {type(predicted).__name__} is of another model")
+            raise OpcountValueError(f"profile(predicted=...): the {type(predicted).__name__} is of another model")
         from ..roofline import roofline
 
         predicted = roofline(predicted, hardware=hardware, dtype=dtype, **dict(roofline_options or {}))

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import OpcountValueError
 from ..hardware import Hardware
 from ..report import COMPACT, check_max_depth, format_number
 from ..scopes import ModuleTree
@@ -179,7 +180,7 @@ class ProfileReport:
         elif by == "operator":
             rows = [(("  " if r.parent else "") + n, r) for n, r in self.operators.items()]
         else:
-            raise ValueError(f"by must be 'module', 'leaf' or 'operator', got {by!r}")
+            raise OpcountValueError(f"by must be 'module', 'leaf' or 'operator', got {by!r}")
         rows = rows[:top] if top is not None else rows
         total = self.total.measured
         modules = by != "operator"
@@ -246,7 +247,7 @@ class ProfileReport:
     def to_csv(self, level: str = "modules") -> str:
         """One CSV row per module (``level="modules"``) or operator (``"operators"``)."""
         if level not in ("modules", "operators"):
-            raise ValueError(f"unknown level {level!r}; choose 'modules' or 'operators'")
+            raise OpcountValueError(f"unknown level {level!r}; choose 'modules' or 'operators'")
         rows = [r.to_dict() for r in (self.modules if level == "modules" else self.operators).values()]
         out = io.StringIO()
         fields = list(ProfileRow("", "").to_dict())

@@ -20,7 +20,7 @@ from torch import nn
 from torch.autograd.profiler import record_function
 
 from .._runtime import kineto_quiet
-from ..errors import OpcountError, failure_site, first_line
+from ..errors import OpcountError, OpcountValueError, failure_site, first_line
 from ..scopes import ModuleTree
 from ..torch_internals import OpOverload, custom_op_definitions, op_qualified_name, pytree
 from ..tracers.patching import replaced
@@ -43,11 +43,11 @@ def model_device(model: nn.Module, inputs: Any, device: str | None) -> torch.dev
     if device is None:
         device = found.type
     if device not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+        raise OpcountValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' but no CUDA device is available")
+        raise OpcountValueError("device='cuda' but no CUDA device is available")
     if found.type != device:
-        raise ValueError(f"the model is on {found.type}, not {device}: move the model and inputs there first")
+        raise OpcountValueError(f"the model is on {found.type}, not {device}: move the model and inputs there first")
     return found
 
 

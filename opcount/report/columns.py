@@ -13,6 +13,7 @@ from typing import Any
 
 from torch import nn
 
+from ..errors import OpcountValueError
 from ..scopes import ModuleTree
 from ..units import NumberFormat, exact, format_number, unprefixed
 from .parameters import parameter_counts
@@ -125,7 +126,7 @@ COLUMNS: dict[str, Column] = {}
 def register_column(column: Column, *, replace: bool = False) -> Column:
     """Make ``column`` available by its key to every report (``columns=(..., key)``)."""
     if column.key in COLUMNS and not replace:
-        raise ValueError(f"a column {column.key!r} is already registered")
+        raise OpcountValueError(f"a column {column.key!r} is already registered")
     COLUMNS[column.key] = column
     return column
 
@@ -164,14 +165,14 @@ def resolve_columns(keys: Iterable[str | Column], sources: Sources) -> list[Colu
     for key in keys:
         column = key if isinstance(key, Column) else COLUMNS.get(key)
         if column is None:
-            raise ValueError(f"unknown column {key!r}; choose from {', '.join(COLUMNS)}")
+            raise OpcountValueError(f"unknown column {key!r}; choose from {', '.join(COLUMNS)}")
         for role in column.needs:
             if sources.get(role) is None:
                 how = f"{role}=..." if role in ("activations", "memory") else f"extra={{{role!r}: ...}}"
-                raise ValueError(f"column {column.key!r} needs the {role} analysis; pass {how}")
+                raise OpcountValueError(f"column {column.key!r} needs the {role} analysis; pass {how}")
         chosen.append(column)
     if len({c.key for c in chosen}) != len(chosen):
-        raise ValueError(f"a column is named twice in {[c.key for c in chosen]}")
+        raise OpcountValueError(f"a column is named twice in {[c.key for c in chosen]}")
     return chosen
 
 

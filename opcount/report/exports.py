@@ -11,6 +11,7 @@ from typing import Any
 
 import tabulate
 
+from ..errors import OpcountValueError
 from ..units import COMPACT, NumberFormat, exact
 from .columns import COLUMNS, Column, Sources, resolve_columns
 from .layout import build_layout, check_max_depth, format_cells
@@ -115,7 +116,7 @@ def _level_rows(data: Mapping[str, Any], level: str) -> tuple[list[str], list[di
         return fields, data["modules"]
     if level == "operators":
         return ["module", "operator", *data["operator_columns"]], data["operators"]
-    raise ValueError(f"unknown level {level!r}; choose 'modules' or 'operators'")
+    raise OpcountValueError(f"unknown level {level!r}; choose 'modules' or 'operators'")
 
 
 def to_csv(analysis: Any, *, level: str = "modules", **kwargs: Any) -> str:
@@ -180,7 +181,7 @@ def to_markdown(
             number_format=number_format,
         )
     if level != "modules":
-        raise ValueError(f"unknown level {level!r}; choose 'modules' or 'operators'")
+        raise OpcountValueError(f"unknown level {level!r}; choose 'modules' or 'operators'")
     values = {c.key: c.modules(sources) for c in chosen}
     layout = build_layout(sources.tree, with_params=False)
     shown = [n for n in sources.tree.names if max_depth is None or layout.depth(n) <= max_depth]

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import OpcountValueError
 from ..scopes import ModuleTree
 from ..units import NumberFormat
 from .columns import Column, Sources, Values, uncalled_rows
@@ -99,4 +100,4 @@ def check_max_depth(max_depth: Any, *, optional: bool = False) -> None:
         return
     if type(max_depth) is not int or max_depth < 0:  # bool is not a depth either
         allowed = "an int >= 0 or None" if optional else "an int >= 0"
-        raise ValueError(f"max_depth must be {allowed} (module levels shown), got {max_depth!r}")
+        raise OpcountValueError(f"max_depth must be {allowed} (module levels shown), got {max_depth!r}")

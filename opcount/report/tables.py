@@ -10,6 +10,7 @@ from typing import Any
 import tabulate
 from torch import nn
 
+from ..errors import OpcountValueError
 from ..scopes import ModuleTree
 from ..units import FVCORE_TABLE, NumberFormat
 from .columns import Column, Sources, resolve_columns
@@ -178,7 +179,7 @@ def operator_rows(
     """(module, operator, {column key: value}) in module order, heaviest operator first."""
     for c in columns:
         if c.operators is None:
-            raise ValueError(f"column {c.key!r} has no per-operator breakdown")
+            raise OpcountValueError(f"column {c.key!r} has no per-operator breakdown")
     tables = {c.key: c.operators(sources) for c in columns if c.operators is not None}
     layout = build_layout(sources.tree, with_params=False)
     rows: list[tuple[str, str, dict[str, Any]]] = []

@@ -18,8 +18,9 @@ from typing import Any
 from torch import nn
 
 from ..analysis import FlopCountAnalysis, op_key
+from ..errors import OpcountTypeError, OpcountValueError
 from ..handles.memory import Access, Traffic, flat_tensors
-from ..hardware import TENSOR, VECTOR, Hardware
+from ..hardware import TENSOR, VECTOR, DType, Hardware, dtype_name
 from ..hardware import hardware as lookup_hardware
 from ..ir import DTYPE_BYTES, OpCall, TensorSpec
 from ..memory import MemoryTrafficAnalysis, alias_roots
@@ -37,7 +38,7 @@ def roofline(
     model: Source,
     inputs: Any = None,
     hardware: Hardware | str | None = None,
-    dtype: str | None = None,
+    dtype: DType | None = None,
     kwargs: Mapping[str, Any] | None = None,
     *,
     allow_tf32: bool = False,
@@ -60,21 +61,21 @@ def roofline(
     :class:`FlopCountAnalysis` (its trace, and its handles price the compute), or a ready
     :class:`MemoryTrafficAnalysis` (its trace, handles and ``fuse`` / ``resident_params``
     settings are used); ``inputs``, ``kwargs`` and trace options are then not taken.
-    ``dtype``: what the model would run in (default: the dtype it was traced in).
+    ``dtype``: what the model would run in, a name or a torch.dtype (default: the dtype it was traced in).
     ``itemsize``: bytes per element of a tensor as stored, where its role decides it (quantized
     weights, a KV cache in another dtype: see :mod:`opcount.llm.precision`); None keeps ``dtype``'s.
     """
     if hardware is None:
-        raise TypeError("roofline() needs hardware: a preset name such as 'h100-sxm', a file or a Hardware")
+        raise OpcountTypeError("roofline() needs hardware: a preset name such as 'h100-sxm', a file or a Hardware")
     hw = lookup_hardware(hardware)
     memory, pricing = _sources(model, inputs, kwargs, trace_options, resident_params=resident_params, fuse=fuse)
     per_call = memory.traffic_per_call()
     calls = [c for c, _ in per_call]
     traffic = [t for _, t in per_call]
     traced = _traced_dtype(calls)
-    dtype = dtype or traced
+    dtype = dtype_name(dtype) if dtype else traced
     if dtype not in DTYPE_BYTES:
-        raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(sorted(DTYPE_BYTES))}")
+        raise OpcountValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(sorted(DTYPE_BYTES))}")
     if fuse is not True and fuse:
         traffic = fuse_modules(calls, traffic, _resolve_groups(memory, fuse, "fuse"), memory.trace().outputs)
     groups = _resolve_groups(memory, pipeline, "pipeline") if pipeline else []
@@ -124,16 +125,18 @@ def _sources(
         )
         return memory, FlopCountAnalysis(memory.trace())
     if not isinstance(model, (Trace, FlopCountAnalysis, MemoryTrafficAnalysis)):
-        raise TypeError(
+        raise OpcountTypeError(
             "model must be an nn.Module, an opcount.Trace, a FlopCountAnalysis or a MemoryTrafficAnalysis, "
             f"got {type(model).__name__}"
         )
     given = [name for name, v in (("inputs", inputs), ("kwargs", kwargs)) if v is not None] + sorted(trace_options)
     if given:
-        raise TypeError(f"roofline() of a {type(model).__name__} takes no {', '.join(given)}: it is traced already")
+        raise OpcountTypeError(
+            f"roofline() of a {type(model).__name__} takes no {', '.join(given)}: it is traced already"
+        )
     if isinstance(model, MemoryTrafficAnalysis):
         if fuse is True or resident_params:
-            raise ValueError("give fuse=True / resident_params to the MemoryTrafficAnalysis, not to roofline()")
+            raise OpcountValueError("give fuse=True / resident_params to the MemoryTrafficAnalysis, not to roofline()")
         return model, FlopCountAnalysis(model.trace())
     traced = model if isinstance(model, Trace) else model.trace()
     memory = MemoryTrafficAnalysis(traced, resident_params=resident_params, fuse=fuse is True)
@@ -147,7 +150,9 @@ def _scale_of(scale: Scale, call: OpCall, op: str, what: str) -> float:
         scale = scale.get(call.kind, scale.get(op, scale.get("*", 1.0)))
     value = scale(call) if callable(scale) else scale
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"{what} for {call.kind} in '{call.scope[-1]}' must be a finite number >= 0, got {value!r}")
+        raise OpcountValueError(
+            f"{what} for {call.kind} in '{call.scope[-1]}' must be a finite number >= 0, got {value!r}"
+        )
     return float(value)
 
 
@@ -198,7 +203,9 @@ def _assign(
 ) -> tuple[str, str]:
     if chosen is not None:
         if chosen not in hw.peak:
-            raise ValueError(f"unit() chose {chosen!r} for {call.kind}; {hw.name} has units {', '.join(hw.units)}")
+            raise OpcountValueError(
+                f"unit() chose {chosen!r} for {call.kind}; {hw.name} has units {', '.join(hw.units)}"
+            )
         candidates = [(chosen, dtype), (chosen, "float32")]
     else:
         candidates = []
@@ -211,7 +218,7 @@ def _assign(
     for u, precision in candidates:
         if hw.peak_of(u, precision) is not None:
             return u, precision
-    raise ValueError(
+    raise OpcountValueError(
         f"{hw.name} has no unit for {call.kind} in {dtype} (tried {', '.join(f'{u}/{p}' for u, p in candidates)}; "
         f"it has {', '.join(f'{u}: {sorted(t)}' for u, t in hw.peak.items())}); pass another dtype="
     )
@@ -219,13 +226,13 @@ def _assign(
 
 def _resolve_groups(analysis: MemoryTrafficAnalysis, groups: Groups | bool, what: str) -> list[tuple[str, ...]]:
     if isinstance(groups, (str, bool)) or not all(isinstance(g, Sequence) and not isinstance(g, str) for g in groups):
-        raise TypeError(f"{what} takes groups of module names, e.g. [['conv1', 'bn1', 'relu']]")
+        raise OpcountTypeError(f"{what} takes groups of module names, e.g. [['conv1', 'bn1', 'relu']]")
     resolved = []
     for group in groups:
         try:
             resolved.append(tuple(analysis.canonical_module_name(name) for name in group))
         except KeyError as e:
-            raise ValueError(f"{what}: {e.args[0]}") from None
+            raise OpcountValueError(f"{what}: {e.args[0]}") from None
     return resolved
 
 
@@ -248,7 +255,7 @@ def fuse_modules(
         for i, call in enumerate(calls):
             # call.scope is the stack of modules running when the call ran, root first
             if any(name in call.scope for name in names) and group_of.setdefault(i, g) != g:
-                raise ValueError(f"fuse: a call in '{call.scope[-1]}' belongs to groups {group_of[i]} and {g}")
+                raise OpcountValueError(f"fuse: a call in '{call.scope[-1]}' belongs to groups {group_of[i]} and {g}")
     roots = alias_roots(calls, traffic)
 
     def root(spec: TensorSpec | None) -> int | None:

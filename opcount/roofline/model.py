@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from ..hardware import Hardware
+from ..errors import OpcountValueError
+from ..hardware import DType, Hardware, dtype_name
 from ..hardware import hardware as lookup_hardware
 from ..ir import OpCall, TensorSpec
 from .report import Layer, LayerTime, RooflineReport
@@ -25,7 +26,7 @@ Groups = Sequence[Sequence[str]]
 
 
 def speed_of_light(
-    layers: Sequence[Layer], hw: Hardware | str, *, pipeline: Groups | None = None, dtype: str = ""
+    layers: Sequence[Layer], hw: Hardware | str, *, pipeline: Groups | None = None, dtype: DType = ""
 ) -> RooflineReport:
     """The roofline of given layers on ``hw``: each layer's time, pipelining applied.
 
@@ -37,7 +38,7 @@ def speed_of_light(
     for layer in layers:
         peak = hw.peak_of(layer.unit, layer.precision)
         if peak is None:
-            raise ValueError(
+            raise OpcountValueError(
                 f"layer {layer.name!r}: {hw.name} has no {layer.unit} peak for {layer.precision} "
                 f"(it has {', '.join(f'{u}: {sorted(t)}' for u, t in hw.peak.items())})"
             )
@@ -45,7 +46,7 @@ def speed_of_light(
         memory = layer.bytes / hw.bandwidth
         own.append(LayerTime(layer, peak, compute, memory, max(compute, memory)))
     groups = [tuple(g) for g in pipeline or ()]
-    return RooflineReport(hw, dtype, _pipelined(own, groups), groups)
+    return RooflineReport(hw, dtype_name(dtype), _pipelined(own, groups), groups)
 
 
 def _pipelined(times: list[LayerTime], groups: Sequence[tuple[str, ...]]) -> list[LayerTime]:
@@ -55,15 +56,17 @@ def _pipelined(times: list[LayerTime], groups: Sequence[tuple[str, ...]]) -> lis
     member_of: dict[int, tuple[int, int]] = {}  # layer index -> (group, member)
     for g, names in enumerate(groups):
         if not names:
-            raise ValueError(f"pipeline group {g} is empty")
+            raise OpcountValueError(f"pipeline group {g} is empty")
         for m, name in enumerate(names):
             hits = [i for i, t in enumerate(times) if name in t.layer.owners or name == t.layer.name]
             if not hits:
-                raise ValueError(f"pipeline group {g}: no layer belongs to {name!r}")
+                raise OpcountValueError(f"pipeline group {g}: no layer belongs to {name!r}")
             for i in hits:
                 if i in member_of:
                     other = groups[member_of[i][0]][member_of[i][1]]
-                    raise ValueError(f"pipeline: layer {times[i].layer.name!r} is in both {other!r} and {name!r}")
+                    raise OpcountValueError(
+                        f"pipeline: layer {times[i].layer.name!r} is in both {other!r} and {name!r}"
+                    )
                 member_of[i] = (g, m)
     member_time: dict[tuple[int, int], float] = {}
     for i, (g, m) in member_of.items():
@@ -90,7 +93,7 @@ def mac_array_scale(c: int, k: int, tc: int = 64, tk: int = 16) -> float:
     """Executed / useful multiply-adds of a Tc x Tk weight-stationary MAC array (AMAIX's scale_ops):
     ceil(c/Tc) ceil(k/Tk) Tc Tk / (c k), for c input and k output channels; 1 when both divide."""
     if c <= 0 or k <= 0 or tc <= 0 or tk <= 0:
-        raise ValueError(f"channels and array sizes must be positive, got c={c}, k={k}, tc={tc}, tk={tk}")
+        raise OpcountValueError(f"channels and array sizes must be positive, got c={c}, k={k}, tc={tc}, tk={tk}")
     return math.ceil(c / tc) * math.ceil(k / tk) * tc * tk / (c * k)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import OpcountValueError
 from ..hardware import VECTOR, Hardware
 from ..ir import OpCall
 from ..report import check_max_depth
@@ -264,7 +265,7 @@ class RooflineReport:
         """The ``n`` rows taking the most time: innermost modules (``by="module"``) or operators."""
         rows = self.leaf_modules() if by == "module" else self.by_operator() if by == "operator" else None
         if rows is None:
-            raise ValueError(f"by must be 'module' or 'operator', got {by!r}")
+            raise OpcountValueError(f"by must be 'module' or 'operator', got {by!r}")
         return sorted(rows.values(), key=lambda r: -r.time)[:n]
 
     # ----- text ----------------------------------------------------------------------------
@@ -305,7 +306,7 @@ class RooflineReport:
             elif by == "operator":
                 summaries = list(self.by_operator().values())
             else:
-                raise ValueError(f"by must be 'module', 'operator' or 'layer', got {by!r}")
+                raise OpcountValueError(f"by must be 'module', 'operator' or 'layer', got {by!r}")
             rows = [_summary_row(s) for s in sorted(summaries, key=lambda s: -s.time)]
         total = self.total_time
         rows = rows[:top] if top is not None else rows

@@ -7,6 +7,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping, Sequence
 
+from ..errors import OpcountTypeError, OpcountValueError
 from .patterns import MEASURED, Sparsity
 
 SparsitySpec = Sparsity | str
@@ -27,7 +28,7 @@ class Chooser:
             self.exact = {k: v for k, v in items if not _is_glob(k)}
             self.globs = [(k, v) for k, v in items if _is_glob(k)]
         else:
-            raise TypeError(
+            raise OpcountTypeError(
                 f"sparsity must be 'measured', a pattern or a mapping of names to patterns, "
                 f"got {type(sparsity).__name__}"
             )
@@ -47,7 +48,7 @@ class Chooser:
     def check_used(self) -> None:
         unused = [k for k in (*self.exact, *(k for k, _ in self.globs)) if k not in self.used]
         if unused:
-            raise ValueError(
+            raise OpcountValueError(
                 f"sparsity names no weight layer: {', '.join(map(repr, unused))} (keys are module or "
                 "parameter names, or glob patterns, of linear, convolution and matmul weights)"
             )
@@ -75,12 +76,12 @@ def parse_sparsity_args(values: Sequence[str]) -> dict[str, Sparsity | str] | Sp
     for value in values:
         pattern, at, name = value.partition("@")
         if at and not name:
-            raise ValueError(f"--sparsity {value!r}: a name must follow '@'")
+            raise OpcountValueError(f"--sparsity {value!r}: a name must follow '@'")
         spec = normalize(pattern)
         if at:
             mapping[name] = spec
         elif bare is not None:
-            raise ValueError(f"--sparsity: two patterns for every layer ({bare} and {value})")
+            raise OpcountValueError(f"--sparsity: two patterns for every layer ({bare} and {value})")
         else:
             bare = spec
     if not mapping:

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 import torch
 
+from ..errors import OpcountValueError
 from .gemm import padded, tile_sizes, tile_sums
 from .patterns import DENSE, Sparsity
 
@@ -35,7 +36,7 @@ def detect_sparsity(
     else unstructured. The level of block and unstructured is measured.
     """
     if matrix.dim() != 2:
-        raise ValueError(f"expected a GEMM matrix, got shape {tuple(matrix.shape)}")
+        raise OpcountValueError(f"expected a GEMM matrix, got shape {tuple(matrix.shape)}")
     nz = (matrix.detach() != 0).view(torch.uint8)
     rows, cols = nz.shape
     numel = rows * cols

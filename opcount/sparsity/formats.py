@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..errors import OpcountValueError
 from .patterns import Sparsity
 
 
@@ -72,4 +73,4 @@ def storage(sparsity: Sparsity, rows: int, cols: int, value_size: float = 4, ind
 
 def _check_nnz(count: int, most: int) -> None:
     if not 0 <= count <= most:
-        raise ValueError(f"{count} non-zeros do not fit in {most} places")
+        raise OpcountValueError(f"{count} non-zeros do not fit in {most} places")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..errors import OpcountValueError
 from ..ir import OpCall, TensorSpec
 
 # How a weight tensor becomes W[rows, cols]: "linear" [out, in] as is; "linear_t" the right operand
@@ -33,7 +34,7 @@ def gemm_view(weight: torch.Tensor, view: str) -> torch.Tensor:
         return weight.movedim(1, -1).reshape(weight.shape[0], -1)
     if view == "conv_transpose":
         return weight.movedim(0, -1).reshape(-1, weight.shape[0])
-    raise ValueError(f"unknown GEMM view {view!r}; choose one of {', '.join(VIEWS)}")
+    raise OpcountValueError(f"unknown GEMM view {view!r}; choose one of {', '.join(VIEWS)}")
 
 
 def from_gemm_view(matrix: torch.Tensor, view: str, shape: torch.Size) -> torch.Tensor:

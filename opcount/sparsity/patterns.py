@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..errors import OpcountValueError
+
 PATTERNS = ("dense", "unstructured", "block", "nm")
 MEASURED = "measured"  # not a pattern: "count the weight's own zeros and detect its pattern"
 
@@ -27,18 +29,20 @@ class Sparsity:
 
     def __post_init__(self) -> None:
         if self.pattern not in PATTERNS:
-            raise ValueError(f"unknown sparsity pattern {self.pattern!r}; choose one of {', '.join(PATTERNS)}")
+            raise OpcountValueError(f"unknown sparsity pattern {self.pattern!r}; choose one of {', '.join(PATTERNS)}")
         if self.pattern == "nm":
             if not (isinstance(self.n, int) and isinstance(self.m, int) and 1 <= self.n <= self.m and self.m >= 2):
-                raise ValueError(f"N:M needs integers 1 <= N <= M, M >= 2; got {self.n}:{self.m}")
+                raise OpcountValueError(f"N:M needs integers 1 <= N <= M, M >= 2; got {self.n}:{self.m}")
             object.__setattr__(self, "level", 1 - self.n / self.m)
         elif self.pattern == "dense":
             object.__setattr__(self, "level", 0.0)
         if not (isinstance(self.level, (int, float)) and 0.0 <= self.level <= 1.0):
-            raise ValueError(f"sparsity level must be a fraction of zeros in [0, 1], got {self.level!r}")
+            raise OpcountValueError(f"sparsity level must be a fraction of zeros in [0, 1], got {self.level!r}")
         # 1 x 1 blocks are unstructured sparsity: they must not earn the tensor unit.
         if self.pattern == "block" and (not isinstance(self.block_size, int) or self.block_size < 2):
-            raise ValueError(f"block size must be an integer >= 2 (1 x 1 is unstructured), got {self.block_size!r}")
+            raise OpcountValueError(
+                f"block size must be an integer >= 2 (1 x 1 is unstructured), got {self.block_size!r}"
+            )
 
     @classmethod
     def unstructured(cls, level: float) -> Sparsity:
@@ -66,9 +70,9 @@ class Sparsity:
             return cls.unstructured(_level(found[1]))
         if found := re.fullmatch(r"block(\d+)(?:x(\d+))?=([0-9.]+%?)", s):
             if found[2] is not None and found[2] != found[1]:
-                raise ValueError(f"{text!r}: only square b x b blocks are modelled")
+                raise OpcountValueError(f"{text!r}: only square b x b blocks are modelled")
             return cls.block(int(found[1]), _level(found[3]))
-        raise ValueError(
+        raise OpcountValueError(
             f"cannot read sparsity {text!r}; write 'dense', 'N:M' (e.g. '2:4'), 'unstructured=0.9' "
             "or 'blockB=LEVEL' (e.g. 'block16=87.5%')"
         )
@@ -98,5 +102,5 @@ DENSE = Sparsity("dense")
 def _level(text: str) -> float:
     value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
     if not 0 <= value <= 1:
-        raise ValueError(f"sparsity level {text!r} is not a fraction in [0, 1] (write 90% or 0.9)")
+        raise OpcountValueError(f"sparsity level {text!r} is not a fraction in [0, 1] (write 90% or 0.9)")
     return value

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..chart_labels import Label, freeze_layout, place_labels
+from ..errors import OpcountValueError
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -90,7 +91,7 @@ def sparsity_roofline_chart(
     ``note`` is printed under the chart (say where the accuracies come from)."""
     missing = [p for p in points if p.accuracy is None]
     if missing:
-        raise ValueError(
+        raise OpcountValueError(
             f"{len(missing)} point(s) have no accuracy (first: {missing[0].series} at "
             f"{100 * missing[0].level:.3g}%); pass accuracies, or use speedup_chart()"
         )

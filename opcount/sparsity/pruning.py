@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import nn
 
+from ..errors import OpcountValueError
 from .declared import SparsitySpec
 from .gemm import from_gemm_view, gemm_view, padded, tile_sizes, tile_sums
 from .patterns import Sparsity
@@ -75,12 +76,12 @@ def prune(
     """
     s = Sparsity.parse(sparsity)
     if scope not in ("global", "layer"):
-        raise ValueError(f"scope must be 'global' or 'layer', got {scope!r}")
+        raise OpcountValueError(f"scope must be 'global' or 'layer', got {scope!r}")
     pruned = copy.deepcopy(model)
     weights = prunable_weights(pruned)
     chosen = _select(weights, include, exclude)
     if include is not None and not chosen:
-        raise ValueError(f"include={list(include)} selects no prunable weight")
+        raise OpcountValueError(f"include={list(include)} selects no prunable weight")
     if s.pattern == "dense" or not chosen:
         return pruned
     views = [gemm_view(weights[n][0].detach(), weights[n][1]) for n in chosen]

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import OpcountValueError
 from ..hardware import Hardware
 from ..rollup import grouped
 from ..roofline import FLOPS_PER_MAC, LayerTime, RooflineReport, Summary
@@ -245,7 +246,7 @@ class SparsityReport:
             ]
             headers = ["module", "dense flops", "sparse flops", "dense time", "sparse time", "speedup"]
         else:
-            raise ValueError(f"by must be 'layer' or 'module', got {by!r}")
+            raise OpcountValueError(f"by must be 'layer' or 'module', got {by!r}")
         return tabulate.tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
 
     def summary(self) -> str:

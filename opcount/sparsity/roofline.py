@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..hardware import PRESETS, TENSOR, VECTOR, Hardware
+from ..errors import OpcountValueError
+from ..hardware import PRESETS, TENSOR, VECTOR, DType, Hardware, dtype_name
 from ..hardware import hardware as lookup_hardware
 from ..ir import DTYPE_BYTES, OpCall
 from ..roofline import FLOPS_PER_MAC, LayerTime, Source, roofline, speed_of_light
@@ -39,12 +40,12 @@ def sparsity_roofline(
     inputs: Any = None,
     hardware: Hardware | str = "h100-sxm",
     sparsity: SparsityArg = MEASURED,
-    dtype: str | None = None,
+    dtype: DType | None = None,
     kwargs: Mapping[str, Any] | None = None,
     *,
     default: SparsitySpec = MEASURED,
     support: SparseSupport | None = None,
-    index_dtype: str = "int32",
+    index_dtype: DType = "int32",
     flops_per_mac: int = FLOPS_PER_MAC,
     dense_if_faster: bool = False,
     weights: nn.Module | Mapping[str, torch.Tensor] | None = None,
@@ -67,10 +68,11 @@ def sparsity_roofline(
     trace options ``tracer``, ``device``, ...). ``model`` may be a :class:`~opcount.Trace` or an
     analysis, as for :func:`~opcount.roofline.roofline`.
     """
+    index_dtype = dtype_name(index_dtype)
     if index_dtype not in DTYPE_BYTES or index_dtype.startswith(("float", "bfloat", "complex")):
-        raise ValueError(f"index_dtype must be an integer dtype name such as 'int32', got {index_dtype!r}")
+        raise OpcountValueError(f"index_dtype must be an integer dtype name such as 'int32', got {index_dtype!r}")
     if flops_per_mac not in (1, 2):
-        raise ValueError(f"flops_per_mac must be 1 or 2, got {flops_per_mac!r}")
+        raise OpcountValueError(f"flops_per_mac must be 1 or 2, got {flops_per_mac!r}")
     hw = lookup_hardware(hardware)
     dense = roofline(model, inputs, hw, dtype, kwargs, **options)
     net = model if isinstance(model, nn.Module) else model.model
@@ -103,12 +105,12 @@ def sparsity_roofline(
         spec = chooser.choose(owner, name)
         if spec == MEASURED:
             if tensor is None:
-                raise ValueError(
+                raise OpcountValueError(
                     f"cannot read the weight {name!r} of {call.kind} in '{t.layer.module}' to measure "
                     "it; declare its sparsity instead"
                 )
             if tuple(tensor.shape) != use.spec.shape:
-                raise ValueError(
+                raise OpcountValueError(
                     f"weight {name!r} is {tuple(tensor.shape)} but the traced model uses "
                     f"{use.spec.shape}: weights= must hold the traced model's parameters"
                 )

@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 from .._runtime import gc_paused
-from ..errors import TraceError, failure_site, first_line
+from ..errors import OpcountValueError, TraceError, failure_site, first_line
 from ..scopes import ModuleTree
 from ..torch_internals import DISPATCH, require
 from .custom_functions import functions_named
@@ -86,12 +86,12 @@ def trace_dispatch(
     already on the meta device is analyzed that way by default.
     """
     if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; choose 'eval' (forward) or 'train' (forward and backward)")
+        raise OpcountValueError(f"unknown mode {mode!r}; choose 'eval' (forward) or 'train' (forward and backward)")
     require(DISPATCH)
     if loss_fn is not None and mode != "train":
-        raise ValueError("loss_fn is only used with mode='train'")
+        raise OpcountValueError("loss_fn is only used with mode='train'")
     if device is not None and torch.device(device) != META:
-        raise ValueError(f"device must be None (where the model is) or 'meta', got {device!r}")
+        raise OpcountValueError(f"device must be None (where the model is) or 'meta', got {device!r}")
     args, kw = normalize_inputs(inputs, kwargs)
     inner = model.module if isinstance(model, WRAPPERS) else model
     state = tree.state(tree.name_of(inner))

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import OpcountTypeError
 from ..torch_internals import FakeTensorMode, pytree
 
 META = torch.device("meta")
@@ -46,11 +47,11 @@ class TensorShape:
     def __post_init__(self) -> None:
         shape = tuple(self.shape) if isinstance(self.shape, Sequence) else None
         if shape is None or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
-            raise TypeError(
+            raise OpcountTypeError(
                 f"TensorShape takes a sequence of sizes, e.g. TensorShape((1, 3, 224, 224)), got {self.shape!r}"
             )
         if not isinstance(self.dtype, torch.dtype):
-            raise TypeError(f"TensorShape dtype must be a torch.dtype, got {self.dtype!r}")
+            raise OpcountTypeError(f"TensorShape dtype must be a torch.dtype, got {self.dtype!r}")
         object.__setattr__(self, "shape", shape)
 
     @property

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from ..errors import OpcountTypeError
 from ..torch_internals import pytree
 
 
@@ -15,7 +16,7 @@ def normalize_inputs(inputs: Any, kwargs: Mapping[str, Any] | None) -> tuple[tup
     """fvcore's convention: a tuple is the positional arguments, anything else is the one argument."""
     args = inputs if isinstance(inputs, tuple) else (inputs,)
     if kwargs is not None and not isinstance(kwargs, Mapping):
-        raise TypeError(f"kwargs must be a mapping of argument names to values, got {type(kwargs).__name__}")
+        raise OpcountTypeError(f"kwargs must be a mapping of argument names to values, got {type(kwargs).__name__}")
     kw = dict(kwargs or {})
     for path, leaf in _leaves_with_path((args, kw)):
         _check_leaf(path, leaf)
@@ -30,9 +31,9 @@ def _check_leaf(path: str, leaf: Any) -> None:
         return
     kind = type(leaf)
     if kind.__module__ == "numpy":
-        raise TypeError(f"input {path} is a numpy {kind.__name__}; convert it with torch.from_numpy()")
+        raise OpcountTypeError(f"input {path} is a numpy {kind.__name__}; convert it with torch.from_numpy()")
     if isinstance(leaf, torch.nn.Module):
-        raise TypeError(f"input {path} is a module ({kind.__name__}); pass tensors as inputs")
+        raise OpcountTypeError(f"input {path} is a module ({kind.__name__}); pass tensors as inputs")
     # Other objects (user configs, enums) are passed through as constants.
 
 

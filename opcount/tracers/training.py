@@ -16,12 +16,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import OpcountValueError
 from ..scopes import ModuleTree
 from ..torch_internals import pytree
 from .structure import output_tensors
 
 
-class TrainingError(ValueError):
+class TrainingError(OpcountValueError):
     """``mode="train"`` cannot differentiate: no loss, or nothing that requires grad."""
 
 
