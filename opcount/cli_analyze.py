@@ -83,9 +83,40 @@ def _analyses(loaded: Loaded, args: argparse.Namespace, inputs: Any, kwargs: Any
 
 def analyze(loaded: Loaded, args: argparse.Namespace, spinner: Progress) -> dict[str, Any]:
     """Run every analysis the output needs; on a trace failure try the loader's alternatives."""
+    roles_needed(args)  # a mistake in the arguments is reported before any tracing
+    found = _traced(loaded, args, spinner)
+    if "roofline" in found:
+        from .roofline import roofline
+
+        spinner.update(f"roofline on {args.hardware.name}")
+        traced = found["roofline"]
+        found["roofline"] = roofline(
+            traced,
+            hardware=args.hardware,
+            dtype=args.roofline_dtype,
+            allow_tf32=args.tf32,
+        )
+        if _wants_sparsity(args):
+            from .sparsity import parse_sparsity_args, sparsity_roofline
+
+            spinner.update(f"sparsity roofline on {args.hardware.name}")
+            found["sparsity"] = sparsity_roofline(
+                traced,
+                hardware=args.hardware,
+                sparsity=parse_sparsity_args(args.sparsity or []),
+                dtype=args.roofline_dtype,
+                allow_tf32=args.tf32,
+                flops_per_mac=args.flops_per_mac,
+            )
+    return found
+
+
+def _traced(loaded: Loaded, args: argparse.Namespace, spinner: Progress) -> dict[str, Any]:
+    """The analyses of one trace, with the loader's inputs or, when tracing with them fails, its
+    alternatives in turn (the first failure is the one reported). A mistake found after the
+    trace (the roofline's) is not a reason to trace again."""
     attempts = [(loaded.inputs, loaded.kwargs), *loaded.alternatives]
     first_error: Exception | None = None
-    roles_needed(args)  # a mistake in the arguments is reported before any tracing
     for inputs, kwargs in attempts:
         try:
             spinner.update(f"tracing {loaded.label}")
@@ -93,29 +124,6 @@ def analyze(loaded: Loaded, args: argparse.Namespace, spinner: Progress) -> dict
             for role, analysis in found.items():
                 spinner.update(f"{role}: analyzing {loaded.label}")
                 analysis.by_module()  # analyses are lazy: do the work here, under the spinner
-            if "roofline" in found:
-                from .roofline import roofline
-
-                spinner.update(f"roofline on {args.hardware.name}")
-                traced = found["roofline"]
-                found["roofline"] = roofline(
-                    traced,
-                    hardware=args.hardware,
-                    dtype=args.roofline_dtype,
-                    allow_tf32=args.tf32,
-                )
-                if _wants_sparsity(args):
-                    from .sparsity import parse_sparsity_args, sparsity_roofline
-
-                    spinner.update(f"sparsity roofline on {args.hardware.name}")
-                    found["sparsity"] = sparsity_roofline(
-                        traced,
-                        hardware=args.hardware,
-                        sparsity=parse_sparsity_args(args.sparsity or []),
-                        dtype=args.roofline_dtype,
-                        allow_tf32=args.tf32,
-                        flops_per_mac=args.flops_per_mac,
-                    )
             return found
         except OpcountError as e:
             first_error = first_error or e
