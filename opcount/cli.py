@@ -20,8 +20,8 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -31,13 +31,23 @@ from . import cli_models
 from .cli_analyze import analyze, local_hardware, roles_needed
 from .cli_args import UsageError, check_arguments, check_output_paths
 from .cli_models import Loaded, input_dtype
-from .cli_parser import build_parser
+from .cli_parser import attached_shapes, build_parser
 from .cli_render import render
 from .cli_warnings import Collect, captured_warnings, unsupported_warnings
 from .errors import OpcountError, one_line
 from .llm import command as llm_command
 from .llm.model import expected_routing
 from .progress import Progress
+
+
+@contextmanager
+def writing(flag: str, path: str) -> Iterator[None]:
+    """Writing the file a flag names: a failure (read-only, a full disk, /proc) names the flag
+    and the path, which the system's message alone does not."""
+    try:
+        yield
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: cannot write it ({e.strerror or one_line(e)})") from e
 
 
 def _profiled(loaded: Loaded, analyses: dict[str, Any], args: argparse.Namespace, spinner: Progress, text: str) -> str:
@@ -50,7 +60,8 @@ def _profiled(loaded: Loaded, analyses: dict[str, Any], args: argparse.Namespace
     )
     if args.plot:
         path = Path(args.plot)
-        measured.plot(path.with_name(f"{path.stem}.profile{path.suffix}"))
+        with writing("--plot", args.plot):
+            measured.plot(path.with_name(f"{path.stem}.profile{path.suffix}"))
     if args.format == "json":
         return measured.to_json()
     if args.format == "csv":
@@ -68,7 +79,8 @@ def _llm(args: argparse.Namespace, spinner: Progress) -> str:
         from .llm.plot import save_llm_chart
 
         spinner.update(f"plotting {args.plot}")
-        save_llm_chart(points, args, args.plot)
+        with writing("--plot", args.plot):
+            save_llm_chart(points, args, args.plot)
     return text
 
 
@@ -117,7 +129,8 @@ def _whole_model(args: argparse.Namespace, spinner: Progress, caught: Collect) -
         from .plot import save_charts
 
         spinner.update(f"plotting {args.plot}")
-        save_charts(analyses["roofline"], args.plot)
+        with writing("--plot", args.plot):
+            save_charts(analyses["roofline"], args.plot)
     return text
 
 
@@ -130,13 +143,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv[:1] == ["compare"]:  # a first word, not a subparser: `opcount resnet50` stays as it is
             from .compare import compare
 
-            args = build_parser(compare=True).parse_args(argv[1:])
+            args = build_parser(compare=True).parse_args(attached_shapes(argv[1:]))
             text = compare(args, stderr)
         else:
-            args = build_parser().parse_args(argv)
+            args = build_parser().parse_args(attached_shapes(argv))
             text = run(args, stderr)
         if args.output:
-            Path(args.output).write_text(text + "\n", encoding="utf-8")
+            with writing("-o", args.output):
+                Path(args.output).write_text(text + "\n", encoding="utf-8")
         else:
             sys.stdout.write(text + "\n")
         return 0

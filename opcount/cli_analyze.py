@@ -40,7 +40,7 @@ def roles_needed(args: argparse.Namespace) -> set[str]:
 
         try:  # before tracing: a typo should not cost a trace
             parse_sparsity_args(args.sparsity)
-        except ValueError as e:
+        except ValueError as e:  # its messages name the value
             raise UsageError(f"--sparsity: {e}") from None
     if args.plot and args.hardware is None:
         raise UsageError("--plot needs --hardware")
@@ -100,14 +100,17 @@ def analyze(loaded: Loaded, args: argparse.Namespace, spinner: Progress) -> dict
             from .sparsity import parse_sparsity_args, sparsity_roofline
 
             spinner.update(f"sparsity roofline on {args.hardware.name}")
-            found["sparsity"] = sparsity_roofline(
-                traced,
-                hardware=args.hardware,
-                sparsity=parse_sparsity_args(args.sparsity or []),
-                dtype=args.roofline_dtype,
-                allow_tf32=args.tf32,
-                flops_per_mac=args.flops_per_mac,
-            )
+            try:
+                found["sparsity"] = sparsity_roofline(
+                    traced,
+                    hardware=args.hardware,
+                    sparsity=parse_sparsity_args(args.sparsity or []),
+                    dtype=args.roofline_dtype,
+                    allow_tf32=args.tf32,
+                    flops_per_mac=args.flops_per_mac,
+                )
+            except ValueError as e:  # a name that matches no weight layer of this model
+                raise UsageError(f"--sparsity {' '.join(args.sparsity or ['measured'])}: {e}") from None
     return found
 
 

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .errors import first_line
+
 # Real tensors (inputs, or weights built from a config) above this are refused unless --meta:
 # 2**31 float32 elements, about what a workstation can allocate and trace without swapping.
 REAL_BYTES = 8 * 2**30
@@ -176,6 +178,12 @@ def hf_overrides(config_class: type, items: Sequence[str]) -> dict[str, Any]:
     return found
 
 
+def invalid_config(where: str, items: Sequence[str], e: BaseException) -> UsageError:
+    """A config the constructors refused, in one line naming the ``--hf-config`` values that made it."""
+    given = f" with --hf-config {', '.join(items)}" if items else ""
+    return UsageError(f"{where}{given}: invalid config: {first_line(e, type(e).__name__)}")
+
+
 def _is_field(default: Any, config_class: type, key: str) -> bool:
     if hasattr(default, key) or hasattr(default, f"_{key}"):  # attn_implementation is stored as _attn_...
         return True
@@ -188,7 +196,12 @@ def _parse_value(owner: str, key: str, text: str, default: Any) -> Any:
         if kind is bool:
             return {"true": True, "1": True, "false": False, "0": False}[text.lower()]
         if kind is int:
-            return int(text)
+            value = int(text)
+            if value < 0 < default:  # a size or a count (layers, heads, vocabulary): the model would build empty
+                raise UsageError(
+                    f"--hf-config {key}={text}: {owner}.{key} takes a whole number >= 0 (default {default})"
+                )
+            return value
         if kind is float:
             return float(text)
     except (KeyError, ValueError):

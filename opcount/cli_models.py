@@ -30,8 +30,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from .cli_args import UsageError, check_real_weights, hf_overrides
+from .cli_args import UsageError, check_real_weights, hf_overrides, invalid_config
 from .errors import one_line
+from .llm.model import is_causal_lm, learned_positions
+from .torch_internals import pytree
 from .tracers.meta import TensorShape
 
 DTYPES = {
@@ -66,6 +68,7 @@ class Loaded:
 
 def load(spec: str, args: argparse.Namespace) -> Loaded:
     """The model named by ``spec`` with its inputs (``--input`` wins over the defaults)."""
+    _check_dtype(spec, args)
     if spec.startswith("hf:"):
         return _huggingface(spec[3:], args)
     if ":" in spec:
@@ -76,6 +79,16 @@ def load(spec: str, args: argparse.Namespace) -> Loaded:
 def input_dtype(args: argparse.Namespace) -> torch.dtype:
     """The dtype ``--dtype`` names, of the inputs made up or given with ``--input``."""
     return DTYPES[args.dtype]
+
+
+def _check_dtype(spec: str, args: argparse.Namespace) -> None:
+    # A factory or a transformers model brings its own inputs: an integer --dtype has none to set.
+    if args.input or input_dtype(args).is_floating_point or not (":" in spec or spec.startswith("hf:")):
+        return
+    raise UsageError(
+        f"--dtype {args.dtype} sets the dtype of --input tensors, and {spec} makes its own inputs: "
+        "give --input SHAPE, or a float --dtype (it converts the model and its float inputs)"
+    )
 
 
 def _random(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
@@ -211,7 +224,22 @@ def _factory(spec: str, args: argparse.Namespace) -> Loaded:
         inputs, kwargs = _as_inputs(given), None
     elif inputs is None:
         raise UsageError(f"{spec} returned a model without inputs: pass --input SHAPE or return (model, inputs)")
+    else:  # the model was converted to --dtype: its own float inputs must follow, or the first layer fails
+        inputs, kwargs = _converted(inputs, args), _converted(kwargs, args)
     return Loaded(model, inputs, kwargs, f"{spec}")
+
+
+def _converted(tree: Any, args: argparse.Namespace) -> Any:
+    """``tree`` (a factory's inputs or kwargs) with its floating-point tensors in a float ``--dtype``,
+    as :func:`_prepare` converted the model; integer tensors (ids, indices) stay as they are."""
+    dtype = input_dtype(args)
+    if not dtype.is_floating_point or dtype == torch.float32:
+        return tree
+
+    def leaf(x: Any) -> Any:
+        return x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+    return pytree.tree_map(leaf, tree)
 
 
 def _import(target: str) -> Any:
@@ -285,7 +313,7 @@ def _huggingface(name: str, args: argparse.Namespace) -> Loaded:
     except ImportError as e:  # a model needing an optional package (DETR: timm)
         raise UsageError(f"{where}: {one_line(e)}") from e
     except Exception as e:  # raised by the constructors on the config's values, whatever its type
-        raise UsageError(f"{where}: invalid config: {one_line(e)}") from e
+        raise invalid_config(where, args.hf_config, e) from e
     model = _prepare(model, args)
     given = _given_inputs(args)
     if given is not None:
@@ -294,7 +322,7 @@ def _huggingface(name: str, args: argparse.Namespace) -> Loaded:
         kwargs = _hf_inputs(model, config, args.seq_len)
     label = f"{type(model).__name__} on {', '.join(f'{k} {_shape_text([v])}' for k, v in kwargs.items())}"
     alternatives: list[tuple[Any, dict[str, Any] | None]] = []
-    if _is_causal_lm(transformers, config) and "input_ids" in kwargs:
+    if is_causal_lm(config) and "input_ids" in kwargs:
         # transformers builds its causal mask with torch.vmap, which torch.jit.trace cannot
         # record; a ready 4-D additive mask (as the model would build) skips that step.
         n = kwargs["input_ids"].shape[-1]
@@ -314,27 +342,32 @@ def _float_dtype(args: argparse.Namespace) -> torch.dtype:
     return dtype if dtype.is_floating_point else torch.float32
 
 
-def _is_causal_lm(transformers: Any, config: Any) -> bool:
-    kind = type(config)
-    return (
-        not getattr(config, "is_encoder_decoder", False)
-        and kind in transformers.MODEL_FOR_CAUSAL_LM_MAPPING
-        and kind not in transformers.MODEL_FOR_MASKED_LM_MAPPING
-    )
-
-
 def _hf_inputs(model: nn.Module, config: Any, seq_len: int | None) -> dict[str, torch.Tensor]:
     """Random inputs for what the model's forward takes: its main input, and the other modality
     of a text-image model (CLIP: ``input_ids`` and ``pixel_values``), each from its sub-config."""
     main = getattr(model, "main_input_name", "input_ids")
     takes = inspect.signature(model.forward).parameters
     wanted = [main] + [name for name in ("input_ids", "pixel_values") if name != main and name in takes]
+    if seq_len and "input_ids" in wanted:
+        _check_positions(model, config, seq_len)
     gen = torch.Generator().manual_seed(0)
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
     inputs = {name: _hf_input(name, model, config, seq_len, gen, dtype) for name in wanted}
     if getattr(config, "is_encoder_decoder", False):
         inputs["decoder_input_ids"] = _hf_input("input_ids", model, config, seq_len, gen, dtype)
     return inputs
+
+
+def _check_positions(model: nn.Module, config: Any, seq_len: int) -> None:
+    # The real model fails past its learned position table (IndexError); on meta nothing is looked
+    # up and the trace would price a model that cannot run.
+    table = learned_positions(model, config)
+    if table is not None and seq_len > table[1]:
+        name, rows = table
+        raise UsageError(
+            f"--seq-len {seq_len}: more positions than the {rows} rows of {type(model).__name__}'s learned "
+            f"position table '{name}' (set --hf-config max_position_embeddings, or a shorter --seq-len)"
+        )
 
 
 def _hf_input(

@@ -9,6 +9,7 @@ not with argparse's usage block; the checks that need several flags together are
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from . import __version__, report
@@ -65,7 +66,8 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
         "--dtype",
         default="float32",
         choices=sorted(DTYPES),
-        help="dtype of --input tensors; a float dtype also converts the model (default float32)",
+        help="dtype of --input tensors; a float dtype also converts the model and a factory's own float inputs "
+        "(default float32)",
     )
     g.add_argument(
         "--seq-len",
@@ -198,6 +200,18 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     g.add_argument("--debug", action="store_true", help="show tracebacks and every warning")
     p.add_argument("--version", action="version", version=f"opcount {__version__}")
     return p
+
+
+def attached_shapes(argv: Sequence[str]) -> list[str]:
+    """``--input -1,3,8,8`` as ``--input=-1,3,8,8``: argparse takes a value that starts with '-' for
+    a flag and says only "expected one argument"; attached, the shape's own check says what is wrong."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] == "--input" and arg[:1] == "-" and arg[1:2].isdigit():
+            out[-1] = f"--input={arg}"
+        else:
+            out.append(arg)
+    return out
 
 
 def parse_shape(text: str) -> tuple[int, ...]:

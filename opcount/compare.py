@@ -86,8 +86,11 @@ def _check(args: argparse.Namespace) -> None:
         "--plot": args.plot is not None,
     }
     if any(refused.values()):
-        flags = ", ".join(flag for flag, given in refused.items() if given)
-        raise UsageError(f"opcount compare reports each model's totals: {flags} apply to one model's report")
+        flags = [flag for flag, given in refused.items() if given]
+        verb = "applies" if len(flags) == 1 else "apply"
+        raise UsageError(
+            f"opcount compare reports each model's totals: {', '.join(flags)} {verb} to one model's report"
+        )
     if args.format in ("json", "csv") and (args.units or args.decimals is not None or args.sig_figs is not None):
         raise UsageError("--units, --decimals and --sig-figs apply to text formats; json and csv are exact")
     from .llm.command import LLM_FLAGS

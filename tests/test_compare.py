@@ -109,7 +109,7 @@ def test_warnings_name_their_model(capsys: pytest.CaptureFixture[str]) -> None:
         ([TINY, "resnet5O"], "unknown model 'resnet5O'"),
         ([TINY, TINY], f"model {TINY} named twice"),
         ([TINY, NESTED, "--format", "tree"], "not tree"),
-        ([TINY, NESTED, "--depth", "1"], "--depth apply to one model's report"),
+        ([TINY, NESTED, "--depth", "1"], "--depth applies to one model's report"),
         ([TINY, NESTED, "--format", "csv", "--units", "K"], "json and csv are exact"),
         ([TINY, NESTED, "--columns", "time"], "need --hardware"),
         ([TINY, NESTED, "--recalibrate"], "--recalibrate applies to --hardware local"),

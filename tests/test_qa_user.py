@@ -112,10 +112,6 @@ def test_hardware_dtype_names_are_torchs_and_tf32() -> None:
 
 
 # ----- --dtype with a factory's own inputs -------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli.py, cli_models.py after the split (_factory): --dtype converts the model but not the float inputs the factory returns",
-)
 def test_dtype_converts_a_factorys_own_float_inputs(capsys: pytest.CaptureFixture[str]) -> None:
     fvcore_nn = pytest.importorskip("fvcore.nn")
     from tests.report_fixtures import tiny
@@ -207,10 +203,6 @@ def test_llm_rotary_models_run_past_their_configured_length() -> None:
     assert CausalLM(config).phase("decode", kv_len=64).kv_len == 64
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli.py, cli_models.py after the split (_hf_inputs): --meta --seq-len past a learned position table is traced without complaint",
-)
 def test_hf_meta_seq_len_past_the_position_table_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("transformers")
     small = ["n_layer=1", "n_embd=32", "n_head=2", "vocab_size=100", "n_positions=16"]
@@ -227,3 +219,145 @@ def test_an_output_path_that_is_a_folder_is_refused_before_building(
     # Before: -o wrote nothing after the whole analysis, "IsADirectoryError: [Errno 21] ..." naming no flag.
     err = _one_line_error(capsys, [TINY, "--input", "1,3,8,8", "--hardware", "h100-sxm", flag, str(tmp_path)])
     assert f"{flag} {tmp_path}: a folder, not a file" in err, err
+
+
+# ----- --dtype without --input -------------------------------------------------------------------
+FLOAT_AND_IDS = """
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x, ids):
+        return self.fc(x + self.emb(ids))
+
+
+def build():
+    return Model(), (), {"x": torch.randn(2, 5, 4), "ids": torch.zeros(2, 5, dtype=torch.long)}
+"""
+
+
+def test_dtype_converts_a_factorys_float_kwargs_and_keeps_its_ids(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Before: "Input type (float) and bias type (c10::Half)"; ids converted too would fail the embedding.
+    path = tmp_path / "factory.py"
+    path.write_text(FLOAT_AND_IDS)
+    assert cli.main([f"{path}:build", "--dtype", "float16", "--preset", "fvcore", "--format", "json", "-q"]) == 0
+    # fvcore's linear: prod(x.shape) * out_features = 2*5*4 * 3; the embedding and the add cost nothing
+    assert json.loads(capsys.readouterr().out)["total"]["flops"] == 2 * 5 * 4 * 3
+
+
+@pytest.mark.parametrize("spec", ["tests.report_fixtures:tiny", "hf:GPT2Config"])
+def test_an_integer_dtype_without_input_is_refused(capsys: pytest.CaptureFixture[str], spec: str) -> None:
+    # Before: exit 0, --dtype int64 silently ignored (the factory's or transformers' own inputs counted).
+    err = _one_line_error(capsys, [spec, "--dtype", "int64"])
+    assert f"--dtype int64 sets the dtype of --input tensors, and {spec} makes its own inputs" in err, err
+
+
+# ----- files that cannot be written --------------------------------------------------------------
+@pytest.mark.parametrize("path", ["/dev/full", "/proc/version"])
+def test_an_unwritable_output_names_the_flag_and_the_path(capsys: pytest.CaptureFixture[str], path: str) -> None:
+    # Before: "OSError: [Errno 5] Input/output error", naming neither (root may open /proc/version).
+    if not Path(path).exists():
+        pytest.skip(f"no {path} on this system")
+    err = _one_line_error(capsys, [TINY, "--input", "1,3,8,8", "-o", path])
+    assert f"-o {path}: cannot write it (" in err, err
+
+
+# ----- message grammar ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [(["--plot", "chart.png"], "--plot applies"), (["--depth", "1", "--plot", "chart.png"], "--depth, --plot apply")],
+)
+def test_compare_refuses_report_flags_in_grammar(
+    nothing_built: None, capsys: pytest.CaptureFixture[str], flags: list[str], words: str
+) -> None:
+    err = _one_line_error(capsys, ["compare", TINY, "tests.report_fixtures:tiny", *flags])
+    assert f"{words} to one model's report" in err, err
+
+
+# ----- values in their flag's words --------------------------------------------------------------
+def test_a_sparsity_name_matching_no_layer_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: "ValueError: sparsity names no weight layer: 'nomatch' ..."
+    argv = [TINY, "--input", "1,3,8,8", "--hardware", "h100-sxm", "--sparsity", "2:4@nomatch"]
+    err = _one_line_error(capsys, argv)
+    assert "error: --sparsity 2:4@nomatch: " in err and "'nomatch'" in err and "ValueError" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (
+            ["llm:gpt2", "--hf-config", "num_hidden_layers=-1"],  # before: "GPT2Config: 0 cache layers for -1 layers"
+            "--hf-config num_hidden_layers=-1: GPT2Config.num_hidden_layers takes a whole number >= 0 (default 12)",
+        ),
+        (
+            ["hf:GPT2Config", "--hf-config", "vocab_size=-5"],  # before: torch's "negative dimension -5"
+            "--hf-config vocab_size=-5: GPT2Config.vocab_size takes a whole number >= 0",
+        ),
+        (
+            ["llm:gpt2", "--hf-config", "n_embd=33"],  # before: "transformers has no causal LM for GPT2Config: ..."
+            "llm:gpt2 with --hf-config n_embd=33: GPT2Config: invalid config: `embed_dim` must be divisible",
+        ),
+    ],
+)
+def test_an_invalid_hf_config_names_the_flag_and_the_value(
+    capsys: pytest.CaptureFixture[str], argv: list[str], words: str
+) -> None:
+    pytest.importorskip("transformers")
+    err = _one_line_error(capsys, argv)
+    assert f"error: {words}" in err, err
+
+
+@pytest.mark.parametrize(("config", "flags"), [("BertConfig", ["--phase", "decode"]), ("T5Config", ["--batch", "2"])])
+def test_llm_flags_on_a_model_that_is_not_a_causal_lm_are_refused_before_building(
+    capsys: pytest.CaptureFixture[str], config: str, flags: list[str]
+) -> None:
+    # Before: transformers' stray "If you want to use `BertLMHeadModel` as a standalone" line, then a
+    # DataDependentOutputException on meta tensors whose hint did not apply.
+    pytest.importorskip("transformers")
+    err = _one_line_error(capsys, [f"hf:{config}", *flags])
+    assert f"{flags[0]} needs a causal LM; {config} is not one" in err, err
+
+
+def test_llm_exports_write_byte_counts_as_integers(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("transformers")
+    small = ["n_layer=1", "n_embd=32", "n_head=2", "vocab_size=100", "n_positions=16"]
+    argv = ["llm:gpt2", "--seq-len", "8", "--format", "json", *(a for kv in small for a in ("--hf-config", kv))]
+    assert cli.main(argv) == 0
+    memory = json.loads(capsys.readouterr().out)["memory"]
+    assert all(type(v) is int for v in memory.values()), memory  # before: weights 32960.0
+    # bfloat16 weights, by hand: wte 100*32 (lm_head tied to it), wpe 16*32, ln_1, ln_2, ln_f 3*2*32,
+    # c_attn 32*96+96, attn c_proj 32*32+32, c_fc 32*128+128, mlp c_proj 128*32+32 = 16480 parameters
+    assert memory["weights"] == 2 * 16480
+    # KV cache: 2 (keys, values) x 1 layer x 32 (2 heads x 16) x 8 tokens x 2 bytes
+    assert memory["kv_cache"] == 2 * 1 * 32 * 8 * 2
+    csv_argv = ["llm:gpt2", "--seq-len", "8", "--format", "csv", "--sweep", "batch=1,2"]
+    assert cli.main([*csv_argv, *(a for kv in small for a in ("--hf-config", kv))]) == 0
+    header, *rows = capsys.readouterr().out.split()
+    assert header.split(",")[4:7] == ["weights", "kv_cache", "activations"]
+    assert all(cell.isdigit() for row in rows for cell in row.split(",")[4:7]), rows
+
+
+# ----- a shape with a negative size --------------------------------------------------------------
+@pytest.mark.parametrize("command", [[], ["compare", "tests.report_fixtures:tiny"]])
+def test_a_negative_input_size_is_named(
+    nothing_built: None, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    # Before: argparse's "argument --input: expected one argument" (it takes -1,3,8,8 for a flag).
+    err = _one_line_error(capsys, [*command, TINY, "--input", "-1,3,8,8"])
+    assert "argument --input: malformed shape '-1,3,8,8': expected positive sizes" in err, err
+
+
+def test_int4_weights_of_odd_size_take_whole_bytes() -> None:
+    from opcount.llm.precision import weight_bytes
+
+    # 15 int4 weights in ceil(15/2) = 8 bytes, plus one group of 128 inputs per row: a float16
+    # scale and zero-point (4 bytes) for each of the 3 rows. Before: 7.5 + 12 = 19.5.
+    assert weight_bytes((3, 5), "int4") == 8 + 3 * 4

@@ -17,11 +17,19 @@ from typing import Any
 import tabulate
 
 from .. import report
-from ..cli_args import ROOFLINE_COLUMNS, SPARSITY_COLUMNS, hf_overrides, natural_int, positive_int
+from ..cli_args import (
+    ROOFLINE_COLUMNS,
+    SPARSITY_COLUMNS,
+    hf_overrides,
+    invalid_config,
+    natural_int,
+    positive_int,
+)
 from ..errors import OpcountError
 from ..units import seconds, si, size
 from .catalogue import ARCHITECTURES
 from .catalogue import config as catalogue_config
+from .model import is_causal_lm
 from .phases import PHASES, CausalLM, GenerationCost, PhaseCost, generation
 from .precision import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
 
@@ -145,7 +153,19 @@ def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
     try:
         return cls(**overrides), name
     except Exception as e:  # noqa: BLE001 -- any constructor failure is a bad config value
-        raise OpcountError(f"{spec}: invalid config: {type(e).__name__}: {e}") from None
+        raise invalid_config(spec, items, e) from None
+
+
+def _check_causal(config: Any, args: argparse.Namespace) -> None:
+    """Refused before building: transformers would build a masked LM's causal head (BertLMHeadModel)
+    and the phase would fail on meta tensors, far from the flag that asked for it."""
+    if is_causal_lm(config):
+        return
+    given = [f"--{f.replace('_', '-')}" for f in LLM_FLAGS if getattr(args, f, None) is not None] or [args.model]
+    raise OpcountError(
+        f"{given[0]} needs a causal LM; {type(config).__name__} is not one (a masked LM or an encoder-decoder): "
+        f"leave out {', '.join(given)} to analyze the whole model"
+    )
 
 
 @dataclass
@@ -162,8 +182,14 @@ def run(args: argparse.Namespace, items: Sequence[str], status: Callable[[str], 
     rendered report and the points."""
     precision = check(args)
     cfg, label = config_of(args.model, items)
+    _check_causal(cfg, args)
     status(f"building {label} on the meta device")
-    llm = CausalLM(cfg, precision)
+    try:
+        llm = CausalLM(cfg, precision)
+    except OpcountError as e:  # a config the model refuses: name the values that made it
+        if not items:
+            raise
+        raise OpcountError(f"{args.model} with --hf-config {', '.join(items)}: {e}") from None
     base = {
         "batch": args.batch or 1,
         "seq_len": args.seq_len or (1 if args.phase == "decode" else DEFAULT_SEQ_LEN),

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import OpcountError
+from ..errors import OpcountError, first_line
 
 KV_PREFIX = "kv_cache"
 
@@ -62,15 +62,44 @@ def kv_geometry(config: Any) -> KVGeometry:
     return KVGeometry(layers, int(kv_heads), int(head_dim))
 
 
+def learned_positions(model: nn.Module, config: Any) -> tuple[str, int] | None:
+    """The learned position embedding (GPT-2's ``wpe``), as its module name and rows: an embedding
+    table of exactly ``max_position_embeddings`` rows besides the token embedding. Rotary and ALiBi
+    models have none: they run past their configured length (with the quality that gives)."""
+    rows = getattr(config, "max_position_embeddings", None)
+    get_tokens = getattr(model, "get_input_embeddings", None)
+    tokens = get_tokens() if callable(get_tokens) else None
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Embedding) and module is not tokens and module.num_embeddings == rows:
+            return name, rows
+    return None
+
+
+def is_causal_lm(config: Any) -> bool:
+    """Whether transformers builds a decoder-only causal LM for ``config``: BERT's config also maps
+    to a causal-LM head (BertLMHeadModel) but is a masked LM, and an encoder-decoder is not one."""
+    import transformers
+
+    kind = type(config)
+    return (
+        not getattr(config, "is_encoder_decoder", False)
+        and kind in transformers.MODEL_FOR_CAUSAL_LM_MAPPING
+        and kind not in transformers.MODEL_FOR_MASKED_LM_MAPPING
+    )
+
+
 def build_on_meta(config: Any, dtype: torch.dtype = torch.bfloat16) -> nn.Module:
     """A causal LM for ``config`` with its weights on the meta device (nothing allocated)."""
     import transformers
 
+    name = type(config).__name__
+    if type(config) not in transformers.MODEL_FOR_CAUSAL_LM_MAPPING:
+        raise OpcountError(f"transformers has no causal LM for {name}")
     try:
         with torch.device("meta"):
             model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
-    except ValueError as e:
-        raise OpcountError(f"transformers has no causal LM for {type(config).__name__}: {e}") from e
+    except Exception as e:  # noqa: BLE001 -- raised by the constructors on the config's values, whatever its type
+        raise OpcountError(f"{name}: invalid config: {first_line(e, type(e).__name__)}") from e
     return model.to(dtype).eval()
 
 

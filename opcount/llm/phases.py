@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from .model import (
     build_on_meta,
     expected_routing,
     kv_geometry,
+    learned_positions,
     serving_attention,
     static_cache,
     text_config,
@@ -54,15 +56,15 @@ class Memory:
     """Bytes resident during a phase: the weights, the KV cache (all ``kv_len + seq_len``
     positions) and the peak working set of activations (tensors alive at once, cache excluded)."""
 
-    weights: float
-    kv_cache: float
-    activations: float
+    weights: int
+    kv_cache: int
+    activations: int
 
     @property
-    def total(self) -> float:
+    def total(self) -> int:
         return self.weights + self.kv_cache + self.activations
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, int]:
         return {"weights": self.weights, "kv_cache": self.kv_cache, "activations": self.activations}
 
 
@@ -126,17 +128,17 @@ class CausalLM:
         self._weights = footprint_weights(model, self.precision)
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._pricing = pricing_for(model, self.precision)
-        self._positions = _learned_positions(model, self.config)
+        self._positions = learned_positions(model, self.config)
 
     @property
     def parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
 
-    def kv_bytes(self, tokens: int, batch: int) -> float:
+    def kv_bytes(self, tokens: int, batch: int) -> int:
         """``2 x layers x kv_heads x head_dim x tokens x batch x itemsize``."""
         from ..ir import DTYPE_BYTES
 
-        return self.geometry.elements(tokens, batch) * DTYPE_BYTES[self.precision.kv_dtype]
+        return self.geometry.elements(tokens, batch) * int(DTYPE_BYTES[self.precision.kv_dtype])
 
     def phase(
         self,
@@ -205,7 +207,7 @@ class CausalLM:
         return flops, traffic, blocks
 
 
-def peak_activations(per_call: Sequence[tuple[OpCall, Traffic | None]], itemsize: Any) -> float:
+def peak_activations(per_call: Sequence[tuple[OpCall, Traffic | None]], itemsize: Any) -> int:
     """The most bytes of activations alive at once: a tensor lives from the call that writes it
     to the last call that touches it; parameters and the cache (named tensors) are not counted,
     views add nothing (they write nothing)."""
@@ -221,7 +223,7 @@ def peak_activations(per_call: Sequence[tuple[OpCall, Traffic | None]], itemsize
     for uid, i in last.items():
         ends[i].append(uid)
     born: set[int] = set()
-    live = peak = 0.0
+    live = peak = 0
     for i, (_, t) in enumerate(per_call):
         for a in t.write if t is not None else ():
             s = a.tensor
@@ -235,9 +237,9 @@ def peak_activations(per_call: Sequence[tuple[OpCall, Traffic | None]], itemsize
     return peak
 
 
-def _bytes(spec: TensorSpec, itemsize: Any) -> float:
+def _bytes(spec: TensorSpec, itemsize: Any) -> int:
     size = itemsize(spec)
-    return spec.numel * (size if size is not None else spec.itemsize)
+    return math.ceil(spec.numel * (size if size is not None else spec.itemsize))  # whole bytes
 
 
 # ------------------------------------------------------------------------------------------------
@@ -290,19 +292,6 @@ class GenerationCost:
         """Generated tokens per second in the decode phase, over the whole batch."""
         tpot = self.time_per_output_token
         return None if not tpot else self.prefill.batch / tpot
-
-
-def _learned_positions(model: nn.Module, config: Any) -> tuple[str, int] | None:
-    """The learned position embedding (GPT-2's ``wpe``), as its module name and rows: an embedding
-    table of exactly ``max_position_embeddings`` rows besides the token embedding. Rotary and ALiBi
-    models have none: they run past their configured length (with the quality that gives)."""
-    rows = getattr(config, "max_position_embeddings", None)
-    get_tokens = getattr(model, "get_input_embeddings", None)
-    tokens = get_tokens() if callable(get_tokens) else None
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Embedding) and module is not tokens and module.num_embeddings == rows:
-            return name, rows
-    return None
 
 
 def generation(

@@ -101,17 +101,18 @@ def quantized_weights(model: nn.Module) -> set[str]:
     }
 
 
-def weight_bytes(shape: tuple[int, ...], dtype: str) -> float:
-    """Bytes of one linear weight ``[out, in]`` stored in ``dtype``, scales included."""
+def weight_bytes(shape: tuple[int, ...], dtype: str) -> int:
+    """Bytes of one linear weight ``[out, in]`` stored in ``dtype``, scales included (int4: two
+    weights a byte, an odd count rounded up to whole bytes)."""
     numel = math.prod(shape)
     out, inner = (shape[0], math.prod(shape[1:])) if len(shape) > 1 else (1, numel)
     if dtype == "int4":
-        return numel / 2 + out * math.ceil(inner / GROUP_SIZE) * 2 * _SCALE_BYTES
+        return math.ceil(numel / 2) + out * math.ceil(inner / GROUP_SIZE) * 2 * _SCALE_BYTES
     if dtype == "int8":
         return numel + out * _SCALE_BYTES
     if dtype == "float8_e4m3fn":
         return numel + 4
-    return numel * DTYPE_BYTES[dtype]
+    return numel * int(DTYPE_BYTES[dtype])
 
 
 class Pricing:
@@ -147,13 +148,13 @@ def pricing_for(model: nn.Module, precision: Precision) -> Callable[[TensorSpec]
     return Pricing(precision, quantized_weights(model), shapes)
 
 
-def footprint_weights(model: nn.Module, precision: Precision) -> float:
+def footprint_weights(model: nn.Module, precision: Precision) -> int:
     """Bytes of every parameter (shared ones once) stored per role."""
     quantized = quantized_weights(model)
-    total = 0.0
+    total = 0
     for name, p in model.named_parameters():
         if name in quantized:
             total += weight_bytes(tuple(p.shape), precision.weight)
         else:
-            total += p.numel() * DTYPE_BYTES[precision.stored if p.is_floating_point() else str(p.dtype)[6:]]
+            total += p.numel() * int(DTYPE_BYTES[precision.stored if p.is_floating_point() else str(p.dtype)[6:]])
     return total

@@ -76,12 +76,12 @@ def parse_sparsity_args(values: Sequence[str]) -> dict[str, Sparsity | str] | Sp
     for value in values:
         pattern, at, name = value.partition("@")
         if at and not name:
-            raise OpcountValueError(f"--sparsity {value!r}: a name must follow '@'")
+            raise OpcountValueError(f"a name must follow '@' in {value!r}")
         spec = normalize(pattern)
         if at:
             mapping[name] = spec
         elif bare is not None:
-            raise OpcountValueError(f"--sparsity: two patterns for every layer ({bare} and {value})")
+            raise OpcountValueError(f"two patterns for every layer ({bare} and {value})")
         else:
             bare = spec
     if not mapping:
