@@ -330,11 +330,11 @@ def test_training_with_a_loss_function() -> None:
     assert train.by_operator()["mm"] == 2 * 3800 - 800
     # the bias gradients sum g over the batch: 3 * (20 + 30 + 5); no sum of the output is added
     assert train.by_operator()["sum"] == 3 * (20 + 30 + 5)
-    # the loss and its backward kernel run at the root (both unsupported: no loss formula yet)
+    # the loss and its backward kernel run at the root; 20 outputs: 2 * 20 + mean 20, backward 3 * 20
     losses = [call.scope for call, _ in train.per_call() if call.kind in ("aten::mse_loss", "aten::mse_loss_backward")]
     assert losses == [("",)] * 2
-    unsupported = train.unsupported_ops()
-    assert (unsupported["aten::mse_loss"], unsupported["aten::mse_loss_backward"]) == (1, 1)
+    assert (train.by_operator()["mse_loss"], train.by_operator()["mse_loss_backward"]) == (60, 60)
+    assert not train.unsupported_ops()
     with pytest.raises(ValueError, match="loss_fn"):
         FlopCountAnalysis(model, x, tracer="dispatch", loss_fn=lambda out: out.sum()).total()
 
