@@ -17,6 +17,7 @@ from opcount.scopes import ModuleTree
 from opcount.tracers import trace_dispatch, trace_jit
 
 from ._optional import torchvision
+from ._zoo8 import ZOO8, zoo_model
 from .models import CalledTwice, Nested, OwnerVsCaller, Recursive, Shared, ViaForward, WithHooks
 
 pytestmark = pytest.mark.smoke  # also run on the oldest supported torch (scripts/smoke_torch213.sh)
@@ -141,28 +142,15 @@ def test_data_parallel_is_unwrapped_as_by_the_jit_tracer() -> None:
     assert dispatch.by_module()["module.inner.fc1"] == 800
 
 
-TORCHVISION_ZOO = [
-    "resnet50",
-    "mobilenet_v3_large",
-    "densenet121",
-    "efficientnet_b0",
-    "convnext_tiny",
-    "regnet_y_400mf",
-    "swin_t",
-    "r3d_18",
-]
 # jit traces sizes as tensors: swin_t's ``(C // num_heads) ** -0.5`` becomes one aten::pow on a
 # 0-dim tensor per block (12 blocks); the dispatch tracer sees Python ints, no operator.
 JIT_ONLY = {"swin_t": Counter({"pow": 12})}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", TORCHVISION_ZOO)
+@pytest.mark.parametrize("name", ZOO8)
 def test_parity_torchvision_zoo(name: str) -> None:
-    if name == "r3d_18":
-        model, x = torchvision.models.video.r3d_18(weights=None).eval(), torch.randn(1, 3, 16, 112, 112)
-    else:
-        model, x = torchvision.models.get_model(name, weights=None).eval(), torch.randn(1, 3, 224, 224)
+    model, x = zoo_model(name)
     jit, dispatch = _both(model, x)
     extra = JIT_ONLY.get(name, Counter())
     assert jit.by_operator() - dispatch.by_operator() == extra
