@@ -461,7 +461,7 @@ for _name, _extra in {
             getattr(aten, f"{name}_backward"),
             (_x(n, k, 3), _x(n, k, 3), _target(n, k), 0, *extra),
         )
-EXAMPLES["aten::kl_div"] = lambda n, k: (aten.kl_div, (_x(n, k, 3).log(), _target(n, k), 0, False))
+EXAMPLES["aten::kl_div"] = lambda n, k: (aten.kl_div, (_x(n, k, 3).log(), _target(n, k), 0))
 EXAMPLES["aten::margin_ranking_loss"] = lambda n, k: (
     aten.margin_ranking_loss,
     (_x(n, k), _x(n, k), torch.ones(n, k), 0.0, 0),

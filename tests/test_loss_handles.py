@@ -195,3 +195,23 @@ def test_gpt2_training_with_its_own_loss_is_priced_in_full() -> None:
         step.unsupported_ops_warnings(False)
         assert not step.unsupported_ops(), (analysis.__name__, dict(step.unsupported_ops()))
         assert "cross_entropy_loss" in step.by_operator()
+
+
+class _WithLoss(nn.Module):
+    """The embedding + linear model returning its loss: the jit tracer records the loss forward."""
+
+    def __init__(self, loss: str) -> None:
+        super().__init__()
+        self.model, self.loss = _embedding_linear()[0], _LOSSES[loss]
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.loss(self.model(ids))
+
+
+@pytest.mark.parametrize("loss", sorted(_LOSSES))
+def test_the_jit_tracer_records_the_same_loss_operators(loss: str) -> None:
+    ids = _embedding_linear()[1]
+    jit = FlopCountAnalysis(_WithLoss(loss), ids).unsupported_ops_warnings(False)
+    dispatch = FlopCountAnalysis(_WithLoss(loss), ids, tracer="dispatch").unsupported_ops_warnings(False)
+    assert not jit.unsupported_ops()
+    assert jit.by_operator() == dispatch.by_operator()

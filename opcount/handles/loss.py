@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from ..ir import Spec, TensorSpec, const, maybe_tensor, tensor
-from ._shapes import broadcast_shapes, dim_index
+from ._shapes import broadcast_shapes, is_floating
 from .memory import Access, Traffic, TrafficFn, generic_traffic, part, whole
 from .registry import FLOPS, MEMORY
 
@@ -175,9 +175,8 @@ def cross_entropy_loss(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
     if not isinstance(smoothing, (int, float)):
         raise ValueError(f"{op}: argument 'label_smoothing' is not a number: {smoothing!r}")
     numel = x.numel
-    dim_index(1 if x.rank > 1 else 0, x.rank, op)  # the class dimension exists
     flops = 3 * numel  # log_softmax
-    if target.shape == x.shape and target.dtype == x.dtype:  # class probabilities
+    if is_floating(target):  # class probabilities, the input's shape
         samples = numel // x.shape[1 if x.rank > 1 else 0] if numel else 0
         flops += numel * (2 if weighted else 1) + numel + reduced(samples, reduction, op)
         return flops + (2 * numel if smoothing > 0 else 0)
@@ -279,6 +278,6 @@ def cross_entropy_traffic(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Tr
     """As `log_softmax` then the loss: reads the input, writes the log-probabilities (the backward reads them); reads back what the loss uses of them (S entries with class indices, all with probabilities) with the target and weight; writes the output."""
     x, target = tensor(inputs[0]), tensor(inputs[CE_TARGET])
     logp = Access(None, x.nbytes)  # the log-probabilities: a tensor of its own, not in the records
-    picked = x.numel if target.shape == x.shape else min(target.numel, x.numel)
+    picked = x.numel if is_floating(target) else min(target.numel, x.numel)
     rest = whole(s for s in inputs[CE_TARGET:] if isinstance(s, TensorSpec))
     return Traffic((Access(x, x.nbytes), Access(None, picked * x.itemsize), *rest), (logp, *whole(outputs)))
