@@ -148,6 +148,12 @@ def test_embedding_dense_backward_traffic() -> None:
     assert moved("aten::embedding_dense_backward", *args, outputs=(out,)) == (2048 + 256, 6400)
 
 
+def test_a_view_gradient_reads_the_gradient_and_writes_the_input_size() -> None:
+    # select_backward(grad [4], input_sizes [4, 2], dim 1, index 0): reads 16 bytes, writes [4, 2] (32)
+    args = (TensorSpec((4,)), Const((4, 2)), Const(1), Const(0))
+    assert moved("aten::select_backward", *args, outputs=(TensorSpec((4, 2)),)) == (16, 32)
+
+
 # ----- training steps with a loss -----------------------------------------------------------------
 def _embedding_linear() -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
@@ -163,6 +169,7 @@ _LOSSES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "bce_with_logits": lambda o: F.binary_cross_entropy_with_logits(o, _TARGET),
     "smooth_l1": lambda o: F.smooth_l1_loss(o, _TARGET),
     "nll_loss": lambda o: F.nll_loss(F.log_softmax(o, -1).reshape(-1, 10), _CLASSES),
+    "margin_ranking": lambda o: F.margin_ranking_loss(o[..., 0], o[..., 1], _TARGET[..., 0]),
 }
 
 
