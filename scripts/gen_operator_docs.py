@@ -37,6 +37,9 @@ it is **explicitly zero-cost** (listed at the end), or it is reported as **unsup
   elementary operations of its definition, each elementary function (exp, log, tanh, erf) as 1.
 - Elementwise, activation and reduction formulas charge 0 for integer and bool tensors: that
   arithmetic is index, size and mask bookkeeping, which chainer-computational-cost leaves out.
+- Complex tensors are counted as real ones: a complex multiply-add is one multiply-add (a
+  complex64 `[2, 3] @ [3, 5]` is 30), as fvcore and torch's `FlopCounterMode` count it; it is 4
+  real multiply-adds in hardware, so a roofline of complex compute is 4x optimistic.
 """
 
 # Families in reading order; any family not listed here follows, alphabetically.

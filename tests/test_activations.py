@@ -8,9 +8,9 @@ from torch import nn
 
 from opcount import ActivationCountAnalysis
 
+from ._zoo8 import ZOO8, zoo_model
+
 fvcore_nn = pytest.importorskip("fvcore.nn")
-tvm = pytest.importorskip("torchvision.models")
-tvv = pytest.importorskip("torchvision.models.video")
 
 
 class ConvLinear(nn.Module):
@@ -31,14 +31,8 @@ def test_output_elements_of_conv_and_products() -> None:
     assert a.unsupported_ops() == {"aten::add": 1, "aten::sum": 1}  # fvcore counts neither
 
 
-def model_and_input(name: str, size: int) -> tuple[nn.Module, torch.Tensor]:
-    if name == "r3d_18":
-        return tvv.r3d_18(weights=None).eval(), torch.randn(1, 3, 16, size // 2, size // 2)
-    return getattr(tvm, name)(weights=None).eval(), torch.randn(1, 3, size, size)
-
-
 def assert_equals_fvcore(name: str, size: int) -> None:
-    model, x = model_and_input(name, size)
+    model, x = zoo_model(name, size)
     with torch.no_grad():
         ours = ActivationCountAnalysis(model, x).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
         theirs = fvcore_nn.ActivationCountAnalysis(model, x)
@@ -55,18 +49,6 @@ def test_equals_fvcore_small() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name",
-    [
-        "resnet50",
-        "mobilenet_v3_large",
-        "densenet121",
-        "efficientnet_b0",
-        "convnext_tiny",
-        "regnet_y_400mf",
-        "swin_t",
-        "r3d_18",
-    ],
-)
+@pytest.mark.parametrize("name", ZOO8)
 def test_equals_fvcore_model_zoo(name: str) -> None:
     assert_equals_fvcore(name, 224)

@@ -17,6 +17,7 @@ from opcount.scopes import ModuleTree
 from opcount.tracers import trace_dispatch, trace_jit
 
 from ._optional import torchvision
+from ._zoo8 import ZOO8, zoo_model
 from .models import CalledTwice, Nested, OwnerVsCaller, Recursive, Shared, ViaForward, WithHooks
 
 pytestmark = pytest.mark.smoke  # also run on the oldest supported torch (scripts/smoke_torch213.sh)
@@ -141,28 +142,15 @@ def test_data_parallel_is_unwrapped_as_by_the_jit_tracer() -> None:
     assert dispatch.by_module()["module.inner.fc1"] == 800
 
 
-TORCHVISION_ZOO = [
-    "resnet50",
-    "mobilenet_v3_large",
-    "densenet121",
-    "efficientnet_b0",
-    "convnext_tiny",
-    "regnet_y_400mf",
-    "swin_t",
-    "r3d_18",
-]
 # jit traces sizes as tensors: swin_t's ``(C // num_heads) ** -0.5`` becomes one aten::pow on a
 # 0-dim tensor per block (12 blocks); the dispatch tracer sees Python ints, no operator.
 JIT_ONLY = {"swin_t": Counter({"pow": 12})}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", TORCHVISION_ZOO)
+@pytest.mark.parametrize("name", ZOO8)
 def test_parity_torchvision_zoo(name: str) -> None:
-    if name == "r3d_18":
-        model, x = torchvision.models.video.r3d_18(weights=None).eval(), torch.randn(1, 3, 16, 112, 112)
-    else:
-        model, x = torchvision.models.get_model(name, weights=None).eval(), torch.randn(1, 3, 224, 224)
+    model, x = zoo_model(name)
     jit, dispatch = _both(model, x)
     extra = JIT_ONLY.get(name, Counter())
     assert jit.by_operator() - dispatch.by_operator() == extra
@@ -330,11 +318,11 @@ def test_training_with_a_loss_function() -> None:
     assert train.by_operator()["mm"] == 2 * 3800 - 800
     # the bias gradients sum g over the batch: 3 * (20 + 30 + 5); no sum of the output is added
     assert train.by_operator()["sum"] == 3 * (20 + 30 + 5)
-    # the loss and its backward kernel run at the root (both unsupported: no loss formula yet)
+    # the loss and its backward kernel run at the root; 20 outputs: 2 * 20 + mean 20, backward 3 * 20
     losses = [call.scope for call, _ in train.per_call() if call.kind in ("aten::mse_loss", "aten::mse_loss_backward")]
     assert losses == [("",)] * 2
-    unsupported = train.unsupported_ops()
-    assert (unsupported["aten::mse_loss"], unsupported["aten::mse_loss_backward"]) == (1, 1)
+    assert (train.by_operator()["mse_loss"], train.by_operator()["mse_loss_backward"]) == (60, 60)
+    assert not train.unsupported_ops()
     with pytest.raises(ValueError, match="loss_fn"):
         FlopCountAnalysis(model, x, tracer="dispatch", loss_fn=lambda out: out.sum()).total()
 

@@ -436,6 +436,76 @@ EXAMPLES["aten::embedding_dense_backward"] = lambda n, k: (
 )
 
 
+# Losses, reduction "none" (0): linear in the batch (a sum or mean is N - 1 or N).
+def _target(n: int, k: int) -> torch.Tensor:
+    return torch.rand(n, k, 3) * 0.5 + 0.25  # probabilities, away from 0 and 1
+
+
+def _classes(n: int, k: int, *rest: int) -> torch.Tensor:
+    return torch.randint(0, k, (n, *rest))
+
+
+for _name, _extra in {
+    "mse_loss": (),
+    "l1_loss": (),
+    "soft_margin_loss": (),
+    "smooth_l1_loss": (1.0,),
+    "huber_loss": (1.0,),
+}.items():
+    EXAMPLES[f"aten::{_name}"] = lambda n, k, name=_name, extra=_extra: (
+        getattr(aten, name),
+        (_x(n, k, 3), _target(n, k), 0, *extra),
+    )
+    if _name not in ("l1_loss",):
+        EXAMPLES[f"aten::{_name}_backward"] = lambda n, k, name=_name, extra=_extra: (
+            getattr(aten, f"{name}_backward"),
+            (_x(n, k, 3), _x(n, k, 3), _target(n, k), 0, *extra),
+        )
+EXAMPLES["aten::kl_div"] = lambda n, k: (aten.kl_div, (_x(n, k, 3).log(), _target(n, k), 0))
+EXAMPLES["aten::margin_ranking_loss"] = lambda n, k: (
+    aten.margin_ranking_loss,
+    (_x(n, k), _x(n, k), torch.ones(n, k), 0.0, 0),
+)
+EXAMPLES["aten::binary_cross_entropy"] = lambda n, k: (
+    aten.binary_cross_entropy,
+    (_target(n, k), _target(n, k), torch.rand(3), 0),
+)
+EXAMPLES["aten::binary_cross_entropy_backward"] = lambda n, k: (
+    aten.binary_cross_entropy_backward,
+    (_x(n, k, 3), _target(n, k), _target(n, k), torch.rand(3), 0),
+)
+EXAMPLES["aten::binary_cross_entropy_with_logits"] = lambda n, k: (
+    aten.binary_cross_entropy_with_logits,
+    (_x(n, k, 3), _target(n, k), torch.rand(3), torch.rand(3), 0),
+)
+for _name in ("nll_loss", "nll_loss_nd", "nll_loss_forward"):
+    EXAMPLES[f"aten::{_name}"] = lambda n, k, name=_name: (
+        getattr(aten, name),
+        (_x(n, k).log(), _classes(n, k), torch.rand(k), 0, -100),
+    )
+for _name in ("nll_loss2d", "nll_loss2d_forward"):
+    EXAMPLES[f"aten::{_name}"] = lambda n, k, name=_name: (
+        getattr(aten, name),
+        (_x(n, k, 2, 2).log(), _classes(n, k, 2, 2), torch.rand(k), 0, -100),
+    )
+EXAMPLES["aten::nll_loss_backward"] = lambda n, k: (
+    aten.nll_loss_backward,
+    (torch.rand(n), _x(n, k).log(), _classes(n, k), torch.rand(k), 0, -100, torch.tensor(1.0)),
+)
+EXAMPLES["aten::nll_loss2d_backward"] = lambda n, k: (
+    aten.nll_loss2d_backward,
+    (torch.rand(n, 2, 2), _x(n, k, 2, 2).log(), _classes(n, k, 2, 2), torch.rand(k), 0, -100, torch.tensor(1.0)),
+)
+EXAMPLES["aten::soft_margin_loss_backward"] = lambda n, k: (
+    aten.soft_margin_loss_backward,
+    (_x(n, k, 3), _x(n, k, 3), _target(n, k), 0),
+)
+EXAMPLES["aten::cross_entropy_loss"] = lambda n, k: (
+    aten.cross_entropy_loss,
+    (_x(n, k), _classes(n, k), torch.rand(k), 0, -100, 0.1),
+)
+
+
 def _rois(n: int) -> torch.Tensor:
     return torch.tensor([[0, 0.0, 0.0, 3.0, 3.0]] * n)
 

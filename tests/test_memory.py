@@ -25,6 +25,8 @@ from opcount import (
 from opcount.handles.memory import elementwise, resize_bilinear
 from opcount.ir import TensorSpec
 
+from ._zoo8 import ZOO8, zoo_model
+
 
 def traffic(model: nn.Module, *inputs: torch.Tensor, **options: bool) -> MemoryTrafficAnalysis:
     analysis = MemoryTrafficAnalysis(model.eval(), inputs, **options)
@@ -333,27 +335,10 @@ def test_intensity_of_analyses_is_flops_over_bytes() -> None:
 
 
 # ----- the model zoo -------------------------------------------------------------------------------
-ZOO = [
-    "resnet50",
-    "mobilenet_v3_large",
-    "densenet121",
-    "efficientnet_b0",
-    "convnext_tiny",
-    "regnet_y_400mf",
-    "swin_t",
-    "r3d_18",
-]
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ZOO)
+@pytest.mark.parametrize("name", ZOO8)
 def test_zoo_is_fully_supported_and_consistent(name: str) -> None:
-    torchvision = pytest.importorskip("torchvision")
-
-    if name == "r3d_18":
-        model, x = torchvision.models.video.r3d_18(weights=None).eval(), torch.randn(1, 3, 16, 112, 112)
-    else:
-        model, x = torchvision.models.get_model(name, weights=None).eval(), torch.randn(1, 3, 224, 224)
+    model, x = zoo_model(name)
     with torch.no_grad():
         plain = traffic(model, x)
         assert not plain.unsupported_ops()

@@ -10,14 +10,15 @@ arguments rebuilt from the kernel's own (:mod:`.backward_args`):
   positions that makes the bias gradient (matrix products' gradients are recorded as the
   ``mm`` / ``bmm`` they are);
 - any other fused kernel (activation, dropout, softmax, pooling, resampling, normalization,
-  attention, loss) costs two of its forward: its gradient expression is about the size of the
+  attention) costs two of its forward: its gradient expression is about the size of the
   forward one, applied to the incoming gradient. Attention's backward runs four products where
   its forward runs two, so two forwards is exact there.
 
 Each kernel is registered in the flop, activation and memory registries exactly where its
 forward is: with a handle where the forward has one (a multiply-add and fvcore handle if the
 forward's is; ``preset="fvcore"`` keeps the mirrors of fvcore's handles), explicitly free
-where the forward is free, and unsupported where the forward is (the losses, today).
+where the forward is free, and unsupported where the forward is. The losses' backward kernels
+have formulas of their own (:mod:`.loss`).
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def conv_backward(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> list[Forwa
     return calls
 
 
-# ----- activations, dropout, softmax, pooling, losses: two of the forward ------------------------
+# ----- activations, dropout, softmax, pooling: two of the forward ------------------------
 def _shape_tail(spec: Spec, n: int) -> Const:
     return Const(tensor(spec).shape[-n:])
 
@@ -109,13 +109,6 @@ _FUSED: dict[str, tuple[str, Callable[[Sequence[Spec]], list[Spec]], str]] = {
     "_adaptive_avg_pool3d_backward": ("aten::adaptive_avg_pool3d", lambda a: [a[1], _shape_tail(a[0], 3)], "self"),
     "adaptive_max_pool2d_backward": ("aten::adaptive_max_pool2d", lambda a: [a[1], _shape_tail(a[0], 2)], "self"),
     "adaptive_max_pool3d_backward": ("aten::adaptive_max_pool3d", lambda a: [a[1], _shape_tail(a[0], 3)], "self"),
-    # losses: (grad, self, target, ...) as the forward's arguments
-    "mse_loss_backward": ("aten::mse_loss", lambda a: [a[1], a[2], a[3]], "self, target, reduction"),
-    "smooth_l1_loss_backward": ("aten::smooth_l1_loss", lambda a: [a[1], a[2], a[3], a[4]], "self, target, ..."),
-    "huber_loss_backward": ("aten::huber_loss", lambda a: [a[1], a[2], a[3], a[4]], "self, target, ..."),
-    "binary_cross_entropy_backward": ("aten::binary_cross_entropy", lambda a: [*a[1:5]], "self, target, ..."),
-    "nll_loss_backward": ("aten::nll_loss", lambda a: [*a[1:6]], "self, target, ..."),
-    "nll_loss2d_backward": ("aten::nll_loss2d", lambda a: [*a[1:6]], "self, target, ..."),
 }
 
 MIRRORS: dict[str, Mirror] = {

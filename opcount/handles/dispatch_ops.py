@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..ir import Spec
+from ..ir import Spec, TensorSpec
 from ._shapes import numel, shape_of
+from .memory import Traffic, whole
 from .registry import FLOPS, MEMORY
 
 # Metadata and scalar reads: no element is computed or moved.
@@ -90,10 +91,22 @@ FLOPS.zero_cost(*METADATA, *COPIES, family="dispatch_ops", fallback=True)
 MEMORY.zero_cost(*METADATA, family="dispatch_ops", fallback=True)
 
 # embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
-EMB_GRAD = 0
+EMB_GRAD, EMB_INDICES = 0, 1
 
 
 @FLOPS.register("aten::embedding_dense_backward")
 def embedding_dense_backward(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
     """[num_weights, d] = embedding_dense_backward([*, d] grad, [*] indices): numel(grad) flops, one add of each looked-up row's gradient into the weight gradient (the forward lookup is free)."""
     return numel(shape_of(inputs[EMB_GRAD]))
+
+
+@MEMORY.register("aten::embedding_dense_backward")  # type: ignore[arg-type]  # typed for counts
+def embedding_dense_backward_traffic(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Traffic:
+    """Reads the incoming gradient [*, d] and the indices once; writes the weight gradient [num_weights, d] once (zeros but for the looked-up rows, which accumulate in cache)."""
+    return Traffic(whole(s for s in inputs[: EMB_INDICES + 1] if isinstance(s, TensorSpec)), whole(outputs))
+
+
+@MEMORY.register(*(f"aten::{op}_backward" for op in ("select", "slice", "diagonal")))  # type: ignore[arg-type]
+def view_backward_traffic(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Traffic:
+    """A view's gradient (``select_backward``, ...): reads the incoming gradient once; writes the input-sized gradient once (zeros around the viewed part)."""
+    return Traffic(whole(inputs[:1]), whole(outputs))

@@ -113,7 +113,7 @@ ELEMENTWISE: tuple[str, ...] = _aten(
     """abs neg exp exp2 expm1 log log2 log10 log1p sqrt rsqrt reciprocal square sin cos tan tanh sinh
     cosh asin acos atan sigmoid erf erfc erfinv relu relu6 leaky_relu elu selu celu gelu silu mish
     hardswish hardsigmoid hardtanh hardshrink softshrink softplus threshold prelu
-    clamp clamp_min clamp_max clip sign floor ceil round trunc frac pow nan_to_num logit add sub rsub mul
+    clamp clamp_min clamp_max clip sign sgn floor ceil round trunc frac pow nan_to_num logit add sub rsub mul
     div true_divide floor_divide remainder fmod maximum minimum fmax fmin atan2 hypot xlogy eq ne lt le
     gt ge logical_not logical_and logical_or logical_xor bitwise_not bitwise_and bitwise_or bitwise_xor
     masked_fill lerp addcmul addcdiv""",
@@ -370,7 +370,7 @@ def convert(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Traffic:
 # is still counted as free, as chainer-computational-cost does.
 VIEWS: tuple[str, ...] = _aten(
     """view reshape flatten unflatten squeeze squeeze_ unsqueeze unsqueeze_ permute transpose transpose_ t t_
-    numpy_T expand expand_as view_as reshape_as slice select narrow chunk split split_with_sizes unbind
+    numpy_T expand expand_as broadcast_tensors view_as reshape_as slice select narrow chunk split split_with_sizes unbind
     tensor_split detach detach_ alias as_strided diagonal movedim moveaxis swapaxes swapdims unfold
     view_as_real view_as_complex real imag mT mH adjoint lift_fresh _unsafe_view resolve_conj resolve_neg
     positive _reshape_alias"""
