@@ -25,7 +25,12 @@ def _util(c: int, k: int, tc: int = 64, tk: int = 16) -> float:
 
 
 def _layers(report, kind: str):  # type: ignore[no-untyped-def]
-    return [t for t in report.layers if t.layer.call is not None and t.layer.call.kind == kind]
+    """The layers of ``kind``'s calls (a convolution_backward's products, not its bias sum)."""
+    return [
+        t
+        for t in report.layers
+        if t.layer.call is not None and t.layer.call.kind == kind and not t.layer.name.endswith(".bias")
+    ]
 
 
 # ----- 1. the MAC-array scale of convolution_backward --------------------------------------------
@@ -71,6 +76,27 @@ def test_nvdla_scale_of_grouped_and_transposed_convolution_backward() -> None:
     # 6 -> 12 channels, c = 2, k = 12; d_weight reduces over its input's 2 x 5 x 5 positions, k = 12.
     assert conv_backward_channels(t_conv.layer.call) == [(2, 12), (50, 12)]
     assert t_scaled.layer.flops == pytest.approx(t_conv.layer.flops * (_util(2, 12) + _util(50, 12)) / 2)
+
+
+# ----- 3. the bias gradient of convolution_backward: a sum on the vector unit ---------------------
+def test_convolution_backward_bias_gradient_is_a_vector_layer_of_its_own() -> None:
+    model = nn.Sequential(nn.Conv2d(4, 8, 3), nn.Conv2d(8, 6, 3))
+    x = torch.randn(2, 4, 7, 7)  # -> [2, 8, 5, 5] -> [2, 6, 3, 3]
+    report = roofline(model, x, "h100-sxm", dtype="float16", scale_ops=nvdla_scale_ops(), **TRAIN)
+    calls = [t for t in report.layers if t.layer.call.kind == "aten::convolution_backward"]
+    # conv2 (d_input, d_weight, d_bias), then conv1 (d_weight, d_bias): products and bias sum each.
+    assert [t.layer.name for t in calls][1::2] == [calls[0].layer.name + ".bias", calls[2].layer.name + ".bias"]
+    products, bias = calls[:2]
+    # Products: two convolutions of 2 * 6 * 8 * 9 * 9 = 7776 multiply-adds, on the tensor unit,
+    # scaled by the MAC array's utilisation: d_input c = 6, k = 8; d_weight c = 2 * 3 * 3 = 18, k = 6.
+    util = (_util(6, 8) + _util(18, 6)) / 2
+    assert (products.layer.unit, products.layer.flops) == ("tensor", pytest.approx(2 * 2 * 7776 * util))
+    # The bias sum: 2 * 6 * 3 * 3 = 108 gradient values summed into 6, 102 adds, not scaled; it reads
+    # the gradient (108 * 2 B in float16) and writes d_bias (6 * 2 B).
+    assert (bias.layer.unit, bias.layer.flops) == ("vector", 102)
+    assert (bias.layer.ifmap_bytes, bias.layer.weight_bytes, bias.layer.ofmap_bytes) == (216, 0, 12)
+    assert bias.peak == report.hardware.peak_of("vector", "float16")
+    assert report.total_time == pytest.approx(sum(t.time for t in report.layers))
 
 
 # ----- 2. the sparsity roofline of a training step ------------------------------------------------
@@ -140,3 +166,35 @@ def test_backward_products_do_not_count_a_weight_twice_in_the_level() -> None:
     x = torch.randn(4, 8)
     report = sparsity_roofline(model, (x,), "h100-sxm", "2:4", dtype="float16", **TRAIN)
     assert report.level == pytest.approx(0.5)
+
+
+# ----- 4. a whole training step, end to end ------------------------------------------------------
+def _assert_whole(report) -> None:  # type: ignore[no-untyped-def]
+    assert {t.layer.unit for t in report.layers} <= set(report.hardware.units)
+    assert all(t.compute_time > 0 and t.time > 0 for t in report.layers if t.layer.flops > 0)
+    assert report.total_time == pytest.approx(sum(t.time for t in report.layers))
+    assert report.total_time == pytest.approx(sum(row.time for row in report.by_operator().values()))
+    for kind in ("aten::convolution_backward", "aten::mm", "aten::bmm"):
+        assert all(t.layer.unit == "tensor" for t in _layers(report, kind))
+
+
+def test_resnet18_training_step_roofline_is_whole() -> None:
+    from tests._optional import torchvision
+
+    model = torchvision.models.resnet18(weights=None)
+    report = roofline(model, torch.randn(2, 3, 64, 64), "h100-sxm", dtype="float16", **TRAIN)
+    _assert_whole(report)
+    assert not report.unsupported
+    assert len(_layers(report, "aten::convolution_backward")) == 20  # every convolution, downsamples included
+
+
+def test_gpt2_training_step_roofline_is_whole() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=32, vocab_size=100)
+    model = transformers.GPT2LMHeadModel(config)
+    report = roofline(model, (torch.randint(0, 100, (2, 16)),), "h100-sxm", dtype="float16", **TRAIN)
+    _assert_whole(report)
+    # Input gradients of the attention and MLP projections (Conv1D: addmm with W [in, out]) and the
+    # tied lm_head: 2 blocks x 4 projections + 1, besides as many weight gradients.
+    report = sparsity_roofline(model, (torch.randint(0, 100, (2, 16)),), "h100-sxm", "2:4", dtype="float16", **TRAIN)
+    assert len(_weight_rows(report, "aten::mm")) == 9

@@ -38,8 +38,9 @@ _CONV_BW_MASK = 10
 class WeightProduct:
     """A call's product with a weight: ``named`` finds the weight as its forward does (its
     parameter spec and GEMM view); ``use`` is the product's GEMM with the operand it reads;
-    ``rest`` is True when the call does more than this product (a convolution's weight and bias
-    gradients), work that stays dense and on the call's unit."""
+    ``rest`` is True when the call computes another product beside this one (a convolution's
+    weight gradient), which stays dense and keeps the call on its unit (the bias gradient is a
+    roofline layer of its own, :mod:`opcount.roofline.split`)."""
 
     named: WeightUse
     use: WeightUse
@@ -107,4 +108,4 @@ def _conv_input_gradient(call: OpCall) -> WeightProduct | None:
     use = weight_use(forward)
     if use is None:
         return None
-    return WeightProduct(use, use, rest=bool(mask[1] or mask[2]))
+    return WeightProduct(use, use, rest=bool(mask[1]))

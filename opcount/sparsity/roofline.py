@@ -91,9 +91,11 @@ def sparsity_roofline(
     layers = []
     found: list[tuple[int, SparseLayer]] = []  # (index in layers, the layer with its sparse time unset)
     products = WeightProducts()  # forward weight layers, and the backward products reading them
+    seen: set[int] = set()  # calls matched already (convolution_backward's bias sum is a layer of its own)
     for t in dense.layers:
         call = t.layer.call
-        product = products.match(call) if call is not None else None
+        product = products.match(call) if call is not None and id(call) not in seen else None
+        seen.add(id(call))
         if call is None or product is None:
             layers.append(t.layer)
             continue
