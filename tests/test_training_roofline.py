@@ -14,8 +14,9 @@ import torch
 from torch import nn
 
 from opcount import roofline, sparsity_roofline
-from opcount.roofline import nvdla_scale_ops
+from opcount.roofline import LayerTime, RooflineReport, nvdla_scale_ops
 from opcount.roofline.model import conv_backward_channels
+from opcount.sparsity import SparseLayer, SparsityReport
 
 TRAIN = {"tracer": "dispatch", "mode": "train", "device": "meta"}
 
@@ -24,7 +25,7 @@ def _util(c: int, k: int, tc: int = 64, tk: int = 16) -> float:
     return math.ceil(c / tc) * math.ceil(k / tk) * tc * tk / (c * k)
 
 
-def _layers(report, kind: str):  # type: ignore[no-untyped-def]
+def _layers(report: RooflineReport, kind: str) -> list[LayerTime]:
     """The layers of ``kind``'s calls (a convolution_backward's products, not its bias sum)."""
     return [
         t
@@ -83,7 +84,7 @@ def test_convolution_backward_bias_gradient_is_a_vector_layer_of_its_own() -> No
     model = nn.Sequential(nn.Conv2d(4, 8, 3), nn.Conv2d(8, 6, 3))
     x = torch.randn(2, 4, 7, 7)  # -> [2, 8, 5, 5] -> [2, 6, 3, 3]
     report = roofline(model, x, "h100-sxm", dtype="float16", scale_ops=nvdla_scale_ops(), **TRAIN)
-    calls = [t for t in report.layers if t.layer.call.kind == "aten::convolution_backward"]
+    calls = [t for t in report.layers if t.layer.call is not None and t.layer.call.kind == "aten::convolution_backward"]
     # conv2 (d_input, d_weight, d_bias), then conv1 (d_weight, d_bias): products and bias sum each.
     assert [t.layer.name for t in calls][1::2] == [calls[0].layer.name + ".bias", calls[2].layer.name + ".bias"]
     products, bias = calls[:2]
@@ -100,8 +101,8 @@ def test_convolution_backward_bias_gradient_is_a_vector_layer_of_its_own() -> No
 
 
 # ----- 2. the sparsity roofline of a training step ------------------------------------------------
-def _weight_rows(report, kind: str):  # type: ignore[no-untyped-def]
-    return [w for w in report.weights if w.dense.layer.call.kind == kind]
+def _weight_rows(report: SparsityReport, kind: str) -> list[SparseLayer]:
+    return [w for w in report.weights if w.dense.layer.call is not None and w.dense.layer.call.kind == kind]
 
 
 def test_sparse_linear_weight_speeds_up_its_input_gradient_not_its_weight_gradient() -> None:
@@ -169,7 +170,7 @@ def test_backward_products_do_not_count_a_weight_twice_in_the_level() -> None:
 
 
 # ----- 4. a whole training step, end to end ------------------------------------------------------
-def _assert_whole(report) -> None:  # type: ignore[no-untyped-def]
+def _assert_whole(report: RooflineReport) -> None:
     assert {t.layer.unit for t in report.layers} <= set(report.hardware.units)
     assert all(t.compute_time > 0 and t.time > 0 for t in report.layers if t.layer.flops > 0)
     assert report.total_time == pytest.approx(sum(t.time for t in report.layers))
@@ -196,5 +197,6 @@ def test_gpt2_training_step_roofline_is_whole() -> None:
     _assert_whole(report)
     # Input gradients of the attention and MLP projections (Conv1D: addmm with W [in, out]) and the
     # tied lm_head: 2 blocks x 4 projections + 1, besides as many weight gradients.
-    report = sparsity_roofline(model, (torch.randint(0, 100, (2, 16)),), "h100-sxm", "2:4", dtype="float16", **TRAIN)
-    assert len(_weight_rows(report, "aten::mm")) == 9
+    sparse = sparsity_roofline(model, (torch.randint(0, 100, (2, 16)),), "h100-sxm", "2:4", dtype="float16", **TRAIN)
+    assert len(_weight_rows(sparse, "aten::mm")) == 9
+    assert sparse.level == pytest.approx(0.5)  # each weight once, though read by two products

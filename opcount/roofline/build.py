@@ -27,7 +27,7 @@ from ..memory import MemoryTrafficAnalysis, alias_roots
 from ..tracing import Trace
 from .model import FLOPS_PER_MAC, Groups, Scale, speed_of_light
 from .report import Layer, RooflineReport
-from .split import bias_gradient
+from .split import CONV_BACKWARD, bias_gradient
 
 _FLOATING = frozenset(d for d in DTYPE_BYTES if d.startswith(("float", "bfloat", "complex")))
 
@@ -82,6 +82,8 @@ def roofline(
     groups = _resolve_groups(memory, pipeline, "pipeline") if pipeline else []
 
     tree = memory.module_tree
+    # The default formula of convolution_backward counts its bias sum, a kernel of its own (split.py).
+    split_handle = FLOPS.handles.get(CONV_BACKWARD)
     layers: list[Layer] = []
     unsupported: Counter[str] = Counter()
     for i, (call, t, (_, value)) in enumerate(zip(calls, traffic, pricing.per_call_at(FLOPS_PER_MAC))):
@@ -96,14 +98,13 @@ def roofline(
             continue
         # (flops, traffic, multiply-adds, name suffix) of each layer the call makes
         parts = [(flops, t, macs, "")]
-        # The default formula counts convolution_backward's bias sum: a kernel of its own (split.py).
-        bias = bias_gradient(call, t) if handle is FLOPS.handles.get(call.kind) else None
+        bias = bias_gradient(call, t) if call.kind == CONV_BACKWARD and handle is split_handle else None
         if bias is not None and bias[0] <= flops:
             parts = [(flops - bias[0], bias[2], macs, ""), (bias[0], bias[1], False, ".bias")]
         chosen = unit(call) if unit is not None else None
         owners = tree.owners(call.scope[-1])
         for part_flops, part, part_macs, suffix in parts:
-            if part_macs or len(parts) == 1:  # the bias sum does no multiply-adds to scale
+            if suffix != ".bias":  # the bias sum does no multiply-adds for scale_ops to scale
                 part_flops *= _scale_of(scale_ops, call, op, "scale_ops")
             ifmap, weight, ofmap = _split(part, dtype, traced, itemsize)
             ifmap *= _scale_of(scale_ifmap, call, op, "scale_ifmap")

@@ -173,8 +173,8 @@ def nvdla_scale_ops(tc: int = 64, tk: int = 16) -> ScaleFn:
     """AMAIX's scale_ops for a Tc x Tk MAC array (NVDLA full, fp16: Tc = 64, Tk = 16) as a
     ``callable(OpCall) -> float``: :func:`mac_array_scale` of a conv's or product's channels,
     for ``convolution_backward`` that of each gradient product weighed by its multiply-adds
-    (equal, so their mean; the bias gradient's sum, a small share, is scaled with them);
-    1 otherwise."""
+    (equal, so their mean; the roofline leaves the bias gradient's sum, a layer of its own,
+    unscaled); 1 otherwise."""
 
     def scale(call: OpCall) -> float:
         if call.kind == "aten::convolution_backward":

@@ -95,10 +95,10 @@ def sparsity_roofline(
     for t in dense.layers:
         call = t.layer.call
         product = products.match(call) if call is not None and id(call) not in seen else None
-        seen.add(id(call))
         if call is None or product is None:
             layers.append(t.layer)
             continue
+        seen.add(id(call))
         named, use = product.named, product.use
         name, tensor = _weight_of(named, call, source_model, tensors)
         if tensor is None and named.spec.param is None:
