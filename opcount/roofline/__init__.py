@@ -36,7 +36,8 @@ AMAIX refinements
   activation reads (ifmap), its parameter reads (weight) and its writes (ofmap). Each is a
   number, a ``callable(OpCall) -> float``, or a mapping from operator (``"conv"``,
   ``"aten::addmm"``, or ``"*"`` for the rest) to either. :func:`nvdla_scale_ops` is AMAIX's
-  utilization factor ceil(c/Tc) ceil(k/Tk) Tc Tk / (c k) (dark operations of a Tc x Tk MAC array).
+  utilization factor ceil(c/Tc) ceil(k/Tk) Tc Tk / (c k) (dark operations of a Tc x Tk MAC array);
+  a training step's ``convolution_backward`` gets the mean over its two gradient products.
 - ``pipeline=[["conv1", "bn1", "relu"], ...]``: each group of modules runs as a layer pipeline;
   its time is the largest member time (fill and drain ignored). The dominant member keeps its
   layers' times; the others are hidden (effective time 0), so module times still sum to the total.
@@ -50,7 +51,9 @@ Modules
 :class:`Summary`, :class:`RooflineReport` and its tables); :mod:`~opcount.roofline.model` the
 AMAIX model (:func:`speed_of_light`, pipelining, the scaling factors);
 :mod:`~opcount.roofline.build` the layers of a traced model (:func:`roofline`,
-:func:`fuse_modules`); :mod:`~opcount.roofline.columns` the report columns it registers.
+:func:`fuse_modules`); :mod:`~opcount.roofline.split` the call priced as two layers
+(``convolution_backward``'s bias gradient); :mod:`~opcount.roofline.columns` the report columns
+it registers.
 """
 
 # Importing the columns module registers the time, time_share, bound and unit report columns.
@@ -63,6 +66,7 @@ from .model import FLOPS_PER_MAC, mac_array_scale, nvdla_scale_ops, speed_of_lig
 from .model import Groups as Groups
 from .model import Scale as Scale
 from .model import ScaleFn as ScaleFn
+from .model import conv_backward_channels as conv_backward_channels
 from .model import gemm_channels as gemm_channels
 from .report import BOUNDS as BOUNDS
 from .report import Layer, LayerTime, RooflineReport, Summary

@@ -20,6 +20,7 @@ from torch import nn
 from ..analysis import FlopCountAnalysis, op_key
 from ..errors import OpcountTypeError, OpcountValueError
 from ..handles.memory import Access, Traffic, flat_tensors
+from ..handles.registry import FLOPS
 from ..hardware import TENSOR, VECTOR, DType, Hardware, dtype_name
 from ..hardware import hardware as lookup_hardware
 from ..ir import DTYPE_BYTES, OpCall, TensorSpec
@@ -27,6 +28,7 @@ from ..memory import MemoryTrafficAnalysis, alias_roots
 from ..tracing import Trace
 from .model import FLOPS_PER_MAC, Groups, Scale, speed_of_light
 from .report import Layer, RooflineReport
+from .split import CONV_BACKWARD, bias_gradient
 
 _FLOATING = frozenset(d for d in DTYPE_BYTES if d.startswith(("float", "bfloat", "complex")))
 
@@ -81,6 +83,8 @@ def roofline(
     groups = _resolve_groups(memory, pipeline, "pipeline") if pipeline else []
 
     tree = memory.module_tree
+    # The default formula of convolution_backward counts its bias sum, a kernel of its own (split.py).
+    split_handle = FLOPS.handles.get(CONV_BACKWARD)
     layers: list[Layer] = []
     unsupported: Counter[str] = Counter()
     for i, (call, t, (_, value)) in enumerate(zip(calls, traffic, pricing.per_call_at(FLOPS_PER_MAC))):
@@ -93,15 +97,23 @@ def roofline(
         t = t or Traffic()
         if flops == 0 and not t.read and not t.write:
             continue
-        flops *= _scale_of(scale_ops, call, op, "scale_ops")
-        ifmap, weight, ofmap = _split(t, dtype, traced, itemsize)
-        ifmap *= _scale_of(scale_ifmap, call, op, "scale_ifmap")
-        weight *= _scale_of(scale_weight, call, op, "scale_weight")
-        ofmap *= _scale_of(scale_ofmap, call, op, "scale_ofmap")
+        # (flops, traffic, multiply-adds, name suffix) of each layer the call makes
+        parts = [(flops, t, macs, "")]
+        bias = bias_gradient(call, t) if call.kind == CONV_BACKWARD and handle is split_handle else None
+        if bias is not None and bias[0] <= flops:
+            parts = [(flops - bias[0], bias[2], macs, ""), (bias[0], bias[1], False, ".bias")]
         chosen = unit(call) if unit is not None else None
-        u, precision = _assign(hw, macs, dtype, allow_tf32, chosen, call)
         owners = tree.owners(call.scope[-1])
-        layers.append(Layer(f"{owners[-1]}#{i}", flops, ifmap, weight, ofmap, u, precision, op, owners, call))
+        for part_flops, part, part_macs, suffix in parts:
+            if suffix != ".bias":  # the bias sum does no multiply-adds for scale_ops to scale
+                part_flops *= _scale_of(scale_ops, call, op, "scale_ops")
+            ifmap, weight, ofmap = _split(part, dtype, traced, itemsize)
+            ifmap *= _scale_of(scale_ifmap, call, op, "scale_ifmap")
+            weight *= _scale_of(scale_weight, call, op, "scale_weight")
+            ofmap *= _scale_of(scale_ofmap, call, op, "scale_ofmap")
+            u, precision = _assign(hw, part_macs, dtype, allow_tf32, chosen, call)
+            name = f"{owners[-1]}#{i}{suffix}"
+            layers.append(Layer(name, part_flops, ifmap, weight, ofmap, u, precision, op, owners, call))
     report = speed_of_light(layers, hw, pipeline=groups, dtype=dtype)
     report.unsupported = unsupported
     report.uncalled = frozenset(memory.uncalled_modules())

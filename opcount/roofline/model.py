@@ -4,7 +4,8 @@ A layer takes ``max(flops / peak(unit, precision), bytes / bandwidth)``; a pipel
 layers takes its slowest member's time (AMAIX: t(pipe) = max of members, fill and drain
 ignored). AMAIX's scaling factors (``scale_ops``, ``scale_ifmap``, ``scale_weight``,
 ``scale_ofmap``) multiply a layer's flops and bytes; :func:`nvdla_scale_ops` is its utilization
-factor of a Tc x Tk MAC array, ceil(c/Tc) ceil(k/Tk) Tc Tk / (c k).
+factor of a Tc x Tk MAC array, ceil(c/Tc) ceil(k/Tk) Tc Tk / (c k), for forward products and for
+a training step's ``convolution_backward`` (:func:`conv_backward_channels`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from ..errors import OpcountValueError
+from ..errors import HandleError, OpcountValueError
 from ..hardware import DType, Hardware, dtype_name
 from ..hardware import hardware as lookup_hardware
 from ..ir import OpCall, TensorSpec
@@ -130,11 +131,57 @@ def gemm_channels(call: OpCall) -> tuple[int, int] | None:
     return None
 
 
+# convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
+#                      transposed, output_padding, groups, output_mask)
+CONV_BW_TRANSPOSED, CONV_BW_GROUPS, CONV_BW_MASK = 7, 9, 10
+
+
+def conv_backward_channels(call: OpCall) -> list[tuple[int, int]]:
+    """(c, k) of each product an ``aten::convolution_backward`` computes, the input gradient's
+    first; each does the forward convolution's multiply-adds (docs/dispatch.md).
+
+    - d_input is a convolution of the gradient with the same weight in the transposed relation:
+      the gradient's channels are its input channels, the forward's input channels its output
+      channels. A convolution's w [K, C/g, ...] gives c = K/g, k = C; a transposed
+      convolution's w [C, K/g, ...] is an ordinary convolution's weight there: c = K/g, k = C.
+    - d_weight is the convolution x^T * grad^T (the batch made channels): per weight value it
+      reduces over the batch and the positions the weight is applied to (a convolution's output
+      positions, a transposed one's input positions), c = n * prod(positions), and its output
+      channels are the weight's first dimension, k = w[0], as a linear's weight gradient
+      (``mm(grad^T, x)``) reduces over batch x tokens.
+    """
+    grad, x, w = (s for s in call.inputs[:3])
+    if not (isinstance(grad, TensorSpec) and isinstance(x, TensorSpec) and isinstance(w, TensorSpec)):
+        raise HandleError(f"convolution_backward in '{call.scope[-1]}': its first three arguments are not tensors")
+    mask = getattr(call.inputs[CONV_BW_MASK], "value", None)
+    groups = getattr(call.inputs[CONV_BW_GROUPS], "value", None)
+    transposed = getattr(call.inputs[CONV_BW_TRANSPOSED], "value", None)
+    if not (isinstance(mask, tuple) and len(mask) == 3 and isinstance(groups, int) and isinstance(transposed, bool)):
+        raise HandleError(
+            f"convolution_backward in '{call.scope[-1]}' (weight {w.shape}): arguments {CONV_BW_TRANSPOSED}, {CONV_BW_GROUPS} and "
+            f"{CONV_BW_MASK} are not transposed, groups and output_mask: "
+            f"{transposed!r}, {groups!r}, {mask!r}"
+        )
+    parts = []
+    if mask[0]:
+        parts.append((w.shape[1], w.shape[0]) if transposed else (w.shape[0] // groups, w.shape[1] * groups))
+    if mask[1]:
+        positions = x.shape[2:] if transposed else grad.shape[2:]
+        parts.append((x.shape[0] * math.prod(positions), w.shape[0]))
+    return parts
+
+
 def nvdla_scale_ops(tc: int = 64, tk: int = 16) -> ScaleFn:
     """AMAIX's scale_ops for a Tc x Tk MAC array (NVDLA full, fp16: Tc = 64, Tk = 16) as a
-    ``callable(OpCall) -> float``: :func:`mac_array_scale` of a conv's or product's channels, 1 otherwise."""
+    ``callable(OpCall) -> float``: :func:`mac_array_scale` of a conv's or product's channels,
+    for ``convolution_backward`` that of each gradient product weighed by its multiply-adds
+    (equal, so their mean; the roofline leaves the bias gradient's sum, a layer of its own,
+    unscaled); 1 otherwise."""
 
     def scale(call: OpCall) -> float:
+        if call.kind == "aten::convolution_backward":
+            parts = [mac_array_scale(c, k, tc, tk) for c, k in conv_backward_channels(call)]
+            return sum(parts) / len(parts) if parts else 1.0
         ck = gemm_channels(call)
         return 1.0 if ck is None else mac_array_scale(ck[0], ck[1], tc, tk)
 

@@ -19,10 +19,11 @@ from ..hardware import hardware as lookup_hardware
 from ..ir import DTYPE_BYTES, OpCall
 from ..roofline import FLOPS_PER_MAC, LayerTime, Source, roofline, speed_of_light
 from ..sparse_support import SparseSupport
+from .backward import WeightProducts
 from .declared import Chooser, SparsityArg, SparsitySpec
 from .detect import detect_sparsity
 from .formats import Format, csr_format, dense_format, nm_format, storage
-from .gemm import WeightUse, gemm_view, weight_use
+from .gemm import WeightUse, gemm_view
 from .patterns import MEASURED, Sparsity
 from .report import SparseLayer, SparsityReport
 
@@ -91,17 +92,21 @@ def sparsity_roofline(
     measured: dict[int, tuple[Sparsity, int]] = {}  # by tensor: a weight used by several calls is read once
     layers = []
     found: list[tuple[int, SparseLayer]] = []  # (index in layers, the layer with its sparse time unset)
+    products = WeightProducts()  # forward weight layers, and the backward products reading them
+    seen: set[int] = set()  # calls matched already (convolution_backward's bias sum is a layer of its own)
     for t in dense.layers:
         call = t.layer.call
-        use = weight_use(call) if call is not None else None
-        if call is None or use is None:
+        product = products.match(call) if call is not None and id(call) not in seen else None
+        if call is None or product is None:
             layers.append(t.layer)
             continue
-        name, tensor = _weight_of(use, call, source_model, tensors)
-        if tensor is None and use.spec.param is None:
+        seen.add(id(call))
+        named, use = product.named, product.use
+        name, tensor = _weight_of(named, call, source_model, tensors)
+        if tensor is None and named.spec.param is None:
             layers.append(t.layer)  # a computed weight that no module holds
             continue
-        owner = name.rpartition(".")[0] if use.spec.param is not None else t.layer.module
+        owner = name.rpartition(".")[0] if named.spec.param is not None else t.layer.module
         spec = chooser.choose(owner, name)
         if spec == MEASURED:
             if tensor is None:
@@ -109,18 +114,25 @@ def sparsity_roofline(
                     f"cannot read the weight {name!r} of {call.kind} in '{t.layer.module}' to measure "
                     "it; declare its sparsity instead"
                 )
-            if tuple(tensor.shape) != use.spec.shape:
+            if tuple(tensor.shape) != named.spec.shape:
                 raise OpcountValueError(
                     f"weight {name!r} is {tuple(tensor.shape)} but the traced model uses "
-                    f"{use.spec.shape}: weights= must hold the traced model's parameters"
+                    f"{named.spec.shape}: weights= must hold the traced model's parameters"
                 )
             if id(tensor) not in measured:
-                measured[id(tensor)] = (detect_sparsity(gemm_view(tensor, use.view)), int(torch.count_nonzero(tensor)))
+                measured[id(tensor)] = (
+                    detect_sparsity(gemm_view(tensor, named.view)),
+                    int(torch.count_nonzero(tensor)),
+                )
             (chosen, nnz), source = measured[id(tensor)], "measured"
         else:
             chosen, source = Sparsity.parse(spec), "declared"
             nnz = _implied_nnz(chosen, use.rows, use.cols)
         fmt, unit, precision = _plan(chosen, nnz, use, t, hw, caps, value_size, index_size)
+        if product.rest and unit != t.layer.unit:
+            # One kernel runs on one unit: the call's dense gradients keep it on the dense unit,
+            # where a format that needs another unit cannot run, so the product stays dense.
+            fmt, unit, precision = dense_format(use.rows, use.cols, value_size), t.layer.unit, t.layer.precision
         layer = _sparse_layer(t, use, fmt, unit, precision, value_size)
         if dense_if_faster and layer is not t.layer and _time_of(layer, hw) > t.time:
             layer, fmt = t.layer, dense_format(use.rows, use.cols, value_size)

@@ -1,0 +1,45 @@
+"""A call the roofline prices as two layers: ``convolution_backward``'s bias gradient.
+
+PyTorch's ``convolution_backward`` (``aten/src/ATen/native/Convolution.cpp``) has its backend
+(cuDNN, MIOpen, oneDNN's, the CPU's) compute the input and weight gradients, then computes the bias
+gradient itself, where the backend did not, as ``grad_output.sum`` over the batch and the
+positions: a reduction kernel of its own, which runs on the vector unit while the products run on
+the tensor unit. The roofline gives it its own layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..handles.memory import Access, Traffic
+from ..ir import Const, OpCall, TensorSpec
+
+CONV_BACKWARD = "aten::convolution_backward"
+_CONV_BW_MASK = 10  # output_mask: (d_input, d_weight, d_bias)
+
+
+def bias_gradient(call: OpCall, traffic: Traffic) -> tuple[float, Traffic, Traffic] | None:
+    """(flops, traffic) of a ``convolution_backward``'s bias gradient and the traffic of the rest,
+    None when it computes none. The sum adds numel(grad) - c_out values (the ``sum`` formula, as
+    the call's flop formula counts it); it reads the incoming gradient and writes d_bias, the
+    accesses the call's memory formula gives it (what fusion left of them)."""
+    if call.kind != CONV_BACKWARD or len(call.inputs) <= _CONV_BW_MASK or len(call.outputs) != 3:
+        return None
+    mask = call.inputs[_CONV_BW_MASK]
+    grad, d_bias = call.inputs[0], call.outputs[2]
+    if not (isinstance(mask, Const) and isinstance(mask.value, tuple) and len(mask.value) == 3 and mask.value[2]):
+        return None
+    if not (isinstance(grad, TensorSpec) and grad.rank >= 2 and isinstance(d_bias, TensorSpec)):
+        return None
+    read, rest_read = _take(traffic.read, grad)
+    write, rest_write = _take(traffic.write, d_bias)
+    rest = Traffic(rest_read, rest_write, traffic.alias, traffic.fusable)
+    return float(grad.numel - grad.shape[1]), Traffic(read, write), rest
+
+
+def _take(accesses: Sequence[Access], spec: TensorSpec) -> tuple[tuple[Access, ...], tuple[Access, ...]]:
+    """The access of ``spec`` (by value id, else by shape and dtype), and the others."""
+    for i, a in enumerate(accesses):
+        if a.tensor is not None and (a.tensor.id == spec.id if spec.id is not None else a.tensor == spec):
+            return (a,), (*accesses[:i], *accesses[i + 1 :])
+    return (), tuple(accesses)
