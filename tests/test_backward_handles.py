@@ -64,12 +64,18 @@ def test_conv_backward_without_input_gradient_or_bias() -> None:
 
 
 def test_conv_backward_bytes_and_activations() -> None:
-    # float32. Per gradient: read x (2*3*16*16*4 = 6144 B) and w (8*3*3*3*4 = 864 B), write the
-    # output gradient's size (2*8*16*16*4 = 16384 B). d_bias: read the gradient (16384 B), write
-    # 8 values (32 B).
+    # float32; x 2*3*16*16*4 = 6144 B, w 8*3*3*3*4 = 864 B, the incoming gradient 2*8*16*16*4 =
+    # 16384 B, d_bias 8*4 = 32 B. d_input reads the gradient and w, writes x's size; d_weight
+    # reads the gradient and x, writes w's size; d_bias reads the gradient, writes 8 values.
     x = torch.randn(2, 3, 16, 16, requires_grad=True)
     memory = MemoryTrafficAnalysis(_conv(), x, **TRAIN)
-    assert memory.by_operator()["convolution_backward"] == 2 * (6144 + 864 + 16384) + 16384 + 32
+    d_input = (16384 + 864) + 6144
+    d_weight = (16384 + 6144) + 864
+    d_bias = 16384 + 32
+    assert memory.by_operator()["convolution_backward"] == d_input + d_weight + d_bias
+    # without an input gradient: d_weight and d_bias only
+    frozen = MemoryTrafficAnalysis(_conv(), x.detach(), **TRAIN)
+    assert frozen.by_operator()["convolution_backward"] == d_weight + d_bias
     # activations: the output elements of each forward-sized convolution, 2 * 4096
     activations = ActivationCountAnalysis(_conv(), x, **TRAIN)
     assert activations.by_operator()["convolution_backward"] == 2 * 4096

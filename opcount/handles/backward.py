@@ -26,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..counts import Cost
-from ..ir import Spec
+from ..ir import Spec, const, tensor
 from .attention import sdpa_handle
-from .backward_args import ATTENTION_BACKWARD, MIRRORS, SDPA, Mirror
-from .memory import Access, Traffic
+from .backward_args import ATTENTION_BACKWARD, CONV_BW_MASK, MIRRORS, SDPA, Mirror
+from .memory import Access, Traffic, whole
 from .registry import ACTIVATIONS, FLOPS, MEMORY, Handle, MakeHandle, Registry, SpecFn
 from .zero_cost import FVCORE_IGNORED
 
@@ -41,10 +41,32 @@ _CONV_FLOPS = (
     "summed over the batch and positions, as `sum`)."
 )
 _CONV_MEMORY = (
-    "Per gradient computed among d_input and d_weight: reads the input and weight once, writes the "
-    "gradient's size (the convolution rule); d_bias reads the gradient and writes c_out values (the "
-    "reductions rule)."
+    "d_input reads the incoming gradient and the weight and writes the input's size; d_weight reads "
+    "the incoming gradient and the input and writes the weight's size; d_bias reads the incoming "
+    "gradient and writes c_out values: each gradient computed is a kernel of its own (cuDNN's dgrad, "
+    "wgrad and PyTorch's bias sum), reading its operands once and writing its result once."
 )
+CONV_BACKWARD = "aten::convolution_backward"
+
+
+def conv_backward_traffic(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Traffic:
+    """Each gradient among (d_input, d_weight, d_bias) that ``output_mask`` asks for: its operands
+    read once, its result written once."""
+    grad, x, w = (tensor(inputs[i]) for i in range(3))
+    mask = const(inputs[CONV_BW_MASK])
+    if not (isinstance(mask, tuple) and len(mask) == 3):
+        raise ValueError(f"convolution_backward: argument {CONV_BW_MASK} is not 'output_mask': {mask!r}")
+    reads = ((grad, w), (grad, x), (grad,))
+    read: list[Access] = []
+    write: list[Access] = []
+    for needed, operands, result in zip(mask, reads, outputs[:3], strict=True):
+        if needed:
+            read += whole(operands)
+            write += whole([result])
+    return Traffic(tuple(read), tuple(write))
+
+
+_CONV_TRAFFIC: SpecFn = conv_backward_traffic  # type: ignore[assignment]  # the registry is typed for counts
 
 
 def _counted(mirror: Mirror, handles: Mapping[str, Handle], as_cost: bool) -> SpecFn:
@@ -96,7 +118,7 @@ def _moved(mirror: Mirror, handles: Mapping[str, Handle]) -> SpecFn:
 
 
 def _doc(op: str, mirror: Mirror, forward: Handle, registry: Registry) -> str:
-    if op == "aten::convolution_backward":
+    if op == CONV_BACKWARD:
         return _CONV_MEMORY if registry is MEMORY else _CONV_FLOPS
     name = mirror.forward.split("::", 1)[1]
     if registry is MEMORY:
@@ -116,7 +138,10 @@ def _maker(op: str, mirror: Mirror, registry: Registry) -> MakeHandle:
     def make(handles: Mapping[str, Handle]) -> Handle:
         forward = handles[mirror.forward]
         used = {k: handles[k] for k in (mirror.forward, *mirror.extra) if k in handles}
-        fn = _moved(mirror, used) if registry is MEMORY else _counted(mirror, used, as_cost=registry is FLOPS)
+        if registry is MEMORY:
+            fn = _CONV_TRAFFIC if op == CONV_BACKWARD else _moved(mirror, used)
+        else:
+            fn = _counted(mirror, used, as_cost=registry is FLOPS)
         fn.__name__ = fn.__qualname__ = op.split("::", 1)[1]
         doc = _doc(op, mirror, forward, registry)
         fn.__doc__ = doc
