@@ -196,3 +196,30 @@ def test_profile_text_uses_the_time_style() -> None:
 def test_unprefixed_keeps_three_significant_figures_without_a_prefix(x: float, text: str) -> None:
     # flops/byte cells: no K/M/G prefix, trailing zeros dropped.
     assert unprefixed(x) == text
+
+
+def test_llm_summary_spaces_its_sizes(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("transformers")
+    from opcount.cli import main
+
+    d, f, n, h, g, v = 256, 512, 2, 8, 2, 1000
+    config = [f"hidden_size={d}", f"intermediate_size={f}", f"num_hidden_layers={n}"]
+    config += [f"num_attention_heads={h}", f"num_key_value_heads={g}", f"vocab_size={v}"]
+    flags = [x for kv in config for x in ("--hf-config", kv)]
+    assert main(["llm:llama-3-8b", *flags, "--phase", "decode", "--kv-len", "16", "--depth", "0", "-q"]) == 0
+    # Parameters: embedding and lm_head 2 * 1000*256, per layer q, o 2 * 256*256, k, v 2 * 256*64,
+    # MLP 3 * 256*512, two norms 2 * 256; a final norm 256: 1,627,392, at 2 bytes 3,254,784 B.
+    # KV cache: 17 tokens * (K, V) * 2 layers * 2 KV heads * 32 dims * 2 bytes = 8,704 B.
+    assert "memory: weights 3.25 MB, KV cache 8.7 KB, " in capsys.readouterr().out
+
+
+def test_roofline_chart_labels_space_their_units() -> None:
+    pytest.importorskip("matplotlib")
+    from opcount.plot import roofline_chart
+
+    model, x = _model()
+    ax = roofline_chart(roofline(model, x, TOY)).axes[0]
+    assert ax.get_title().endswith(f"{TOTAL} speed of light (10 GB/s)")
+    labels = sorted(text.get_text() for text in ax.get_legend().get_texts())
+    # Ridge points: 100 GFLOP/s / 10 GB/s = 10 FLOP/B, 10 GFLOP/s / 10 GB/s = 1 FLOP/B.
+    assert labels == ["tensor float32: 100 GFLOP/s, ridge 10 FLOP/B", "vector float32: 10 GFLOP/s, ridge 1 FLOP/B"]
