@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .chart_labels import Label, freeze_layout, place_labels
 from .errors import OpcountValueError
 from .roofline import RooflineReport, Summary
-from .units import seconds, time_unit
+from .units import seconds, si, time_unit, unprefixed
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -101,7 +101,7 @@ def roofline_chart(
             [lo * hw.bandwidth, peak, peak],
             color=color,
             lw=1.8,
-            label=f"{u} {precision}: {peak / 1e12:.3g} TFLOP/s, ridge {ridge:.3g} FLOP/B",
+            label=f"{u} {precision}: {si(peak, unit='FLOP/s')}, ridge {unprefixed(ridge)} FLOP/B",
         )
         ax.plot([ridge], [peak], marker="o", color=color, ms=5)
         ax.axvline(ridge, color=color, lw=0.6, ls=":")
@@ -128,7 +128,7 @@ def roofline_chart(
     ax.set_title(
         title
         or f"{hw.name}, {report.dtype}: {len(points)} {by}s, "
-        f"{seconds(report.total_time)} speed of light ({hw.bandwidth / 1e9:.4g} GB/s)",
+        f"{seconds(report.total_time)} speed of light ({si(hw.bandwidth, unit='B/s')})",
         fontsize=10,
     )
     ax.grid(True, which="major", lw=0.4, alpha=0.5)
@@ -197,7 +197,7 @@ def _ridge_notes(ax: Axes, ridges: Sequence[tuple[float, str]], renderer: Render
     notes: list[Text] = []
     for ridge, color in sorted(ridges):
         note = ax.annotate(
-            f"ridge {ridge:.3g} FLOP/B",
+            f"ridge {unprefixed(ridge)} FLOP/B",
             (ridge, 0),
             xycoords=("data", "axes fraction"),
             xytext=(2, 4),

@@ -145,11 +145,6 @@ def _model_row(capsys: pytest.CaptureFixture[str], argv: list[str]) -> list[str]
     return row.replace("|", " ").split()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="report.py, units.py after the split (_fixed): digits past a float64's 15 significant ones print binary noise "
-    "(472 parameters at --units K --decimals 30: 0.471999999999999975131004248396K)",
-)
 @pytest.mark.parametrize(
     "argv", [["--decimals", "30"], ["--sig-figs", "20", "--format", "tree"], ["--sig-figs", "20", "--format", "md"]]
 )
@@ -160,11 +155,6 @@ def test_more_digits_than_a_double_holds_still_read_the_exact_count(
     assert Decimal(params.removesuffix("K")) * 1000 == TINY_PARAMS, params
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="report.py, units.py after the split (format_number): --units 1 writes counts with 3 decimals (472.000), which tabulate "
-    "strips in all-number columns only (127360.000 flops, or 472.000 parameters beside shapes such as (8, 3, 3, 3))",
-)
 def test_units_1_writes_whole_counts(capsys: pytest.CaptureFixture[str]) -> None:
     row = _model_row(capsys, ["--units", "1", "--depth", "2"])
     assert str(TINY_PARAMS) in row and not any(cell.endswith(".000") for cell in row), row

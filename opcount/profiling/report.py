@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import OpcountValueError
 from ..hardware import Hardware
-from ..report import COMPACT, check_max_depth, format_number
+from ..report import check_max_depth
 from ..scopes import ModuleTree
-from ..units import seconds, time_unit
+from ..units import seconds, si, time_unit
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -155,7 +155,7 @@ class ProfileReport:
             text += (
                 f"; speed of light on {self.roofline.hardware.name} ({self.roofline.dtype}) "
                 f"{seconds(t.predicted)} = {_percent(t.sol_percent)} of the measured time; "
-                f"achieved {_rate(t.flop_rate)}FLOP/s, {_rate(t.byte_rate)}B/s"
+                f"achieved {_rate(t.flop_rate, 'FLOP/s')}, {_rate(t.byte_rate, 'B/s')}"
             )
             if self.roofline.unsupported:
                 text += f"; no formula (predicted free): {', '.join(sorted(self.roofline.unsupported))}"
@@ -320,8 +320,8 @@ def _percent(x: float | None) -> str:
     return f"{x:.3g}%" if x < 10 else f"{x:.1f}%"
 
 
-def _rate(x: float | None) -> str:
-    return "" if x is None else format_number(x, COMPACT)
+def _rate(x: float | None, unit: str = "") -> str:
+    return "" if x is None else si(x, unit=unit)
 
 
 def _finite(obj: Any) -> Any:

@@ -20,7 +20,7 @@ from ..hardware import VECTOR, Hardware
 from ..ir import OpCall
 from ..report import check_max_depth
 from ..rollup import grouped
-from ..units import seconds, si, size
+from ..units import seconds, si, size, unprefixed
 
 BOUNDS = ("compute", "memory")
 
@@ -322,7 +322,7 @@ class RooflineReport:
         text = (
             f"{self.hardware.name} ({self.dtype}): {seconds(self.total_time)} speed of light"
             + (f" ({cycles:,.0f} cycles)" if cycles is not None else "")
-            + f"; {si(total.flops)}FLOP (2 per multiply-add), {size(total.bytes)} moved, "
+            + f"; {si(total.flops, unit='FLOP')} (2 per multiply-add), {size(total.bytes)} moved, "
             f"{_fmt(total.intensity)} FLOP/B; "
             f"{share:.0f}% of the time in compute-bound layers"
         )
@@ -344,4 +344,4 @@ def _summary_row(s: Summary) -> list[Any]:
 
 
 def _fmt(x: float) -> str:
-    return "inf" if math.isinf(x) else "" if math.isnan(x) else f"{x:.3g}"
+    return "inf" if math.isinf(x) else "" if math.isnan(x) else unprefixed(x)
