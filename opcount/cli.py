@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         message = str(e) if isinstance(e, (UsageError, OpcountError)) else one_line(e)
-        stderr.write(f"opcount: error: {message.splitlines()[0] if message else type(e).__name__}\n")
+        stderr.write(f"opcount: error: {_in_flags(message.splitlines()[0]) if message else type(e).__name__}\n")
         return 2
     except Exception as e:
         if debug:
@@ -175,3 +175,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# The Python API's errors name its keyword arguments; on the command line they are flags.
+_FLAGS = {"tracer='dispatch'": "--tracer dispatch"}
+
+
+def _in_flags(message: str) -> str:
+    """An error message of the Python API in the command line's words."""
+    for keyword, flag in _FLAGS.items():
+        message = message.replace(keyword, flag)
+    return message

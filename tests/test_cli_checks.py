@@ -199,3 +199,10 @@ def test_warnings_name_the_shown_column_that_misses_an_operator(capsys: pytest.C
 
     assert cli.main([TINY, "--input", "1,3,8,8", "--columns", "flops"]) == 0
     assert "Unsupported operator" not in capsys.readouterr().err  # the flop count has every formula
+
+
+def test_a_trace_error_hints_at_the_flag_not_the_keyword(capsys: pytest.CaptureFixture[str]) -> None:
+    # The jit tracer's hint names the Python API's tracer='dispatch'; the command says the flag.
+    assert cli.main([TINY, "--input", "1,5,8,8"]) == 2  # the stem convolution takes 3 channels
+    err = capsys.readouterr().err
+    assert "--tracer dispatch" in err and "tracer='dispatch'" not in err, err
