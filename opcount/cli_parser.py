@@ -99,7 +99,7 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     g.add_argument(
         "--tracer",
         choices=("jit", "dispatch"),
-        help="jit tracing (default; --meta implies dispatch) or the dispatch tracer (docs/dispatch.md)",
+        help="jit tracing (default; hf: models and --meta take dispatch) or the dispatch tracer (docs/dispatch.md)",
     )
     g.add_argument(
         "--mode",

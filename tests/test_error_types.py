@@ -121,7 +121,8 @@ def test_bad_call_raises_an_opcount_error_naming_the_value(call: Callable[[], An
 
 def test_llm_bad_calls_are_opcount_errors() -> None:
     transformers = pytest.importorskip("transformers")
-    from opcount.llm.phases import CausalLM
+    from opcount.llm.catalogue import config as architecture
+    from opcount.llm.phases import CausalLM, generation
     from opcount.llm.precision import Precision
 
     config = transformers.LlamaConfig(
@@ -133,8 +134,13 @@ def test_llm_bad_calls_are_opcount_errors() -> None:
         (lambda: llm.phase("prefill", seq_len=0), "got 0"),
         (lambda: llm.phase("prefill", seq_len=4, preset="bogus-preset"), "'bogus-preset'"),
         (lambda: Precision(weight="int3"), "'int3'"),
+        (lambda: llm.phase("prefill", seq_len=4, kv_len=2), "kv_len"),
+        (lambda: llm.phase("prefill"), "seq_len"),
+        (lambda: generation(llm, prompt_len=4, gen_len=-1), "got -1"),
+        (lambda: architecture("llama-9"), "'llama-9'"),
     ]:
-        with pytest.raises(OpcountError) as caught:
+        # wrong values: ValueErrors too, as the error table in docs/tracing.md says
+        with pytest.raises(OpcountValueError) as caught:
             call()
         assert words in str(caught.value)
 

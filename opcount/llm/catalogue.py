@@ -11,7 +11,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import OpcountError
+from ..errors import OpcountValueError
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def config(name: str, **overrides: Any) -> Any:
     if arch is None:
         close = difflib.get_close_matches(name.lower(), ARCHITECTURES, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise OpcountError(f"unknown architecture {name!r}: choose one of {', '.join(ARCHITECTURES)}{hint}")
+        raise OpcountValueError(f"unknown architecture {name!r}: choose one of {', '.join(ARCHITECTURES)}{hint}")
     import transformers
 
     return getattr(transformers, arch.config_class)(**{**arch.values, **overrides})

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import OpcountError, first_line
+from ..errors import OpcountError, OpcountValueError, first_line
 
 KV_PREFIX = "kv_cache"
 
@@ -56,7 +56,7 @@ def kv_geometry(config: Any) -> KVGeometry:
     layers = getattr(c, "num_hidden_layers", None)
     hidden = getattr(c, "hidden_size", None)
     if not (isinstance(heads, int) and isinstance(layers, int) and isinstance(hidden, int)):
-        raise OpcountError(f"{type(c).__name__} does not say its attention heads, layers and hidden size")
+        raise OpcountValueError(f"{type(c).__name__} does not say its attention heads, layers and hidden size")
     kv_heads = getattr(c, "num_key_value_heads", None) or heads
     head_dim = getattr(c, "head_dim", None) or hidden // heads
     return KVGeometry(layers, int(kv_heads), int(head_dim))
@@ -94,12 +94,12 @@ def build_on_meta(config: Any, dtype: torch.dtype = torch.bfloat16) -> nn.Module
 
     name = type(config).__name__
     if type(config) not in transformers.MODEL_FOR_CAUSAL_LM_MAPPING:
-        raise OpcountError(f"transformers has no causal LM for {name}")
+        raise OpcountValueError(f"transformers has no causal LM for {name}")
     try:
         with torch.device("meta"):
             model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
     except Exception as e:  # noqa: BLE001 -- raised by the constructors on the config's values, whatever its type
-        raise OpcountError(f"{name}: invalid config: {first_line(e, type(e).__name__)}") from e
+        raise OpcountValueError(f"{name}: invalid config: {first_line(e, type(e).__name__)}") from e
     return model.to(dtype).eval()
 
 

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from ..analysis import FlopCountAnalysis
-from ..errors import OpcountError
+from ..errors import OpcountError, OpcountTypeError, OpcountValueError
 from ..handles.memory import Traffic
 from ..hardware import Hardware
 from ..hardware import hardware as lookup_hardware
@@ -113,9 +113,9 @@ class CausalLM:
             model = model_or_config
             config = getattr(model, "config", None)
             if config is None:
-                raise OpcountError(f"{type(model).__name__} has no transformers config (.config)")
+                raise OpcountTypeError(f"{type(model).__name__} has no transformers config (.config)")
             if any(not p.is_meta for p in model.parameters()):
-                raise OpcountError(
+                raise OpcountValueError(
                     f"{type(model).__name__} holds real weights: build it under torch.device('meta') "
                     "(or pass its config), so nothing of the weights' size is allocated"
                 )
@@ -153,20 +153,20 @@ class CausalLM:
     ) -> PhaseCost:
         """The cost of one phase; ``seq_len`` defaults to 1 for decode and is required for prefill."""
         if phase not in PHASES:
-            raise OpcountError(f"unknown phase {phase!r}; choose prefill or decode")
+            raise OpcountValueError(f"unknown phase {phase!r}; choose prefill or decode")
         if seq_len is None:
             if phase == "prefill":
-                raise OpcountError("prefill needs seq_len (the prompt's tokens)")
+                raise OpcountValueError("prefill needs seq_len (the prompt's tokens)")
             seq_len = 1
         if phase == "prefill" and kv_len:
-            raise OpcountError("prefill starts from an empty cache: kv_len is for decode")
+            raise OpcountValueError("prefill starts from an empty cache: kv_len is for decode")
         for name, value, least in (("seq_len", seq_len, 1), ("kv_len", kv_len, 0), ("batch", batch, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise OpcountError(f"{name} must be an integer >= {least}, got {value!r}")
+                raise OpcountValueError(f"{name} must be an integer >= {least}, got {value!r}")
         if self._positions is not None and kv_len + seq_len > self._positions[1]:
             # On meta an out-of-range position is never looked up: the real model fails, the trace would not
             name, rows = self._positions
-            raise OpcountError(
+            raise OpcountValueError(
                 f"{kv_len + seq_len} positions (kv_len {kv_len} + seq_len {seq_len}) exceed the {rows} rows of "
                 f"{type(self.model).__name__}'s learned position table '{name}'"
             )
@@ -307,7 +307,7 @@ def generation(
     """Prefill ``prompt_len`` tokens, then ``gen_len`` decode steps of one token each; step
     ``j`` (0-based) attends to ``prompt_len + j`` cached tokens. Three traces whatever ``gen_len``."""
     if not isinstance(gen_len, int) or gen_len < 0:
-        raise OpcountError(f"gen_len must be an integer >= 0, got {gen_len!r}")
+        raise OpcountValueError(f"gen_len must be an integer >= 0, got {gen_len!r}")
     step: dict[str, Any] = {"batch": batch, "hardware": hardware, "flops_per_mac": flops_per_mac, "preset": preset}
     prefill = llm.phase("prefill", seq_len=prompt_len, **step)
     if gen_len == 0:

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import OpcountError
+from ..errors import OpcountValueError
 from ..hardware import DType, dtype_name
 from ..ir import DTYPE_BYTES, TensorSpec
 from .model import KV_PREFIX
@@ -51,7 +51,9 @@ def canonical(dtype: DType, allowed: tuple[str, ...], role: str) -> str:
     text = str(dtype_name(dtype)).lower()
     name = ALIASES.get(text, text)
     if name not in allowed:
-        raise OpcountError(f"unknown {role} dtype {dtype!r}; choose one of {', '.join(allowed)} (or bf16, fp16, fp8)")
+        raise OpcountValueError(
+            f"unknown {role} dtype {dtype!r}; choose one of {', '.join(allowed)} (or bf16, fp16, fp8)"
+        )
     return name
 
 
