@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 from .._runtime import gc_paused
-from ..errors import OpcountValueError, TraceError, failure_site, first_line
+from ..errors import OpcountTypeError, OpcountValueError, TraceError, failure_site, first_line
 from ..scopes import ModuleTree
 from ..torch_internals import DISPATCH, require
 from .custom_functions import functions_named
@@ -56,7 +56,7 @@ from .scoping import Scopes
 from .state import preserved
 from .structure import normalize_inputs
 from .tensor_kinds import FakeTensors, RealTensors, ShapeTensors
-from .training import Step, TrainingError, training_flags
+from .training import BackwardError, Step, TrainingError, training_flags
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +90,8 @@ def trace_dispatch(
     require(DISPATCH)
     if loss_fn is not None and mode != "train":
         raise OpcountValueError("loss_fn is only used with mode='train'")
+    if loss_fn is not None and not callable(loss_fn):
+        raise OpcountTypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
     if device is not None and torch.device(device) != META:
         raise OpcountValueError(f"device must be None (where the model is) or 'meta', got {device!r}")
     args, kw = normalize_inputs(inputs, kwargs)
@@ -136,7 +138,7 @@ def _trace(
         with tensors.mode(), recorder.scopes.installed(tensors.replayer(recorder)), functions_named(recorder):
             try:
                 recorder.run(step)
-            except TrainingError:
+            except (TrainingError, BackwardError):
                 raise
             except Exception as e:  # re-raised with the module path
                 raise _trace_error(model, tree, e, tensors.on_meta) from e

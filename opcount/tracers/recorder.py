@@ -33,7 +33,7 @@ from .aten import Record, backward_records, bind, forward_records, jit_constant,
 from .scoping import Scope, Scopes
 from .shapes import Meta, ShapeTensor
 from .structure import output_tensors
-from .training import Step, TrainingError
+from .training import Step, TrainingError, backward_error
 
 _TAG = "opcount"  # key of the (scope, within) tag in autograd nodes' metadata
 
@@ -90,13 +90,18 @@ class Recorder(TorchDispatchMode):
                     raise TrainingError("mode='train': the loss does not require grad; check requires_grad")
                 wrt = step.differentiable()
                 self._backward = True
-                torch.autograd.grad(loss, wrt, allow_unused=True)
+                try:
+                    torch.autograd.grad(loss, wrt, allow_unused=True)
+                except Exception as e:
+                    raise backward_error(e) from e
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if self._backward:
             out = func(*args, **kwargs)
-            scope, within = _running_node_tag()
+            # a module's forward run again by the backward pass (torch.utils.checkpoint) is priced
+            # in that module; any other backward operator in the scope of its forward's node
+            scope, within = (self.scopes.current, self.within) if self.scopes.current != ROOT else _running_node_tag()
             self._record(backward_records, func, args, kwargs, out, scope, within)
             return out
         scope, within = self.scopes.current, self.within

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import OpcountValueError
+from ..errors import OpcountValueError, TraceError, first_line
 from ..scopes import ModuleTree
 from ..torch_internals import pytree
 from .structure import output_tensors
@@ -24,6 +24,25 @@ from .structure import output_tensors
 
 class TrainingError(OpcountValueError):
     """``mode="train"`` cannot differentiate: no loss, or nothing that requires grad."""
+
+
+class BackwardError(TraceError):
+    """The backward pass of a training step failed (the forward and the loss ran)."""
+
+
+# torch.autograd.grad, which computes the gradients without writing .grad, cannot run through them
+_REENTRANT = "use_reentrant=True"
+
+
+def backward_error(e: Exception) -> BackwardError:
+    """The error of a failed backward pass, with the way out where one is known."""
+    hint = (
+        "torch.utils.checkpoint(..., use_reentrant=True) cannot be differentiated without writing .grad; "
+        "use use_reentrant=False"
+        if _REENTRANT in str(e)
+        else "the model's autograd Functions or backward hooks failed"
+    )
+    return BackwardError(f"mode='train': the backward pass failed: {type(e).__name__}: {first_line(e)}. Hint: {hint}.")
 
 
 class Step:
@@ -52,9 +71,17 @@ class Step:
 
     def loss(self, output: Any) -> torch.Tensor:
         if self.loss_fn is not None:
-            loss = self.loss_fn(output)
-            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            try:
+                loss = self.loss_fn(output)
+            except Exception as e:  # the caller's function, not the model: named as such
+                raise TrainingError(f"mode='train': loss_fn raised {type(e).__name__}: {first_line(e)}") from e
+            if not isinstance(loss, torch.Tensor):
                 raise TrainingError(f"loss_fn must return a one-element tensor, got {type(loss).__name__}")
+            if loss.numel() != 1:
+                raise TrainingError(
+                    f"loss_fn must return a one-element tensor, got a tensor of shape {tuple(loss.shape)}; "
+                    "reduce it (.sum(), .mean())"
+                )
             return loss
         outs = [t for t in output_tensors(output) if t.requires_grad]
         if not outs:

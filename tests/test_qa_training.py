@@ -1,0 +1,118 @@
+"""A training step analyzed as a careful user would: mistakes in ``loss_fn`` named as such, and
+recomputation under ``torch.utils.checkpoint`` priced in the module that recomputes. Expected
+numbers are worked by hand (1 multiply-add = 1 flop)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
+
+from opcount import FlopCountAnalysis, OpcountError, OpcountTypeError, OpcountValueError, TraceError
+
+# ----- loss_fn mistakes --------------------------------------------------------------------------
+
+
+def _boom(out: torch.Tensor) -> torch.Tensor:
+    raise RuntimeError("labels missing")
+
+
+def _train(model: nn.Module, x: torch.Tensor, **kw: Any) -> FlopCountAnalysis:
+    return FlopCountAnalysis(model, x, tracer="dispatch", mode="train", **kw)
+
+
+@pytest.mark.parametrize("device", [None, "meta"])
+def test_a_loss_fn_that_raises_is_named_and_leaves_the_model_as_it_was(device: str | None) -> None:
+    # Before: "could not trace the model (Sequential) with the dispatch tracer: RuntimeError:
+    # labels missing. Hint: check the inputs' shapes and types." -- the model and its inputs
+    # blamed for the loss function's own error.
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))
+    stats = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(2, 4)
+    with pytest.raises(OpcountError, match=r"loss_fn raised RuntimeError: labels missing") as info:
+        _train(model, x, loss_fn=_boom, device=device).total()
+    assert "inputs' shapes" not in str(info.value)
+    assert all(torch.equal(v, stats[k]) for k, v in model.state_dict().items())
+    assert all(p.grad is None and p.requires_grad for p in model.parameters()) and model.training
+
+
+def test_a_loss_fn_that_is_not_callable_is_a_type_error() -> None:
+    # Before: TraceError "could not trace the model (Linear) ...: TypeError: 'int' object is not
+    # callable. Hint: check the inputs' shapes and types."
+    with pytest.raises(OpcountTypeError, match=r"loss_fn must be callable, got int"):
+        _train(nn.Linear(4, 3), torch.randn(2, 4), loss_fn=3).total()
+
+
+def test_a_loss_fn_returning_a_vector_names_its_shape() -> None:
+    # Before: "loss_fn must return a one-element tensor, got Tensor" -- the shape not said.
+    with pytest.raises(OpcountValueError, match=r"one-element tensor, got a tensor of shape \(2, 3\)"):
+        _train(nn.Linear(4, 3), torch.randn(2, 4), loss_fn=lambda out: out).total()
+
+
+# ----- torch.utils.checkpoint ---------------------------------------------------------------------
+class Checkpointed(nn.Module):
+    """b(relu(a(x))) under torch.utils.checkpoint: a and b run again in the backward pass."""
+
+    def __init__(self, reentrant: bool) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8, bias=False)
+        self.b = nn.Linear(8, 8, bias=False)
+        self.reentrant = reentrant
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        block: Callable[[torch.Tensor], torch.Tensor] = lambda z: self.b(torch.relu(self.a(z)))
+        return checkpoint(block, x, use_reentrant=self.reentrant)
+
+
+def test_checkpoint_recomputation_is_priced_in_the_module_that_recomputes() -> None:
+    # One product of a [4, 8] input and an [8, 8] weight: P = 4 * 8 * 8 = 256 multiply-adds.
+    # a: forward P, recomputed P, weight gradient P (the input needs none) = 3P = 768.
+    # b: forward P, recomputed P, weight gradient P, input gradient P = 4P = 1024, plus the
+    # relu recomputed outside any module (4 * 8 = 32), which takes the scope of the backward
+    # node that asked for it, b's.
+    # Before: a's recomputation was priced under b (the backward node asking for it): a 512,
+    # b 1312.
+    p = 4 * 8 * 8
+    with set_checkpoint_early_stop(False):  # recompute the whole block, as torch did before 2.1
+        by_module = _train(Checkpointed(reentrant=False), torch.randn(4, 8)).by_module()
+    assert by_module["a"] == 3 * p
+    assert by_module["b"] == 4 * p + 4 * 8
+
+
+def test_reentrant_checkpoint_is_refused_with_the_way_out() -> None:
+    # torch.autograd.grad cannot run through use_reentrant=True checkpoints. Before: "could not
+    # trace the model (Checkpointed) ...: RuntimeError: When use_reentrant=True, ... Hint: check
+    # the inputs' shapes and types." -- the hint pointing the wrong way.
+    x = torch.randn(4, 8, requires_grad=True)
+    with pytest.raises(TraceError, match=r"backward pass.*use_reentrant=False") as info:
+        _train(Checkpointed(reentrant=True), x).total()
+    assert "inputs' shapes" not in str(info.value)
+    assert x.grad is None
+
+
+# ----- cross-checks that passed (kept so they stay true) ------------------------------------------
+def test_frozen_first_layer_costs_only_the_second_layers_weight_gradient() -> None:
+    # Linear(8, 16) frozen, then Linear(16, 4), batch 2, no bias: forward 2*8*16 + 2*16*4 = 384;
+    # backward: the second layer's weight gradient 2*16*4 = 128 (its input gradient is not
+    # needed: nothing before it requires grad); the loss, a sum of 2*4 outputs, 7 adds.
+    model = nn.Sequential(nn.Linear(8, 16, bias=False), nn.Linear(16, 4, bias=False))
+    model[0].weight.requires_grad_(False)
+    for device in (None, "meta"):
+        assert _train(model, torch.randn(2, 8), device=device).total() == 384 + 128 + 7
+    assert not model[0].weight.requires_grad
+
+
+def test_cross_entropy_on_a_frozen_model_with_a_grad_input() -> None:
+    # No trainable parameter, the input requires grad: input gradients only.
+    model = nn.Linear(6, 4, bias=False).requires_grad_(False)
+    x = torch.randn(3, 6, requires_grad=True)
+    y = torch.tensor([0, 2, 1])
+    flops = _train(model, x, loss_fn=lambda out: F.cross_entropy(out, y)).by_operator()
+    # forward 3*6*4 = 72; input gradient g W: 72 again
+    assert flops["linear"] == 72 and flops["mm"] == 72
+    assert x.grad is None
