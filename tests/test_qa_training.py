@@ -116,3 +116,43 @@ def test_cross_entropy_on_a_frozen_model_with_a_grad_input() -> None:
     # forward 3*6*4 = 72; input gradient g W: 72 again
     assert flops["linear"] == 72 and flops["mm"] == 72
     assert x.grad is None
+
+
+# ----- a model that returns its own loss ----------------------------------------------------------
+class WithLoss(nn.Module):
+    """Returns {"loss", "logits"}, as transformers models do when given labels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 4, bias=False)
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
+        logits = self.fc(x)
+        return {"loss": F.mse_loss(logits, target), "logits": logits}
+
+
+def test_the_default_loss_of_a_model_returning_its_loss_is_that_loss() -> None:
+    # A training step differentiates the model's own loss; the logits are not summed into it.
+    # Before: loss + logits.sum(), so 3*4 - 1 = 11 adds of the logits' sum and one add priced
+    # that no training step runs.
+    x, target = torch.randn(3, 6), torch.randn(3, 4)
+    step = FlopCountAnalysis(WithLoss(), (x, target), tracer="dispatch", mode="train")
+    ops = step.by_operator()
+    assert "sum" not in ops and "add" not in ops
+    # forward 3*6*4 = 72; the weight gradient gᵀ x, 72 (the input needs none)
+    assert ops["linear"] == 72 and ops["mm"] == 72
+    given = FlopCountAnalysis(WithLoss(), (x, target), tracer="dispatch", mode="train", loss_fn=lambda o: o["loss"])
+    assert step.total() == given.total()
+
+
+def test_transformers_labels_train_on_the_models_loss() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, n_positions=8)
+    model = transformers.GPT2LMHeadModel(config)
+    ids = torch.randint(0, 50, (1, 8))
+    kw = {"input_ids": ids, "labels": ids}
+    default = FlopCountAnalysis(model, (), kwargs=kw, tracer="dispatch", mode="train", device="meta")
+    own = FlopCountAnalysis(
+        model, (), kwargs=kw, tracer="dispatch", mode="train", device="meta", loss_fn=lambda o: o.loss
+    )
+    assert default.total() == own.total()

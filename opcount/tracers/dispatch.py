@@ -78,8 +78,8 @@ def trace_dispatch(
     (``mode="train"``) of ``model`` under a dispatch mode and return its operator records.
 
     ``mode`` sets the modules' training flags for the trace (restored afterwards). In training,
-    the loss is ``loss_fn(output)`` or, by default, the sum of every output tensor that requires
-    grad; gradients are taken for every parameter and input tensor that requires grad (nothing
+    the loss is ``loss_fn(output)`` or, by default, the output's ``"loss"`` entry where it has
+    one, else the sum of every output tensor that requires grad; gradients are taken for every parameter and input tensor that requires grad (nothing
     is written to ``.grad``). ``device="meta"`` analyzes the model on storage-less tensors
     without touching its weights: shape-only tensors (:mod:`.shapes`) for a forward pass, fake
     tensors (:mod:`.meta`) for a training step or what shape-only tensors cannot follow; a model

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -83,6 +83,9 @@ class Step:
                     "reduce it (.sum(), .mean())"
                 )
             return loss
+        own = output.get("loss") if isinstance(output, Mapping) else None  # transformers given labels=
+        if isinstance(own, torch.Tensor) and own.numel() == 1 and own.requires_grad:
+            return own
         outs = [t for t in output_tensors(output) if t.requires_grad]
         if not outs:
             raise TrainingError("mode='train': no output tensor requires grad; pass loss_fn, or check requires_grad")
