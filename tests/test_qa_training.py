@@ -156,3 +156,13 @@ def test_transformers_labels_train_on_the_models_loss() -> None:
         model, (), kwargs=kw, tracer="dispatch", mode="train", device="meta", loss_fn=lambda o: o.loss
     )
     assert default.total() == own.total()
+
+
+@pytest.mark.parametrize("loss_fn", [None, lambda out: F.cross_entropy(out, torch.tensor([0, 1]))])
+def test_a_model_with_nothing_to_train_says_so(loss_fn: Callable[[torch.Tensor], torch.Tensor] | None) -> None:
+    # Before: "the loss does not require grad" (with loss_fn) or "no output tensor requires
+    # grad; pass loss_fn" (without): neither says that no parameter or input requires grad.
+    model = nn.Linear(4, 3).requires_grad_(False)
+    with pytest.raises(OpcountValueError, match=r"no parameter or input requires grad"):
+        _train(model, torch.randn(2, 4), loss_fn=loss_fn).total()
+    assert not any(p.requires_grad for p in model.parameters())

@@ -84,11 +84,12 @@ class Recorder(TorchDispatchMode):
                 output = step.forward()
                 # the specs of tensors already recorded; one made by no operator gets a new id
                 self.outputs = tuple(map(self.spec_of, output_tensors(output)))
+                # what to differentiate by first: with nothing, no loss can require grad
+                wrt = step.differentiable() if step.train else []
                 loss = step.loss(output) if step.train else None
             if loss is not None:
                 if not loss.requires_grad:
                     raise TrainingError("mode='train': the loss does not require grad; check requires_grad")
-                wrt = step.differentiable()
                 self._backward = True
                 try:
                     torch.autograd.grad(loss, wrt, allow_unused=True)
