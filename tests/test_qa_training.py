@@ -166,3 +166,21 @@ def test_a_model_with_nothing_to_train_says_so(loss_fn: Callable[[torch.Tensor],
     with pytest.raises(OpcountValueError, match=r"no parameter or input requires grad"):
         _train(model, torch.randn(2, 4), loss_fn=loss_fn).total()
     assert not any(p.requires_grad for p in model.parameters())
+
+
+# ----- lazy modules ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(("mode", "device"), [("eval", None), ("eval", "meta"), ("train", None), ("train", "meta")])
+def test_uninitialized_lazy_parameters_are_named(mode: str, device: str | None) -> None:
+    # Before: a bare ValueError from torch ("Attempted to use an uninitialized parameter in
+    # is_set_to") raised while putting the model back, or a TraceError blaming the inputs.
+    model = nn.Sequential(nn.Linear(4, 4), nn.LazyLinear(3))
+    with pytest.raises(OpcountValueError, match=r"'1\.weight'.*uninitialized.*model\(x\)"):
+        FlopCountAnalysis(model, torch.randn(2, 4), tracer="dispatch", mode=mode, device=device).total()
+    assert isinstance(model[1].weight, nn.parameter.UninitializedParameter)
+
+
+def test_lazy_modules_once_initialized_are_analyzed() -> None:
+    model = nn.Sequential(nn.LazyLinear(3))
+    model(torch.randn(2, 4))  # the first call sizes the weight: [3, 4]
+    # forward 2*4*3 = 24; weight gradient 24; bias gradient (2-1)*3 = 3; loss sum 2*3-1 = 5
+    assert _train(model, torch.randn(2, 4)).total() == 24 + 24 + 3 + 5
