@@ -184,3 +184,31 @@ def test_lazy_modules_once_initialized_are_analyzed() -> None:
     model(torch.randn(2, 4))  # the first call sizes the weight: [3, 4]
     # forward 2*4*3 = 24; weight gradient 24; bias gradient (2-1)*3 = 3; loss sum 2*3-1 = 5
     assert _train(model, torch.randn(2, 4)).total() == 24 + 24 + 3 + 5
+
+
+# ----- profiling a training step ----------------------------------------------------------------------
+def test_profile_refuses_a_training_steps_prediction() -> None:
+    # profile() measures forward passes. Before: a training step's roofline (forward and
+    # backward) was put beside a measured forward pass, "% of speed of light" and "achieved
+    # FLOP/s" dividing the step's numbers by the forward's time.
+    from opcount import profile
+
+    model, x = nn.Linear(4, 3), torch.randn(2, 4)
+    step = _train(model, x)
+    with pytest.raises(OpcountValueError, match=r"profile measures forward passes.*mode='train'"):
+        profile(model, x, hardware="h100-sxm", predicted=step, repeats=1, warmup=0)
+    with pytest.raises(OpcountValueError, match=r"profile measures forward passes.*mode='train'"):
+        profile(
+            model, x, hardware="h100-sxm", repeats=1, warmup=0, roofline_options={"tracer": "dispatch", "mode": "train"}
+        )
+
+
+def test_cli_profile_refuses_mode_train(capsys: pytest.CaptureFixture[str]) -> None:
+    from opcount import cli
+
+    argv = ["tests.report_fixtures:tiny_model", "--input", "1,3,8,8", "--tracer", "dispatch", "--mode", "train"]
+    assert cli.main([*argv, "--profile", "--hardware", "h100-sxm"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--profile measures forward passes: leave out --mode train" in err, (
+        err
+    )
