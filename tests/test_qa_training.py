@@ -212,3 +212,17 @@ def test_cli_profile_refuses_mode_train(capsys: pytest.CaptureFixture[str]) -> N
     assert len(err.strip().splitlines()) == 1 and "--profile measures forward passes: leave out --mode train" in err, (
         err
     )
+
+
+# ----- bytes of multilabel_soft_margin_loss's pieces ---------------------------------------------------
+def test_log_sigmoid_moves_its_input_and_output() -> None:
+    # F.multilabel_soft_margin_loss runs log_sigmoid. Before: aten::log_sigmoid and its backward
+    # were unsupported in bytes (flops had a formula). Elementwise: read 3*4 floats, write 3*4.
+    from opcount import MemoryTrafficAnalysis
+
+    model = nn.Sequential(nn.Linear(6, 4), nn.LogSigmoid())
+    x = torch.randn(3, 6)
+    forward = MemoryTrafficAnalysis(model, x, tracer="dispatch")
+    assert forward.unsupported_ops() == {} and forward.by_operator()["log_sigmoid"] == 2 * 3 * 4 * 4
+    step = MemoryTrafficAnalysis(model, x, tracer="dispatch", mode="train")
+    assert step.unsupported_ops() == {} and step.by_operator()["log_sigmoid_backward"] > 0
