@@ -226,3 +226,18 @@ def test_log_sigmoid_moves_its_input_and_output() -> None:
     assert forward.unsupported_ops() == {} and forward.by_operator()["log_sigmoid"] == 2 * 3 * 4 * 4
     step = MemoryTrafficAnalysis(model, x, tracer="dispatch", mode="train")
     assert step.unsupported_ops() == {} and step.by_operator()["log_sigmoid_backward"] > 0
+
+
+# ----- recurrent layers ---------------------------------------------------------------------------------
+def test_lstm_backward_on_the_cpu_is_two_forward_layers() -> None:
+    # LSTM(4, 6), no bias, batch 2 x 5 steps = 10 tokens. Forward (chainer-computational-cost's
+    # gate arithmetic): 10 * (4*6*4 + 4*6*6) = 2400 multiply-adds + 10 * (30 - 8) * 6 = 1320
+    # flops = 3720. The CPU's oneDNN kernel mkldnn_rnn_layer_backward, two forwards: 7440.
+    # Before: unsupported, so the training step cost about its forward.
+    model = nn.LSTM(4, 6, batch_first=True, bias=False)
+    step = _train(model, torch.randn(2, 5, 4))
+    ops = step.by_operator()
+    if "mkldnn_rnn_layer_backward" not in ops and not step.unsupported_ops():
+        pytest.skip("this torch build runs the LSTM's backward without oneDNN")
+    assert step.unsupported_ops() == {}
+    assert ops["lstm"] == 3720 and ops["mkldnn_rnn_layer_backward"] == 2 * 3720
