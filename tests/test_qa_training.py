@@ -241,3 +241,15 @@ def test_lstm_backward_on_the_cpu_is_two_forward_layers() -> None:
         pytest.skip("this torch build runs the LSTM's backward without oneDNN")
     assert step.unsupported_ops() == {}
     assert ops["lstm"] == 3720 and ops["mkldnn_rnn_layer_backward"] == 2 * 3720
+
+
+def test_a_loss_fn_reading_values_on_meta_gets_the_meta_hint() -> None:
+    # gaussian_nll_loss checks its variance for negative values: a value meta tensors lack.
+    # Before the loss_fn was named: "could not trace the model (Linear)"; it then said the
+    # loss_fn raised DataDependentOutputException, without the way out.
+    def loss(out: torch.Tensor) -> torch.Tensor:
+        return F.gaussian_nll_loss(out, torch.zeros(2, 3), torch.ones(2, 3))
+
+    with pytest.raises(OpcountValueError, match=r"loss_fn raised .*Hint: on the meta device.*device=None"):
+        _train(nn.Linear(4, 3), torch.randn(2, 4), loss_fn=loss, device="meta").total()
+    assert _train(nn.Linear(4, 3), torch.randn(2, 4), loss_fn=loss).total() > 0  # real tensors: fine

@@ -56,7 +56,7 @@ from .scoping import Scopes
 from .state import preserved
 from .structure import normalize_inputs
 from .tensor_kinds import FakeTensors, RealTensors, ShapeTensors
-from .training import BackwardError, Step, TrainingError, training_flags
+from .training import BackwardError, LossFnError, Step, TrainingError, training_flags
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +144,10 @@ def _trace(
         with tensors.mode(), recorder.scopes.installed(tensors.replayer(recorder)), functions_named(recorder):
             try:
                 recorder.run(step)
+            except LossFnError as e:
+                if tensors.on_meta:  # most likely the loss read a value, which meta tensors lack
+                    raise LossFnError(f"{e}. Hint: {META_HINT}") from e.__cause__
+                raise
             except (TrainingError, BackwardError):
                 raise
             except Exception as e:  # re-raised with the module path
@@ -162,12 +166,13 @@ def _inside_scripted(tree: ModuleTree, called: set[str]) -> set[str]:
     return {name for name in tree.names if not scripted.isdisjoint(tree.owners(name))}
 
 
+META_HINT = (
+    "on the meta device tensors have no values, so a forward that reads them (.item(), "
+    "data-dependent shapes or branches) cannot run: analyze real tensors (device=None)"
+)
+
+
 def _trace_error(model: nn.Module, tree: ModuleTree, e: Exception, on_meta: bool) -> TraceError:
     path, first = failure_site(model, tree, e), first_line(e, type(e).__name__)
-    hint = (
-        "on the meta device tensors have no values, so a forward that reads them (.item(), "
-        "data-dependent shapes or branches) cannot run: analyze real tensors (device=None)"
-        if on_meta
-        else "check the inputs' shapes and types"
-    )
+    hint = META_HINT if on_meta else "check the inputs' shapes and types"
     return TraceError(f"could not trace {path} with the dispatch tracer: {type(e).__name__}: {first}. Hint: {hint}.")

@@ -30,6 +30,10 @@ class BackwardError(TraceError):
     """The backward pass of a training step failed (the forward and the loss ran)."""
 
 
+class LossFnError(TrainingError):
+    """``loss_fn`` raised: the caller's function failed, not the model."""
+
+
 # torch.autograd.grad, which computes the gradients without writing .grad, cannot run through them
 _REENTRANT = "use_reentrant=True"
 
@@ -74,7 +78,7 @@ class Step:
             try:
                 loss = self.loss_fn(output)
             except Exception as e:  # the caller's function, not the model: named as such
-                raise TrainingError(f"mode='train': loss_fn raised {type(e).__name__}: {first_line(e)}") from e
+                raise LossFnError(f"mode='train': loss_fn raised {type(e).__name__}: {first_line(e)}") from e
             if not isinstance(loss, torch.Tensor):
                 raise TrainingError(f"loss_fn must return a one-element tensor, got {type(loss).__name__}")
             if loss.numel() != 1:
