@@ -253,3 +253,39 @@ def test_a_loss_fn_reading_values_on_meta_gets_the_meta_hint() -> None:
     with pytest.raises(OpcountValueError, match=r"loss_fn raised .*Hint: on the meta device.*device=None"):
         _train(nn.Linear(4, 3), torch.randn(2, 4), loss_fn=loss, device="meta").total()
     assert _train(nn.Linear(4, 3), torch.randn(2, 4), loss_fn=loss).total() > 0  # real tensors: fine
+
+
+# ----- torch.inference_mode ---------------------------------------------------------------------------
+# Linear(4, 3), batch 2: forward 2*4*3 = 24; weight gradient 24; bias gradient (2-1)*3 = 3; the
+# default loss, the sum of 2*3 outputs, 5 adds.
+LINEAR_STEP = 24 + 24 + 3 + 5
+
+
+@pytest.mark.parametrize(("tracer", "mode"), [("jit", "eval"), ("dispatch", "eval"), ("dispatch", "train")])
+def test_inputs_made_under_inference_mode_are_analyzed(tracer: str, mode: str) -> None:
+    # Before: a bare "RuntimeError: Inference tensors do not track version counter." while
+    # saving the caller's inputs, with every tracer.
+    with torch.inference_mode():
+        x = torch.randn(2, 4)
+    kw: dict[str, Any] = {"mode": mode} if tracer == "dispatch" else {}
+    flops = FlopCountAnalysis(nn.Linear(4, 3), x, tracer=tracer, **kw)
+    assert flops.total() == (LINEAR_STEP if mode == "train" else 24)
+    assert x.is_inference()
+
+
+@pytest.mark.parametrize("device", [None, "meta"])
+def test_a_training_step_analyzed_inside_inference_mode(device: str | None) -> None:
+    # Before: "no output tensor requires grad; pass loss_fn" (meta) or the bare RuntimeError.
+    model = nn.Linear(4, 3)
+    with torch.inference_mode():
+        assert _train(model, torch.randn(2, 4), device=device).total() == LINEAR_STEP
+
+
+@pytest.mark.parametrize("device", [None, "meta"])
+def test_a_model_built_under_inference_mode_is_analyzed(device: str | None) -> None:
+    # Its parameters and buffers are inference tensors, without a version counter. Before: a bare
+    # "RuntimeError: Inference tensors do not track version counter." while saving them.
+    with torch.inference_mode():
+        model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)).eval()
+    # linear 2*4*3 = 24; batch norm in eval, affine: 2 per element (fvcore), 2*3*2 = 12
+    assert FlopCountAnalysis(model, torch.randn(2, 4), tracer="dispatch", device=device).total() == 24 + 12

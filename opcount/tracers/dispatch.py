@@ -36,6 +36,7 @@ reports are shared. This module runs the trace; each step lives in a module of i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -135,7 +136,9 @@ def _trace(
 ) -> Recording:
     # under the patch lock throughout: the warning filters, the collector, the flags and buffers are process state too
     preserving = preserved(tree, (args, kw), values=not tensors.on_meta)  # stand-ins write nothing back
-    with exclusive(), gc_paused(), training_flags(tree, model, train), preserving, _warnings(warn_mode):
+    # autograd, and the stand-ins that require grad, even when called under torch.inference_mode()
+    autograd = torch.inference_mode(False) if train else contextlib.nullcontext()
+    with exclusive(), gc_paused(), training_flags(tree, model, train), preserving, _warnings(warn_mode), autograd:
         args, kw = tensors.inputs((args, kw))
         state = tensors.state(inner, named)
         step = Step(inner, state, args, kw, loss_fn, train)
