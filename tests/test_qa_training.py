@@ -84,15 +84,41 @@ def test_checkpoint_recomputation_is_priced_in_the_module_that_recomputes() -> N
     assert by_module["b"] == 4 * p + 4 * 8
 
 
-def test_reentrant_checkpoint_is_refused_with_the_way_out() -> None:
-    # torch.autograd.grad cannot run through use_reentrant=True checkpoints. Before: "could not
-    # trace the model (Checkpointed) ...: RuntimeError: When use_reentrant=True, ... Hint: check
-    # the inputs' shapes and types." -- the hint pointing the wrong way.
+@pytest.mark.parametrize("device", [None, "meta"])
+def test_reentrant_checkpoint_is_differentiated_and_leaves_no_grad(device: str | None) -> None:
+    # transformers' gradient_checkpointing_enable() uses use_reentrant=True, which
+    # torch.autograd.grad cannot run through. Before: TraceError "could not trace the model
+    # (Checkpointed) ...: RuntimeError: When use_reentrant=True, ... Hint: check the inputs'
+    # shapes and types."
+    # P = 4*8*8 = 256. Forward: a P, relu 32, b P. The backward runs the block again (a P,
+    # relu 32, b P), then b's weight and input gradients, relu's (2 relus: 64), a's weight and
+    # input gradients (the input requires grad): 4P. The loss, a sum of 4*8 outputs: 31.
+    p = 4 * 8 * 8
+    model = Checkpointed(reentrant=True)
+    model.a.weight.grad = torch.ones(8, 8)  # a gradient already there stays as it was
     x = torch.randn(4, 8, requires_grad=True)
-    with pytest.raises(TraceError, match=r"backward pass.*use_reentrant=False") as info:
-        _train(Checkpointed(reentrant=True), x).total()
+    assert _train(model, x, device=device).total() == 8 * p + 2 * 32 + 64 + 31
+    assert x.grad is None and model.b.weight.grad is None
+    assert torch.equal(model.a.weight.grad, torch.ones(8, 8))
+
+
+class FailingBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("no backward here")
+
+
+def test_a_failing_backward_pass_is_named_as_one() -> None:
+    # Before: "could not trace the model (Linear) ...: RuntimeError: no backward here. Hint:
+    # check the inputs' shapes and types" -- though the forward had run.
+    model = nn.Linear(4, 3)
+    with pytest.raises(TraceError, match=r"the backward pass failed: RuntimeError: no backward here") as info:
+        _train(model, torch.randn(2, 4), loss_fn=lambda out: FailingBackward.apply(out).sum()).total()
     assert "inputs' shapes" not in str(info.value)
-    assert x.grad is None
 
 
 # ----- cross-checks that passed (kept so they stay true) ------------------------------------------
@@ -289,3 +315,25 @@ def test_a_model_built_under_inference_mode_is_analyzed(device: str | None) -> N
         model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)).eval()
     # linear 2*4*3 = 24; batch norm in eval, affine: 2 per element (fvcore), 2*3*2 = 12
     assert FlopCountAnalysis(model, torch.randn(2, 4), tracer="dispatch", device=device).total() == 24 + 12
+
+
+def test_transformers_gradient_checkpointing_prices_the_recomputation() -> None:
+    # gradient_checkpointing_enable() checkpoints each block with use_reentrant=True: the step
+    # costs at least one more forward of the blocks, the same on real and meta tensors, and
+    # writes no .grad. Before: TraceError (torch.autograd.grad through a reentrant checkpoint).
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50, n_positions=8)
+    model = transformers.GPT2LMHeadModel(config)
+    ids = torch.randint(0, 50, (1, 8))
+    kw = {"input_ids": ids, "labels": ids}
+    plain = FlopCountAnalysis(model, (), kwargs=kw, tracer="dispatch", mode="train").total()
+    blocks = FlopCountAnalysis(model, (), kwargs={"input_ids": ids}, tracer="dispatch").by_module()
+    model.gradient_checkpointing_enable()
+    model.config.use_cache = False
+    real, meta = (
+        FlopCountAnalysis(model, (), kwargs=kw, tracer="dispatch", mode="train", device=device).total()
+        for device in (None, "meta")
+    )
+    assert real == meta
+    assert real - plain >= blocks["transformer.h.0"] + blocks["transformer.h.1"]
+    assert all(p.grad is None for p in model.parameters())

@@ -33,7 +33,7 @@ from .aten import Record, backward_records, bind, forward_records, jit_constant,
 from .scoping import Scope, Scopes
 from .shapes import Meta, ShapeTensor
 from .structure import output_tensors
-from .training import Step, TrainingError, backward_error
+from .training import Step, TrainingError, backward_error, differentiate
 
 _TAG = "opcount"  # key of the (scope, within) tag in autograd nodes' metadata
 
@@ -92,7 +92,7 @@ class Recorder(TorchDispatchMode):
                     raise TrainingError("mode='train': the loss does not require grad; check requires_grad")
                 self._backward = True
                 try:
-                    torch.autograd.grad(loss, wrt, allow_unused=True)
+                    differentiate(loss, wrt, step.model)
                 except Exception as e:
                     raise backward_error(e) from e
 
@@ -101,7 +101,7 @@ class Recorder(TorchDispatchMode):
         if self._backward:
             out = func(*args, **kwargs)
             # a module's forward run again by the backward pass (torch.utils.checkpoint) is priced
-            # in that module; any other backward operator in the scope of its forward's node
+            # in that module; any other backward operator in the scope of its node
             scope, within = (self.scopes.current, self.within) if self.scopes.current != ROOT else _running_node_tag()
             self._record(backward_records, func, args, kwargs, out, scope, within)
             return out

@@ -34,19 +34,51 @@ class LossFnError(TrainingError):
     """``loss_fn`` raised: the caller's function failed, not the model."""
 
 
-# torch.autograd.grad, which computes the gradients without writing .grad, cannot run through them
-_REENTRANT = "use_reentrant=True"
+def differentiate(loss: torch.Tensor, wrt: list[torch.Tensor], model: nn.Module) -> None:
+    """The backward pass: ``torch.autograd.grad``, which writes no ``.grad``. Through a
+    ``torch.utils.checkpoint(..., use_reentrant=True)`` (transformers' gradient checkpointing),
+    which only ``.backward()`` can run, ``.backward()``, and the ``.grad`` of what it wrote to put
+    back: of ``wrt`` and of the model's own parameters, which a recomputation in the backward
+    pass uses even where the forward ran on stand-ins."""
+    if not _reentrant_checkpoint(loss):
+        torch.autograd.grad(loss, wrt, allow_unused=True)
+        return
+    leaves = {id(t): t for t in (*wrt, *model.parameters()) if t.is_leaf}
+    saved = [(t, t.grad) for t in leaves.values()]
+    try:
+        for t, _ in saved:
+            t.grad = None  # as after optimizer.zero_grad(): the gradients are written, not added
+        torch.autograd.backward(loss)
+    finally:
+        for t, grad in saved:
+            t.grad = grad
+
+
+def _reentrant_checkpoint(loss: torch.Tensor) -> bool:
+    """Whether the graph of ``loss`` runs through a reentrant checkpoint's backward node."""
+    seen: set[int] = set()
+    pending = [loss.grad_fn]
+    while pending:
+        node = pending.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if type(node).__name__ == _REENTRANT_NODE:
+            return True
+        pending.extend(n for n, _ in node.next_functions)
+    return False
+
+
+# the backward node of torch.utils.checkpoint's reentrant Function
+_REENTRANT_NODE = "CheckpointFunctionBackward"
 
 
 def backward_error(e: Exception) -> BackwardError:
-    """The error of a failed backward pass, with the way out where one is known."""
-    hint = (
-        "torch.utils.checkpoint(..., use_reentrant=True) cannot be differentiated without writing .grad; "
-        "use use_reentrant=False"
-        if _REENTRANT in str(e)
-        else "the model's autograd Functions or backward hooks failed"
+    """The error of a failed backward pass: the model's autograd Functions or hooks, not its forward."""
+    return BackwardError(
+        f"mode='train': the backward pass failed: {type(e).__name__}: {first_line(e)}. "
+        "Hint: the forward ran; check the model's custom autograd Functions and backward hooks."
     )
-    return BackwardError(f"mode='train': the backward pass failed: {type(e).__name__}: {first_line(e)}. Hint: {hint}.")
 
 
 class Step:
