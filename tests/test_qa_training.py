@@ -1,5 +1,6 @@
-"""A training step analyzed as a careful user would: mistakes in ``loss_fn`` named as such, and
-recomputation under ``torch.utils.checkpoint`` priced in the module that recomputes. Expected
+"""A training step analyzed as a careful user would: mistakes in ``loss_fn`` and failed backward
+passes named as such, torch.utils.checkpoint (reentrant too), models returning their own loss,
+frozen and lazy models, inference tensors, LSTMs, and profile() beside a training step. Expected
 numbers are worked by hand (1 multiply-add = 1 flop)."""
 
 from __future__ import annotations
