@@ -65,7 +65,7 @@ class JitModelAnalysis:
 
     ``tracer``: ``"jit"`` (default, torch.jit tracing) or ``"dispatch"`` (a dispatch mode, see
     docs/dispatch.md), which alone takes ``mode`` (``"eval"``: the forward pass; ``"train"``:
-    forward and backward, loss ``loss_fn(output)`` or the sum of the outputs) and ``device``
+    forward and backward, loss ``loss_fn(output)``, the output's ``"loss"`` or the sum of the outputs) and ``device``
     (``"meta"``: no weights touched, no arithmetic run).
     """
 

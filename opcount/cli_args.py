@@ -69,6 +69,8 @@ def _check_tracer(args: argparse.Namespace) -> None:
     args.tracer = args.tracer or ("dispatch" if str(args.model).startswith("hf:") else "jit")
     if args.mode != "eval" and args.tracer != "dispatch":
         raise UsageError(f"--mode {args.mode} needs --tracer dispatch (the jit tracer records the forward pass only)")
+    if args.mode != "eval" and args.profile:
+        raise UsageError(f"--profile measures forward passes: leave out --mode {args.mode}")
 
 
 def _check_roofline_flags(args: argparse.Namespace) -> None:

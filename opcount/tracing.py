@@ -20,6 +20,7 @@ from torch import nn
 from .errors import OpcountTypeError, OpcountValueError
 from .ir import OpCall, TensorSpec
 from .scopes import ModuleTree
+from .torch_internals import pytree
 from .tracers import Recording, trace_dispatch, trace_jit
 from .tracers.dispatch import MODES
 from .tracers.meta import device_of, has_shapes, materialize
@@ -127,12 +128,19 @@ def run(
 ) -> Trace:
     """Run the chosen tracer once (options already checked) and wrap its records."""
     recorded: Recording
+    # autograd may save the inputs, which a tensor made under torch.inference_mode() forbids: a copy
+    given, given_kwargs = inputs, kwargs
+    if any(isinstance(t, torch.Tensor) and t.is_inference() for t in pytree.tree_leaves((inputs, kwargs))):
+        given, given_kwargs = pytree.tree_map(_outside_inference, (inputs, kwargs))
     if tracer == "dispatch":
-        recorded = trace_dispatch(model, inputs, kwargs, tree, warn_mode, mode=mode, loss_fn=loss_fn, device=device)
+        recorded = trace_dispatch(
+            model, given, given_kwargs, tree, warn_mode, mode=mode, loss_fn=loss_fn, device=device
+        )
     else:
-        if has_shapes((inputs, kwargs)):  # TensorShape placeholders become zeros for jit
-            inputs, kwargs = materialize((inputs, kwargs), device_of(model))
-        recorded = trace_jit(model, inputs, kwargs, tree, warn_mode)
+        if has_shapes((given, given_kwargs)):  # TensorShape placeholders become zeros for jit
+            given, given_kwargs = materialize((given, given_kwargs), device_of(model))
+            inputs, kwargs = given, given_kwargs
+        recorded = trace_jit(model, given, given_kwargs, tree, warn_mode)
     return Trace(
         tree,
         recorded.calls,
@@ -145,3 +153,11 @@ def run(
         kwargs=None if kwargs is None else dict(kwargs),
         nodes=recorded.nodes,
     )
+
+
+def _outside_inference(x: Any) -> Any:
+    """A tensor made under ``torch.inference_mode()`` copied to an ordinary one; anything else as is."""
+    if isinstance(x, torch.Tensor) and x.is_inference():
+        with torch.inference_mode(False):
+            return x.clone()
+    return x

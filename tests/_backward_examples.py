@@ -183,3 +183,15 @@ def _attention_specs(n_args: int, causal_at: int) -> Callable[[int, int], tuple[
 BACKWARD_SPEC_EXAMPLES["aten::_scaled_dot_product_efficient_attention_backward"] = _attention_specs(13, 11)
 BACKWARD_SPEC_EXAMPLES["aten::_scaled_dot_product_flash_attention_backward"] = _attention_specs(15, 11)
 BACKWARD_SPEC_EXAMPLES["aten::_scaled_dot_product_cudnn_attention_backward"] = _attention_specs(16, 14)
+
+
+def _mkldnn_lstm_layer(n: int, k: int) -> tuple[list[Spec], list[Spec]]:
+    """One LSTM layer (oneDNN), 3 steps, batch n, input size k, hidden size 2, with biases."""
+    x, out, h = TensorSpec((3, n, k)), TensorSpec((3, n, 2)), TensorSpec((1, n, 2))
+    w_ih, w_hh, b = TensorSpec((8, k)), TensorSpec((8, 2)), TensorSpec((8,))
+    flags = [Const(False), Const(2), Const(2), Const(1), Const(True), Const(True), Const(False), Const(())]
+    inputs: list[Spec] = [x, w_ih, w_hh, b, b, h, h, out, h, h, out, h, h, *flags, Const(False), TensorSpec((0,))]
+    return inputs, [x, w_ih, w_hh, b, b, h, h]
+
+
+BACKWARD_SPEC_EXAMPLES["aten::mkldnn_rnn_layer_backward"] = _mkldnn_lstm_layer

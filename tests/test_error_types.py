@@ -208,6 +208,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("handles/backward.py", "handle"): IN_HANDLE + " (a backward handle's forward handle returned no count)",
     ("handles/backward_args.py", "conv_backward"): IN_HANDLE,
     ("handles/backward_args.py", "rebuild"): IN_HANDLE,
+    ("handles/backward_args.py", "_mkldnn_lstm_layer"): IN_HANDLE,
     ("handles/backward.py", "conv_backward_traffic"): IN_HANDLE,
     ("handles/loss.py", "reduced"): IN_HANDLE + " (an unknown reduction code)",
     ("handles/loss.py", "cross_entropy_loss"): IN_HANDLE,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from ..ir import Const, Spec, TensorSpec, const, tensor
+from ..ir import Const, ListSpec, Spec, TensorSpec, const, tensor
 
 Forward = tuple[str, list[Spec], list[Spec]]  # (forward kind, its inputs, its outputs)
 Rebuild = Callable[[Sequence[Spec], Sequence[Spec]], list[Forward]]
@@ -201,3 +201,27 @@ MIRRORS["aten::_scaled_dot_product_flash_attention_backward"] = attention(1, Non
 #  cum_seq_k, max_q, max_k, dropout_p, is_causal, scale)
 MIRRORS["aten::_scaled_dot_product_cudnn_attention_backward"] = attention(1, 8, 13, 14, 15)
 ATTENTION_BACKWARD = tuple(op for op, m in MIRRORS.items() if m.forward == SDPA)
+
+
+# ----- recurrent layers: CPU's oneDNN LSTM, one layer and direction per kernel ---------------------
+# mkldnn_rnn_layer_backward(input, weight1 (w_ih), weight2 (w_hh), weight3 (b_ih), weight4 (b_hh), hx_,
+#   cx_tmp, output, hy_, cy_, grad_output, grad_hy, grad_cy, reverse, mode, hidden_size, num_layers,
+#   has_biases, train, bidirectional, batch_sizes, batch_first, workspace)
+MKLDNN_RNN_HAS_BIASES, MKLDNN_RNN_TRAIN, MKLDNN_RNN_BATCH_FIRST = 17, 18, 21
+
+
+def _mkldnn_lstm_layer(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> list[Forward]:
+    biases = const(inputs[MKLDNN_RNN_HAS_BIASES])
+    if not isinstance(biases, bool):
+        raise ValueError(f"mkldnn_rnn_layer_backward: argument {MKLDNN_RNN_HAS_BIASES} is not 'has_biases': {biases!r}")
+    weights = ListSpec(tuple(inputs[1:5] if biases else inputs[1:3]))
+    # lstm.input(input, hx[], params[], has_biases, num_layers, dropout, train, bidirectional, batch_first)
+    args = [inputs[0], ListSpec((inputs[5], inputs[6])), weights, Const(biases), Const(1), Const(0.0)]
+    args += [inputs[MKLDNN_RNN_TRAIN], Const(False), inputs[MKLDNN_RNN_BATCH_FIRST]]
+    call: Forward = ("aten::lstm", args, [inputs[7]])
+    return [call, call]
+
+
+MIRRORS["aten::mkldnn_rnn_layer_backward"] = Mirror(
+    "aten::lstm", 2, _mkldnn_lstm_layer, "input, hx, the layer's weights, has_biases, one layer and direction"
+)

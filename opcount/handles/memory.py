@@ -118,7 +118,9 @@ ELEMENTWISE: tuple[str, ...] = _aten(
     gt ge logical_not logical_and logical_or logical_xor bitwise_not bitwise_and bitwise_or bitwise_xor
     masked_fill lerp addcmul addcdiv""",
     inplace=True,
-) + _aten("__and__ __or__ __xor__ __lshift__ __rshift__ __iand__ __ior__ __ixor__ where isnan isinf isfinite")
+) + _aten(
+    "__and__ __or__ __xor__ __lshift__ __rshift__ __iand__ __ior__ __ixor__ where isnan isinf isfinite log_sigmoid"
+)
 
 elementwise = _register(*ELEMENTWISE)(
     _rule(

@@ -63,6 +63,11 @@ def profile(
         raise OpcountValueError(f"unknown statistic {statistic!r}; choose one of {', '.join(STATISTICS)}")
     args, kw = normalize_inputs(inputs, kwargs)
     dev = model_device(model, (args, kw), device)
+    mode = _mode_of(predicted, roofline_options)
+    if mode != "eval":  # a step's prediction over a forward's time would read as a speed-up
+        raise OpcountValueError(
+            f"profile measures forward passes; its prediction cannot be of mode={mode!r}: analyze with mode='eval'"
+        )
     if isinstance(predicted, (Trace, FlopCountAnalysis)):
         if hardware is None:
             raise OpcountTypeError(f"profile(predicted=a {type(predicted).__name__}) needs hardware= for its roofline")
@@ -81,3 +86,12 @@ def profile(
     walker = Walker(runner.clock, predicted)
     samples = [walker.sample(p) for p in passes]
     return build_report(model, tree, dev, samples, walker, wall, repeats, warmup, statistic, predicted)
+
+
+def _mode_of(predicted: RooflineReport | Trace | FlopCountAnalysis | None, options: Mapping[str, Any] | None) -> str:
+    """The mode the prediction is traced in: a given trace's or analysis', else the roofline options'."""
+    if isinstance(predicted, Trace):
+        return predicted.mode
+    if isinstance(predicted, FlopCountAnalysis):
+        return predicted.trace().mode
+    return str(dict(options or {}).get("mode", "eval"))

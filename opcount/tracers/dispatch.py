@@ -36,6 +36,7 @@ reports are shared. This module runs the trace; each step lives in a module of i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -44,7 +45,7 @@ import torch
 from torch import nn
 
 from .._runtime import gc_paused
-from ..errors import OpcountValueError, TraceError, failure_site, first_line
+from ..errors import OpcountTypeError, OpcountValueError, TraceError, failure_site, first_line
 from ..scopes import ModuleTree
 from ..torch_internals import DISPATCH, require
 from .custom_functions import functions_named
@@ -56,7 +57,7 @@ from .scoping import Scopes
 from .state import preserved
 from .structure import normalize_inputs
 from .tensor_kinds import FakeTensors, RealTensors, ShapeTensors
-from .training import Step, TrainingError, training_flags
+from .training import BackwardError, LossFnError, Step, TrainingError, training_flags
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +79,8 @@ def trace_dispatch(
     (``mode="train"``) of ``model`` under a dispatch mode and return its operator records.
 
     ``mode`` sets the modules' training flags for the trace (restored afterwards). In training,
-    the loss is ``loss_fn(output)`` or, by default, the sum of every output tensor that requires
-    grad; gradients are taken for every parameter and input tensor that requires grad (nothing
+    the loss is ``loss_fn(output)`` or, by default, the output's ``"loss"`` entry where it has
+    one, else the sum of every output tensor that requires grad; gradients are taken for every parameter and input tensor that requires grad (nothing
     is written to ``.grad``). ``device="meta"`` analyzes the model on storage-less tensors
     without touching its weights: shape-only tensors (:mod:`.shapes`) for a forward pass, fake
     tensors (:mod:`.meta`) for a training step or what shape-only tensors cannot follow; a model
@@ -90,11 +91,19 @@ def trace_dispatch(
     require(DISPATCH)
     if loss_fn is not None and mode != "train":
         raise OpcountValueError("loss_fn is only used with mode='train'")
+    if loss_fn is not None and not callable(loss_fn):
+        raise OpcountTypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
     if device is not None and torch.device(device) != META:
         raise OpcountValueError(f"device must be None (where the model is) or 'meta', got {device!r}")
     args, kw = normalize_inputs(inputs, kwargs)
     inner = model.module if isinstance(model, WRAPPERS) else model
     state = tree.state(tree.name_of(inner))
+    lazy = [name for name, t in state if nn.parameter.is_lazy(t)]
+    if lazy:  # no shape to trace with: the first call of a lazy module sizes its weights
+        raise OpcountValueError(
+            f"parameter(s) {', '.join(map(repr, lazy))} of a lazy module are uninitialized; "
+            "call the model once (model(x)) to size them, then analyze it with tracer='dispatch'"
+        )
     built_on_meta = any(t.is_meta for _, t in state)
     on_meta = device is not None or built_on_meta
     claimed = CPU if built_on_meta or not state else state[0][1].device  # what meta tensors claim
@@ -127,7 +136,9 @@ def _trace(
 ) -> Recording:
     # under the patch lock throughout: the warning filters, the collector, the flags and buffers are process state too
     preserving = preserved(tree, (args, kw), values=not tensors.on_meta)  # stand-ins write nothing back
-    with exclusive(), gc_paused(), training_flags(tree, model, train), preserving, _warnings(warn_mode):
+    # autograd, and the stand-ins that require grad, even when called under torch.inference_mode()
+    autograd = torch.inference_mode(False) if train else contextlib.nullcontext()
+    with exclusive(), gc_paused(), training_flags(tree, model, train), preserving, _warnings(warn_mode), autograd:
         args, kw = tensors.inputs((args, kw))
         state = tensors.state(inner, named)
         step = Step(inner, state, args, kw, loss_fn, train)
@@ -136,7 +147,11 @@ def _trace(
         with tensors.mode(), recorder.scopes.installed(tensors.replayer(recorder)), functions_named(recorder):
             try:
                 recorder.run(step)
-            except TrainingError:
+            except LossFnError as e:
+                if tensors.on_meta:  # most likely the loss read a value, which meta tensors lack
+                    raise LossFnError(f"{e}. Hint: {META_HINT}") from e.__cause__
+                raise
+            except (TrainingError, BackwardError):
                 raise
             except Exception as e:  # re-raised with the module path
                 raise _trace_error(model, tree, e, tensors.on_meta) from e
@@ -154,12 +169,13 @@ def _inside_scripted(tree: ModuleTree, called: set[str]) -> set[str]:
     return {name for name in tree.names if not scripted.isdisjoint(tree.owners(name))}
 
 
+META_HINT = (
+    "on the meta device tensors have no values, so a forward that reads them (.item(), "
+    "data-dependent shapes or branches) cannot run: analyze real tensors (device=None)"
+)
+
+
 def _trace_error(model: nn.Module, tree: ModuleTree, e: Exception, on_meta: bool) -> TraceError:
     path, first = failure_site(model, tree, e), first_line(e, type(e).__name__)
-    hint = (
-        "on the meta device tensors have no values, so a forward that reads them (.item(), "
-        "data-dependent shapes or branches) cannot run: analyze real tensors (device=None)"
-        if on_meta
-        else "check the inputs' shapes and types"
-    )
+    hint = META_HINT if on_meta else "check the inputs' shapes and types"
     return TraceError(f"could not trace {path} with the dispatch tracer: {type(e).__name__}: {first}. Hint: {hint}.")

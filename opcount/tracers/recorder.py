@@ -33,7 +33,7 @@ from .aten import Record, backward_records, bind, forward_records, jit_constant,
 from .scoping import Scope, Scopes
 from .shapes import Meta, ShapeTensor
 from .structure import output_tensors
-from .training import Step, TrainingError
+from .training import Step, TrainingError, backward_error, differentiate
 
 _TAG = "opcount"  # key of the (scope, within) tag in autograd nodes' metadata
 
@@ -84,19 +84,25 @@ class Recorder(TorchDispatchMode):
                 output = step.forward()
                 # the specs of tensors already recorded; one made by no operator gets a new id
                 self.outputs = tuple(map(self.spec_of, output_tensors(output)))
+                # what to differentiate by first: with nothing, no loss can require grad
+                wrt = step.differentiable() if step.train else []
                 loss = step.loss(output) if step.train else None
             if loss is not None:
                 if not loss.requires_grad:
                     raise TrainingError("mode='train': the loss does not require grad; check requires_grad")
-                wrt = step.differentiable()
                 self._backward = True
-                torch.autograd.grad(loss, wrt, allow_unused=True)
+                try:
+                    differentiate(loss, wrt, step.model)
+                except Exception as e:
+                    raise backward_error(e) from e
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if self._backward:
             out = func(*args, **kwargs)
-            scope, within = _running_node_tag()
+            # a module's forward run again by the backward pass (torch.utils.checkpoint) is priced
+            # in that module; any other backward operator in the scope of its node
+            scope, within = (self.scopes.current, self.within) if self.scopes.current != ROOT else _running_node_tag()
             self._record(backward_records, func, args, kwargs, out, scope, within)
             return out
         scope, within = self.scopes.current, self.within

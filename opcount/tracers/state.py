@@ -34,13 +34,13 @@ class _Values:
     """Tensors whose values are copied before the pass and written back where they changed."""
 
     def __init__(self, tensors: Iterable[torch.Tensor]) -> None:
-        self._saved: list[tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]] = []
+        self._saved: list[tuple[torch.Tensor, torch.Tensor, int | None, torch.Tensor]] = []
         seen: set[int] = set()
         for t in tensors:
             # a meta tensor has no values; a subclass (a fake tensor) may not copy as a tensor does
             if id(t) not in seen and _plain(t) and not t.is_meta:
                 seen.add(id(t))
-                self._saved.append((t, t.data, t._version, t.detach().clone()))
+                self._saved.append((t, t.data, _version(t), t.detach().clone()))
 
     def restore(self) -> None:
         with torch.no_grad():
@@ -49,8 +49,16 @@ class _Values:
                     _rebind(t, data)
                 # The version counter shows most writes; one below autograd (the dispatch
                 # tracer's) or through ``.data`` does not, so the values are compared too.
-                if t._version != version or not torch.equal(t, value):
-                    t.copy_(value)
+                if _version(t) != version or not torch.equal(t, value):
+                    # an inference tensor is written in inference mode only
+                    with torch.inference_mode() if t.is_inference() else contextlib.nullcontext():
+                        t.copy_(value)
+
+
+def _version(t: torch.Tensor) -> int | None:
+    """``t._version``; None for an inference tensor (made under ``torch.inference_mode()``),
+    which has no version counter: its values alone tell a write."""
+    return None if t.is_inference() else t._version
 
 
 _PLAIN = (torch.Tensor, nn.Parameter)
@@ -96,7 +104,7 @@ class _Modules:
             for key, p in m._parameters.items():
                 if p is not None and id(p) not in params:
                     params[id(p)] = (f"{name}.{key}" if name else key, p)
-        self._params = [(name, p, p.data, p._version, p.requires_grad, p.grad) for name, p in params.values()]
+        self._params = [(name, p, p.data, _version(p), p.requires_grad, p.grad) for name, p in params.values()]
 
     def restore(self) -> list[str]:
         """Put everything back; the names of the parameters whose values were written in place."""
@@ -111,7 +119,7 @@ class _Modules:
         for name, p, data, version, requires_grad, grad in self._params:
             if not _bound_to(p, data):
                 _rebind(p, data)
-            elif p._version != version:
+            elif _version(p) != version:
                 written.append(name)
             if p.requires_grad != requires_grad:
                 p.requires_grad_(requires_grad)
