@@ -26,16 +26,19 @@ D, F, N, H, G, V = 256, 512, 2, 8, 2, 1000
 E = D // H
 
 
+# The small geometry every config of these tests shares.
+GEOMETRY = {
+    "hidden_size": D,
+    "intermediate_size": F,
+    "num_hidden_layers": N,
+    "num_attention_heads": H,
+    "num_key_value_heads": G,
+    "vocab_size": V,
+}
+
+
 def llama(**extra: object) -> object:
-    return transformers.LlamaConfig(
-        hidden_size=D,
-        intermediate_size=F,
-        num_hidden_layers=N,
-        num_attention_heads=H,
-        num_key_value_heads=G,
-        vocab_size=V,
-        **extra,
-    )
+    return transformers.LlamaConfig(**GEOMETRY, **extra)
 
 
 @pytest.fixture(scope="module")
@@ -152,16 +155,7 @@ def test_expert_loads_spread_evenly() -> None:
 @pytest.mark.parametrize("batch,s", [(1, 1), (2, 8)])
 def test_mixtral_expert_share(batch: int, s: int) -> None:
     experts, top_k = 4, 2
-    config = transformers.MixtralConfig(
-        hidden_size=D,
-        intermediate_size=F,
-        num_hidden_layers=N,
-        num_attention_heads=H,
-        num_key_value_heads=G,
-        vocab_size=V,
-        num_local_experts=experts,
-        num_experts_per_tok=top_k,
-    )
+    config = transformers.MixtralConfig(**GEOMETRY, num_local_experts=experts, num_experts_per_tok=top_k)
     cost = CausalLM(config).phase("decode", seq_len=s, kv_len=16, batch=batch)
     tokens = batch * s
     by_module = cost.flops.by_module()
