@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..counts import Cost
-from ..ir import Spec, const, tensor
+from ..ir import Spec, tensor
 from .attention import sdpa_handle
-from .backward_args import ATTENTION_BACKWARD, CONV_BW_MASK, MIRRORS, SDPA, Mirror
+from .backward_args import ATTENTION_BACKWARD, CONV_BACKWARD, MIRRORS, SDPA, Mirror, required_output_mask
 from .memory import Access, Traffic, whole
 from .registry import ACTIVATIONS, FLOPS, MEMORY, Handle, MakeHandle, Registry, SpecFn
 from .zero_cost import FVCORE_IGNORED
@@ -46,16 +46,13 @@ _CONV_MEMORY = (
     "gradient and writes c_out values: each gradient computed is a kernel of its own (cuDNN's dgrad, "
     "wgrad and PyTorch's bias sum), reading its operands once and writing its result once."
 )
-CONV_BACKWARD = "aten::convolution_backward"
 
 
 def conv_backward_traffic(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Traffic:
     """Each gradient among (d_input, d_weight, d_bias) that ``output_mask`` asks for: its operands
     read once, its result written once."""
     grad, x, w = (tensor(inputs[i]) for i in range(3))
-    mask = const(inputs[CONV_BW_MASK])
-    if not (isinstance(mask, tuple) and len(mask) == 3):
-        raise ValueError(f"convolution_backward: argument {CONV_BW_MASK} is not 'output_mask': {mask!r}")
+    mask = required_output_mask(inputs)
     reads = ((grad, w), (grad, x), (grad,))
     read: list[Access] = []
     write: list[Access] = []

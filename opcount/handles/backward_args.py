@@ -51,14 +51,33 @@ def _twice(kind: str, rebuild_args: Callable[[Sequence[Spec]], list[Spec]], args
 # ----- convolution: one forward-sized convolution per gradient computed -------------------------
 # convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
 #                      transposed, output_padding, groups, output_mask) -> (d_input, d_weight, d_bias)
-CONV_BW_MASK = 10
+# The one statement of its argument layout: the roofline and the sparsity roofline read it too.
+CONV_BACKWARD = "aten::convolution_backward"
+CONV_BW_TRANSPOSED, CONV_BW_GROUPS, CONV_BW_MASK = 7, 9, 10
+
+
+def output_mask(inputs: Sequence[Spec]) -> tuple[bool, bool, bool] | None:
+    """Which of (d_input, d_weight, d_bias) a ``convolution_backward`` call computes; None when
+    its ``output_mask`` argument is missing or not three flags."""
+    try:
+        mask = const(inputs[CONV_BW_MASK])
+    except (IndexError, ValueError):
+        return None
+    return mask if isinstance(mask, tuple) and len(mask) == 3 else None  # type: ignore[return-value]
+
+
+def required_output_mask(inputs: Sequence[Spec]) -> tuple[bool, bool, bool]:
+    """:func:`output_mask`, or a ValueError naming the argument a handle cannot do without."""
+    mask = output_mask(inputs)
+    if mask is None:
+        given = inputs[CONV_BW_MASK] if len(inputs) > CONV_BW_MASK else "nothing"
+        raise ValueError(f"convolution_backward: argument {CONV_BW_MASK} is not 'output_mask': {given!r}")
+    return mask
 
 
 def conv_backward(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> list[Forward]:
     grad, x, w, _, stride, padding, dilation, transposed, output_padding, groups = inputs[:CONV_BW_MASK]
-    mask = const(inputs[CONV_BW_MASK])
-    if not (isinstance(mask, tuple) and len(mask) == 3):
-        raise ValueError(f"convolution_backward: argument {CONV_BW_MASK} is not 'output_mask': {mask!r}")
+    mask = required_output_mask(inputs)
     conv_args = [x, w, NONE, stride, padding, dilation, transposed, output_padding, groups, *_CONV_FLAGS]
     calls: list[Forward] = [(CONVOLUTION, conv_args, [grad]) for needed in mask[:2] if needed]
     if mask[2]:
@@ -112,9 +131,7 @@ _FUSED: dict[str, tuple[str, Callable[[Sequence[Spec]], list[Spec]], str]] = {
 }
 
 MIRRORS: dict[str, Mirror] = {
-    "aten::convolution_backward": Mirror(
-        CONVOLUTION, 2, conv_backward, "input, weight, stride, ... (no bias)", extra=("aten::sum",)
-    ),
+    CONV_BACKWARD: Mirror(CONVOLUTION, 2, conv_backward, "input, weight, stride, ... (no bias)", extra=("aten::sum",)),
     **{"aten::" + name: _twice(kind, fn, args) for name, (kind, fn, args) in _FUSED.items()},
 }
 

@@ -19,6 +19,7 @@ from torch import nn
 
 from ..analysis import FlopCountAnalysis, op_key
 from ..errors import OpcountTypeError, OpcountValueError
+from ..handles.backward_args import CONV_BACKWARD
 from ..handles.memory import Access, Traffic, flat_tensors
 from ..handles.registry import FLOPS
 from ..hardware import TENSOR, VECTOR, DType, Hardware, dtype_name
@@ -28,7 +29,7 @@ from ..memory import MemoryTrafficAnalysis, alias_roots
 from ..tracing import Trace
 from .model import FLOPS_PER_MAC, Groups, Scale, speed_of_light
 from .report import Layer, RooflineReport
-from .split import CONV_BACKWARD, bias_gradient
+from .split import bias_gradient
 
 _FLOATING = frozenset(d for d in DTYPE_BYTES if d.startswith(("float", "bfloat", "complex")))
 

@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import HandleError, OpcountValueError
+from ..handles.backward_args import CONV_BACKWARD, CONV_BW_GROUPS, CONV_BW_MASK, CONV_BW_TRANSPOSED, output_mask
 from ..hardware import DType, Hardware, dtype_name
 from ..hardware import hardware as lookup_hardware
 from ..ir import OpCall, TensorSpec
@@ -131,11 +132,6 @@ def gemm_channels(call: OpCall) -> tuple[int, int] | None:
     return None
 
 
-# convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
-#                      transposed, output_padding, groups, output_mask)
-CONV_BW_TRANSPOSED, CONV_BW_GROUPS, CONV_BW_MASK = 7, 9, 10
-
-
 def conv_backward_channels(call: OpCall) -> list[tuple[int, int]]:
     """(c, k) of each product an ``aten::convolution_backward`` computes, the input gradient's
     first; each does the forward convolution's multiply-adds (docs/dispatch.md).
@@ -153,14 +149,14 @@ def conv_backward_channels(call: OpCall) -> list[tuple[int, int]]:
     grad, x, w = (s for s in call.inputs[:3])
     if not (isinstance(grad, TensorSpec) and isinstance(x, TensorSpec) and isinstance(w, TensorSpec)):
         raise HandleError(f"convolution_backward in '{call.scope[-1]}': its first three arguments are not tensors")
-    mask = getattr(call.inputs[CONV_BW_MASK], "value", None)
+    mask = output_mask(call.inputs)
     groups = getattr(call.inputs[CONV_BW_GROUPS], "value", None)
     transposed = getattr(call.inputs[CONV_BW_TRANSPOSED], "value", None)
-    if not (isinstance(mask, tuple) and len(mask) == 3 and isinstance(groups, int) and isinstance(transposed, bool)):
+    if not (mask is not None and isinstance(groups, int) and isinstance(transposed, bool)):
         raise HandleError(
             f"convolution_backward in '{call.scope[-1]}' (weight {w.shape}): arguments {CONV_BW_TRANSPOSED}, {CONV_BW_GROUPS} and "
             f"{CONV_BW_MASK} are not transposed, groups and output_mask: "
-            f"{transposed!r}, {groups!r}, {mask!r}"
+            f"{transposed!r}, {groups!r}, {call.inputs[CONV_BW_MASK]!r}"
         )
     parts = []
     if mask[0]:
@@ -179,7 +175,7 @@ def nvdla_scale_ops(tc: int = 64, tk: int = 16) -> ScaleFn:
     unscaled); 1 otherwise."""
 
     def scale(call: OpCall) -> float:
-        if call.kind == "aten::convolution_backward":
+        if call.kind == CONV_BACKWARD:
             parts = [mac_array_scale(c, k, tc, tk) for c, k in conv_backward_channels(call)]
             return sum(parts) / len(parts) if parts else 1.0
         ck = gemm_channels(call)

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..handles.backward_args import CONV_BACKWARD, output_mask
 from ..handles.memory import Access, Traffic
-from ..ir import Const, OpCall, TensorSpec
-
-CONV_BACKWARD = "aten::convolution_backward"
-_CONV_BW_MASK = 10  # output_mask: (d_input, d_weight, d_bias)
+from ..ir import OpCall, TensorSpec
 
 
 def bias_gradient(call: OpCall, traffic: Traffic) -> tuple[float, Traffic, Traffic] | None:
@@ -23,11 +21,11 @@ def bias_gradient(call: OpCall, traffic: Traffic) -> tuple[float, Traffic, Traff
     None when it computes none. The sum adds numel(grad) - c_out values (the ``sum`` formula, as
     the call's flop formula counts it); it reads the incoming gradient and writes d_bias, the
     accesses the call's memory formula gives it (what fusion left of them)."""
-    if call.kind != CONV_BACKWARD or len(call.inputs) <= _CONV_BW_MASK or len(call.outputs) != 3:
+    if call.kind != CONV_BACKWARD or len(call.outputs) != 3:
         return None
-    mask = call.inputs[_CONV_BW_MASK]
+    mask = output_mask(call.inputs)
     grad, d_bias = call.inputs[0], call.outputs[2]
-    if not (isinstance(mask, Const) and isinstance(mask.value, tuple) and len(mask.value) == 3 and mask.value[2]):
+    if mask is None or not mask[2]:
         return None
     if not (isinstance(grad, TensorSpec) and grad.rank >= 2 and isinstance(d_bias, TensorSpec)):
         return None

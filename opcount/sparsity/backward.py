@@ -25,13 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import Const, OpCall, TensorSpec, const
+from ..handles.backward_args import CONV_BACKWARD, CONV_BW_MASK, output_mask
+from ..ir import Const, OpCall, TensorSpec
 from .gemm import WeightUse, weight_use
-
-CONV_BACKWARD = "aten::convolution_backward"
-# convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
-#                      transposed, output_padding, groups, output_mask)
-_CONV_BW_MASK = 10
 
 
 @dataclass(frozen=True)
@@ -95,10 +91,10 @@ def _conv_input_gradient(call: OpCall) -> WeightProduct | None:
     """The input-gradient product of a ``convolution_backward``: the forward convolution's GEMM
     (the same weight, applied to as many positions) with the incoming gradient as its output."""
     ins = call.inputs
-    mask = const(ins[_CONV_BW_MASK]) if len(ins) > _CONV_BW_MASK else None
-    if not (isinstance(mask, tuple) and len(mask) == 3 and mask[0]):
+    mask = output_mask(ins)
+    if mask is None or not mask[0]:
         return None
-    grad, x, w, _, stride, padding, dilation, transposed, output_padding, groups = ins[:_CONV_BW_MASK]
+    grad, x, w, _, stride, padding, dilation, transposed, output_padding, groups = ins[:CONV_BW_MASK]
     forward = OpCall(
         "aten::convolution",
         (x, w, Const(None), stride, padding, dilation, transposed, output_padding, groups),
