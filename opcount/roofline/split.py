@@ -13,13 +13,14 @@ from collections.abc import Sequence
 
 from ..handles.backward_args import CONV_BACKWARD, output_mask
 from ..handles.memory import Access, Traffic
+from ..handles.reduction import reduce_flops
 from ..ir import OpCall, TensorSpec
 
 
 def bias_gradient(call: OpCall, traffic: Traffic) -> tuple[float, Traffic, Traffic] | None:
     """(flops, traffic) of a ``convolution_backward``'s bias gradient and the traffic of the rest,
-    None when it computes none. The sum adds numel(grad) - c_out values (the ``sum`` formula, as
-    the call's flop formula counts it); it reads the incoming gradient and writes d_bias, the
+    None when it computes none. The sum adds numel(grad) - c_out values (the ``sum`` formula,
+    :func:`~opcount.handles.reduction.reduce_flops`, as the call's flop formula counts it); it reads the incoming gradient and writes d_bias, the
     accesses the call's memory formula gives it (what fusion left of them)."""
     if call.kind != CONV_BACKWARD or len(call.outputs) != 3:
         return None
@@ -32,7 +33,7 @@ def bias_gradient(call: OpCall, traffic: Traffic) -> tuple[float, Traffic, Traff
     read, rest_read = _take(traffic.read, grad)
     write, rest_write = _take(traffic.write, d_bias)
     rest = Traffic(rest_read, rest_write, traffic.alias, traffic.fusable)
-    return float(grad.numel - grad.shape[1]), Traffic(read, write), rest
+    return float(reduce_flops(grad.numel, d_bias.numel)), Traffic(read, write), rest
 
 
 def _take(accesses: Sequence[Access], spec: TensorSpec) -> tuple[tuple[Access, ...], tuple[Access, ...]]:
