@@ -206,6 +206,14 @@ def test_uninitialized_lazy_parameters_are_named(mode: str, device: str | None) 
     assert isinstance(model[1].weight, nn.parameter.UninitializedParameter)
 
 
+def test_uninitialized_lazy_parameters_are_named_under_jit_too() -> None:
+    # The check is the trace's, before either tracer. Before: a bare ValueError from torch.
+    model = nn.Sequential(nn.Linear(4, 4), nn.LazyLinear(3))
+    with pytest.raises(OpcountValueError, match=r"'1\.weight'.*uninitialized.*model\(x\)"):
+        FlopCountAnalysis(model, torch.randn(2, 4)).total()
+    assert isinstance(model[1].weight, nn.parameter.UninitializedParameter)
+
+
 def test_lazy_modules_once_initialized_are_analyzed() -> None:
     model = nn.Sequential(nn.LazyLinear(3))
     model(torch.randn(2, 4))  # the first call sizes the weight: [3, 4]

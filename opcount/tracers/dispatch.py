@@ -98,12 +98,6 @@ def trace_dispatch(
     args, kw = normalize_inputs(inputs, kwargs)
     inner = model.module if isinstance(model, WRAPPERS) else model
     state = tree.state(tree.name_of(inner))
-    lazy = [name for name, t in state if nn.parameter.is_lazy(t)]
-    if lazy:  # no shape to trace with: the first call of a lazy module sizes its weights
-        raise OpcountValueError(
-            f"parameter(s) {', '.join(map(repr, lazy))} of a lazy module are uninitialized; "
-            "call the model once (model(x)) to size them, then analyze it with tracer='dispatch'"
-        )
     built_on_meta = any(t.is_meta for _, t in state)
     on_meta = device is not None or built_on_meta
     claimed = CPU if built_on_meta or not state else state[0][1].device  # what meta tensors claim
