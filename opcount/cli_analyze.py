@@ -51,9 +51,8 @@ def _wants_sparsity(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "sparsity", None)) or bool(set(args.columns or ()) & SPARSITY_COLUMNS)
 
 
-def _analyses(loaded: Loaded, args: argparse.Namespace, inputs: Any, kwargs: Any) -> dict[str, Any]:
+def _analyses(loaded: Loaded, args: argparse.Namespace, roles: set[str], inputs: Any, kwargs: Any) -> dict[str, Any]:
     """Trace the model once and build every analysis the output needs on that one trace."""
-    roles = roles_needed(args)
     # --tracer/--mode/--meta; mode and device are refused by the jit tracer with a clear error
     options: dict[str, Any] = {"tracer": getattr(args, "tracer", None) or "jit"}
     if getattr(args, "mode", "eval") != "eval":
@@ -83,8 +82,8 @@ def _analyses(loaded: Loaded, args: argparse.Namespace, inputs: Any, kwargs: Any
 
 def analyze(loaded: Loaded, args: argparse.Namespace, spinner: Progress) -> dict[str, Any]:
     """Run every analysis the output needs; on a trace failure try the loader's alternatives."""
-    roles_needed(args)  # a mistake in the arguments is reported before any tracing
-    found = _traced(loaded, args, spinner)
+    roles = roles_needed(args)  # a mistake in the arguments is reported before any tracing
+    found = _traced(loaded, args, roles, spinner)
     if "roofline" in found:
         from .roofline import roofline
 
@@ -114,7 +113,7 @@ def analyze(loaded: Loaded, args: argparse.Namespace, spinner: Progress) -> dict
     return found
 
 
-def _traced(loaded: Loaded, args: argparse.Namespace, spinner: Progress) -> dict[str, Any]:
+def _traced(loaded: Loaded, args: argparse.Namespace, roles: set[str], spinner: Progress) -> dict[str, Any]:
     """The analyses of one trace, with the loader's inputs or, when tracing with them fails, its
     alternatives in turn (the first failure is the one reported). A mistake found after the
     trace (the roofline's) is not a reason to trace again."""
@@ -123,7 +122,7 @@ def _traced(loaded: Loaded, args: argparse.Namespace, spinner: Progress) -> dict
     for inputs, kwargs in attempts:
         try:
             spinner.update(f"tracing {loaded.label}")
-            found = _analyses(loaded, args, inputs, kwargs)
+            found = _analyses(loaded, args, roles, inputs, kwargs)
             for role, analysis in found.items():
                 spinner.update(f"{role}: analyzing {loaded.label}")
                 analysis.by_module()  # analyses are lazy: do the work here, under the spinner
