@@ -19,7 +19,7 @@ import torch
 
 from . import cli_models, report
 from .cli_analyze import analyze, local_hardware
-from .cli_args import UsageError
+from .cli_args import UsageError, check_output_paths
 from .cli_render import number_format
 from .cli_warnings import captured_warnings
 from .errors import OpcountError, first_line
@@ -105,6 +105,7 @@ def _check(args: argparse.Namespace) -> None:
     twice = sorted({spec for spec in args.models if args.models.count(spec) > 1})
     if twice:
         raise UsageError(f"model {', '.join(twice)} named twice")
+    check_output_paths(args)  # as `opcount MODEL` does: a folder given to -o should not cost the analyses
 
 
 def _measure(spec: str, args: argparse.Namespace, spinner: Any) -> Measured:

@@ -211,6 +211,14 @@ def test_an_output_path_that_is_a_folder_is_refused_before_building(
     assert f"{flag} {tmp_path}: a folder, not a file" in err, err
 
 
+def test_compare_refuses_an_output_folder_before_building(
+    nothing_built: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Before: opcount compare analyzed every model, then failed writing -o.
+    err = _one_line_error(capsys, ["compare", TINY, "resnet18", "-o", str(tmp_path)])
+    assert f"-o {tmp_path}: a folder, not a file" in err, err
+
+
 # ----- --dtype without --input -------------------------------------------------------------------
 FLOAT_AND_IDS = """
 import torch
