@@ -30,7 +30,7 @@ import torch
 import torchvision
 
 from opcount import MemoryTrafficAnalysis, TensorShape, profile, roofline
-from opcount.hardware import hardware as lookup_hardware
+from opcount.hardware.lookup import hardware as lookup_hardware
 
 logging.disable(logging.WARNING)
 

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from compare import build  # benchmarks/ is the script's directory, first on sys.path
+from vs_peers import build  # benchmarks/ is the script's directory, first on sys.path
 
 
 def walk_nodes(graph: torch._C.Graph) -> None:

@@ -40,7 +40,7 @@ def llama70b() -> torch.nn.Module:
 
 def peak_rss_gb() -> float:
     """This process's peak resident memory. On Linux VmHWM: ru_maxrss would also count the peak of
-    a parent that started this process (it survives exec), e.g. benchmarks/compare.py's."""
+    a parent that started this process (it survives exec), e.g. benchmarks/vs_peers.py's."""
     try:
         with open("/proc/self/status") as status:
             return next(int(line.split()[1]) * 1024 / 1e9 for line in status if line.startswith("VmHWM"))

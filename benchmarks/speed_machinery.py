@@ -15,7 +15,7 @@ that no target needs, were removed from the package, and their rows from this sc
 
 Models: torchvision resnet50 and vit_b_16 (weights=None, 1x3x224x224) and a transformers GPT-2
 (12 layers, 256 tokens, logits only) under the jit tracer, the same three on meta tensors
-(what ``benchmarks/compare.py``'s meta column measures), and a 70B-parameter Llama-style decoder
+(what ``benchmarks/vs_peers.py``'s meta column measures), and a 70B-parameter Llama-style decoder
 built on the meta device (``benchmarks/llama70b_meta.py``, 2048 tokens) under the dispatch tracer.
 """
 
@@ -40,8 +40,8 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's opcount, whatever is installed
 logging.disable(logging.WARNING)
 
-import compare  # noqa: E402 -- benchmarks/compare.py: its models
 import llama70b_meta  # noqa: E402
+import vs_peers  # noqa: E402 -- benchmarks/vs_peers.py: its models
 
 import opcount  # noqa: E402
 from opcount import TensorShape  # noqa: E402
@@ -151,7 +151,7 @@ def analyses(models: list[str]) -> Iterator[tuple[str, Callable[[], object]]]:
         if name == "llama70b":
             yield "llama70b meta", _llama70b_meta()
             continue
-        model, inputs = compare.build(name)
+        model, inputs = vs_peers.build(name)
         yield f"{name} jit", functools.partial(_jit, model, inputs)
         yield f"{name} meta", functools.partial(_meta, model, inputs)
 

@@ -1,7 +1,9 @@
 """opcount: what a PyTorch model costs, operator by operator and module by module."""
 
+from typing import TYPE_CHECKING
+
+from ._version import __version__ as __version__
 from .analysis import ActivationCountAnalysis, FlopCountAnalysis, JitModelAnalysis
-from .counts import Cost
 from .errors import (
     HandleError,
     OpcountError,
@@ -13,15 +15,21 @@ from .errors import (
 )
 from .functions import activation_count, flop_count
 from .handles import Handle, spec_handle
-from .hardware import Hardware, UnknownHardwareError, hardware
+from .handles.counts import Cost
+from .hardware import Hardware, UnknownHardwareError
 from .ir import Const, ListSpec, OpCall, TensorSpec
 from .memory import Access, MemoryTrafficAnalysis, Traffic, arithmetic_intensity, module_intensity
-from .profile import ProfileError, ProfileReport, ProfileRow, profile
+from .profiling import ProfileError, ProfileReport, ProfileRow, profile
 from .report import flop_count_str, flop_count_table, parameter_count, parameter_count_table
-from .roofline import Layer, RooflineReport, mac_array_scale, nvdla_scale_ops, roofline, speed_of_light
+from .roofline import Layer, RooflineReport, mac_array_scale, nvdla_scale_ops, speed_of_light
 from .sparsity import SparseSupport, Sparsity, SparsityReport, prune, sparsity_roofline
 from .tracers.meta import TensorShape
 from .tracing import Trace, trace
+
+if TYPE_CHECKING:
+    # At run time ``opcount.hardware`` and ``opcount.roofline`` are the packages, which call these when called.
+    from .hardware.lookup import hardware as hardware
+    from .roofline.build import roofline as roofline
 
 __all__ = [
     # analyses and their building blocks
@@ -60,7 +68,7 @@ __all__ = [
     "Traffic",
     "arithmetic_intensity",
     "module_intensity",
-    # roofline (opcount.plot holds the charts; it imports matplotlib on use)
+    # roofline (opcount.roofline.plot holds the charts; it imports matplotlib on use)
     "Hardware",
     "Layer",
     "RooflineReport",
@@ -82,4 +90,3 @@ __all__ = [
     "prune",
     "sparsity_roofline",
 ]
-__version__ = "0.1.0"

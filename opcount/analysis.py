@@ -22,10 +22,10 @@ from .errors import OpcountTypeError, OpcountValueError
 from .handles import ACTIVATIONS, FVCORE_IGNORED, Handle
 from .handles.attention import sdpa_handle
 from .handles.backward import unmasked_attention_backward
-from .invoke import apply_handle, invoke_handle
+from .handles.invoke import apply_handle, invoke_handle
+from .handles.op_keys import family, fvcore_kind, fvcore_op_key, op_key
+from .handles.presets import flop_preset, macs_only
 from .ir import OpCall
-from .op_keys import family, fvcore_kind, fvcore_op_key, op_key
-from .presets import flop_preset, macs_only
 from .rollup import MODES as ANCESTOR_MODES
 from .rollup import roll_up
 from .scopes import ModuleTree

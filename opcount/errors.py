@@ -1,13 +1,26 @@
-"""Errors raised by opcount, each naming what went wrong and where."""
+"""Errors raised by opcount, each naming what went wrong and where.
+
+The hierarchy (classes marked * are defined beside the code that raises them)::
+
+    RuntimeError
+    └── OpcountError                     every error opcount raises on purpose
+        ├── OpcountValueError (ValueError)   a wrong value: the argument and the value
+        │   └── TrainingError*               a training step that cannot run (opcount.tracers.training)
+        │       └── LossFnError*             the loss function failed or returned no scalar
+        ├── OpcountTypeError (TypeError)     a wrong type: the argument and the type
+        ├── OpcountKeyError (KeyError)       a name that is not there: a module, a peak
+        ├── TraceError                       the model could not be traced: module path and cause
+        │   └── BackwardError*               the backward pass failed (opcount.tracers.training)
+        ├── HandleError                      a cost formula failed: operator, module and shapes
+        ├── TorchInternalsError              the installed torch lacks a private internal opcount uses
+        ├── UnknownHardwareError* (LookupError)  no preset or file of that name (opcount.hardware.lookup)
+        ├── CalibrationError*                measuring this machine failed (opcount.hardware.calibrate)
+        └── ProfileError*                    measuring the model failed (opcount.profiling.runner)
+
+The command line turns each into one line and exit status 2.
+"""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from torch import nn
-
-if TYPE_CHECKING:
-    from .scopes import ModuleTree
 
 
 class OpcountError(RuntimeError):
@@ -45,31 +58,3 @@ class TorchInternalsError(OpcountError):
 
 class HandleError(OpcountError):
     """A cost formula failed on an operator; the message names the operator, module and shapes."""
-
-
-def failure_site(model: nn.Module, tree: ModuleTree, e: BaseException) -> str:
-    """Where a forward pass failed: the innermost module of ``model`` whose ``forward`` is on the
-    exception's traceback (``module 'body.2' (Linear)``), else ``the model (ResNet)``."""
-    where = None
-    tb = e.__traceback__
-    while tb is not None:
-        owner = tb.tb_frame.f_locals.get("self")
-        if isinstance(owner, nn.Module) and tree.has(owner):
-            where = tree.name_of(owner)
-        tb = tb.tb_next
-    if where:
-        return f"module '{where}' ({type(tree.module(where)).__name__})"
-    return f"the model ({type(model).__name__})"
-
-
-def one_line(e: BaseException) -> str:
-    """An exception as one line, its type first: ``ValueError: bad size``."""
-    text = str(e).strip().splitlines()
-    first = text[0] if text else ""
-    return f"{type(e).__name__}: {first}" if first else type(e).__name__
-
-
-def first_line(e: BaseException, default: str = "") -> str:
-    """The first line of an exception's message, or ``default`` when it has none."""
-    text = str(e).strip()
-    return text.splitlines()[0] if text else default

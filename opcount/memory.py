@@ -44,9 +44,9 @@ from typing import Any
 from torch import nn
 
 from .analysis import NO_INPUTS, JitModelAnalysis, Statistics, op_key
-from .counts import count_of, describe
 from .errors import HandleError, OpcountValueError
 from .handles import MEMORY
+from .handles.counts import count_of, describe
 from .handles.memory import (
     NOTHING,
     VIEW,
@@ -223,7 +223,7 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
 
 def as_traffic(value: object, call: OpCall) -> Traffic:
     """A handle's result as Traffic: a Traffic, or a ``(read, write)`` pair of byte counts
-    (finite numbers >= 0 of any numeric type, :func:`~opcount.counts.count_of`)."""
+    (finite numbers >= 0 of any numeric type, :func:`~opcount.handles.counts.count_of`)."""
     if isinstance(value, Traffic):
         return value
     if isinstance(value, (tuple, list)) and len(value) == 2:

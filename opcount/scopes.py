@@ -120,3 +120,18 @@ class ModuleTree:
                         seen.add(id(buffer))
                         found.append((here + key, buffer))
         return found
+
+
+def failure_site(model: nn.Module, tree: ModuleTree, e: BaseException) -> str:
+    """Where a forward pass failed: the innermost module of ``model`` whose ``forward`` is on the
+    exception's traceback (``module 'body.2' (Linear)``), else ``the model (ResNet)``."""
+    where = None
+    tb = e.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if isinstance(owner, nn.Module) and tree.has(owner):
+            where = tree.name_of(owner)
+        tb = tb.tb_next
+    if where:
+        return f"module '{where}' ({type(tree.module(where)).__name__})"
+    return f"the model ({type(model).__name__})"

@@ -3,7 +3,7 @@
 The page lists every operator of the FLOPS registry by family (the handle module), with the
 formula and convention its docstring states, whether it counts multiply-adds (scaled by
 ``flops_per_mac``), whether it belongs to fvcore's default set, and the explicitly zero-cost
-operators. tests/test_docs_operators.py fails when the committed page is stale.
+operators. tests/docs/test_docs_operators.py fails when the committed page is stale.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import torch
 import torchvision
 
 from opcount import MemoryTrafficAnalysis, roofline
-from opcount.plot import roofline_chart, time_chart
+from opcount.roofline.plot import roofline_chart, time_chart
 
 IMG = Path(__file__).resolve().parent.parent / "docs" / "img"
 CASES = (("h100-sxm", "float16"), ("xeon-8480-2s", "float32"))

@@ -22,14 +22,14 @@ def pytest_addoption(parser):
         "--update-golden",
         action="store_true",
         default=False,
-        help="rewrite tests/golden/*.txt from the current output (same as OPCOUNT_UPDATE_GOLDEN=1)",
+        help="rewrite tests/report/golden/*.txt from the current output (same as OPCOUNT_UPDATE_GOLDEN=1)",
     )
 
 
 @pytest.fixture
 def nothing_built(monkeypatch: pytest.MonkeyPatch) -> None:
     """Building a model fails the test: for mistakes the command must refuse before it builds."""
-    from opcount import cli_models
+    from opcount.cli import models as cli_models
 
     def refuse(*args: object) -> None:
         raise AssertionError("a model was built")

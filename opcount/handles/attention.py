@@ -4,7 +4,7 @@ Convention: the full query x key product and attention x value product are count
 multiply-adds, ``b*h*L*S*E + b*h*L*S*Ev``, whatever the mask, as published model tables (e.g.
 ViT-B/16's 17.56 GMACs) do; the softmax over each query's ``S`` scores as the standalone softmax
 handle counts it (:func:`~opcount.handles.softmax.softmax_flops`: ``3*S - 1`` flops per query row).
-Each handle returns a :class:`~opcount.counts.Cost` with both parts: ``preset="macs"`` keeps the
+Each handle returns a :class:`~opcount.handles.counts.Cost` with both parts: ``preset="macs"`` keeps the
 products, ``flops_per_mac=2`` doubles them and not the softmax. The scaling and the masking are
 not counted. Models that spell attention out (matmul, softmax, ...) get the same numbers from the
 matmul and softmax handles.
@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..counts import Cost
 from ..ir import Const, Spec, const, tensor
 from ._shapes import first_tensor_out, numel, shape_of
+from .counts import Cost
 from .registry import FLOPS, SpecFn
 
 # scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, *, scale, enable_gqa)

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..counts import Cost
 from ..ir import Spec, tensor
 from .attention import sdpa_handle
 from .backward_args import ATTENTION_BACKWARD, CONV_BACKWARD, MIRRORS, SDPA, Mirror, required_output_mask
+from .counts import Cost
 from .memory import Access, Traffic, whole
 from .registry import ACTIVATIONS, FLOPS, MEMORY, Handle, MakeHandle, Registry, SpecFn
 from .zero_cost import FVCORE_IGNORED

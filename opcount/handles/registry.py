@@ -1,7 +1,7 @@
 """One registry per metric: operator name -> handle, filled by decorators in the family modules.
 
 A handle is a pure function ``fn(inputs, outputs) -> int | Counter[str] | Cost`` of the operator's
-argument specs (see :mod:`opcount.ir`); a :class:`~opcount.counts.Cost` counts multiply-adds and
+argument specs (see :mod:`opcount.ir`); a :class:`~opcount.handles.counts.Cost` counts multiply-adds and
 plain flops apart. Each operator has exactly one of three outcomes:
 counted (a handle), explicitly zero-cost (``zero_cost``), or unsupported (neither).
 
@@ -18,9 +18,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..counts import Cost
 from ..errors import OpcountValueError
 from ..ir import Spec
+from .counts import Cost
 
 SpecFn = Callable[[Sequence[Spec], Sequence[Spec]], "int | float | Counter[str] | Cost"]
 
@@ -30,7 +30,7 @@ class Handle:
     """A spec-based handle and what the analyses need to know about it.
 
     ``macs``: a plain number the handle returns counts multiply-adds, so ``flops_per_mac`` scales
-    it (a :class:`~opcount.counts.Cost` says itself which part is which); the roofline runs the
+    it (a :class:`~opcount.handles.counts.Cost` says itself which part is which); the roofline runs the
     operator on the tensor unit.
     ``fvcore``: part of fvcore's default set (the ``"fvcore"`` preset), with fvcore's values.
     ``name``: the operator key in results when it differs from the short op name.

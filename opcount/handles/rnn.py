@@ -1,6 +1,6 @@
 """Recurrent layers and cells (aten::lstm, gru, rnn_tanh, rnn_relu and their ``_cell`` forms).
 
-Each handle returns a :class:`~opcount.counts.Cost`:
+Each handle returns a :class:`~opcount.handles.counts.Cost`:
 
 - multiply-adds, the gate products: every time step of every layer and direction multiplies the
   step's input by ``w_ih`` and the previous hidden state by ``w_hh`` (and, for an LSTM with
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..counts import Cost
 from ..ir import ListSpec, Spec, TensorSpec, const, tensor, tensors
 from ._shapes import numel
+from .counts import Cost
 from .registry import FLOPS, SpecFn
 
 # lstm.input(input, hx[], params[], has_biases, num_layers, dropout, train, bidirectional, batch_first)

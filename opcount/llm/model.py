@@ -25,7 +25,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import OpcountError, OpcountValueError, first_line
+from ..errors import OpcountError, OpcountValueError
+from ..messages import first_line
 
 KV_PREFIX = "kv_cache"
 

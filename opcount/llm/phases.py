@@ -29,8 +29,8 @@ from torch import nn
 from ..analysis import FlopCountAnalysis
 from ..errors import OpcountError, OpcountTypeError, OpcountValueError
 from ..handles.memory import Traffic
-from ..hardware import Hardware
-from ..hardware import hardware as lookup_hardware
+from ..hardware.lookup import Hardware
+from ..hardware.lookup import hardware as lookup_hardware
 from ..ir import OpCall, TensorSpec
 from ..memory import MemoryTrafficAnalysis
 from ..roofline import RooflineReport, roofline

@@ -15,7 +15,7 @@ def save_llm_chart(points: Sequence[Any], args: argparse.Namespace, path: str | 
     (or time per output token) and memory against the first swept key, one curve per value of
     the others."""
     if len(points) == 1:
-        from ..plot import save_charts
+        from ..roofline.plot import save_charts
 
         roofline = points[0].phase.roofline
         if roofline is None:

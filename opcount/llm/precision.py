@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ..errors import OpcountValueError
-from ..hardware import DType, dtype_name
+from ..hardware.lookup import DType, dtype_name
 from ..ir import DTYPE_BYTES, TensorSpec
 from .model import KV_PREFIX
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from ..analysis import FlopCountAnalysis
 from ..errors import OpcountTypeError, OpcountValueError
-from ..hardware import DType, Hardware
+from ..hardware.lookup import DType, Hardware
 from ..scopes import ModuleTree
 from ..tracers.structure import normalize_inputs
 from ..tracing import Trace

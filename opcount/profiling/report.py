@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OpcountValueError
-from ..hardware import Hardware
+from ..hardware.lookup import Hardware
 from ..report import check_max_depth
 from ..scopes import ModuleTree
 from ..units import seconds, si, time_unit

@@ -20,8 +20,9 @@ from torch import nn
 from torch.autograd.profiler import record_function
 
 from .._runtime import kineto_quiet
-from ..errors import OpcountError, OpcountValueError, failure_site, first_line
-from ..scopes import ModuleTree
+from ..errors import OpcountError, OpcountValueError
+from ..messages import first_line
+from ..scopes import ModuleTree, failure_site
 from ..torch_internals import OpOverload, custom_op_definitions, op_qualified_name, pytree
 from ..tracers.patching import replaced
 

@@ -45,7 +45,7 @@ def to_dict(
     additive statistic each module also has ``self_<key>``: its value less its children's (the
     operators it runs itself, and its own parameters); it is never negative in owner mode.
 
-    ``meta``: what the numbers were computed from (:func:`opcount.provenance.export_meta`: versions,
+    ``meta``: what the numbers were computed from (:func:`opcount.report.provenance.export_meta`: versions,
     model, inputs, tracer, preset, flops per mac, hardware), under the key ``"meta"``; a mapping
     replaces it, ``False`` leaves it out.
     """
@@ -88,7 +88,7 @@ def to_dict(
     }
     described: dict[str, Any] = {}
     if meta is True:
-        from ..provenance import export_meta
+        from .provenance import export_meta
 
         described = {"meta": export_meta(analysis, roofline=sources.get("roofline"))}
     elif meta is not False:
@@ -123,8 +123,8 @@ def to_csv(analysis: Any, *, level: str = "modules", **kwargs: Any) -> str:
     """One CSV row per module (``level="modules"``) or per module and operator
     (``"operators"``), exact numbers, below ``# key: value`` lines saying what they were
     computed from (``meta=`` as in :func:`to_dict`). The model's own row is named ``"."``
-    (:data:`opcount.provenance.CSV_ROOT`): an empty name would read back as NaN in pandas."""
-    from ..provenance import csv_header
+    (:data:`opcount.report.provenance.CSV_ROOT`): an empty name would read back as NaN in pandas."""
+    from .provenance import csv_header
 
     data = to_dict(analysis, **kwargs)
     fields, rows = _level_rows(data, level)
@@ -134,7 +134,7 @@ def to_csv(analysis: Any, *, level: str = "modules", **kwargs: Any) -> str:
 def csv_rows(fields: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
     """CSV text with a header: booleans as ``true``/``false``, None as an empty cell, the
     model's own name (``""``) as ``"."`` in the columns naming modules."""
-    from ..provenance import CSV_ROOT
+    from .provenance import CSV_ROOT
 
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=list(fields), extrasaction="ignore", lineterminator="\n")

@@ -56,6 +56,8 @@ AMAIX model (:func:`speed_of_light`, pipelining, the scaling factors);
 it registers.
 """
 
+from .._callable_module import make_callable
+
 # Importing the columns module registers the time, time_share, bound and unit report columns.
 from . import columns as columns
 from .build import Source as Source
@@ -82,3 +84,5 @@ __all__ = [
     "roofline",
     "speed_of_light",
 ]
+
+make_callable(__name__, roofline)

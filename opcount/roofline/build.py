@@ -22,8 +22,8 @@ from ..errors import OpcountTypeError, OpcountValueError
 from ..handles.backward_args import CONV_BACKWARD
 from ..handles.memory import Access, Traffic, flat_tensors
 from ..handles.registry import FLOPS
-from ..hardware import TENSOR, VECTOR, DType, Hardware, dtype_name
-from ..hardware import hardware as lookup_hardware
+from ..hardware.lookup import TENSOR, VECTOR, DType, Hardware, dtype_name
+from ..hardware.lookup import hardware as lookup_hardware
 from ..ir import DTYPE_BYTES, OpCall, TensorSpec
 from ..memory import MemoryTrafficAnalysis, alias_roots
 from ..tracing import Trace
@@ -57,7 +57,7 @@ def roofline(
     **trace_options: Any,
 ) -> RooflineReport:
     """Speed-of-light time of ``model(*inputs, **kwargs)`` on ``hardware`` (a preset name, a
-    TOML/JSON file or a :class:`~opcount.hardware.Hardware`). See :mod:`opcount.roofline`'s docstring
+    TOML/JSON file or a :class:`~opcount.hardware.lookup.Hardware`). See :mod:`opcount.roofline`'s docstring
     for the conventions and options. ``trace_options`` (``tracer``, ``mode``, ``device``, ``loss_fn``)
     say how a module is traced, as for :func:`opcount.trace`.
     ``model`` may instead be a :class:`~opcount.Trace` (analyzed without a forward pass), a

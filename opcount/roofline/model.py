@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import HandleError, OpcountValueError
 from ..handles.backward_args import CONV_BACKWARD, CONV_BW_GROUPS, CONV_BW_MASK, CONV_BW_TRANSPOSED, output_mask
-from ..hardware import DType, Hardware, dtype_name
-from ..hardware import hardware as lookup_hardware
+from ..hardware.lookup import DType, Hardware, dtype_name
+from ..hardware.lookup import hardware as lookup_hardware
 from ..ir import OpCall, TensorSpec
 from .report import Layer, LayerTime, RooflineReport
 

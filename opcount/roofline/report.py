@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import OpcountValueError
-from ..hardware import VECTOR, Hardware
+from ..hardware.lookup import VECTOR, Hardware
 from ..ir import OpCall
 from ..report import check_max_depth
 from ..rollup import grouped

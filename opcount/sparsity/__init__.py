@@ -23,7 +23,7 @@ Formats (the paper, sections 3.2 and 5.3):
   dense, so it runs on the unit the dense layer uses (tensor where there is one).
 - **N:M**: ``N`` values kept in every group of ``M`` along the reduction, each with a
   ``ceil(log2 M)``-bit position; runs on the tensor unit where the hardware supports that
-  pattern (``Hardware.sparse``, a :class:`~opcount.sparse_support.SparseSupport`), stored as the
+  pattern (``Hardware.sparse``, a :class:`~opcount.hardware.sparse_support.SparseSupport`), stored as the
   supported pattern it fits in (1:4 weights on 2:4 hardware store 2 values per 4). Elsewhere it
   runs as unstructured CSR.
 
@@ -34,7 +34,7 @@ weight's zeros), :mod:`.declared` (the user's per-name declarations, ``--sparsit
 columns), :mod:`.pruning` (pruned copies for what-ifs), :mod:`.plot` (charts).
 """
 
-from ..sparse_support import SparseSupport
+from ..hardware.sparse_support import SparseSupport
 from . import columns as _columns  # noqa: F401  (registers the sparsity columns of report tables)
 from .declared import SparsityArg, SparsitySpec, parse_sparsity_args
 from .detect import DETECT_BLOCKS, DETECT_GROUPS, MIN_MEASURED_LEVEL, detect_sparsity

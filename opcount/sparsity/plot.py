@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..chart_labels import Label, freeze_layout, place_labels
 from ..errors import OpcountValueError
+from ..roofline.chart_labels import Label, freeze_layout, place_labels
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import OpcountValueError
-from ..hardware import Hardware
+from ..hardware.lookup import Hardware
+from ..hardware.sparse_support import SparseSupport
 from ..rollup import grouped
 from ..roofline import FLOPS_PER_MAC, LayerTime, RooflineReport, Summary
-from ..sparse_support import SparseSupport
 from ..units import seconds, si, size
 from .formats import Format
 from .patterns import Sparsity

@@ -1,5 +1,5 @@
 """The Sparsity Roofline of a traced model: every weight layer's dense time beside its time with
-the weight stored sparse, on a :class:`~opcount.hardware.Hardware` whose ``sparse`` field says
+the weight stored sparse, on a :class:`~opcount.hardware.lookup.Hardware` whose ``sparse`` field says
 which patterns its tensor unit runs natively (the Sparsity Roofline paper, Shinn et al.)."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import torch
 from torch import nn
 
 from ..errors import OpcountValueError
-from ..hardware import PRESETS, TENSOR, VECTOR, DType, Hardware, dtype_name
-from ..hardware import hardware as lookup_hardware
+from ..hardware.lookup import PRESETS, TENSOR, VECTOR, DType, Hardware, dtype_name
+from ..hardware.lookup import hardware as lookup_hardware
+from ..hardware.sparse_support import SparseSupport
 from ..ir import DTYPE_BYTES, OpCall
 from ..roofline import FLOPS_PER_MAC, LayerTime, Source, roofline, speed_of_light
-from ..sparse_support import SparseSupport
 from .backward import WeightProducts
 from .declared import Chooser, SparsityArg, SparsitySpec
 from .detect import detect_sparsity

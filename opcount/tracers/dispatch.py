@@ -45,8 +45,9 @@ import torch
 from torch import nn
 
 from .._runtime import gc_paused
-from ..errors import OpcountTypeError, OpcountValueError, TraceError, failure_site, first_line
-from ..scopes import ModuleTree
+from ..errors import OpcountTypeError, OpcountValueError, TraceError
+from ..messages import first_line
+from ..scopes import ModuleTree, failure_site
 from ..torch_internals import DISPATCH, require
 from .custom_functions import functions_named
 from .jit import WRAPPERS, Recording, _warnings

@@ -17,9 +17,10 @@ import torch
 from torch import nn
 
 from .._runtime import gc_paused
-from ..errors import TraceError, failure_site, first_line
+from ..errors import TraceError
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
-from ..scopes import ROOT, ModuleTree, inner_scope
+from ..messages import first_line
+from ..scopes import ROOT, ModuleTree, failure_site, inner_scope
 from ..torch_internals import (
     JIT,
     Graph,

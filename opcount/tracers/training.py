@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import OpcountValueError, TraceError, first_line
+from ..errors import OpcountValueError, TraceError
+from ..messages import first_line
 from ..scopes import ModuleTree
 from ..torch_internals import pytree
 from .structure import output_tensors

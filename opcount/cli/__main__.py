@@ -1,0 +1,5 @@
+"""``python -m opcount.cli``: the same as the ``opcount`` command."""
+
+from .main import main
+
+raise SystemExit(main())

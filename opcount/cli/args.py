@@ -1,0 +1,250 @@
+"""Argument checks before anything is built: the ``opcount`` command refuses a mistake in its
+flags' own words, in one line, before it spends seconds (or all the memory) building a model.
+
+- flag combinations: ``--meta`` implies ``--tracer dispatch`` (``--tracer jit`` with it is
+  refused), ``--mode train`` needs the dispatch tracer, the roofline flags need ``--hardware``,
+  layout flags must apply to the ``--format`` (no ``--depth`` with ``repr``, no ``--units`` with json);
+- ``--input`` shapes and an ``hf:`` model's ``--seq-len``: positive sizes whose element count
+  torch can index, and real tensors within :data:`REAL_BYTES` (on meta tensors any size goes);
+- ``-o`` and ``--plot``: an existing folder, and a chart type matplotlib writes;
+- ``--hf-config`` values: parsed with the type of the config field they override;
+- transformers weights: a config is built on the meta device first and its parameters counted,
+  so a model over :data:`REAL_BYTES` is refused before it is allocated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import inspect
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..messages import first_line
+
+# Real tensors (inputs, or weights built from a config) above this are refused unless --meta:
+# 2**31 float32 elements, about what a workstation can allocate and trace without swapping.
+REAL_BYTES = 8 * 2**30
+MAX_ELEMENTS = 2**63 - 1  # torch indexes tensors with int64
+META_HINT = "analyze it on meta tensors with --meta (implies --tracer dispatch), no memory needed"
+# Report columns that need an analysis beyond the trace: the roofline (--hardware), the sparsity roofline.
+ROOFLINE_COLUMNS = frozenset({"time", "time_share", "bound", "unit"})
+SPARSITY_COLUMNS = frozenset({"sparse_flops", "sparse_time", "speedup", "sparsity"})
+
+
+class UsageError(Exception):
+    """A mistake in what the user asked for: printed as one line, exit status 2."""
+
+
+def check_arguments(args: argparse.Namespace, dtype: torch.dtype) -> None:
+    """Refuse contradictory flags, unwritable outputs and impossible or oversized inputs;
+    resolve ``--tracer`` (``--meta`` implies ``dispatch``). ``dtype``: the ``--dtype`` of inputs."""
+    _check_tracer(args)
+    _check_roofline_flags(args)
+    _check_format_flags(args)
+    _check_hf_flags(args)
+    check_output_paths(args)
+    shapes = [(f"--input {','.join(map(str, s))}", s, dtype) for s in args.input or []]
+    if args.seq_len and args.model.startswith("hf:"):  # token ids (int64) or audio samples, 1 x N
+        shapes.append((f"--seq-len {args.seq_len}", (args.seq_len,), torch.int64))
+    _check_input_shapes(shapes, meta=args.meta)
+
+
+def _check_tracer(args: argparse.Namespace) -> None:
+    if args.meta:
+        if args.tracer == "jit":
+            raise UsageError(
+                "--meta needs the dispatch tracer: leave out --tracer jit (--meta implies --tracer dispatch)"
+            )
+        args.tracer = "dispatch"
+        if args.profile:
+            raise UsageError("--profile runs the model on real tensors: leave out --meta")
+    # transformers models build attention masks with torch.vmap, which jit tracing cannot record
+    args.tracer = args.tracer or ("dispatch" if str(args.model).startswith("hf:") else "jit")
+    if args.mode != "eval" and args.tracer != "dispatch":
+        raise UsageError(f"--mode {args.mode} needs --tracer dispatch (the jit tracer records the forward pass only)")
+    if args.mode != "eval" and args.profile:
+        raise UsageError(f"--profile measures forward passes: leave out --mode {args.mode}")
+
+
+def _check_roofline_flags(args: argparse.Namespace) -> None:
+    if args.hardware is not None:
+        return
+    given = [
+        flag
+        for flag, value in (("--roofline-dtype", args.roofline_dtype), ("--fuse", args.fuse), ("--tf32", args.tf32))
+        if value
+    ]
+    if given:
+        raise UsageError(f"{given[0]} applies to the roofline: add --hardware NAME (e.g. --hardware h100-sxm)")
+
+
+def _check_format_flags(args: argparse.Namespace) -> None:
+    # Layout flags a format ignores: refused here rather than after the model is built and traced.
+    fmt = args.format
+    if fmt in ("json", "csv") and (args.units or args.decimals is not None or args.sig_figs is not None):
+        raise UsageError("--units, --decimals and --sig-figs apply to text formats; json and csv are exact")
+    if fmt == "repr" and (args.by_operator or args.depth is not None):
+        raise UsageError("--by-operator and --depth do not apply to --format repr: it prints the whole model")
+    if fmt == "tree" and args.by_operator:
+        raise UsageError("--by-operator applies to table, csv and md")
+
+
+def _check_hf_flags(args: argparse.Namespace) -> None:
+    # They shape a transformers model's config and inputs; any other model would silently ignore them.
+    if str(args.model).startswith("hf:"):
+        return
+    given = [flag for flag, value in (("--seq-len", args.seq_len), ("--hf-config", args.hf_config)) if value]
+    if given:
+        raise UsageError(
+            f"{given[0]} applies to hf: and llm: models, not to {args.model}: give its inputs with --input"
+        )
+
+
+def check_output_paths(args: argparse.Namespace) -> None:
+    """``-o`` and ``--plot`` are written after the analysis: a wrong folder or format should not
+    cost one."""
+    for flag, value in (("-o", args.output), ("--plot", args.plot)):
+        if value and not Path(value).resolve().parent.is_dir():
+            raise UsageError(f"{flag} {value}: no folder {str(Path(value).parent)!r} to write it in")
+        if value and Path(value).is_dir():
+            raise UsageError(f"{flag} {value}: a folder, not a file: name a file in it")
+    if args.plot:
+        try:  # only when a chart is asked for
+            from matplotlib.backend_bases import FigureCanvasBase
+        except ImportError:
+            raise UsageError("--plot needs matplotlib: pip install 'opcount[plot]'") from None
+        kinds = sorted(FigureCanvasBase.get_supported_filetypes())
+        if Path(args.plot).suffix.lstrip(".").lower() not in kinds:
+            raise UsageError(f"--plot {args.plot}: name a chart file ending in .png or .svg (or {', '.join(kinds)})")
+
+
+def _check_input_shapes(shapes: Sequence[tuple[str, tuple[int, ...], torch.dtype]], meta: bool) -> None:
+    """``shapes``: (the flag as typed, the shape, the dtype) of each input to be made."""
+    total = 0
+    for flag, shape, dtype in shapes:
+        if any(d == 0 for d in shape):
+            raise UsageError(f"{flag}: sizes must be positive")
+        elements = math.prod(shape)
+        if elements > MAX_ELEMENTS:
+            raise UsageError(f"{flag}: {elements:.3g} elements, more than torch can index (2**63 - 1)")
+        total += elements * dtype.itemsize
+        if not meta and total > REAL_BYTES:
+            raise UsageError(
+                f"{flag}: {elements:,} elements ({_bytes(elements * dtype.itemsize)} as {_name(dtype)}), "
+                f"over the {_bytes(REAL_BYTES)} budget for real inputs; {META_HINT}"
+            )
+
+
+def check_real_weights(label: str, on_meta: nn.Module, hint: str) -> None:
+    """Refuse a model whose weights, built for real, would exceed :data:`REAL_BYTES`.
+
+    ``on_meta``: the same model built on the meta device (no storage), where counting is free.
+    """
+    params = {id(p): p for p in on_meta.parameters()}.values()
+    count = sum(p.numel() for p in params)
+    nbytes = sum(p.numel() * p.element_size() for p in params)
+    if nbytes > REAL_BYTES:
+        raise UsageError(
+            f"{label}: {count:,} parameters ({_bytes(nbytes)}), over the {_bytes(REAL_BYTES)} budget for "
+            f"weights built for real; add --meta to analyze it without weights, or shrink it ({hint})"
+        )
+
+
+# ----- --hf-config ------------------------------------------------------------------------------
+def hf_overrides(config_class: type, items: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` items as keyword arguments of ``config_class``, each value parsed with the
+    type of the field's default (``n_layer=2`` -> 2, ``n_layer=abc`` refused)."""
+    try:
+        default = config_class()
+    except Exception:  # a config without defaults: values stay Python literals
+        default = None
+    found: dict[str, Any] = {}
+    owner = config_class.__name__
+    for item in items:
+        key, sep, text = (s.strip() for s in item.partition("="))
+        if not sep or not key.isidentifier():
+            raise UsageError(f"malformed --hf-config {item!r}: expected KEY=VALUE")
+        if default is not None and not _is_field(default, config_class, key):
+            # a config keeps unknown keys as attributes that nothing reads: a typo would count the default model
+            close = difflib.get_close_matches(key, [k for k in vars(default) if not k.startswith("_")], n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else f" (see {owner}'s documentation for its fields)"
+            raise UsageError(f"--hf-config {item}: {owner} has no field {key!r}{hint}")
+        found[key] = _parse_value(owner, key, text, getattr(default, key, None))
+    return found
+
+
+def invalid_config(where: str, items: Sequence[str], e: BaseException) -> UsageError:
+    """A config the constructors refused, in one line naming the ``--hf-config`` values that made it."""
+    given = f" with --hf-config {', '.join(items)}" if items else ""
+    return UsageError(f"{where}{given}: invalid config: {first_line(e, type(e).__name__)}")
+
+
+def _is_field(default: Any, config_class: type, key: str) -> bool:
+    if hasattr(default, key) or hasattr(default, f"_{key}"):  # attn_implementation is stored as _attn_...
+        return True
+    return key in inspect.signature(config_class).parameters
+
+
+def _parse_value(owner: str, key: str, text: str, default: Any) -> Any:
+    kind = type(default)
+    try:
+        if kind is bool:
+            return {"true": True, "1": True, "false": False, "0": False}[text.lower()]
+        if kind is int:
+            value = int(text)
+            if value < 0 < default:  # a size or a count (layers, heads, vocabulary): the model would build empty
+                raise UsageError(
+                    f"--hf-config {key}={text}: {owner}.{key} takes a whole number >= 0 (default {default})"
+                )
+            return value
+        if kind is float:
+            return float(text)
+    except (KeyError, ValueError):
+        expected = {bool: "true or false", int: "an integer", float: "a number"}[kind]
+        raise UsageError(f"--hf-config {key}={text}: {owner}.{key} takes {expected} (default {default!r})") from None
+    if kind is str:
+        return text
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text  # a plain string such as gelu_new
+
+
+# ----- numbers in messages ----------------------------------------------------------------------
+def _bytes(n: float) -> str:
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} bytes"
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    return _integer(text, 1, "a positive integer")
+
+
+def natural_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    return _integer(text, 0, "a non-negative integer")
+
+
+def _integer(text: str, minimum: int, expected: str) -> int:
+    # one message per flag whatever the wrong value: -3 and 0 both miss "a positive integer"
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return value

@@ -1,0 +1,356 @@
+"""The command line's LLM inference mode: ``opcount llm:NAME`` (or a causal ``hf:`` model) with
+``--phase``, ``--kv-len``, ``--batch``, ``--gen-len``, the dtypes per role and ``--sweep``.
+
+The model is always built on the meta device and traced by the dispatch tracer: nothing of the
+weights' or inputs' size is allocated, so a 70B model runs on a laptop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import tabulate
+
+from .. import report
+from ..errors import OpcountError
+from ..llm.catalogue import ARCHITECTURES
+from ..llm.catalogue import config as catalogue_config
+from ..llm.model import is_causal_lm
+from ..llm.phases import PHASES, CausalLM, GenerationCost, PhaseCost, generation
+from ..llm.precision import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
+from ..units import seconds, si, size
+from .args import (
+    ROOFLINE_COLUMNS,
+    SPARSITY_COLUMNS,
+    hf_overrides,
+    invalid_config,
+    natural_int,
+    positive_int,
+)
+
+SWEEPABLE = {"batch": "batch", "seq-len": "seq_len", "kv-len": "kv_len", "gen-len": "gen_len"}
+LLM_FLAGS = ("phase", "kv_len", "batch", "gen_len", "weight_dtype", "act_dtype", "kv_dtype", "sweep")
+DEFAULT_SEQ_LEN = 128
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The LLM flags, in their own help group."""
+    g = parser.add_argument_group("LLM inference (llm:NAME, or a causal LM from hf:; built on the meta device)")
+    g.add_argument("--phase", choices=PHASES, help="prefill (default: --seq-len prompt tokens) or decode")
+    g.add_argument("--kv-len", type=natural_int, metavar="L", help="decode: tokens already in the KV cache (default 0)")
+    g.add_argument("--batch", type=positive_int, metavar="B", help="sequences per batch (default 1)")
+    g.add_argument(
+        "--gen-len", type=natural_int, metavar="N", help="a whole generation: prefill, then N decode steps of one token"
+    )
+    g.add_argument("--weight-dtype", metavar="DTYPE", help=f"{', '.join(WEIGHT_DTYPES)} (default bfloat16)")
+    g.add_argument("--act-dtype", metavar="DTYPE", help=f"{', '.join(ACT_DTYPES)} (default bfloat16)")
+    g.add_argument("--kv-dtype", metavar="DTYPE", help=f"{', '.join(KV_DTYPES)} (default: the activations')")
+    g.add_argument(
+        "--sweep",
+        action="append",
+        metavar="KEY=V1,V2,...",
+        type=_sweep,
+        help=f"one row per point ({', '.join(SWEEPABLE)}); repeat for a grid",
+    )
+
+
+def _sweep(text: str) -> tuple[str, tuple[int, ...]]:
+    key, sep, values = text.partition("=")
+    key = key.strip().replace("_", "-")
+    if not sep or key not in SWEEPABLE:
+        raise argparse.ArgumentTypeError(f"expected KEY=V1,V2 with KEY one of {', '.join(SWEEPABLE)}, got {text!r}")
+    try:
+        numbers = tuple(int(v) for v in values.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{key}: expected whole numbers, got {values!r}") from None
+    if not numbers or min(numbers) < (0 if key in ("kv-len", "gen-len") else 1):
+        raise argparse.ArgumentTypeError(f"{key}: expected values >= {0 if key in ('kv-len', 'gen-len') else 1}")
+    return key, numbers
+
+
+def wanted(args: argparse.Namespace) -> bool:
+    """Whether the run is an LLM inference analysis: an ``llm:`` model or any LLM flag."""
+    return str(args.model).startswith("llm:") or any(getattr(args, f, None) is not None for f in LLM_FLAGS)
+
+
+def check(args: argparse.Namespace) -> Precision:
+    """Flag combinations, before anything is built."""
+    if getattr(args, "tracer", None) == "jit":
+        raise OpcountError("LLM phases run on the meta device with the dispatch tracer: drop --tracer jit")
+    if getattr(args, "mode", "eval") != "eval":
+        raise OpcountError("--mode train applies to whole models, not to LLM inference phases")
+    if args.input:
+        raise OpcountError("LLM phases take --seq-len, --batch and --kv-len, not --input shapes")
+    phase = args.phase or "prefill"
+    if phase == "prefill" and args.kv_len:
+        raise OpcountError("--kv-len is for --phase decode (prefill starts from an empty cache)")
+    if args.gen_len is not None and args.phase == "decode":
+        raise OpcountError("--gen-len covers prefill and decode: drop --phase decode")
+    for key, _ in args.sweep or ():
+        if key == "gen-len" and args.gen_len is None:
+            raise OpcountError("--sweep gen-len=... needs --gen-len")
+        if key == "kv-len" and phase != "decode":
+            raise OpcountError("--sweep kv-len=... needs --phase decode")
+    if len({k for k, _ in args.sweep or ()}) != len(args.sweep or ()):
+        raise OpcountError("--sweep: each key once")
+    for flag in ("profile", "sparsity"):
+        if getattr(args, flag, None):
+            raise OpcountError(f"--{flag} does not apply to LLM phases (the model is on the meta device)")
+    for flag in ("roofline_dtype", "fuse", "tf32"):
+        if getattr(args, flag, None):
+            raise OpcountError(
+                f"--{flag.replace('_', '-')} does not apply to LLM phases: they are priced in the dtypes of "
+                "--weight-dtype, --act-dtype and --kv-dtype"
+            )
+    if args.format in ("tree", "md", "repr") or args.by_operator:
+        raise OpcountError("LLM phases print table, json or csv (--by-operator and tree/md/repr are for whole models)")
+    _check_columns(args)
+    try:
+        return Precision(args.weight_dtype or "bfloat16", args.act_dtype or "bfloat16", args.kv_dtype)
+    except OpcountError as e:
+        raise OpcountError(f"{e} (--weight-dtype, --act-dtype, --kv-dtype)") from None
+
+
+def _check_columns(args: argparse.Namespace) -> None:
+    columns = set(args.columns or ())
+    if columns & SPARSITY_COLUMNS:
+        named = ", ".join(sorted(columns & SPARSITY_COLUMNS))
+        raise OpcountError(f"columns {named} do not apply to LLM phases (the model is on the meta device)")
+    if columns & ROOFLINE_COLUMNS and args.hardware is None:
+        raise OpcountError(f"columns {', '.join(sorted(columns & ROOFLINE_COLUMNS))} need --hardware")
+    if args.sweep and (args.columns or args.depth is not None or args.no_param_shapes):
+        # a sweep prints one row per point, not a module table: these would be silently ignored
+        raise OpcountError("--columns, --depth and --no-param-shapes shape one point's table, not a --sweep's rows")
+
+
+def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
+    """The transformers config of ``llm:NAME`` or ``hf:ConfigClass`` / ``hf:ModelClass`` with the
+    ``--hf-config KEY=VALUE`` items applied (each parsed with its field's type), and a label."""
+    try:
+        import transformers
+    except ImportError:
+        raise OpcountError(f"{spec}: LLM models need the transformers package (pip install 'opcount[hf]')") from None
+
+    if spec.startswith("llm:"):
+        name = spec[4:].lower()
+        if name not in ARCHITECTURES:
+            catalogue_config(name)  # raises, naming the choices
+        arch = ARCHITECTURES[name]
+        overrides = hf_overrides(getattr(transformers, arch.config_class), items)
+        return catalogue_config(name, **overrides), f"{name} ({arch.source.split(' ')[0]})"
+    name = spec.removeprefix("hf:")
+    cls: Any = getattr(transformers, name, None) if name.isidentifier() else None
+    if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
+        cls = cls.config_class
+    if not (isinstance(cls, type) and issubclass(cls, transformers.PretrainedConfig)):
+        raise OpcountError(f"{spec}: not a transformers config or model class")
+    overrides = hf_overrides(cls, items)
+    try:
+        return cls(**overrides), name
+    except Exception as e:  # noqa: BLE001 -- any constructor failure is a bad config value
+        raise invalid_config(spec, items, e) from None
+
+
+def _check_causal(config: Any, args: argparse.Namespace) -> None:
+    """Refused before building: transformers would build a masked LM's causal head (BertLMHeadModel)
+    and the phase would fail on meta tensors, far from the flag that asked for it."""
+    if is_causal_lm(config):
+        return
+    given = [f"--{f.replace('_', '-')}" for f in LLM_FLAGS if getattr(args, f, None) is not None] or [args.model]
+    raise OpcountError(
+        f"{given[0]} needs a causal LM; {type(config).__name__} is not one (a masked LM or an encoder-decoder): "
+        f"leave out {', '.join(given)} to analyze the whole model"
+    )
+
+
+@dataclass
+class Point:
+    """One analyzed point: a phase, or a whole generation."""
+
+    values: dict[str, int]
+    phase: PhaseCost
+    generation: GenerationCost | None = None
+
+
+def run(args: argparse.Namespace, items: Sequence[str], status: Callable[[str], None]) -> tuple[str, list[Point]]:
+    """Analyze the LLM the flags describe (``items``: the ``--hf-config`` values); returns the
+    rendered report and the points."""
+    precision = check(args)
+    cfg, label = config_of(args.model, items)
+    _check_causal(cfg, args)
+    status(f"building {label} on the meta device")
+    try:
+        llm = CausalLM(cfg, precision)
+    except OpcountError as e:  # a config the model refuses: name the values that made it
+        if not items:
+            raise
+        raise OpcountError(f"{args.model} with --hf-config {', '.join(items)}: {e}") from None
+    base = {
+        "batch": args.batch or 1,
+        "seq_len": args.seq_len or (1 if args.phase == "decode" else DEFAULT_SEQ_LEN),
+        "kv_len": args.kv_len or 0,
+    }
+    if args.gen_len is not None:
+        base["gen_len"] = args.gen_len
+    axes = [(SWEEPABLE[k], v) for k, v in args.sweep or ()]
+    points: list[Point] = []
+    for combo in itertools.product(*(values for _, values in axes)) if axes else [()]:
+        values = {**base, **{key: v for (key, _), v in zip(axes, combo, strict=True)}}
+        status(f"tracing {label}: {_describe(values, args.phase)}")
+        points.append(_point(llm, values, args))
+    if axes:
+        return _sweep_report(points, args, label), points
+    return _single_report(llm, points[0], args, label), points
+
+
+def _point(llm: CausalLM, values: dict[str, int], args: argparse.Namespace) -> Point:
+    common = {
+        "batch": values["batch"],
+        "hardware": args.hardware,
+        "flops_per_mac": args.flops_per_mac,
+        "preset": args.preset,
+    }
+    if "gen_len" in values:
+        gen = generation(llm, values["seq_len"], values["gen_len"], **common)
+        return Point(values, gen.prefill, gen)
+    phase = args.phase or "prefill"
+    kv_len = values["kv_len"] if phase == "decode" else 0
+    return Point(values, llm.phase(phase, seq_len=values["seq_len"], kv_len=kv_len, **common))
+
+
+def _describe(values: dict[str, int], phase: str | None) -> str:
+    if "gen_len" in values:
+        return f"batch {values['batch']}, prompt {values['seq_len']}, {values['gen_len']} generated"
+    if (phase or "prefill") == "prefill":
+        return f"prefill, batch {values['batch']}, {values['seq_len']} tokens"
+    return f"decode, batch {values['batch']}, {values['seq_len']} new token(s), {values['kv_len']} cached"
+
+
+# ------------------------------------------------------------------------------------------------
+# Reports
+# ------------------------------------------------------------------------------------------------
+def summary(llm_label: str, point: Point, parameters: int) -> str:
+    """The phase in a few lines: what was analyzed, FLOPs, memory, speed of light."""
+    p, gen = point.phase, point.generation
+    lines = [f"{llm_label}: {_describe(point.values, p.phase if gen is None else None)}, {p.precision.label()}"]
+    convention = f"1 multiply-add = {p.flops.flops_per_mac} flop{'s' if p.flops.flops_per_mac > 1 else ''}"
+    if gen is None:
+        lines.append(f"  parameters {si(parameters)}, FLOPs {si(p.flops.total())} ({convention})")
+    else:  # the table above is the prefill's; the generation adds its decode steps
+        lines.append(
+            f"  parameters {si(parameters)}, FLOPs {si(gen.flops)}: prefill {si(p.flops.total())} (the table), "
+            f"{gen.gen_len} decode steps {si(gen.decode_flops)} ({convention})"
+        )
+    m = p.memory if gen is None else gen.memory
+    lines.append(
+        f"  memory: weights {size(m.weights)}, KV cache {size(m.kv_cache)}, "
+        f"activations (peak) {size(m.activations)}, total {size(m.total)}"
+    )
+    if p.roofline is not None:
+        hw = p.roofline.hardware.name
+        if gen is not None:
+            lines.append(f"  {hw}: time to first token {seconds(gen.time_to_first_token)} ({p.bound}-bound)")
+            if gen.gen_len:
+                step = gen.last_step.bound if gen.last_step is not None else "?"
+                lines.append(
+                    f"  {hw}: time per output token {seconds(gen.time_per_output_token)} ({step}-bound at the last "
+                    f"step), {gen.tokens_per_s:,.1f} tokens/s, whole generation {seconds(gen.time)}"
+                )
+        elif p.phase == "prefill":
+            lines.append(
+                f"  {hw}: time to first token {seconds(p.time)} ({p.bound}-bound), {p.tokens_per_s:,.0f} prompt tokens/s"
+            )
+        else:
+            lines.append(f"  {hw}: {seconds(p.time)} per step ({p.bound}-bound), {p.tokens_per_s:,.1f} tokens/s")
+    return "\n".join(lines)
+
+
+def _single_report(llm: CausalLM, point: Point, args: argparse.Namespace, label: str) -> str:
+    p = point.phase
+    extra = {"roofline": p.roofline} if p.roofline is not None else None
+    if args.format == "json":
+        data = json.loads(report.to_json(p.flops, columns=args.columns, max_depth=args.depth, extra=extra))
+        data["llm"] = _point_json(point, label, llm.parameters)
+        data["memory"] = (p.memory if point.generation is None else point.generation.memory).as_dict()
+        return json.dumps(data, indent=2)
+    columns = args.columns or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
+    depth = 3 if args.depth is None else args.depth
+    if args.format == "csv":
+        return report.to_csv(p.flops, columns=columns, max_depth=args.depth, extra=extra).rstrip("\n")
+    table = report.module_table(
+        p.flops, columns=columns, max_depth=depth, extra=extra, show_param_shapes=not args.no_param_shapes
+    )
+    return table + "\n\n" + summary(label, point, llm.parameters)
+
+
+def _point_json(point: Point, label: str, parameters: int) -> dict[str, Any]:
+    p, gen = point.phase, point.generation
+    out: dict[str, Any] = {
+        "model": label,
+        "phase": "generation" if gen is not None else p.phase,
+        **point.values,
+        "precision": {"weight": p.precision.weight, "act": p.precision.act, "kv": p.precision.kv_dtype},
+        "parameters": parameters,
+        "flops": p.flops.total() if gen is None else gen.flops,
+        "flops_per_mac": p.flops.flops_per_mac,
+        "memory": (p.memory if gen is None else gen.memory).as_dict(),
+    }
+    if p.roofline is not None:
+        out["hardware"] = p.roofline.hardware.name
+        if gen is None:
+            out |= {"time": p.time, "bound": p.bound, "tokens_per_s": p.tokens_per_s}
+        else:
+            out |= {
+                "time_to_first_token": gen.time_to_first_token,
+                "time_per_output_token": gen.time_per_output_token,
+                "tokens_per_s": gen.tokens_per_s,
+                "time": gen.time,
+            }
+    return out
+
+
+SWEEP_COLUMNS = ("flops", "weights", "kv_cache", "activations", "time", "tokens_per_s", "bound")
+
+
+def _sweep_report(points: Sequence[Point], args: argparse.Namespace, label: str) -> str:
+    keys = list(points[0].values)
+    rows = [_point_json(pt, label, 0) for pt in points]
+    if args.format == "json":
+        return json.dumps(
+            {"model": label, "points": [{k: v for k, v in r.items() if k != "parameters"} for r in rows]}, indent=2
+        )
+    has_time = points[0].phase.roofline is not None
+    gen = points[0].generation is not None
+    time_keys = ["time_to_first_token", "time_per_output_token", "tokens_per_s"] if gen else ["time", "tokens_per_s"]
+    header = [*keys, "flops", "weights", "kv_cache", "activations", *(time_keys if has_time else [])]
+    if has_time and not gen:
+        header.append("bound")
+    flat = [{**r, **r["memory"]} for r in rows]
+    if args.format == "csv":
+        lines = [",".join(header)] + [",".join(str(r.get(h, "")) for h in header) for r in flat]
+        return "\n".join(lines)
+    cells = [[_cell(h, r.get(h)) for h in header] for r in flat]
+    return _pipe(header, cells) + f"\n\n{label}: {len(points)} points, {points[0].phase.precision.label()}"
+
+
+def _cell(key: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if key in ("weights", "kv_cache", "activations"):
+        return size(value)
+    if key.startswith("time"):
+        return seconds(value)
+    if key == "tokens_per_s":
+        return f"{value:,.1f}"
+    if key == "flops":
+        return si(value)
+    return str(value)
+
+
+def _pipe(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    return tabulate.tabulate(rows, headers=list(header), tablefmt="pipe", disable_numparse=True)

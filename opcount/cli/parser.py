@@ -1,0 +1,253 @@
+"""The ``opcount`` command's arguments: the parser, its help text, and the argument types that
+turn a flag's text into a value (a shape, a hardware spec, a list of columns).
+
+A malformed argument is refused in one line naming the flag (:class:`~opcount.cli.args.UsageError`),
+not with argparse's usage block; the checks that need several flags together are in
+:mod:`opcount.cli.args`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from .. import report
+from .._version import __version__
+from ..handles.presets import FLOP_PRESETS
+from ..ir import DTYPE_BYTES
+from . import llm as llm_command
+from .args import UsageError, natural_int, positive_int
+from .models import DTYPES
+
+FORMATS = ("table", "tree", "json", "csv", "md", "repr")
+COLUMN_ALIASES = {
+    "acts": "activations",
+    "read": "bytes_read",
+    "write": "bytes_written",
+    "ai": "intensity",
+    "%": "percent",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def build_parser(compare: bool = False) -> argparse.ArgumentParser:
+    """The command's arguments; ``compare``: those of ``opcount compare MODEL [MODEL ...]``."""
+    p = _Parser(
+        prog="opcount compare" if compare else "opcount",
+        description="What a PyTorch model costs, module by module and operator by operator."
+        if not compare
+        else "Several models side by side: one row per model, or per operator with --by-operator.",
+        epilog="Models run in eval mode on random inputs (seed 0). Examples: opcount resnet50; "
+        "opcount resnet50 --format tree --depth 2; opcount hf:GPT2Config --seq-len 128 --format json; "
+        "opcount mypkg.models:build --input 1,3,64,64 --columns params,flops,percent; "
+        "opcount compare resnet50 vit_b_16 --hardware h100-sxm",
+    )
+    p.add_argument(
+        "models" if compare else "model",
+        nargs="+" if compare else None,
+        metavar="MODEL",
+        help="a torchvision model name (resnet50), module.path:factory or file.py:factory "
+        "(returning a model, (model, inputs) or (model, inputs, kwargs)), hf:ConfigOrModelClass, "
+        "or llm:NAME, a published LLM architecture (llm:llama-3-8b; docs/llm.md)",
+    )
+    g = p.add_argument_group("inputs")
+    g.add_argument(
+        "--input",
+        action="append",
+        metavar="SHAPE",
+        type=parse_shape,
+        help="input shape such as 1,3,224,224; repeat for several positional inputs",
+    )
+    g.add_argument(
+        "--dtype",
+        default="float32",
+        choices=sorted(DTYPES),
+        help="dtype of --input tensors; a float dtype also converts the model and a factory's own float inputs "
+        "(default float32)",
+    )
+    g.add_argument(
+        "--seq-len",
+        type=positive_int,
+        metavar="N",
+        help="hf: sequence length (default 128; audio models: samples, default 16000)",
+    )
+    g.add_argument(
+        "--hf-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="hf: override a config field, e.g. num_hidden_layers=2 (repeatable)",
+    )
+    g = p.add_argument_group("analysis")
+    g.add_argument(
+        "--preset",
+        default="default",
+        choices=FLOP_PRESETS,
+        help="flop formulas: every one (default), exactly fvcore's, or multiply-adds only",
+    )
+    g.add_argument(
+        "--flops-per-mac",
+        type=int,
+        default=1,
+        choices=(1, 2),
+        help="flops per multiply-add (fvcore: 1, FlopCounterMode and vendor peaks: 2)",
+    )
+    g.add_argument(
+        "--tracer",
+        choices=("jit", "dispatch"),
+        help="jit tracing (default; hf: models and --meta take dispatch) or the dispatch tracer (docs/dispatch.md)",
+    )
+    g.add_argument(
+        "--mode",
+        default="eval",
+        choices=("eval", "train"),
+        help="dispatch tracer: the forward pass (default) or a training step, forward and backward",
+    )
+    g.add_argument(
+        "--meta",
+        action="store_true",
+        help="analyze on meta tensors, without the weights or arithmetic (implies --tracer dispatch)",
+    )
+    g = p.add_argument_group("roofline")
+    g.add_argument(
+        "--hardware",
+        type=_hardware_arg,
+        metavar="NAME_OR_FILE",
+        help="speed-of-light time per module on a preset (h100-sxm, a100-sxm, l4, t4, rtx-4090, "
+        "h200, b200, mi300x, a10g, l40s, xeon-8480-2s, ...), 'local' (this machine, measured once and cached) "
+        "or a .toml/.json hardware file; adds columns time, bound",
+    )
+    g.add_argument(
+        "--recalibrate", action="store_true", help="--hardware local: measure this machine again, not from the cache"
+    )
+    g.add_argument(
+        "--roofline-dtype",
+        metavar="DTYPE",
+        choices=sorted(DTYPE_BYTES),
+        help="dtype the roofline assumes (bytes scaled, peaks chosen); default: the model's dtype",
+    )
+    g.add_argument("--fuse", action="store_true", help="roofline: fuse elementwise epilogues into their producers")
+    g.add_argument("--tf32", action="store_true", help="roofline: float32 multiply-adds run as TF32 on tensor units")
+    g.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="roofline: write the roofline chart (.png/.svg) to FILE and the "
+        "per-module time chart beside it (FILE.time.png); needs --hardware",
+    )
+    g.add_argument(
+        "--sparsity",
+        action="append",
+        metavar="PATTERN[@NAME]",
+        help="sparsity roofline (needs --hardware): 'measured' (the weights' own zeros), '2:4', "
+        "'unstructured=0.9', 'block16=87.5%%', or PATTERN@NAME for the weights of modules NAME (a glob); "
+        "repeatable; adds columns sparse_flops, sparse_time, speedup, sparsity",
+    )
+    g = p.add_argument_group("measured")
+    g.add_argument(
+        "--profile",
+        action="store_true",
+        help="also run the model: measured time per module and operator (torch.profiler), beside the "
+        "prediction with --hardware (%% of speed-of-light); json/csv then hold the measured report; "
+        "with --plot, measured vs predicted per module in FILE.profile.png",
+    )
+    g.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=10,
+        metavar="N",
+        help="--profile: profiled forward passes after 2 warm-up passes (default 10)",
+    )
+    llm_command.add_arguments(p)
+    g = p.add_argument_group("output")
+    g.add_argument(
+        "--format",
+        default="table",
+        choices=FORMATS,
+        help="default: table (fvcore's layout); repr: the model as print(model) shows it, the columns inline",
+    )
+    g.add_argument(
+        "--columns",
+        type=_column_list,
+        metavar="LIST",
+        help=f"comma-separated: {', '.join(report.COLUMNS)} (aliases: acts, read, write); "
+        "default params,flops (json/csv: every exact statistic computed)",
+    )
+    g.add_argument(
+        "--by-operator",
+        action="store_true",
+        help="the module x operator breakdown instead of one row per module (table, csv, md)",
+    )
+    g.add_argument(
+        "--depth", type=natural_int, metavar="N", help="module levels shown (default 3; json/csv: every level)"
+    )
+    g.add_argument(
+        "--units",
+        default=None,
+        choices=("auto", "exact", "1", "K", "M", "G", "T", "P"),
+        help="auto: K/M/G/T by magnitude; exact: unrounded; or one fixed unit (1: none)",
+    )
+    digits = g.add_mutually_exclusive_group()
+    digits.add_argument("--decimals", type=natural_int, metavar="N", help="decimals after scaling (table default 3)")
+    digits.add_argument("--sig-figs", type=positive_int, metavar="N", help="significant figures (tree/md default 3)")
+    g.add_argument("--no-param-shapes", action="store_true", help="table: leave out the parameter rows")
+    g.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    g = p.add_argument_group("diagnostics")
+    g.add_argument("-q", "--quiet", action="store_true", help="no warnings (unsupported operators, uncalled modules)")
+    g.add_argument("--debug", action="store_true", help="show tracebacks and every warning")
+    p.add_argument("--version", action="version", version=f"opcount {__version__}")
+    return p
+
+
+def attached_shapes(argv: Sequence[str]) -> list[str]:
+    """``--input -1,3,8,8`` as ``--input=-1,3,8,8``: argparse takes a value that starts with '-' for
+    a flag and says only "expected one argument"; attached, the shape's own check says what is wrong."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] == "--input" and arg[:1] == "-" and arg[1:2].isdigit():
+            out[-1] = f"--input={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"1,3,224,224"`` (or ``1x3x224x224``) -> ``(1, 3, 224, 224)``."""
+    body = text.replace(" ", "").strip("()[]")
+    parts = body.split("," if "," in body else "x")
+    try:
+        shape = tuple(int(p) for p in parts if p != "")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"malformed shape {text!r}: expected integers like 1,3,224,224") from None
+    if not shape or any(d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(f"malformed shape {text!r}: expected positive sizes like 1,3,224,224")
+    return shape
+
+
+def _hardware_arg(text: str) -> Any:
+    from ..hardware.lookup import LOCAL, hardware
+
+    key = text.strip().lower()
+    if key == LOCAL or key.startswith(LOCAL + ":"):
+        return key  # measured by cli_analyze.local_hardware, once --recalibrate and --profile are known
+    try:
+        return hardware(text)
+    except (LookupError, OSError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e).splitlines()[0]) from None
+
+
+def _column_list(text: str) -> list[str]:
+    keys = [COLUMN_ALIASES.get(k.strip(), k.strip()) for k in text.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in report.COLUMNS]
+    if unknown or not keys:
+        raise argparse.ArgumentTypeError(
+            f"unknown column {', '.join(unknown) or text!r}; choose from {', '.join(report.COLUMNS)}"
+        )
+    twice = [k for k in dict.fromkeys(keys) if keys.count(k) > 1]
+    if twice:  # an alias and its name count as one column (acts, activations)
+        raise argparse.ArgumentTypeError(f"column {', '.join(twice)} named twice in {text!r}")
+    return keys

@@ -1,0 +1,71 @@
+"""The warnings the ``opcount`` commands print: opcount's log records held back while the
+progress line is drawn (:func:`captured_warnings`), and the unsupported-operator warnings, one
+per operator, naming the shown columns that do not count it (:func:`unsupported_warnings`).
+
+Each analysis knows which operators it has no formula for, and they differ: fvcore's activation
+convention counts the outputs of convolutions and matrix products only, so its analysis reports
+``batch_norm`` unsupported while the flop count has a formula for it. A warning is only about a
+column the report shows, and says which one.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from .. import report
+
+
+class Collect(logging.Handler):
+    """Holds opcount's warnings until the progress line is gone, then they print as one block."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextmanager
+def captured_warnings(debug: bool) -> Iterator[Collect]:
+    """opcount's logged warnings, collected in the handler yielded for the caller to print once
+    the progress line is closed; torch's deprecation notices silenced unless ``debug``."""
+    logger = logging.getLogger("opcount")
+    handler = Collect()
+    logger.addHandler(handler)
+    old_propagate = logger.propagate
+    logger.propagate = False
+    try:
+        with warnings.catch_warnings():
+            if not debug:  # torch.jit's deprecation notices are about our tracer, not the user's model
+                warnings.simplefilter("ignore", FutureWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)
+            yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = old_propagate
+
+
+def unsupported_warnings(analyses: Mapping[str, Any], columns: Sequence[str]) -> list[str]:
+    """``Unsupported operator aten::x encountered n time(s): not counted in flops, activations``,
+    once per operator some shown column misses (``analyses``: role -> analysis or report)."""
+    missed: dict[str, list[str]] = {}
+    calls: Counter[str] = Counter()
+    for key in columns:
+        for role in report.COLUMNS[key].needs:
+            analysis = analyses.get(role)
+            if analysis is None:
+                continue
+            for op, n in analysis.unsupported_ops().items():
+                if key not in missed.setdefault(op, []):
+                    missed[op].append(key)
+                calls[op] = max(calls[op], n)
+    return [
+        f"Unsupported operator {op} encountered {calls[op]} time(s): not counted in {', '.join(keys)}"
+        for op, keys in sorted(missed.items())
+    ]

@@ -1,0 +1,191 @@
+"""The hardware record: peak throughput per compute unit and dtype, memory bandwidth, sparse support.
+
+A :class:`Hardware` is plain data. Peaks are dense (no structured sparsity) and in FLOP/s
+counting a multiply-add as 2 operations, the way vendors quote them. Units are named freely;
+the roofline maps multiply-add operators (conv, matmul, einsum, attention) to ``"tensor"`` when
+that unit has a peak for the dtype, and everything else to ``"vector"``. ``sparse`` says which
+structured-sparse patterns the tensor unit runs natively
+(:class:`~opcount.hardware.sparse_support.SparseSupport`, read by the sparsity roofline). A record is
+checked when it is made, from Python or from a TOML/JSON file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import torch
+
+from ..errors import OpcountKeyError, OpcountValueError
+from .sparse_support import SparseSupport
+
+TENSOR, VECTOR = "tensor", "vector"
+T, G = 1e12, 1e9
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A device as the roofline sees it.
+
+    ``peak``: unit -> dtype -> FLOP/s (2 per multiply-add), e.g.
+    ``{"vector": {"float32": 67e12}, "tensor": {"float16": 989e12, "tf32": 495e12}}``.
+    The key ``"tf32"`` under a tensor unit is float32 data run as TF32 (see ``roofline(allow_tf32=)``).
+    ``bandwidth``: main-memory bytes/s. ``buffer_bytes``: on-chip memory (L2 / last-level cache /
+    convolution buffer), informative. ``clock_hz``: to express times in cycles.
+    ``sparse``: the N:M patterns (and block sizes) the tensor unit runs natively, a
+    :class:`~opcount.hardware.sparse_support.SparseSupport` or its dict form; the default runs no N:M.
+    """
+
+    name: str
+    peak: Mapping[str, Mapping[str, float]]
+    bandwidth: float
+    buffer_bytes: float | None = None
+    clock_hz: float | None = None
+    description: str = field(default="", compare=False)
+    sparse: SparseSupport = SparseSupport()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise OpcountValueError("hardware needs a non-empty name")
+        if not _positive(self.bandwidth):
+            raise OpcountValueError(
+                f"{self.name}: bandwidth must be a positive number of bytes/s, got {self.bandwidth!r}"
+            )
+        if not isinstance(self.peak, Mapping) or not self.peak:
+            raise OpcountValueError(f"{self.name}: peak must map unit names to {{dtype: FLOP/s}} tables")
+        frozen: dict[str, Mapping[str, float]] = {}
+        for unit, table in self.peak.items():
+            if not isinstance(table, Mapping) or not table:
+                raise OpcountValueError(f"{self.name}: peak[{unit!r}] must be a non-empty {{dtype: FLOP/s}} table")
+            for dtype, value in table.items():
+                if not _is_dtype_name(dtype):
+                    raise OpcountValueError(
+                        f"{self.name}: peak[{unit!r}] has unknown dtype {dtype!r}: name it as torch does "
+                        "(float32, float16, bfloat16, float8_e4m3fn, int8, ...) or tf32"
+                    )
+                if not _positive(value):
+                    raise OpcountValueError(
+                        f"{self.name}: peak[{unit!r}][{dtype!r}] must be a positive FLOP/s, got {value!r}"
+                    )
+            frozen[str(unit)] = MappingProxyType({str(dtype_name(d)): float(v) for d, v in table.items()})
+        # Read-only views: a preset shared by every caller must not be edited in place.
+        object.__setattr__(self, "peak", MappingProxyType(frozen))
+        object.__setattr__(self, "bandwidth", float(self.bandwidth))
+        for opt in ("buffer_bytes", "clock_hz"):
+            value = getattr(self, opt)
+            if value is not None and not _positive(value):
+                raise OpcountValueError(f"{self.name}: {opt} must be positive or None, got {value!r}")
+        if isinstance(self.sparse, Mapping):
+            try:
+                object.__setattr__(self, "sparse", SparseSupport.from_dict(self.sparse))
+            except ValueError as e:
+                raise OpcountValueError(f"{self.name}: {e}") from e
+        elif not isinstance(self.sparse, SparseSupport):
+            raise OpcountValueError(f"{self.name}: sparse must be a SparseSupport or a table, got {self.sparse!r}")
+
+    def __hash__(self) -> int:  # the peak tables are read-only mappings, which do not hash
+        return hash((self.name, self.bandwidth, tuple((u, tuple(t.items())) for u, t in self.peak.items())))
+
+    # ----- queries -------------------------------------------------------------------------
+    @property
+    def units(self) -> tuple[str, ...]:
+        return tuple(self.peak)
+
+    def peak_of(self, unit: str, dtype: DType) -> float | None:
+        """FLOP/s of ``unit`` on ``dtype`` (a name or a torch.dtype), None when the unit does not run that dtype."""
+        return self.peak.get(unit, {}).get(dtype_name(dtype))
+
+    def ridge(self, unit: str, dtype: DType) -> float:
+        """The ridge point (FLOP/byte): intensities above it are compute bound on ``unit``."""
+        peak = self.peak_of(unit, dtype)
+        if peak is None:
+            raise OpcountKeyError(f"{self.name} has no {unit} peak for {dtype_name(dtype)}")
+        return peak / self.bandwidth
+
+    # ----- (de)serialization ---------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "bandwidth": self.bandwidth,
+            "peak": {u: dict(t) for u, t in self.peak.items()},
+        }
+        for key in ("buffer_bytes", "clock_hz"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.description:
+            out["description"] = self.description
+        if self.sparse != SparseSupport():
+            out["sparse"] = self.sparse.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Hardware:
+        """Build from ``{"name", "bandwidth", "peak": {unit: {dtype: FLOP/s}}, ...}``; unknown keys are errors."""
+        allowed = {"name", "peak", "bandwidth", "buffer_bytes", "clock_hz", "description", "sparse"}
+        unknown = set(data) - allowed
+        if unknown:
+            raise OpcountValueError(f"unknown hardware keys {sorted(unknown)}; allowed: {sorted(allowed)}")
+        missing = {"name", "peak", "bandwidth"} - set(data)
+        if missing:
+            raise OpcountValueError(f"hardware description lacks {sorted(missing)}")
+        return cls(**dict(data))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Hardware:
+        """Load a user-defined device from TOML (``.toml``) or JSON (any other suffix). Example TOML::
+
+        name = "my-npu"
+        bandwidth = 64e9          # bytes/s
+        clock_hz = 1e9
+        [peak.tensor]
+        float16 = 2.048e12        # FLOP/s, 2 per multiply-add
+        [peak.vector]
+        float16 = 16e9
+        [sparse]                  # optional; without it no N:M pattern runs natively
+        nm = ["2:4"]
+        nm_precisions = ["float16"]
+        """
+        path = Path(path)
+        text = path.read_text(encoding="utf-8")
+        try:
+            data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
+        except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+            raise OpcountValueError(
+                f"{path}: not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'}: {e}"
+            ) from e
+        if not isinstance(data, Mapping):
+            raise OpcountValueError(f"{path}: expected a table of hardware keys at the top level")
+        try:
+            return cls.from_dict(data)
+        except (TypeError, ValueError) as e:
+            raise OpcountValueError(f"{path}: {e}") from e
+
+
+DType = str | torch.dtype  # a dtype as a name ("float16") or as torch's object (torch.float16)
+
+
+def dtype_name(dtype: DType) -> str:
+    """The name opcount gives a dtype, torch's without its prefix (``torch.float16`` -> ``"float16"``),
+    the name the tracers record and hardware peaks are keyed by; anything else is returned as is."""
+    return str(dtype).removeprefix("torch.") if isinstance(dtype, torch.dtype) else dtype
+
+
+def _is_dtype_name(name: object) -> bool:
+    # A key no operator's dtype matches (a typo, an alias such as half) would only fail later, at
+    # the first layer priced in that dtype: the roofline looks peaks up by torch's canonical names.
+    if isinstance(name, torch.dtype):
+        return True
+    if name == "tf32":
+        return True
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
+    return isinstance(dtype, torch.dtype) and str(dtype) == f"torch.{name}"
+
+
+def _positive(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0

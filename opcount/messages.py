@@ -1,0 +1,16 @@
+"""An exception as the one line a message quotes."""
+
+from __future__ import annotations
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one line, its type first: ``ValueError: bad size``."""
+    text = str(e).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+def first_line(e: BaseException, default: str = "") -> str:
+    """The first line of an exception's message, or ``default`` when it has none."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else default

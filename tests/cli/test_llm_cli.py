@@ -1,0 +1,138 @@
+"""``opcount llm:NAME`` and the LLM flags, run in process (``opcount.cli.main``).
+
+Tiny configs keep it quick; the expected numbers are the closed forms of tests/llm/test_llm.py
+(d hidden, f MLP width, n layers, h heads, g KV heads, e head dim, V vocab).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from opcount.cli import main  # noqa: E402
+
+D, F, N, H, G, V = 256, 512, 2, 8, 2, 1000
+E = D // H
+TINY = [
+    "--hf-config", f"hidden_size={D}", "--hf-config", f"intermediate_size={F}",
+    "--hf-config", f"num_hidden_layers={N}", "--hf-config", f"num_attention_heads={H}",
+    "--hf-config", f"num_key_value_heads={G}", "--hf-config", f"vocab_size={V}",
+]  # fmt: skip
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    status = main(list(args))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def decode_macs(batch: int, cached: int) -> int:
+    linear = N * batch * (2 * D * D + 2 * D * G * E + 3 * D * F) + batch * D * V
+    attention = N * 2 * batch * H * (cached + 1) * E
+    return linear + attention
+
+
+def test_decode_json(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "llm:llama-3-8b", *TINY, "--phase", "decode", "--kv-len", "20", "--batch", "2",
+                           "--hardware", "h100-sxm", "--format", "json")  # fmt: skip
+    assert status == 0, err
+    data = json.loads(out)
+    assert data["llm"]["phase"] == "decode"
+    assert data["llm"]["kv_len"] == 20
+    rotary = E // 2  # inv_freq x the positions, shared by the batch (position_ids is [1, s])
+    softmax = N * 2 * H * (3 * 21 - 1)  # inside sdpa: 21 scores per query and head, 3 * 21 - 1 flops
+    assert data["llm"]["flops"] - _elementwise(data) == decode_macs(2, 20) + rotary + softmax
+    assert data["memory"]["kv_cache"] == 2 * N * G * E * 21 * 2 * 2  # keys and values, 21 tokens, batch 2, bf16
+    assert set(data["memory"]) == {"weights", "kv_cache", "activations"}
+    assert data["llm"]["bound"] == "memory"
+    assert data["llm"]["tokens_per_s"] == pytest.approx(2 / data["llm"]["time"])
+
+
+def _elementwise(data: dict) -> int:
+    """What the default preset counts beyond multiply-adds (norms, rotary, activations)."""
+    macs = ("linear", "scaled_dot_product_attention", "matmul")
+    return sum(row["flops"] for row in data["operators"] if row["module"] == "" and row["operator"] not in macs)
+
+
+def test_preset_macs(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "llm:llama-3-8b", *TINY, "--phase", "decode", "--kv-len", "5", "--preset", "macs",
+                           "--format", "json")  # fmt: skip
+    assert status == 0, err
+    rotary = E // 2  # inv_freq x the new token's position
+    assert json.loads(out)["llm"]["flops"] == decode_macs(1, 5) + rotary
+
+
+def test_sweep_csv_has_one_row_per_point(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "llm:llama-3-8b", *TINY, "--phase", "decode", "--sweep", "batch=1,4",
+                           "--sweep", "kv-len=8,16,32", "--hardware", "h100-sxm", "--format", "csv")  # fmt: skip
+    assert status == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [(int(r["batch"]), int(r["kv_len"])) for r in rows] == [(b, k) for b in (1, 4) for k in (8, 16, 32)]
+    assert [float(r["kv_cache"]) for r in rows] == [
+        2 * N * G * E * (k + 1) * b * 2 for b in (1, 4) for k in (8, 16, 32)
+    ]
+
+
+def test_sweep_json_points(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "llm:llama-3-8b", *TINY, "--sweep", "seq-len=4,8", "--format", "json")
+    assert status == 0, err
+    points = json.loads(out)["points"]
+    assert [p["seq_len"] for p in points] == [4, 8]
+
+
+def test_generation_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "llm:llama-3-8b", *TINY, "--seq-len", "16", "--gen-len", "4",
+                           "--hardware", "h100-sxm", "--weight-dtype", "int4", "--depth", "0")  # fmt: skip
+    assert status == 0, err
+    assert "time to first token" in out
+    assert "time per output token" in out
+    assert "w4a16" in out
+
+
+def test_hf_causal_lm_class(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "hf:LlamaForCausalLM", *TINY, "--phase", "decode", "--kv-len", "8",
+                           "--format", "json")  # fmt: skip
+    assert status == 0, err
+    assert json.loads(out)["llm"]["flops"] > decode_macs(1, 8)
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--phase", "prefill", "--kv-len", "4"], "--kv-len is for --phase decode"),
+        (["--weight-dtype", "int3"], "unknown weight dtype 'int3'"),
+        (["--sweep", "layers=1,2"], "--sweep"),
+        (["--sweep", "kv-len=1,2"], "needs --phase decode"),
+        (["--tracer", "jit"], "drop --tracer jit"),
+        (["--input", "1,8"], "not --input shapes"),
+    ],
+)
+def test_mistakes_are_one_line(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    status, _, err = run(capsys, "llm:llama-3-8b", *TINY, *args)
+    assert status == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_unknown_architecture_suggests(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = run(capsys, "llm:llama-3-80b")
+    assert status == 2
+    assert "did you mean" in err and "llama-3-8b" in err
+
+
+def test_generation_json_counts_every_step(capsys: pytest.CaptureFixture[str]) -> None:
+    prompt, steps = 12, 3
+    status, out, err = run(capsys, "llm:llama-3-8b", *TINY, "--seq-len", str(prompt), "--gen-len", str(steps),
+                           "--preset", "macs", "--format", "json")  # fmt: skip
+    assert status == 0, err
+    data = json.loads(out)
+    # the cache at the last step holds the prompt and every generated token
+    assert data["memory"]["kv_cache"] == 2 * N * G * E * (prompt + steps) * 2
+    rotary = E // 2
+    decode = sum(decode_macs(1, prompt + j) + rotary for j in range(steps))
+    assert data["llm"]["flops"] - decode == data["total"]["flops"]  # the rest is the prefill (the table)
