@@ -26,6 +26,7 @@ from .handles.invoke import apply_handle, invoke_handle
 from .handles.op_keys import family, fvcore_kind, fvcore_op_key, op_key
 from .handles.presets import flop_preset, macs_only
 from .ir import OpCall
+from .messages import names_in_brief
 from .rollup import MODES as ANCESTOR_MODES
 from .rollup import roll_up
 from .scopes import ModuleTree
@@ -388,10 +389,15 @@ class JitModelAnalysis:
         if self._warn_uncalled:
             shown = sorted(n for n in uncalled if type(self._tree.module(n)).forward not in _forwards())
             if shown:
+                # the whole list of a large model (vit_h_14: 32 out_proj) is a line no one reads:
+                # grouped by name, with uncalled_modules() for the rest; the command reads `extra`
+                listing, cut = names_in_brief(shown, 200)
                 logger.warning(
-                    "These submodules were never called during the trace: %s. They are unused, or were "
+                    "These submodules were never called during the trace: %s%s. They are unused, or were "
                     "reached through .forward() or another method; their cost, if any, is in their caller.",
-                    ", ".join(shown),
+                    listing,
+                    f" ({len(shown)} modules; uncalled_modules() names them)" if cut else "",
+                    extra={"opcount_uncalled": tuple(shown)},
                 )
 
 

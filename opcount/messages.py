@@ -1,6 +1,9 @@
-"""An exception as the one line a message quotes."""
+"""An exception as the one line a message quotes, and a list of names as a warning line holds it."""
 
 from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
 
 
 def one_line(e: BaseException) -> str:
@@ -14,3 +17,22 @@ def first_line(e: BaseException, default: str = "") -> str:
     """The first line of an exception's message, or ``default`` when it has none."""
     text = str(e).strip()
     return text.splitlines()[0] if text else default
+
+
+def names_in_brief(names: Sequence[str], width: int) -> tuple[str, bool]:
+    """``names`` as a list a warning line can hold: all of them when they fit in ``width``
+    characters, else grouped by their last dotted part with counts (``out_proj x32``), cut at
+    ``width`` with ``...``. Second item: whether the text leaves some name out, so that the
+    message can say where the full list is."""
+    whole = ", ".join(names)
+    if len(whole) <= width:
+        return whole, False
+    groups = Counter(name.rpartition(".")[2] for name in names)  # a message, not a scope walk
+    parts = [f"{leaf} x{n}" if n > 1 else leaf for leaf, n in groups.most_common()]
+    shown: list[str] = []
+    for part in parts:
+        if len(", ".join([*shown, part, "..."])) > width:
+            shown.append("...")
+            break
+        shown.append(part)
+    return ", ".join(shown), True

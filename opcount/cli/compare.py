@@ -26,7 +26,7 @@ from .analyze import analyze, local_hardware
 from .args import UsageError, check_output_paths
 from .progress import Progress
 from .render import number_format
-from .warning_capture import captured_warnings
+from .warning_capture import Caught, captured_warnings, unsupported, warning_lines
 
 # The fields of an export's meta that differ from model to model; the others (versions, tracer,
 # preset, flops per mac, hardware) are the same for every model, since the flags are shared.
@@ -55,22 +55,27 @@ def compare(args: argparse.Namespace, stderr: TextIO) -> str:
     _check(args)
     spinner = Progress(stderr, enabled=False if args.debug else None)
     measured: list[Measured] = []
-    notes: list[str] = []
-    with captured_warnings(args.debug) as caught:
+    caught: list[Caught] = []
+    with captured_warnings(args.debug) as collect:
         try:
             if isinstance(args.hardware, str):  # --hardware local, measured once for every model
                 args.hardware = local_hardware(args, spinner)
             elif getattr(args, "recalibrate", False):
                 raise UsageError("--recalibrate applies to --hardware local")
+            shared = collect.take()  # the calibration's, if any: said once, not per model
             for spec in args.models:
-                start = len(caught.messages)
                 measured.append(_measure(spec, args, spinner))
-                notes += [f"{spec}: {m}" for m in dict.fromkeys(caught.messages[start:])]
+                caught.append(collect.take())
         finally:
             spinner.close()
-    if not args.quiet:
-        stderr.writelines(f"opcount: warning: {note}\n" for note in notes)
-    columns = report.resolve_columns(args.columns or _default_columns(measured[0].sources), measured[0].sources)
+    keys = args.columns or _default_columns(measured[0].sources)
+    if not args.quiet:  # as `opcount MODEL` warns, each line naming its model
+        verbose = args.verbose or args.debug
+        lines = warning_lines(shared, None, verbose)
+        for m, one in zip(measured, caught, strict=True):
+            lines += [f"{m.spec}: {line}" for line in warning_lines(one, unsupported(m.sources, keys), verbose)]
+        stderr.writelines(f"opcount: warning: {line}\n" for line in lines)
+    columns = report.resolve_columns(keys, measured[0].sources)
     if args.by_operator:
         columns = [c for c in columns if c.operators is not None]
         if not columns:

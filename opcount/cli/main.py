@@ -38,7 +38,7 @@ from .models import Loaded, input_dtype
 from .parser import attached_shapes, build_parser
 from .progress import Progress
 from .render import render
-from .warning_capture import Collect, captured_warnings, unsupported_warnings
+from .warning_capture import Unsupported, captured_warnings, unsupported, warning_lines
 
 
 @contextmanager
@@ -104,17 +104,19 @@ def run(args: argparse.Namespace, stderr: TextIO) -> str:
             elif getattr(args, "recalibrate", False):
                 raise UsageError("--recalibrate applies to --hardware local")
             if llm:
-                text = _llm(args, spinner)
+                text, missed = _llm(args, spinner), None
             else:
-                text = _whole_model(args, spinner, caught)
+                text, missed = _whole_model(args, spinner)
         finally:
             spinner.close()
     if not args.quiet:
-        stderr.writelines(f"opcount: warning: {message}\n" for message in dict.fromkeys(caught.messages))
+        lines = warning_lines(caught.take(), missed, args.verbose or args.debug)
+        stderr.writelines(f"opcount: warning: {line}\n" for line in lines)
     return text
 
 
-def _whole_model(args: argparse.Namespace, spinner: Progress, caught: Collect) -> str:
+def _whole_model(args: argparse.Namespace, spinner: Progress) -> tuple[str, Unsupported]:
+    """The report of ``opcount MODEL`` and the operators its columns miss."""
     spinner.update(f"building {args.model}")
     loaded = cli_models.load(args.model, args)
     # mixture-of-experts blocks route by expectation: random weights route at random, and meta
@@ -123,7 +125,7 @@ def _whole_model(args: argparse.Namespace, spinner: Progress, caught: Collect) -
     with torch.no_grad(), routing:
         analyses = analyze(loaded, args, spinner)
     text = render(analyses, args)
-    caught.messages += unsupported_warnings(analyses, args.columns or ["params", "flops"])
+    missed = unsupported(analyses, args.columns or ["params", "flops"])
     if args.profile:
         text = _profiled(loaded, analyses, args, spinner, text)
     if args.plot:
@@ -132,7 +134,7 @@ def _whole_model(args: argparse.Namespace, spinner: Progress, caught: Collect) -
         spinner.update(f"plotting {args.plot}")
         with writing("--plot", args.plot):
             save_charts(analyses["roofline"], args.plot)
-    return text
+    return text, missed
 
 
 def main(argv: Sequence[str] | None = None) -> int:

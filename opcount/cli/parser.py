@@ -198,7 +198,14 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     g.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     g = p.add_argument_group("diagnostics")
     g.add_argument("-q", "--quiet", action="store_true", help="no warnings (unsupported operators, uncalled modules)")
-    g.add_argument("--debug", action="store_true", help="show tracebacks and every warning")
+    g.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="warnings with their whole lists (every uncalled module, every unsupported operator), "
+        "not one line per kind",
+    )
+    g.add_argument("--debug", action="store_true", help="show tracebacks and every warning (implies --verbose)")
     p.add_argument("--version", action="version", version=f"opcount {__version__}")
     return p
 
