@@ -39,7 +39,7 @@ TOY_24 = SparseSupport(nm=((2, 4),))
 
 # ----- the paper's example ---------------------------------------------------------------------
 def test_paper_example_3072x768_weight_with_1_23m_nonzeros_costs_15_4_gflops() -> None:
-    # Seed 003, table 1: W 3072 x 768, N = 6272, 1.23M non-zeros: 2 x 1.23M x 6272 = 15.4 GFLOPs.
+    # The Sparsity Roofline paper, table 1: W 3072 x 768, N = 6272, 1.23M non-zeros: 2 x 1.23M x 6272 = 15.4 GFLOPs.
     layer = nn.Linear(768, 3072, bias=False)
     keep = torch.zeros(3072 * 768, dtype=torch.bool)
     keep[torch.randperm(keep.numel())[:1_230_000]] = True
