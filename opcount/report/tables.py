@@ -70,7 +70,9 @@ def _indented_rows(
         rows.append([pad + label] + [pad + cells[name][k] if k in cells[name] else "" for k in keys])
 
     root = fast_forward("")
-    add(root or "model", root, 0)
+    # fvcore names the root row "model"; a causal LM's body is a child named "model" too
+    # (LlamaForCausalLM.model): two rows of one name, so the root reads "whole model" there
+    add(root or ("whole model" if "model" in kids("") else "model"), root, 0)
     strip = len(root) + 1 if root else 0  # a merged root's name prefixes every row: drop it
 
     def fill(name: str, level: int) -> None:

@@ -136,3 +136,11 @@ def test_generation_json_counts_every_step(capsys: pytest.CaptureFixture[str]) -
     rotary = E // 2
     decode = sum(decode_macs(1, prompt + j) + rotary for j in range(steps))
     assert data["llm"]["flops"] - decode == data["total"]["flops"]  # the rest is the prefill (the table)
+
+
+def test_table_rows_have_distinct_names(capsys: pytest.CaptureFixture[str]) -> None:
+    # LlamaForCausalLM's body is its child `model`: the root row, fvcore's "model", would repeat it
+    status, out, err = run(capsys, "llm:llama-3-8b", *TINY, "--phase", "decode", "--depth", "1")
+    assert status == 0, err
+    names = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("|")][2:]
+    assert names == ["whole model", "model", "lm_head"]
