@@ -153,13 +153,27 @@ def _torchvision_models(name: str) -> Any:
     except ImportError:
         raise UsageError(
             f"model {name!r}: torchvision model names need torchvision, which is not installed: "
-            "pip install 'opcount[vision]' (user code: module.path:factory; transformers: hf:ConfigClass)"
+            f"{vision_install_hint(torch.__version__)} (user code: module.path:factory; transformers: hf:ConfigClass)"
         ) from None
     except RuntimeError as e:  # a torchvision built for another torch release fails to load its operators
         raise UsageError(
-            f"torchvision failed to load ({one_line(e)}): install the release built for torch {torch.__version__}"
+            f"torchvision failed to load ({one_line(e)}): install the release built for torch "
+            f"{torch.__version__}: {vision_install_hint(torch.__version__)}"
         ) from e
     return tvm
+
+
+def vision_install_hint(torch_version: str) -> str:
+    """The pip line that adds torchvision without moving the installed torch: the ``vision`` extra
+    alone lets pip take the newest torchvision, which requires (and installs) its own torch release.
+    Each torchvision is built for one torch minor release: 0.(minor + 15) for torch 2.minor since
+    torch 2.0 and torchvision 0.15 (torchvision's README, "Installation"; the PyTorch wiki's domain
+    version compatibility matrix): torch 2.13 -> 0.28, 2.14 -> 0.29, 2.15 -> 0.30."""
+    major, _, rest = torch_version.partition(".")
+    minor = rest.partition(".")[0]
+    if major != "2" or not minor.isdigit():  # not a release the rule covers: name the extra alone
+        return "pip install 'opcount[vision]'"
+    return f"pip install 'opcount[vision]' 'torchvision==0.{int(minor) + 15}.*' (the release built for torch 2.{minor})"
 
 
 def _no_weights(tvm: Any, name: str) -> dict[str, None]:
