@@ -40,7 +40,9 @@ DEFAULT_SEQ_LEN = 128
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The LLM flags, in their own help group."""
-    g = parser.add_argument_group("LLM inference (llm:NAME, or a causal LM from hf:; built on the meta device)")
+    g = parser.add_argument_group(
+        f"LLM inference (llm:NAME, or a causal LM from hf:; built on the meta device; needs the hf extra: {HF_EXTRA})"
+    )
     g.add_argument("--phase", choices=PHASES, help="prefill (default: --seq-len prompt tokens) or decode")
     g.add_argument("--kv-len", type=natural_int, metavar="L", help="decode: tokens already in the KV cache (default 0)")
     g.add_argument("--batch", type=positive_int, metavar="B", help="sequences per batch (default 1)")
@@ -80,6 +82,7 @@ def wanted(args: argparse.Namespace) -> bool:
 
 def check(args: argparse.Namespace) -> Precision:
     """Flag combinations, before anything is built."""
+    require_transformers(str(args.model))  # first: no flag is worth checking without it
     if getattr(args, "tracer", None) == "jit":
         raise OpcountError("LLM phases run on the meta device with the dispatch tracer: drop --tracer jit")
     if getattr(args, "mode", "eval") != "eval":
@@ -128,13 +131,24 @@ def _check_columns(args: argparse.Namespace) -> None:
         raise OpcountError("--columns, --depth and --no-param-shapes shape one point's table, not a --sweep's rows")
 
 
+HF_EXTRA = "pip install 'opcount[hf]'"
+
+
+def require_transformers(spec: str) -> None:
+    """``llm:`` and ``hf:`` models are transformers models: without the ``hf`` extra, one line saying so."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise OpcountError(
+            f"{spec}: LLM models are built with transformers, which is not installed: the hf extra adds it ({HF_EXTRA})"
+        ) from None
+
+
 def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
     """The transformers config of ``llm:NAME`` or ``hf:ConfigClass`` / ``hf:ModelClass`` with the
     ``--hf-config KEY=VALUE`` items applied (each parsed with its field's type), and a label."""
-    try:
-        import transformers
-    except ImportError:
-        raise OpcountError(f"{spec}: LLM models need the transformers package (pip install 'opcount[hf]')") from None
+    require_transformers(spec)
+    import transformers
 
     if spec.startswith("llm:"):
         name = spec[4:].lower()

@@ -35,25 +35,50 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
+# Every form of the command, so that `opcount --help` names the subcommands (they are first
+# words, not argparse subparsers: `opcount resnet50` stays as it is).
+USAGE = """opcount [options] MODEL
+       opcount compare [options] MODEL [MODEL ...]   several models side by side (opcount compare --help)"""
+# The guides by title: a pip install has no docs/ folder and the project has no published
+# documentation site, so --help names each guide, and the source distribution ships them.
+DOCS = (
+    "Guides (docs/ in the source distribution and the repository): tutorial.md (start here), "
+    "glossary.md (the terms), reports.md (tables, exports and this command), roofline.md, hardware.md, "
+    "llm.md (LLM inference), dispatch.md (meta tensors, training), sparsity.md, profiling.md."
+)
+# The flags `opcount compare` refuses (each model's totals have no depth, chart or profile): parsed,
+# so that the refusal says why, but left out of its --help.
+NOT_FOR_COMPARE = ("depth", "no_param_shapes", "profile", "repeats", "plot", *llm_command.LLM_FLAGS)
+
+
 def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     """The command's arguments; ``compare``: those of ``opcount compare MODEL [MODEL ...]``."""
     p = _Parser(
         prog="opcount compare" if compare else "opcount",
+        usage=None if compare else USAGE,
         description="What a PyTorch model costs, module by module and operator by operator."
         if not compare
         else "Several models side by side: one row per model, or per operator with --by-operator.",
-        epilog="Models run in eval mode on random inputs (seed 0). Examples: opcount resnet50; "
-        "opcount resnet50 --format tree --depth 2; opcount hf:GPT2Config --seq-len 128 --format json; "
-        "opcount mypkg.models:build --input 1,3,64,64 --columns params,flops,percent; "
-        "opcount compare resnet50 vit_b_16 --hardware h100-sxm",
+        epilog="Models run in eval mode on random inputs (seed 0). Examples: "
+        + (
+            "opcount compare resnet50 vit_b_16 --hardware h100-sxm; "
+            "opcount compare resnet18 mobilenet_v3_small --by-operator --format csv. "
+            if compare
+            else "opcount resnet50; opcount resnet50 --format tree --depth 2; "
+            "opcount hf:GPT2Config --seq-len 128 --format json; "
+            "opcount mypkg.models:build --input 1,3,64,64 --columns params,flops,percent; "
+            "opcount compare resnet50 vit_b_16 --hardware h100-sxm. "
+        )
+        + DOCS,
     )
     p.add_argument(
         "models" if compare else "model",
         nargs="+" if compare else None,
         metavar="MODEL",
-        help="a torchvision model name (resnet50), module.path:factory or file.py:factory "
-        "(returning a model, (model, inputs) or (model, inputs, kwargs)), hf:ConfigOrModelClass, "
-        "or llm:NAME, a published LLM architecture (llm:llama-3-8b; docs/llm.md)",
+        help="a torchvision model name (resnet50; the vision extra), module.path:factory or file.py:factory "
+        "(returning a model, (model, inputs) or (model, inputs, kwargs)), hf:ConfigOrModelClass"
+        + ("" if compare else ", or llm:NAME, a published LLM architecture (llm:llama-3-8b; the LLM guide, llm.md)")
+        + f"; hf:{'' if compare else ' and llm:'} need{'s' if compare else ''} the hf extra ({llm_command.HF_EXTRA})",
     )
     g = p.add_argument_group("inputs")
     g.add_argument(
@@ -100,7 +125,7 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     g.add_argument(
         "--tracer",
         choices=("jit", "dispatch"),
-        help="jit tracing (default; hf: models and --meta take dispatch) or the dispatch tracer (docs/dispatch.md)",
+        help="jit tracing (default; hf: models and --meta take dispatch) or the dispatch tracer (guide: dispatch.md)",
     )
     g.add_argument(
         "--mode",
@@ -207,7 +232,25 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     )
     g.add_argument("--debug", action="store_true", help="show tracebacks and every warning (implies --verbose)")
     p.add_argument("--version", action="version", version=f"opcount {__version__}")
+    if compare:
+        _hide(p, NOT_FOR_COMPARE)
+        _hide_choices(p, "format", ("table", "md", "json", "csv"))
     return p
+
+
+def _hide(p: argparse.ArgumentParser, dests: Sequence[str]) -> None:
+    """Flags parsed but left out of --help (argparse drops a group left empty)."""
+    for action in p._actions:  # argparse keeps no public list of a parser's actions
+        if action.dest in dests:
+            action.help = argparse.SUPPRESS
+
+
+def _hide_choices(p: argparse.ArgumentParser, dest: str, shown: Sequence[str]) -> None:
+    """--help shows ``shown`` as the choices; the others still parse, for a refusal that says why."""
+    for action in p._actions:
+        if action.dest == dest:
+            action.metavar = "{" + ",".join(shown) + "}"
+            action.help = f"{', '.join(shown)} (default: table)"
 
 
 def attached_shapes(argv: Sequence[str]) -> list[str]:
