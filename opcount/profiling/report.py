@@ -159,7 +159,23 @@ class ProfileReport:
             )
             if self.roofline.unsupported:
                 text += f"; no formula (predicted free): {', '.join(sorted(self.roofline.unsupported))}"
+            text += self._faster_than_light()
         return text
+
+    def _faster_than_light(self) -> str:
+        """Over 100% of the speed of light is no error to hide: the measurement beat the bound, so
+        one of the bound's assumptions does not hold there. Said once, with what to read into it."""
+        rows = {**{n or "model": r for n, r in self.modules.items()}, **self.operators}
+        faster = [name for name, r in rows.items() if r.sol_percent is not None and r.sol_percent > 100]
+        if not faster:
+            return ""
+        shown = ", ".join(faster[:5]) + (f" and {len(faster) - 5} more" if len(faster) > 5 else "")
+        return (
+            f". Measured faster than the speed of light (over 100%): {shown}. The bound assumes every byte "
+            "comes from main memory once at the device's bandwidth and every flop at its peak; a tensor "
+            "served from the cache, a peak or bandwidth set below what the device reaches, or a kernel "
+            "doing less work than the formula counts beats it (docs/profiling.md, faster than the speed of light)"
+        )
 
     def table(self, by: str = "module", max_depth: int | None = 3, top: int | None = None) -> str:
         """A text table. ``by="module"``: the module tree to ``max_depth`` levels (called

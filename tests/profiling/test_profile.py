@@ -282,3 +282,17 @@ def test_cli_profile(capsys) -> None:
     assert main([*argv, "--depth", "1"]) == 0
     text = capsys.readouterr().out
     assert "% SOL" in text and "layer4" in text and "speed of light" in text
+
+
+def test_faster_than_the_speed_of_light_is_explained() -> None:
+    # A device a billion times slower than this CPU (1 kFLOP/s, 1 kB/s): the measured time beats
+    # its bound by far, so the summary says which rows and why; on an absurdly fast one it says nothing.
+    from opcount.hardware import Hardware
+
+    model, x = nn.Sequential(nn.Linear(16, 16), nn.ReLU()).eval(), torch.randn(4, 16)
+    slow = Hardware("slow", {"vector": {"float32": 1e3}}, bandwidth=1e3)
+    summary = profile(model, x, hardware=slow, repeats=2, warmup=1).summary()
+    assert "Measured faster than the speed of light (over 100%): model" in summary
+    assert "every byte comes from main memory once" in summary
+    fast = Hardware("fast", {"vector": {"float32": 1e30}}, bandwidth=1e30)
+    assert "faster than the speed of light" not in profile(model, x, hardware=fast, repeats=2, warmup=1).summary()
