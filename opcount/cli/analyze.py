@@ -17,6 +17,7 @@ from ..errors import OpcountError
 from .args import ROOFLINE_COLUMNS, SPARSITY_COLUMNS, UsageError
 from .models import Loaded
 from .progress import Progress
+from .warning_capture import note
 
 MEMORY_COLUMNS = {"bytes_read", "bytes_written", "bytes", "intensity"}
 
@@ -140,4 +141,8 @@ def local_hardware(args: argparse.Namespace, spinner: Progress) -> Any:
 
     name = args.hardware if ":" in args.hardware or not getattr(args, "profile", False) else "local:cpu"
     spinner.update(f"measuring this machine ({name})")
-    return hardware(name, recalibrate=getattr(args, "recalibrate", False))
+    recalibrate = getattr(args, "recalibrate", False)
+    found = hardware(name, recalibrate=recalibrate)
+    # a cached calibration is reused silently otherwise: its date and spread say how far to trust it
+    note(f"--hardware {name}: {found.description}" + ("" if recalibrate else " (cached; --recalibrate measures again)"))
+    return found

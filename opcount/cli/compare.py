@@ -73,8 +73,10 @@ def compare(args: argparse.Namespace, stderr: TextIO) -> str:
         verbose = args.verbose or args.debug
         lines = warning_lines(shared, None, verbose)
         for m, one in zip(measured, caught, strict=True):
-            lines += [f"{m.spec}: {line}" for line in warning_lines(one, unsupported(m.sources, keys), verbose)]
-        stderr.writelines(f"opcount: warning: {line}\n" for line in lines)
+            for line in warning_lines(one, unsupported(m.sources, keys), verbose):
+                kind, _, text = line.partition(": ")
+                lines.append(f"{kind}: {m.spec}: {text}")
+        stderr.writelines(f"opcount: {line}\n" for line in lines)
     columns = report.resolve_columns(keys, measured[0].sources)
     if args.by_operator:
         columns = [c for c in columns if c.operators is not None]

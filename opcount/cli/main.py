@@ -111,7 +111,7 @@ def run(args: argparse.Namespace, stderr: TextIO) -> str:
             spinner.close()
     if not args.quiet:
         lines = warning_lines(caught.take(), missed, args.verbose or args.debug)
-        stderr.writelines(f"opcount: warning: {line}\n" for line in lines)
+        stderr.writelines(f"opcount: {line}\n" for line in lines)
     return text
 
 

@@ -36,6 +36,7 @@ class Caught:
 
     messages: list[str] = field(default_factory=list)
     uncalled: dict[str, None] = field(default_factory=dict)  # an ordered set: merged across analyses
+    notes: list[str] = field(default_factory=list)  # not warnings: what a run measured (--hardware local)
 
 
 class Collect(logging.Handler):
@@ -47,7 +48,9 @@ class Collect(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         names = getattr(record, "opcount_uncalled", None)  # opcount.analysis: the names as data
-        if names is not None:
+        if getattr(record, "opcount_note", False):
+            self.caught.notes.append(record.getMessage())
+        elif names is not None:
             self.caught.uncalled.update(dict.fromkeys(names))
         else:
             self.caught.messages.append(record.getMessage())
@@ -107,9 +110,20 @@ def unsupported(analyses: Any, columns: Sequence[str]) -> Unsupported:
     return Unsupported(real, convention)
 
 
+def note(message: str) -> None:
+    """A line the command prints as ``opcount: note:``, after the progress line, before the warnings."""
+    logging.getLogger("opcount").warning(message, extra={"opcount_note": True})
+
+
 def warning_lines(caught: Caught, missed: Unsupported | None, verbose: bool) -> list[str]:
-    """The run's warnings, one line per kind (``opcount: warning: `` follows), each at most
-    :data:`WIDTH` characters unless ``verbose``."""
+    """The run's notes (``note: ...``) and warnings, one line per kind (``opcount: `` is the
+    caller's prefix, with ``warning: `` before each warning), each at most :data:`WIDTH`
+    characters unless ``verbose``."""
+    lines = [f"note: {n}" for n in dict.fromkeys(caught.notes)]
+    return lines + [f"warning: {line}" for line in _warnings(caught, missed, verbose)]
+
+
+def _warnings(caught: Caught, missed: Unsupported | None, verbose: bool) -> list[str]:
     width = 10**9 if verbose else _LIST_WIDTH
     lines: list[str] = []
     if missed is not None and missed.missed:
