@@ -8,6 +8,7 @@ figure state is touched; the format follows the file suffix (``.png``, ``.svg``,
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ __all__ = ["roofline_chart", "time_chart"]
 _COLORS = {"tensor": "tab:blue", "vector": "tab:orange"}
 _OTHER_COLORS = ("tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
 BYS = ("layer", "module", "operator")
+TITLE_CHARS = 90  # about what an 8-inch figure holds at 10 points
 
 
 def _figure(width: float, height: float) -> Figure:
@@ -170,12 +172,14 @@ def time_chart(
     ax.set_xlabel(f"speed-of-light time ({unit})")
     ax.tick_params(axis="y", labelsize=7)
     scope = f" in {within}" if within else ""
-    ax.set_title(
+    text = (
         title
-        or f"{report.hardware.name}, {report.dtype}: time per module{scope} (model total {seconds(report.total_time)})",
-        fontsize=10,
+        or f"{report.hardware.name}, {report.dtype}: time per module{scope} (model total {seconds(report.total_time)})"
     )
-    ax.legend(fontsize=7, loc="lower right")
+    # wrapped to the figure's width (a long module name or hardware file name was cut at the edges)
+    fig.suptitle("\n".join(textwrap.wrap(text, TITLE_CHARS)), fontsize=10)
+    # below the axes, never over a bar: the longest bars reach the right edge at any row
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=7, frameon=False)
     ax.grid(True, axis="x", lw=0.4, alpha=0.5)
     _save(fig, path)
     return fig
