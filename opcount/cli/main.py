@@ -134,6 +134,10 @@ def _whole_model(args: argparse.Namespace, spinner: Progress) -> tuple[str, Unsu
         spinner.update(f"plotting {args.plot}")
         with writing("--plot", args.plot):
             save_charts(analyses["roofline"], args.plot)
+            if "sparsity" in analyses:  # the case --sparsity asks about, beside the dense charts
+                sparse, path = analyses["sparsity"], Path(args.plot)
+                subject = f"sparse weights ({sparse.series}, {sparse.level:.0%} zeros, {sparse.speedup:.2f}x dense)"
+                save_charts(sparse.sparse, path.with_name(f"{path.stem}.sparse{path.suffix}"), subject=subject)
     return text, missed
 
 

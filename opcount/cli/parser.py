@@ -162,7 +162,8 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
         "--plot",
         metavar="FILE",
         help="roofline: write the roofline chart (.png/.svg) to FILE and the "
-        "per-module time chart beside it (FILE.time.png); needs --hardware",
+        "per-module time chart beside it (FILE.time.png); with --sparsity, the sparse case's too "
+        "(FILE.sparse.png, FILE.sparse.time.png); needs --hardware",
     )
     g.add_argument(
         "--sparsity",

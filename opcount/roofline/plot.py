@@ -78,6 +78,7 @@ def roofline_chart(
     by: str = "layer",
     label_top: int = 5,
     title: str | None = None,
+    subject: str = "",
 ) -> Figure:
     """Arithmetic intensity (FLOP/byte) against attainable FLOP/s, log-log: one roof per unit and
     precision the report used, its ridge point marked, and one point per layer / innermost module /
@@ -127,12 +128,11 @@ def roofline_chart(
     ax.set_ylim(min(min(ys), lo * hw.bandwidth) / 2, max(ys) * 2)
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("attainable throughput (FLOP/s)")
-    ax.set_title(
-        title
-        or f"{hw.name}, {report.dtype}: {len(points)} {by}s, "
-        f"{seconds(report.total_time)} speed of light ({si(hw.bandwidth, unit='B/s')})",
-        fontsize=10,
+    text = title or (f"{subject}: " if subject else "") + (
+        f"{hw.name}, {report.dtype}: {len(points)} {by}s, "
+        f"{seconds(report.total_time)} speed of light ({si(hw.bandwidth, unit='B/s')})"
     )
+    ax.set_title("\n".join(textwrap.wrap(text, TITLE_CHARS)), fontsize=10)  # wrapped: never cut at the edges
     ax.grid(True, which="major", lw=0.4, alpha=0.5)
     legend = ax.legend(fontsize=7, loc="upper left")  # above the memory roof: no point is ever there
     renderer = freeze_layout(fig)
@@ -151,6 +151,7 @@ def time_chart(
     max_depth: int | None = None,
     within: str = "",
     title: str | None = None,
+    subject: str = "",
 ) -> Figure:
     """Horizontal bars of the ``top`` slowest innermost modules (or modules down to ``max_depth``;
     inside module ``within`` only), each split into the time of its compute-bound and its
@@ -172,9 +173,8 @@ def time_chart(
     ax.set_xlabel(f"speed-of-light time ({unit})")
     ax.tick_params(axis="y", labelsize=7)
     scope = f" in {within}" if within else ""
-    text = (
-        title
-        or f"{report.hardware.name}, {report.dtype}: time per module{scope} (model total {seconds(report.total_time)})"
+    text = title or (f"{subject}: " if subject else "") + (
+        f"{report.hardware.name}, {report.dtype}: time per module{scope} (model total {seconds(report.total_time)})"
     )
     # wrapped to the figure's width (a long module name or hardware file name was cut at the edges)
     fig.suptitle("\n".join(textwrap.wrap(text, TITLE_CHARS)), fontsize=10)
@@ -220,10 +220,11 @@ def _ridge_notes(ax: Axes, ridges: Sequence[tuple[float, str]], renderer: Render
     return notes
 
 
-def save_charts(report: RooflineReport, path: str | Path, **options: Any) -> list[Path]:
-    """The roofline chart at ``path`` and the time chart beside it (``name.time.png``)."""
+def save_charts(report: RooflineReport, path: str | Path, *, subject: str = "", **options: Any) -> list[Path]:
+    """The roofline chart at ``path`` and the time chart beside it (``name.time.png``);
+    ``subject`` starts both titles (``sparse weights, 2:4``: which case the charts show)."""
     path = Path(path)
-    roofline_chart(report, path, **options)
+    roofline_chart(report, path, subject=subject, **options)
     second = path.with_name(f"{path.stem}.time{path.suffix}")
-    time_chart(report, second)
+    time_chart(report, second, subject=subject)
     return [path, second]
