@@ -20,7 +20,7 @@ from . import llm as llm_command
 from .args import UsageError, natural_int, positive_int
 from .models import DTYPES
 
-FORMATS = ("table", "tree", "json", "csv", "md", "repr")
+FORMATS = ("table", "tree", "json", "csv", "md", "repr", "html")
 COLUMN_ALIASES = {
     "acts": "activations",
     "read": "bytes_read",
