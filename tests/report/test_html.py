@@ -82,6 +82,18 @@ def test_summary_bars_and_operator_table_with_a_roofline(analyses) -> None:
     assert conv and f"{100 * 110592 / total:.1f}%" in conv.group(0)
 
 
+def test_columns_follow_the_analyses_given(analyses) -> None:
+    flops, _, _ = analyses
+    page = R.html_report(flops, charts=False)
+    assert re.findall(r'<th data-key="([^"]+)"', page) == ["operator", "flops", "flops%"]
+    assert "bytes moved" not in page and 'id="charts"' not in page
+    page = R.html_report(flops, columns=["flops", "percent"], max_depth=1, charts=False)
+    assert 'data-module="stem"' in page and 'data-module="stem.0"' not in page
+    # stem: the conv, batch norm in eval (2 per element, fvcore's) and relu (1 per element) on 2*8*16*16
+    stem = 110592 + 2 * 4096 + 4096
+    assert _row_titles(page, "stem") == [str(stem), repr(100 * stem / flops.total())]
+
+
 def test_names_are_escaped_never_run() -> None:
     model = nn.Sequential()
     model.add_module(EVIL, nn.Linear(4, 4))
