@@ -164,3 +164,26 @@ def test_command_quiet_prints_no_warning(command: dict[str, subprocess.Completed
     assert run.returncode == 0, run.stderr
     assert "warning" not in run.stderr.lower()
     assert run.stdout == command["plain"].stdout
+
+
+class ManyUnused(nn.Module):
+    """fc runs; 40 blocks each hold an ``out_proj`` Linear that never runs (as MultiheadAttention's
+    fast path leaves its out_proj): the warning groups them by name instead of listing 40 paths."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.blocks = nn.ModuleList(nn.ModuleDict({"out_proj": nn.Linear(4, 4)}) for _ in range(40))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+def test_a_long_uncalled_list_is_grouped_by_name(caplog: pytest.LogCaptureFixture) -> None:
+    a = FlopCountAnalysis(ManyUnused(), torch.randn(2, 4)).tracer_warnings("none")
+    with caplog.at_level(logging.WARNING):
+        a.total()
+    (message,) = [m for m in _messages(caplog) if "never called" in m]
+    assert "out_proj x40" in message and "(40 modules; uncalled_modules() names them)" in message
+    assert len(message) < 400
+    assert {f"blocks.{i}.out_proj" for i in range(40)} <= a.uncalled_modules()
