@@ -152,6 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             args = build_parser(compare=True).parse_args(attached_shapes(argv[1:]))
             text = compare(args, stderr)
+        elif argv[:1] == ["hardware"]:
+            from . import hardware as hardware_command
+
+            text, args = hardware_command.run(argv[1:])
         else:
             args = build_parser().parse_args(attached_shapes(argv))
             text = run(args, stderr)

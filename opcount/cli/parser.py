@@ -38,7 +38,8 @@ class _Parser(argparse.ArgumentParser):
 # Every form of the command, so that `opcount --help` names the subcommands (they are first
 # words, not argparse subparsers: `opcount resnet50` stays as it is).
 USAGE = """opcount [options] MODEL
-       opcount compare [options] MODEL [MODEL ...]   several models side by side (opcount compare --help)"""
+       opcount compare [options] MODEL [MODEL ...]   several models side by side (opcount compare --help)
+       opcount hardware [NAME]                       the --hardware presets, or one device's peaks"""
 # The guides by title: a pip install has no docs/ folder and the project has no published
 # documentation site, so --help names each guide, and the source distribution ships them.
 DOCS = (
@@ -303,3 +304,8 @@ def _column_list(text: str) -> list[str]:
     if twice:  # an alias and its name count as one column (acts, activations)
         raise argparse.ArgumentTypeError(f"column {', '.join(twice)} named twice in {text!r}")
     return keys
+
+
+def command_parser(**kwargs: Any) -> argparse.ArgumentParser:
+    """An argument parser whose mistakes are one line, as the main one's: for a subcommand's own flags."""
+    return _Parser(**kwargs)

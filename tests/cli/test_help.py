@@ -25,6 +25,7 @@ def test_usage_names_every_form_of_the_command(capsys: pytest.CaptureFixture[str
     usage = _help(capsys).split("\n\n")[0]
     assert "opcount [options] MODEL" in usage
     assert "opcount compare [options] MODEL [MODEL ...]" in usage
+    assert "opcount hardware [NAME]" in usage
 
 
 def test_compare_help_lists_only_the_flags_compare_takes(capsys: pytest.CaptureFixture[str]) -> None:
