@@ -19,6 +19,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -169,11 +170,11 @@ def vision_install_hint(torch_version: str) -> str:
     Each torchvision is built for one torch minor release: 0.(minor + 15) for torch 2.minor since
     torch 2.0 and torchvision 0.15 (torchvision's README, "Installation"; the PyTorch wiki's domain
     version compatibility matrix): torch 2.13 -> 0.28, 2.14 -> 0.29, 2.15 -> 0.30."""
-    major, _, rest = torch_version.partition(".")
-    minor = rest.partition(".")[0]
-    if major != "2" or not minor.isdigit():  # not a release the rule covers: name the extra alone
+    release = re.match(r"2\.(\d+)\.", torch_version)
+    if release is None:  # not a release the rule covers: name the extra alone
         return "pip install 'opcount[vision]'"
-    return f"pip install 'opcount[vision]' 'torchvision==0.{int(minor) + 15}.*' (the release built for torch 2.{minor})"
+    minor = int(release.group(1))
+    return f"pip install 'opcount[vision]' 'torchvision==0.{minor + 15}.*' (the release built for torch 2.{minor})"
 
 
 def _no_weights(tvm: Any, name: str) -> dict[str, None]:
