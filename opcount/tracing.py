@@ -24,6 +24,7 @@ from .torch_internals import pytree
 from .tracers import Recording, trace_dispatch, trace_jit
 from .tracers.dispatch import MODES
 from .tracers.meta import device_of, has_shapes, materialize
+from .tracers.structure import check_layouts
 
 TRACERS = ("jit", "dispatch")
 
@@ -127,12 +128,14 @@ def run(
     device: torch.device | str | None = None,
 ) -> Trace:
     """Run the chosen tracer once (options already checked) and wrap its records."""
-    lazy = [name for name, t in tree.state() if nn.parameter.is_lazy(t)]
+    state = tree.state()
+    lazy = [name for name, t in state if nn.parameter.is_lazy(t)]
     if lazy:  # no shape to trace with, under either tracer: the first call of a lazy module sizes its weights
         raise OpcountValueError(
             f"parameter(s) {', '.join(map(repr, lazy))} of a lazy module are uninitialized; "
             "call the model once (model(x)) to size them, then analyze it"
         )
+    check_layouts(model, state, inputs, kwargs)
     recorded: Recording
     # autograd may save the inputs, which a tensor made under torch.inference_mode() forbids: a copy
     given, given_kwargs = inputs, kwargs

@@ -32,7 +32,7 @@ from ..torch_internals import (
 from .aten import Record, backward_records, bind, forward_records, jit_constant, outputs_of, schema
 from .scoping import Scope, Scopes
 from .shapes import Meta, ShapeTensor
-from .structure import output_tensors
+from .structure import DENSE_ONLY, SparseLayoutError, layout_of, output_tensors
 from .training import Step, TrainingError, backward_error, differentiate
 
 _TAG = "opcount"  # key of the (scope, within) tag in autograd nodes' metadata
@@ -131,8 +131,12 @@ class Recorder(TorchDispatchMode):
         s = schema(func)
         records = normalize(s.name, bind(s, args, kwargs), outputs_of(s, out))
         spec = self._spec
-        for kind, ins, outs in records:
-            self.calls.append(OpCall(kind, tuple(map(spec, ins)), tuple(map(spec, outs)), scope, within=within))
+        try:
+            for kind, ins, outs in records:
+                self.calls.append(OpCall(kind, tuple(map(spec, ins)), tuple(map(spec, outs)), scope, within=within))
+        except SparseLayoutError as e:
+            where = f"module '{scope[-1]}'" if scope[-1] else "the model"
+            raise SparseLayoutError(f"operator {s.name} in {where} takes or makes {e}: {DENSE_ONLY}") from None
 
     def tag(self, out: Any, tag: Tag) -> None:
         """Tag the autograd nodes that made ``out`` and are not tagged yet: those just created
@@ -205,6 +209,8 @@ class Recorder(TorchDispatchMode):
             return spec
         uid = self._ids.get(t)
         if uid is None:
+            if t.layout is not torch.strided:  # seen once per tensor: made inside the model
+                raise SparseLayoutError(layout_of(t))
             uid = self._ids[t] = self._new_id()
         return TensorSpec(tuple(t.shape), self._dtype(t.dtype), None, uid)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..errors import OpcountTypeError
+from ..errors import OpcountTypeError, OpcountValueError
 from ..torch_internals import pytree
 
 
@@ -21,6 +21,37 @@ def normalize_inputs(inputs: Any, kwargs: Mapping[str, Any] | None) -> tuple[tup
     for path, leaf in _leaves_with_path((args, kw)):
         _check_leaf(path, leaf)
     return args, kw
+
+
+class SparseLayoutError(OpcountValueError):
+    """A sparse (non-strided) tensor where opcount prices dense ones; the message names it."""
+
+
+def check_layouts(model: torch.nn.Module, state: list[tuple[str, torch.Tensor]], inputs: Any, kwargs: Any) -> None:
+    """Refuse sparse (and other non-strided) inputs, parameters and buffers, naming each.
+
+    Every formula prices dense tensors: a sparse x dense product costs its stored values times
+    the output columns, which neither tracer can see (the jit graph keeps no sizes of a sparse
+    tensor; on meta its stored values are unknown), so counting it dense would be a wrong number."""
+    args, kw = normalize_inputs(inputs, kwargs)
+    where = f"of the model ({type(model).__name__})"
+    for path, leaf in _leaves_with_path((args, kw)):
+        if isinstance(leaf, torch.Tensor) and leaf.layout is not torch.strided:
+            raise SparseLayoutError(f"input {path} {where} is {layout_of(leaf)}: {DENSE_ONLY}")
+    for name, t in state:
+        if t.layout is not torch.strided:
+            raise SparseLayoutError(f"parameter or buffer {name!r} {where} is {layout_of(t)}: {DENSE_ONLY}")
+
+
+DENSE_ONLY = (
+    "opcount prices dense tensors only (a sparse product's cost depends on its stored values); "
+    "pass x.to_dense() to count the dense computation"
+)
+
+
+def layout_of(t: torch.Tensor) -> str:
+    """``a torch.sparse_coo tensor of shape [4, 8]``."""
+    return f"a {t.layout} tensor of shape {list(t.shape)}"
 
 
 _SCALARS = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, torch.Size, slice)

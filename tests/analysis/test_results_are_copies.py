@@ -41,7 +41,14 @@ def _queries(obj: Any, names: tuple[str, ...]) -> dict[str, Callable[[], Any]]:
     return {name: getattr(obj, name) for name in names}
 
 
-ANALYSIS_QUERIES = ("by_operator", "by_module", "by_module_and_operator", "uncalled_modules", "unsupported_ops", "per_call")
+ANALYSIS_QUERIES = (
+    "by_operator",
+    "by_module",
+    "by_module_and_operator",
+    "uncalled_modules",
+    "unsupported_ops",
+    "per_call",
+)
 
 
 def _check_queries(queries: dict[str, Callable[[], Any]], totals: Callable[[], Any]) -> None:
