@@ -34,31 +34,39 @@ class ModuleTree:
         self._parent: dict[str, str | None] = {}
         self._children: dict[str, list[str]] = {}
         self._owners: dict[str, tuple[str, ...]] = {}
-        self._walk(model, "", None)
+        self._walk(model)
 
-    def _walk(self, module: nn.Module, name: str, parent: str | None) -> None:
-        """Register ``module`` under ``name``, met as a child of canonical module ``parent``.
+    def _walk(self, model: nn.Module) -> None:
+        """Register every module of ``model`` under each name it is met by.
 
         Pre-order, as ``named_modules()``: a shared module keeps the first name it is met by,
         and its parent is the module it was first met in, so each owner chain extends its
-        parent's (fvcore's naming)."""
-        canonical = self._by_id.setdefault(id(module), name)
-        self.modules[name] = module
-        self.aliases[name] = canonical
-        if canonical == name:
-            self.names.append(name)
-            self._parent[name] = parent
-            self._children[name] = []
-            if parent is None:
-                self._owners[name] = ROOT
-            else:
-                self._children[parent].append(name)
-                self._owners[name] = (*self._owners[parent], name)
-        for key, child in module._modules.items():
-            if child is not None:
-                # An alias's children were met before under the canonical name: these names of
-                # theirs become aliases too (the string is built here, at the boundary, once).
-                self._walk(child, f"{name}.{key}" if name else key, canonical)
+        parent's (fvcore's naming). A loop over a stack, not recursion: a model nested deeper
+        than Python's recursion limit is walked too, as torch runs it."""
+        pending: list[tuple[nn.Module, str, str | None]] = [(model, "", None)]
+        while pending:
+            module, name, parent = pending.pop()
+            canonical = self._by_id.setdefault(id(module), name)
+            self.modules[name] = module
+            self.aliases[name] = canonical
+            if canonical == name:
+                self.names.append(name)
+                self._parent[name] = parent
+                self._children[name] = []
+                if parent is None:
+                    self._owners[name] = ROOT
+                else:
+                    self._children[parent].append(name)
+                    self._owners[name] = (*self._owners[parent], name)
+            elif parent is not None and canonical in self._owners[parent]:
+                continue  # a module inside itself: its names end here, as named_modules()' do
+            # An alias's children were met before under the canonical name: these names of theirs
+            # become aliases too (the string is built here, at the boundary, once). Reversed onto
+            # the stack, so that the first child is walked first.
+            children = [
+                (c, f"{name}.{key}" if name else key, canonical) for key, c in module._modules.items() if c is not None
+            ]
+            pending.extend(reversed(children))
 
     def canonical(self, name: str) -> str:
         """The canonical name of ``name``; KeyError if no module has that name."""
