@@ -68,6 +68,23 @@ class ModuleTree:
             ]
             pending.extend(reversed(children))
 
+    def changes(self, model: nn.Module) -> str:
+        """How ``model``'s module tree differs from this one (module names added, removed or bound
+        to another module), or ``""`` when it is the same: a tree is taken when an analysis is
+        made, and a model edited before its trace would mix the two."""
+        now = ModuleTree(model)
+        if now.modules.keys() == self.modules.keys() and all(now.modules[n] is m for n, m in self.modules.items()):
+            return ""
+        removed = [n for n in self.modules if n not in now.modules]
+        added = [n for n in now.modules if n not in self.modules]
+        replaced = [n for n, m in self.modules.items() if n in now.modules and now.modules[n] is not m]
+        parts = [
+            f"{what} {', '.join(repr(n) for n in names[:5])}{' and more' if len(names) > 5 else ''}"
+            for what, names in (("removed", removed), ("added", added), ("replaced", replaced))
+            if names
+        ]
+        return "; ".join(parts)
+
     def canonical(self, name: str) -> str:
         """The canonical name of ``name``; KeyError if no module has that name."""
         if not isinstance(name, str):
