@@ -135,7 +135,7 @@ def run(
             f"parameter(s) {', '.join(map(repr, lazy))} of a lazy module are uninitialized; "
             "call the model once (model(x)) to size them, then analyze it"
         )
-    check_layouts(model, state, inputs, kwargs)
+    check_layouts(model, inputs, kwargs)
     recorded: Recording
     # autograd may save the inputs, which a tensor made under torch.inference_mode() forbids: a copy
     given, given_kwargs = inputs, kwargs

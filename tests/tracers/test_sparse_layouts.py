@@ -42,11 +42,27 @@ def test_a_sparse_keyword_input_is_named_by_its_key() -> None:
         trace(Kw(), kwargs={"x": _sparse_input()})
 
 
-def test_a_sparse_buffer_is_refused_naming_it() -> None:
-    model = nn.Linear(8, 16)
-    model.register_buffer("mask", _sparse_input())
-    with pytest.raises(OpcountValueError, match="'mask'.*torch.sparse_coo"):
-        trace(model, torch.randn(4, 8))
+class SparseMask(nn.Module):
+    def __init__(self, densify: bool) -> None:
+        super().__init__()
+        self.densify = densify
+        self.register_buffer("mask", _sparse_input())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.mm(self.mask.to_dense() if self.densify else self.mask, x)
+
+
+@pytest.mark.parametrize("options", TRACERS, ids=lambda o: "-".join(o.values()))
+def test_a_sparse_buffer_is_refused_where_an_operator_prices_it(options: dict) -> None:
+    # The mask has 2 stored values: torch's sparse mm runs 2 x 3 multiply-adds, not 4 x 8 x 3.
+    with pytest.raises(OpcountValueError, match="aten::mm in the model .*torch.sparse_coo.*'mask'"):
+        FlopCountAnalysis(SparseMask(densify=False), torch.randn(8, 3), **options).total()
+
+
+@pytest.mark.parametrize("options", TRACERS, ids=lambda o: "-".join(o.values()))
+def test_a_sparse_buffer_made_dense_counts(options: dict) -> None:
+    # [4, 8] x [8, 3]: 4 x 8 x 3 multiply-adds, once the model has made the mask dense.
+    assert FlopCountAnalysis(SparseMask(densify=True), torch.randn(8, 3), **options).by_operator()["mm"] == 4 * 8 * 3
 
 
 class ToSparse(nn.Module):
