@@ -158,5 +158,23 @@ def failure_site(model: nn.Module, tree: ModuleTree, e: BaseException) -> str:
             where = tree.name_of(owner)
         tb = tb.tb_next
     if where:
+        depth = tree.depth(where)
+        if depth > _NAMED_LEVELS:  # a name hundreds of levels long says less than its depth
+            chain = tree.owners(where)
+            where = f"{chain[_NAMED_LEVELS // 2]}...{where[len(chain[-_NAMED_LEVELS // 2]) + 1 :]}"
+            return f"module '{where}' ({type(tree.module(chain[-1])).__name__}, {depth} levels deep)"
         return f"module '{where}' ({type(tree.module(where)).__name__})"
     return f"the model ({type(model).__name__})"
+
+
+_NAMED_LEVELS = 8  # a failing module deeper than this is named by its first and last levels
+
+
+def recursion_hint(tree: ModuleTree) -> str:
+    """Why a forward pass ran out of Python's recursion limit, and what to do."""
+    depth = max(len(tree.owners(name)) for name in tree.names) - 1
+    return (
+        f"the model nests modules {depth} levels deep and its forward pass ran past Python's recursion "
+        "limit (torch takes 3 or 4 frames per level): raise it with sys.setrecursionlimit(), as running "
+        "the model itself needs"
+    )

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ._runtime import recursion_headroom
 from .errors import OpcountTypeError, OpcountValueError
 from .ir import OpCall, TensorSpec
 from .scopes import ModuleTree
@@ -141,15 +142,16 @@ def run(
     given, given_kwargs = inputs, kwargs
     if any(isinstance(t, torch.Tensor) and t.is_inference() for t in pytree.tree_leaves((inputs, kwargs))):
         given, given_kwargs = pytree.tree_map(_outside_inference, (inputs, kwargs))
-    if tracer == "dispatch":
-        recorded = trace_dispatch(
-            model, given, given_kwargs, tree, warn_mode, mode=mode, loss_fn=loss_fn, device=device
-        )
-    else:
-        if has_shapes((given, given_kwargs)):  # TensorShape placeholders become zeros for jit
-            given, given_kwargs = materialize((given, given_kwargs), device_of(model))
-            inputs, kwargs = given, given_kwargs
-        recorded = trace_jit(model, given, given_kwargs, tree, warn_mode)
+    with recursion_headroom():  # opcount's own frames: a model nests as deep as torch runs it
+        if tracer == "dispatch":
+            recorded = trace_dispatch(
+                model, given, given_kwargs, tree, warn_mode, mode=mode, loss_fn=loss_fn, device=device
+            )
+        else:
+            if has_shapes((given, given_kwargs)):  # TensorShape placeholders become zeros for jit
+                given, given_kwargs = materialize((given, given_kwargs), device_of(model))
+                inputs, kwargs = given, given_kwargs
+            recorded = trace_jit(model, given, given_kwargs, tree, warn_mode)
     return Trace(
         tree,
         recorded.calls,

@@ -47,7 +47,7 @@ from torch import nn
 from .._runtime import gc_paused
 from ..errors import OpcountTypeError, OpcountValueError, TraceError
 from ..messages import first_line
-from ..scopes import ModuleTree, failure_site
+from ..scopes import ModuleTree, failure_site, recursion_hint
 from ..torch_internals import DISPATCH, require
 from .custom_functions import functions_named
 from .jit import WRAPPERS, Recording, _warnings
@@ -173,4 +173,6 @@ META_HINT = (
 def _trace_error(model: nn.Module, tree: ModuleTree, e: Exception, on_meta: bool) -> TraceError:
     path, first = failure_site(model, tree, e), first_line(e, type(e).__name__)
     hint = META_HINT if on_meta else "check the inputs' shapes and types"
+    if isinstance(e, RecursionError):  # not a value the meta tensors lack: the model's depth
+        hint = recursion_hint(tree)
     return TraceError(f"could not trace {path} with the dispatch tracer: {type(e).__name__}: {first}. Hint: {hint}.")

@@ -20,7 +20,7 @@ from .._runtime import gc_paused
 from ..errors import TraceError
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
 from ..messages import first_line
-from ..scopes import ROOT, ModuleTree, failure_site, inner_scope
+from ..scopes import ROOT, ModuleTree, failure_site, inner_scope, recursion_hint
 from ..torch_internals import (
     JIT,
     Graph,
@@ -283,7 +283,9 @@ def _trace_error(model: nn.Module, tree: ModuleTree, e: Exception) -> TraceError
         "check the inputs' shapes and types; for a model whose forward is not traceable, "
         "wrap the traceable part in a module and analyze that, or use tracer='dispatch'."
     )
-    if "not part of the active trace" in first:
+    if isinstance(e, RecursionError):
+        hint = recursion_hint(tree) + "."
+    elif "not part of the active trace" in first:
         # torch.jit tracing of Python code cannot call TorchScript (the RuntimeError's wording)
         hint = (
             "a TorchScript module (torch.jit.script or torch.jit.trace) cannot be called from code "
