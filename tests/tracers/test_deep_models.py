@@ -15,8 +15,18 @@ from torch import nn
 
 from opcount import FlopCountAnalysis, MemoryTrafficAnalysis, trace
 from opcount.errors import TraceError
-from opcount.report import flop_count_str, flop_count_table, module_table, operator_table, to_csv, to_json, tree_str
+from opcount.report import (
+    flop_count_str,
+    flop_count_table,
+    module_table,
+    operator_table,
+    parameter_count_table,
+    to_csv,
+    to_json,
+    tree_str,
+)
 from opcount.roofline import roofline
+from opcount.scopes import ModuleTree
 
 TRACERS = [
     {"tracer": "jit"},
@@ -130,3 +140,14 @@ def test_beyond_what_torch_runs_the_error_names_the_depth() -> None:
                 FlopCountAnalysis(model, x, **options).total()
     finally:
         sys.setrecursionlimit(before)
+
+
+def test_walks_that_run_no_forward_take_any_depth() -> None:
+    # No forward pass, so torch needs no recursion: the module tree and the parameter table of
+    # 3000 levels are walked under Python's default limit.
+    model = deep(3000)
+    tree = ModuleTree(model)
+    assert len(tree.names) == 3001 and tree.depth(tree.names[-1]) == 3000
+    table = parameter_count_table(model, max_depth=3001)
+    # a header, its rule, the model's row, 3000 module rows, the weight's and the bias' rows
+    assert table.count("\n") + 1 == 2 + 1 + 3000 + 2
