@@ -27,7 +27,7 @@ from .handles.op_keys import family, fvcore_kind, fvcore_op_key, op_key
 from .handles.presets import flop_preset, macs_only
 from .ir import OpCall
 from .rollup import MODES as ANCESTOR_MODES
-from .rollup import roll_up
+from .rollup import copied, roll_up
 from .scopes import ModuleTree
 from .tracing import Trace, check_options, run
 
@@ -404,14 +404,6 @@ class JitModelAnalysis:
                     "reached through .forward() or another method; their cost, if any, is in their caller.",
                     ", ".join(shown),
                 )
-
-
-def copied(counter: Counter[K]) -> Counter[K]:
-    """A new Counter holding ``counter``'s items: ``Counter(counter)`` without ``Counter.update``'s
-    per-item path, 3x cheaper, which a ``by_module_and_operator()`` of thousands of modules feels."""
-    new: Counter[K] = Counter.__new__(Counter)
-    dict.update(new, counter)
-    return new
 
 
 def _forwards() -> set[Any]:

@@ -43,7 +43,7 @@ from typing import Any
 
 from torch import nn
 
-from .analysis import NO_INPUTS, JitModelAnalysis, Statistics, copied, op_key
+from .analysis import NO_INPUTS, JitModelAnalysis, Statistics, op_key
 from .errors import HandleError, OpcountValueError
 from .handles import MEMORY
 from .handles.counts import count_of, describe
@@ -56,6 +56,7 @@ from .handles.memory import (
     generic_traffic,
 )
 from .ir import OpCall, TensorSpec
+from .rollup import copied
 from .tracing import Trace
 
 KINDS = ("read", "write", "both")
