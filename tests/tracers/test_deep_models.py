@@ -18,6 +18,7 @@ from opcount.errors import TraceError
 from opcount.report import (
     flop_count_str,
     flop_count_table,
+    html_report,
     module_table,
     operator_table,
     parameter_count_table,
@@ -124,6 +125,8 @@ def test_reports_of_a_deep_model(limited: tuple[nn.Module, torch.Tensor]) -> Non
     rows = [line for line in to_csv(flops).splitlines() if not line.startswith("#")]
     assert len(rows) == 1 + levels + 1 and rows[-1].startswith(f"{linear},Linear,")
     report = roofline(t, hardware="h100-sxm")
+    page = html_report(flops, report, charts=False)
+    assert page.count('class="row leaf') == 1 and page.count('<details class="node"') == levels
     assert len(report.by_module()) == levels + 1
     assert len(report.modules(max_depth=deepest)) == levels  # every module below the model
     assert report.table(by="module", max_depth=deepest)
