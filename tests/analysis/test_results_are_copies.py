@@ -5,7 +5,6 @@ callers pop from and add to)."""
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -116,19 +115,3 @@ def test_sparsity_results_are_the_callers() -> None:
     report = sparsity_roofline(_model(), torch.randn(2, 8), "h100-sxm", sparsity="2:4")
     names = ("by_module", "module_levels", "uncalled_modules", "unsupported_ops", "rows")
     _check_queries(_queries(report, names), lambda: (report.speedup, report.module_speedup("0"), report.table()))
-
-
-@pytest.mark.slow
-def test_copies_keep_queries_fast_on_4000_layers() -> None:
-    # Handing out copies costs one dict copy per module: a by_module_and_operator() of 4000
-    # Linear layers takes well under the 2 s that one trace of them takes.
-    model = nn.Sequential(*[nn.Linear(8, 8) for _ in range(4000)])
-    a = FlopCountAnalysis(model, torch.randn(1, 8))
-    start = time.perf_counter()
-    a.total()
-    traced = time.perf_counter() - start
-    start = time.perf_counter()
-    for _ in range(10):
-        a.by_module_and_operator()
-        a.by_module()
-    assert (time.perf_counter() - start) / 10 < traced / 10
