@@ -399,9 +399,7 @@ class JitModelAnalysis:
                 logger.warning("Unsupported operator %s encountered %d time(s)", op, n)
         if self._warn_uncalled:
             shown = sorted(n for n in uncalled if type(self._tree.module(n)).forward not in _forwards())
-            if shown:
-                # the whole list of a large model (vit_h_14: 32 out_proj) is a line no one reads:
-                # grouped by name, with uncalled_modules() for the rest; the command reads `extra`
+            if shown:  # vit_h_14's 32 out_proj grouped by name; the command reads the names from `extra`
                 listing, cut = names_in_brief(shown, 200)
                 logger.warning(
                     "These submodules were never called during the trace: %s%s. They are unused, or were "
