@@ -285,14 +285,15 @@ def test_cli_profile(capsys) -> None:
 
 
 def test_faster_than_the_speed_of_light_is_explained() -> None:
-    # A device a billion times slower than this CPU (1 kFLOP/s, 1 kB/s): the measured time beats
-    # its bound by far, so the summary says which rows and why; on an absurdly fast one it says nothing.
+    # The slowest device a hardware record allows (1 MFLOP/s, 1 MB/s): 2 * 64 * 256 * 256 = 8.4 MFLOP
+    # take 8.4 s there, and this CPU far less, so the summary names the rows and says why; on the
+    # fastest one allowed (1 EFLOP/s, 1 PB/s: under a nanosecond) it says nothing.
     from opcount.hardware import Hardware
 
-    model, x = nn.Sequential(nn.Linear(16, 16), nn.ReLU()).eval(), torch.randn(4, 16)
-    slow = Hardware("slow", {"vector": {"float32": 1e3}}, bandwidth=1e3)
+    model, x = nn.Sequential(nn.Linear(256, 256), nn.ReLU()).eval(), torch.randn(64, 256)
+    slow = Hardware("slow", {"vector": {"float32": 1e6}}, bandwidth=1e6)
     summary = profile(model, x, hardware=slow, repeats=2, warmup=1).summary()
     assert "Measured faster than the speed of light (over 100%): model" in summary
     assert "every byte comes from main memory once" in summary
-    fast = Hardware("fast", {"vector": {"float32": 1e30}}, bandwidth=1e30)
+    fast = Hardware("fast", {"vector": {"float32": 1e18}}, bandwidth=1e15)
     assert "faster than the speed of light" not in profile(model, x, hardware=fast, repeats=2, warmup=1).summary()
