@@ -43,7 +43,7 @@ from typing import Any
 
 from torch import nn
 
-from .analysis import NO_INPUTS, JitModelAnalysis, Statistics, op_key
+from .analysis import NO_INPUTS, JitModelAnalysis, Statistics
 from .errors import HandleError, OpcountValueError
 from .handles import MEMORY
 from .handles.counts import count_of, describe
@@ -55,6 +55,7 @@ from .handles.memory import (
     flat_tensors,
     generic_traffic,
 )
+from .handles.op_keys import op_key
 from .ir import OpCall, TensorSpec
 from .tracing import Trace
 

@@ -207,9 +207,10 @@ class ProfileReport:
             if self.roofline is not None:
                 cells += [seconds(r.predicted), _percent(r.sol_percent), _rate(r.flop_rate), _rate(r.byte_rate)]
             body.append(cells)
-        return tabulate.tabulate(
+        table: str = tabulate.tabulate(
             body, headers=headers, tablefmt="github", disable_numparse=True, preserve_whitespace=True
         )
+        return table
 
     def _indent(self, name: str) -> str:
         depth = self.tree.depth(name)

@@ -17,10 +17,11 @@ from typing import Any
 
 from torch import nn
 
-from ..analysis import FlopCountAnalysis, op_key
+from ..analysis import FlopCountAnalysis
 from ..errors import OpcountTypeError, OpcountValueError
 from ..handles.backward_args import CONV_BACKWARD
 from ..handles.memory import Access, Traffic, flat_tensors
+from ..handles.op_keys import op_key
 from ..handles.registry import FLOPS
 from ..hardware.lookup import TENSOR, VECTOR, DType, Hardware, dtype_name
 from ..hardware.lookup import hardware as lookup_hardware

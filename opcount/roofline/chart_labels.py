@@ -58,7 +58,9 @@ def freeze_layout(fig: Figure) -> RendererBase:
         canvas = FigureCanvasAgg(fig)
     canvas.draw()
     fig.set_layout_engine("none")
-    return canvas.get_renderer()  # type: ignore[attr-defined]
+    # matplotlib's stubs leave get_renderer off FigureCanvasBase (typed by the hasattr above)
+    renderer: RendererBase = canvas.get_renderer()
+    return renderer
 
 
 def place_labels(

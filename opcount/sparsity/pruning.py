@@ -51,7 +51,7 @@ def _keep_top(scores: Sequence[torch.Tensor], drop: int) -> list[torch.Tensor]:
         keep &= ~below
         ties = (flat == threshold).nonzero().reshape(-1)[: drop - int(below.sum())]
         keep[ties] = False
-    return list(keep.split([s.numel() for s in scores]))
+    return list(keep.split([s.numel() for s in scores]))  # type: ignore[no-untyped-call]  # torch leaves Tensor.split unannotated
 
 
 @torch.no_grad()

@@ -156,7 +156,7 @@ class _Marks:
 
         def slow_forward(*args: Any, **kwargs: Any) -> Any:
             if get_ident() != thread[0]:  # another thread tracing the same module
-                return nn.Module._slow_forward(module, *args, **kwargs)
+                return nn.Module._slow_forward(module, *args, **kwargs)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
             self._event(index)
             try:
                 return module.forward(*args, **kwargs)
@@ -310,7 +310,8 @@ def _warnings(mode: str) -> Iterator[None]:
         if mode == "none":
             warnings.simplefilter("ignore")
         elif mode == "no_tracer_warning":
-            warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+            # torch.jit re-exports TracerWarning without marking it (no __all__ entry, no "as")
+            warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)  # type: ignore[attr-defined]
         yield
 
 

@@ -40,7 +40,7 @@ _TAG = "opcount"  # key of the (scope, within) tag in autograd nodes' metadata
 Tag = tuple[Scope, tuple[str, ...]]
 
 
-class Recorder(TorchDispatchMode):
+class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # its __init_subclass__ is unannotated
     """Records each dispatched operator as :class:`~opcount.ir.OpCall` records."""
 
     @classmethod
@@ -56,7 +56,7 @@ class Recorder(TorchDispatchMode):
         train: bool,
         compute: Callable[[Any, tuple[Any, ...], dict[str, Any], int], Any] | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         self.scopes = scopes
         self._compute = compute  # how an operator's outputs are made; None: its kernel runs
         self.calls: list[OpCall] = []
@@ -190,7 +190,7 @@ class Recorder(TorchDispatchMode):
         found = self._state_specs.get(id(t))
         if found is not None or id(t) in self._names:
             return found
-        uid = self._ids.get(t)
+        uid = self._ids.get(t)  # type: ignore[no-untyped-call]  # torch leaves WeakIdKeyDictionary unannotated
         return None if uid is None else TensorSpec(tuple(t.shape), self._dtype(t.dtype), None, uid)
 
     def spec_of(self, t: torch.Tensor) -> TensorSpec:
@@ -203,7 +203,7 @@ class Recorder(TorchDispatchMode):
             if spec is None:
                 spec = self._state_specs[id(t)] = TensorSpec(tuple(t.shape), self._dtype(t.dtype), name, self._new_id())
             return spec
-        uid = self._ids.get(t)
+        uid = self._ids.get(t)  # type: ignore[no-untyped-call]  # torch leaves WeakIdKeyDictionary unannotated
         if uid is None:
             uid = self._ids[t] = self._new_id()
         return TensorSpec(tuple(t.shape), self._dtype(t.dtype), None, uid)
@@ -220,6 +220,6 @@ def _running_node_tag() -> Tag:
     node = current_autograd_node()
     if node is None:
         return ROOT, ()
-    metadata: dict[str, Any] = node.metadata  # type: ignore[assignment]
+    metadata: dict[str, Any] = node.metadata
     tag: Tag | None = metadata.get(_TAG)
     return tag if tag is not None else (ROOT, ())

@@ -125,7 +125,7 @@ class _Template:
             items = tuple(self._slot(i, sources, first_id) for i in spec.items)
             return self._fill(_LIST, items)
         if spec.id in self.slot_of:
-            return self.slot_of[spec.id]  # type: ignore[index]
+            return self.slot_of[spec.id]
         source = sources.get(spec.id)  # type: ignore[arg-type]
         if source is None:
             if spec.id is None or spec.id < first_id or spec.param is not None:

@@ -48,7 +48,7 @@ class ShapeTensor(torch.Tensor):
     ``spec`` is the tracer's record of it, made when it is first recorded.
     """
 
-    __torch_function__ = disabled_torch_function_impl  # type: ignore[assignment]  # no Python layer
+    __torch_function__ = disabled_torch_function_impl  # no Python layer
     meta: Meta
     spec: TensorSpec | None
 
@@ -137,14 +137,16 @@ class ShapeRunner:
         """A hashable stand-in for an argument: a tensor's metadata, a constant's value."""
         t = type(a)
         if t is ShapeTensor:
-            return a.meta
+            shaped: ShapeTensor = a
+            return shaped.meta
         if t is int or t is float or t is bool or t is complex:
             return (t, a)  # 1, 1.0 and True hash alike but promote differently
         if isinstance(a, torch.Tensor):
             return self.metas.get(id(a)) or self._claim(meta_of(a))
         if t is list or t is tuple:
             return (t, *map(self.freeze, a))
-        return a  # None, str, dtype, device, layout, memory format
+        value: Hashable = a  # None, str, dtype, device, layout, memory format
+        return value
 
     def _claim(self, meta: Meta) -> Meta:
         return meta._replace(device=self._device) if meta.device != self._device else meta
