@@ -160,7 +160,7 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
         _check_kind(kind)
         stats = self._analyze()
         result: list[tuple[OpCall, Mapping[str, Any] | None]] = []
-        for call, key, t in zip(self._traced().calls, stats.keys, stats.traffic):
+        for call, key, t in zip(self._traced().calls, stats.keys, stats.traffic, strict=True):
             if t is None:
                 result.append((call, None))
                 continue
@@ -170,7 +170,7 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
 
     def traffic_per_call(self) -> list[tuple[OpCall, Traffic | None]]:
         """Every recorded call with the tensors it reads and writes, the conventions applied."""
-        return list(zip(self._traced().calls, self._analyze().traffic))
+        return list(zip(self._traced().calls, self._analyze().traffic, strict=True))
 
     # ----- the work ----------------------------------------------------------------------------
     def _analyze(self) -> TrafficStatistics:
@@ -180,7 +180,7 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
         keys, traffic = self._call_traffic(trace.calls)
         values = (
             None if t is None else Counter({(key, "read"): t.read_bytes, (key, "write"): t.write_bytes})
-            for key, t in zip(keys, traffic)
+            for key, t in zip(keys, traffic, strict=True)
         )
         counts, unsupported = self._aggregate(trace.calls, values)
         reads, writes, both = {}, {}, {}
@@ -244,7 +244,7 @@ def as_traffic(value: object, call: OpCall) -> Traffic:
 def alias_roots(calls: Sequence[OpCall], traffic: Sequence[Traffic | None]) -> dict[int, TensorSpec]:
     """Value id -> the tensor it is a view of (through chains of views), for every view output."""
     roots: dict[int, TensorSpec] = {}
-    for call, t in zip(calls, traffic):
+    for call, t in zip(calls, traffic, strict=True):
         if t is None or not t.alias:
             continue
         source = next(flat_tensors(call.inputs), None)
@@ -279,7 +279,7 @@ def fuse_chains(
     """
     returned = {_root_id(spec, roots) for spec in outputs}
     consumers: dict[int, set[int]] = {}
-    for i, (call, t) in enumerate(zip(calls, traffic)):
+    for i, (call, t) in enumerate(zip(calls, traffic, strict=True)):
         if (t is not None and t.alias) or call.kind in no_data:
             continue
         for spec in flat_tensors(call.inputs):

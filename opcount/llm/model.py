@@ -100,7 +100,7 @@ def build_on_meta(config: Any, dtype: torch.dtype = torch.bfloat16) -> nn.Module
         with torch.device("meta"):
             # transformers leaves from_config unannotated
             model: nn.Module = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
-    except Exception as e:  # noqa: BLE001 -- raised by the constructors on the config's values, whatever its type
+    except Exception as e:  # raised by the constructors on the config's values, whatever its type
         raise OpcountValueError(f"{name}: invalid config: {first_line(e, type(e).__name__)}") from e
     return model.to(dtype).eval()
 

@@ -290,7 +290,7 @@ class ProfileReport:
                 color="tab:orange",
                 label=f"speed of light ({self.roofline.hardware.name})",
             )
-            for y, r in zip(ys, rows):
+            for y, r in zip(ys, rows, strict=True):
                 if r.sol_percent is not None:
                     ax.annotate(
                         _percent(r.sol_percent),

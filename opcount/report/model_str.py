@@ -162,7 +162,9 @@ def tree_str(
     widths = [max(len(row[0]) for row in [header, *lines])]
     widths += [max(len(row[1][i]) for row in [header, *lines]) for i in range(len(chosen))]
     text = "\n".join(
-        "  ".join([row[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(row[1], widths[1:]))]).rstrip()
+        "  ".join(
+            [row[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(row[1], widths[1:], strict=True))]
+        ).rstrip()
         for row in [header, *lines]
     )
     if any("N/A" in row[1] for row in lines):

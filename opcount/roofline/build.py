@@ -89,7 +89,7 @@ def roofline(
     split_handle = FLOPS.handles.get(CONV_BACKWARD)
     layers: list[Layer] = []
     unsupported: Counter[str] = Counter()
-    for i, (call, t, (_, value)) in enumerate(zip(calls, traffic, pricing.per_call_at(FLOPS_PER_MAC))):
+    for i, (call, t, (_, value)) in enumerate(zip(calls, traffic, pricing.per_call_at(FLOPS_PER_MAC), strict=True)):
         handle = pricing.handle_of(call.kind)
         macs = bool(getattr(handle, "macs", False))
         op = getattr(handle, "name", None) or op_key(call.kind)
@@ -279,7 +279,7 @@ def fuse_modules(
 
     producer: dict[int, int] = {}
     readers: dict[int, set[int]] = {}
-    for i, (call, t) in enumerate(zip(calls, traffic)):
+    for i, (call, t) in enumerate(zip(calls, traffic, strict=True)):
         if t is not None and t.alias:
             continue
         reads = flat_tensors(call.inputs) if t is None else (a.tensor for a in t.read)

@@ -395,7 +395,7 @@ class _Converter:
         n_inputs, state, names = self._state
         dtypes: dict[torch.dtype, str] = {}
         cache: dict[Value, Spec] = {}
-        for value, t, name in zip(list(self._graph.inputs())[n_inputs:], state, names):
+        for value, t, name in zip(list(self._graph.inputs())[n_inputs:], state, names, strict=True):
             dtype = dtypes.get(t.dtype)
             if dtype is None:
                 dtype = dtypes[t.dtype] = str(t.dtype).removeprefix("torch.")

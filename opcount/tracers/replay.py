@@ -220,7 +220,7 @@ class Replayer:
         params, buffers = module._parameters, module._buffers
         tensors = (*params.values(), *buffers.values())
         state = tuple(map(self._metas.get, map(id, tensors)))
-        if None in state and any(m is None and t is not None for m, t in zip(state, tensors)):
+        if None in state and any(m is None and t is not None for m, t in zip(state, tensors, strict=True)):
             raise _Unreplayable("a parameter or buffer that is not the model's")  # assigned during the pass
         kind = type(module)  # its forward too: a library may patch torch.nn's classes
         return (

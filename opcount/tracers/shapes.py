@@ -243,6 +243,6 @@ def _meta_tensor(m: Meta) -> torch.Tensor:
     """A storage-less meta tensor with ``m``'s shape, strides, offset and dtype."""
     if m.offset == 0:
         return torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device=META)
-    span = 1 + sum((s - 1) * st for s, st in zip(m.shape, m.stride) if s > 0)
+    span = 1 + sum((s - 1) * st for s, st in zip(m.shape, m.stride, strict=True) if s > 0)
     base = torch.empty(m.offset + span, dtype=m.dtype, device=META)
     return base.as_strided(m.shape, m.stride, m.offset)

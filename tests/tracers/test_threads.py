@@ -90,7 +90,7 @@ class _Worker(threading.Thread):
     def run(self) -> None:
         try:
             self.result = self._work()
-        except BaseException as e:  # noqa: BLE001 -- re-raised by value()
+        except BaseException as e:  # re-raised by value()
             self.error = e
 
     def value(self) -> Any:
