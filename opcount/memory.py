@@ -174,8 +174,8 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
 
     # ----- the work ----------------------------------------------------------------------------
     def _analyze(self) -> TrafficStatistics:
-        if self._stats is not None:
-            return self._stats  # type: ignore[return-value]
+        if isinstance(self._stats, TrafficStatistics):  # None until analyzed; this class stores no other
+            return self._stats
         trace = self._traced()
         keys, traffic = self._call_traffic(trace.calls)
         values = (
