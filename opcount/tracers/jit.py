@@ -342,7 +342,7 @@ def _records(graph: Graph, tree: ModuleTree, marks: _Marks, converter: _Converte
         elif not kind.startswith("prim::"):
             yield OpCall(kind, *resolve(node), stack[-1]), node
         elif kind == "prim::PythonOp":
-            yield OpCall(f"prim::PythonOp.{node.pyname()}", *resolve(node), stack[-1]), node  # type: ignore[attr-defined]
+            yield OpCall(f"prim::PythonOp.{node.pyname()}", *resolve(node), stack[-1]), node  # type: ignore[attr-defined]  # stub lacks pyname
         elif kind == "prim::CallFunction":
             # A scripted function called from traced code: named by the function, e.g.
             # prim::CallFunction.torchvision.ops.boxes._batched_nms_coordinate_trick.
@@ -424,9 +424,10 @@ class _Converter:
         if kind == "prim::Constant":
             return Const(constant)  # None, or a constant toIValue() would not read
         if kind == "prim::ListConstruct":
-            get, convert = self._cache.get, self._convert  # type: ignore[union-attr]
+            get, convert = self._cache.get, self._convert  # type: ignore[union-attr]  # _start filled the cache before any value converts
             items = tuple(get(v) or convert(v) for v in (node.inputsAt(i) for i in range(node.inputsSize())))
-            if all(isinstance(i, Const) and i.known for i in items):
-                return Const(tuple(i.value for i in items))  # type: ignore[union-attr]
+            values = [i.value for i in items if isinstance(i, Const) and i.known]
+            if len(values) == len(items):
+                return Const(tuple(values))
             return ListSpec(items)
         return Const(None, known=False)

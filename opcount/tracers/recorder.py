@@ -140,7 +140,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # its __ini
         pending = [t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
         while pending:
             node = pending.pop()
-            metadata: dict[str, Any] = node.metadata  # type: ignore[assignment]
+            metadata: dict[str, Any] = node.metadata  # type: ignore[assignment]  # torch's stub makes Node.metadata a method; it is a dict
             if _TAG in metadata:
                 continue
             metadata[_TAG] = tag
@@ -159,8 +159,9 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # its __ini
             return value
         if isinstance(value, (list, tuple)):
             items = tuple(map(self._spec, value))
-            if all(isinstance(i, Const) for i in items):
-                return Const(tuple(i.value for i in items))  # type: ignore[union-attr]
+            values = [i.value for i in items if isinstance(i, Const)]
+            if len(values) == len(items):
+                return Const(tuple(values))
             return ListSpec(items)
         if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             return Const(None, known=False)  # a size only known at run time, as jit records it

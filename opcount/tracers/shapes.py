@@ -59,10 +59,10 @@ class ShapeTensor(torch.Tensor):
         )
         t.meta = meta
         t.spec = None
-        return t  # type: ignore[no-any-return]
+        return t  # type: ignore[no-any-return]  # torch's _make_wrapper_subclass is bound untyped
 
     @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:  # type: ignore[override]
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:  # type: ignore[override]  # torch's stub types Tensor's dispatch as a plain function
         # The tracer's mode answers every operator first; one reaching here ran outside the trace.
         raise ShapeUnsupported(f"{func} on a shape-only tensor outside opcount's trace: it has no values")
 
