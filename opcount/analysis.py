@@ -404,10 +404,9 @@ class JitModelAnalysis:
             if shown:  # vit_h_14's 32 out_proj grouped by name; the command reads the names from `extra`
                 listing, cut = names_in_brief(shown, 200)
                 logger.warning(
-                    "These submodules were never called during the trace: %s%s. They are unused, or were "
-                    "reached through .forward() or another method; their cost, if any, is in their caller.",
-                    listing,
-                    f" ({len(shown)} modules; uncalled_modules() names them)" if cut else "",
+                    "These submodules were never called during the trace: %s. They are unused, or were reached "
+                    "through .forward() or another method; their cost, if any, is in their caller.",
+                    listing + (f" ({len(shown)} modules; uncalled_modules() names them)" if cut else ""),
                     extra={"opcount_uncalled": tuple(shown)},
                 )
 
