@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..llm.limits import MAX_POSITIONS
 from ..messages import first_line
 
 # Real tensors (inputs, or weights built from a config) above this are refused unless --meta:
@@ -52,6 +53,8 @@ def check_arguments(args: argparse.Namespace, dtype: torch.dtype) -> None:
     check_output_paths(args)
     shapes = [(f"--input {','.join(map(str, s))}", s, dtype) for s in args.input or []]
     if args.seq_len and args.model.startswith("hf:"):  # token ids (int64) or audio samples, 1 x N
+        if args.seq_len > MAX_POSITIONS:  # on meta too: attention's seq x seq sizes overflow int64 first
+            raise UsageError(f"--seq-len {args.seq_len}: more than {MAX_POSITIONS:,} positions (the limit)")
         shapes.append((f"--seq-len {args.seq_len}", (args.seq_len,), torch.int64))
     _check_input_shapes(shapes, meta=args.meta)
 
@@ -132,8 +135,10 @@ def _check_input_shapes(shapes: Sequence[tuple[str, tuple[int, ...], torch.dtype
         if any(d == 0 for d in shape):
             raise UsageError(f"{flag}: sizes must be positive")
         elements = math.prod(shape)
-        if elements > MAX_ELEMENTS:
-            raise UsageError(f"{flag}: {elements:.3g} elements, more than torch can index (2**63 - 1)")
+        if elements * dtype.itemsize > MAX_ELEMENTS:  # torch sizes a tensor's storage in int64 bytes
+            raise UsageError(
+                f"{flag}: {elements:.3g} elements of {dtype.itemsize} bytes, more than torch can index (2**63 - 1 bytes)"
+            )
         total += elements * dtype.itemsize
         if not meta and total > REAL_BYTES:
             raise UsageError(

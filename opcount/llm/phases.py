@@ -35,6 +35,7 @@ from ..ir import OpCall, TensorSpec
 from ..memory import MemoryTrafficAnalysis
 from ..roofline import RooflineReport, roofline
 from ..tracers.meta import TensorShape
+from .limits import check_phase
 from .model import (
     KVGeometry,
     build_on_meta,
@@ -140,6 +141,11 @@ class CausalLM:
 
         return self.geometry.elements(tokens, batch) * int(DTYPE_BYTES[self.precision.kv_dtype])
 
+    def check_sizes(self, batch: int, positions: int) -> None:
+        """Refuse ``batch`` sequences of ``positions`` positions over :mod:`.limits`' bounds, before tracing."""
+        g = self.geometry
+        check_phase(batch, positions, batch * g.kv_heads * positions * g.head_dim)
+
     def phase(
         self,
         phase: str = "prefill",
@@ -163,6 +169,7 @@ class CausalLM:
         for name, value, least in (("seq_len", seq_len, 1), ("kv_len", kv_len, 0), ("batch", batch, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise OpcountValueError(f"{name} must be an integer >= {least}, got {value!r}")
+        self.check_sizes(batch, kv_len + seq_len)
         if self._positions is not None and kv_len + seq_len > self._positions[1]:
             # On meta an out-of-range position is never looked up: the real model fails, the trace would not
             name, rows = self._positions
@@ -308,6 +315,8 @@ def generation(
     ``j`` (0-based) attends to ``prompt_len + j`` cached tokens. Three traces whatever ``gen_len``."""
     if not isinstance(gen_len, int) or gen_len < 0:
         raise OpcountValueError(f"gen_len must be an integer >= 0, got {gen_len!r}")
+    if isinstance(prompt_len, int) and isinstance(batch, int):  # phase() checks the types
+        llm.check_sizes(batch, prompt_len + gen_len)  # the last step's, before the prefill is traced
     step: dict[str, Any] = {"batch": batch, "hardware": hardware, "flops_per_mac": flops_per_mac, "preset": preset}
     prefill = llm.phase("prefill", seq_len=prompt_len, **step)
     if gen_len == 0:

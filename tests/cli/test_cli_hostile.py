@@ -1,0 +1,67 @@
+"""Hostile input on the command line: each mistake one line, exit status 2, before a model is
+built (sizes), with its first cause (a config that fails when traced), and nothing else on stderr."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from opcount.cli import main  # noqa: E402
+
+ONE_LAYER = ["--hf-config", "num_hidden_layers=1"]
+HUGE = "99999999999999999999"  # past int64: torch's sizes overflow
+
+
+def error_line(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    status = main(list(args))
+    out, err = capsys.readouterr()
+    assert status == 2, err
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("opcount: error: "), err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--batch", HUGE], f"--batch {HUGE}: more than 1,048,576 sequences (the limit)"),
+        (["--seq-len", HUGE], f"--seq-len {HUGE}: more than 16,777,216 positions per sequence (the limit)"),
+        (["--phase", "decode", "--kv-len", HUGE], f"--kv-len {HUGE}: more than 16,777,216"),
+        (["--gen-len", HUGE], f"--gen-len {HUGE}: more than 16,777,216"),
+        (["--seq-len", "16777216", "--gen-len", "1"], "16,777,217 positions per sequence, more than 16,777,216"),
+        (["--sweep", f"batch=1,{HUGE}"], f"--sweep batch={HUGE}: more than 1,048,576 sequences"),
+    ],
+)
+def test_llm_sizes_are_bounded(capsys: pytest.CaptureFixture[str], flags: list[str], message: str) -> None:
+    assert message in error_line(capsys, "llm:llama-3-8b", *ONE_LAYER, *flags)
+
+
+@pytest.mark.parametrize(
+    ("model", "item", "message"),
+    [
+        ("hf:GPT2Config", "n_layer=1000000000", "GPT2Config.n_layer = 1,000,000,000: more than 1,024 layers"),
+        ("llm:llama-3-8b", "num_hidden_layers=1000000000", "num_hidden_layers = 1,000,000,000: more than 1,024"),
+        ("llm:llama-3-8b", "hidden_size=1000000000", "parameters from its sizes"),
+    ],
+)
+@pytest.mark.parametrize("meta", [[], ["--meta"]])
+def test_config_sizes_are_bounded_before_building(
+    capsys: pytest.CaptureFixture[str], model: str, item: str, message: str, meta: list[str]
+) -> None:
+    if model.startswith("llm:") and meta:
+        meta = []  # llm: is always on meta; --meta is for whole models
+    line = error_line(capsys, model, "--hf-config", item, *meta)
+    assert f"--hf-config {item}" in line and message in line and "limit" in line
+
+
+def test_hf_seq_len_bounded_on_meta(capsys: pytest.CaptureFixture[str]) -> None:
+    # 2**62 token ids fit int64 as a count, not as 8-byte elements: torch's storage size overflowed
+    line = error_line(capsys, "hf:LlamaConfig", *ONE_LAYER, "--meta", "--seq-len", str(2**62))
+    assert f"--seq-len {2**62}: more than 16,777,216 positions (the limit)" in line
+
+
+def test_input_bytes_past_int64(capsys: pytest.CaptureFixture[str]) -> None:
+    line = error_line(capsys, "resnet18", "--meta", "--input", f"1,3,{2**60},2")
+    assert "more than torch can index (2**63 - 1 bytes)" in line
