@@ -1,4 +1,4 @@
-"""An exception as the one line a message quotes."""
+"""An exception as the one line a message quotes, and the first of two failures kept."""
 
 from __future__ import annotations
 
@@ -14,3 +14,12 @@ def first_line(e: BaseException, default: str = "") -> str:
     """The first line of an exception's message, or ``default`` when it has none."""
     text = str(e).strip()
     return text.splitlines()[0] if text else default
+
+
+def first_failure(first: BaseException, second: BaseException) -> BaseException:
+    """``first``, to be raised where a second attempt (another tensor kind, other inputs) failed
+    too: the first failure is the user's; the second is kept as a note under its traceback and
+    as its context."""
+    first.add_note(f"a second attempt failed too: {one_line(second)}")
+    first.__context__ = second
+    return first

@@ -46,7 +46,7 @@ from torch import nn
 
 from .._runtime import gc_paused
 from ..errors import OpcountTypeError, OpcountValueError, TraceError
-from ..messages import first_line
+from ..messages import first_failure, first_line
 from ..scopes import ModuleTree, failure_site
 from ..torch_internals import DISPATCH, require
 from .custom_functions import functions_named
@@ -103,6 +103,7 @@ def trace_dispatch(
     on_meta = device is not None or built_on_meta
     claimed = CPU if built_on_meta or not state else state[0][1].device  # what meta tensors claim
     train = mode == "train"
+    first: Exception | None = None
     if on_meta and not train:
         try:
             return _trace(model, inner, tree, state, args, kw, warn_mode, ShapeTensors(claimed), train, None)
@@ -113,8 +114,16 @@ def trace_dispatch(
             logger.debug(
                 "shape-only tensors stopped at %s: %s; running on fake tensors", type(cause).__name__, first_line(cause)
             )
+            first = e
     tensors = FakeTensors(claimed) if on_meta else RealTensors(claimed)
-    return _trace(model, inner, tree, state, args, kw, warn_mode, tensors, train, loss_fn if train else None)
+    try:
+        return _trace(model, inner, tree, state, args, kw, warn_mode, tensors, train, loss_fn if train else None)
+    except Exception as e:
+        if first is None:
+            raise
+        # Both failed: the first error is the model's (a wrong config, a bad shape); the fake
+        # tensors' is often an artefact of the second run (a meta cache beside CPU indices)
+        raise first_failure(first, e) from first.__cause__
 
 
 def _trace(

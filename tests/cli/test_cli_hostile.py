@@ -65,3 +65,18 @@ def test_hf_seq_len_bounded_on_meta(capsys: pytest.CaptureFixture[str]) -> None:
 def test_input_bytes_past_int64(capsys: pytest.CaptureFixture[str]) -> None:
     line = error_line(capsys, "resnet18", "--meta", "--input", f"1,3,{2**60},2")
     assert "more than torch can index (2**63 - 1 bytes)" in line
+
+
+@pytest.mark.parametrize(
+    ("model", "items", "message"),
+    [
+        ("llm:mixtral-8x7b", ["num_experts_per_tok=9"], "k not in range"),
+        ("hf:LlamaConfig", ["num_attention_heads=4", "num_key_value_heads=3"], "Number of heads in key and value"),
+    ],
+)
+def test_a_config_failing_when_traced_keeps_its_cause(
+    capsys: pytest.CaptureFixture[str], model: str, items: list[str], message: str
+) -> None:
+    flags = [f for item in items for f in ("--hf-config", item)]
+    line = error_line(capsys, model, *ONE_LAYER, *flags, "--phase", "prefill")
+    assert message in line and "index_copy" not in line
