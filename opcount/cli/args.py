@@ -176,6 +176,9 @@ def hf_overrides(config_class: type, items: Sequence[str]) -> dict[str, Any]:
         key, sep, text = (s.strip() for s in item.partition("="))
         if not sep or not key.isidentifier():
             raise UsageError(f"malformed --hf-config {item!r}: expected KEY=VALUE")
+        if not _may_be_field(config_class, key):
+            what = "callable (a method)" if callable(getattr(config_class, key, None)) else "private"
+            raise UsageError(f"--hf-config {item}: {owner}.{key} is {what}: --hf-config sets the config's data fields")
         if default is not None and not _is_field(default, config_class, key):
             # a config keeps unknown keys as attributes that nothing reads: a typo would count the default model
             close = difflib.get_close_matches(key, [k for k in vars(default) if not k.startswith("_")], n=3)
@@ -191,9 +194,24 @@ def invalid_config(where: str, items: Sequence[str], e: BaseException) -> UsageE
     return UsageError(f"{where}{given}: invalid config: {first_line(e, type(e).__name__)}")
 
 
-def _is_field(default: Any, config_class: type, key: str) -> bool:
-    if hasattr(default, key) or hasattr(default, f"_{key}"):  # attn_implementation is stored as _attn_...
+def _may_be_field(config_class: type, key: str) -> bool:
+    """Not a private or dunder name, nor a method of the class (``to_dict``, ``__init__``): set as
+    a value, it would replace the method the model's code calls."""
+    if key in inspect.signature(config_class).parameters:
         return True
+    return not key.startswith("_") and not callable(getattr(config_class, key, None))
+
+
+def _is_field(default: Any, config_class: type, key: str) -> bool:
+    """A data attribute of the default config (``hasattr`` alone would count its methods), one stored
+    under a private name (``attn_implementation`` as ``_attn_implementation``), or a constructor parameter."""
+    for name in (key, f"_{key}"):
+        try:
+            value = getattr(default, name)
+        except Exception:  # noqa: BLE001 -- absent, or a property that cannot answer on a default config
+            continue
+        if not callable(value):
+            return True
     return key in inspect.signature(config_class).parameters
 
 

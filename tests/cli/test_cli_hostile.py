@@ -80,3 +80,28 @@ def test_a_config_failing_when_traced_keeps_its_cause(
     flags = [f for item in items for f in ("--hf-config", item)]
     line = error_line(capsys, model, *ONE_LAYER, *flags, "--phase", "prefill")
     assert message in line and "index_copy" not in line
+
+
+@pytest.mark.parametrize(
+    ("item", "what"),
+    [
+        ("to_dict=1", "callable (a method)"),
+        ("__init__=1", "callable (a method)"),
+        ("__setattr__=1", "callable (a method)"),
+        ("save_pretrained=x", "callable (a method)"),
+        ("_commit_hash=x", "private"),
+    ],
+)
+@pytest.mark.parametrize("model", ["hf:GPT2Config", "llm:llama-3-8b"])
+def test_hf_config_takes_data_fields_only(capsys: pytest.CaptureFixture[str], model: str, item: str, what: str) -> None:
+    line = error_line(capsys, model, "--hf-config", item)
+    key = item.partition("=")[0]
+    assert f"--hf-config {item}: " in line and f".{key} is {what}: --hf-config sets the config's data fields" in line
+
+
+def test_hf_config_data_fields_still_taken(capsys: pytest.CaptureFixture[str]) -> None:
+    # a field stored under a private name, a property with a setter, a constructor parameter
+    items = ["n_layer=1", "n_embd=32", "n_head=2", "vocab_size=100", "attn_implementation=eager", "num_labels=3"]
+    status = main(["hf:GPT2Config", "--meta", "--format", "json", *(f for i in items for f in ("--hf-config", i))])
+    _, err = capsys.readouterr()
+    assert status == 0, err
