@@ -216,7 +216,7 @@ def _factory(spec: str, args: argparse.Namespace) -> Loaded:
         obj = getattr(obj, part)
     try:
         made = obj() if callable(obj) and not isinstance(obj, nn.Module) else obj
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # sys.exit in user code is its error, not the command's exit
         raise UsageError(f"{spec}() failed: {one_line(e)}") from e
     model, inputs, kwargs = _unpack(spec, made)
     model = _prepare(model, args)
@@ -263,7 +263,7 @@ def _import(target: str) -> Any:
         raise
     except ModuleNotFoundError as e:
         raise UsageError(f"cannot import {target!r}: {one_line(e)}") from e
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # a module that exits on import, too
         raise UsageError(f"importing {target} failed: {one_line(e)}") from e
 
 

@@ -157,7 +157,7 @@ def _trace(
                 raise
             except (TrainingError, BackwardError):
                 raise
-            except Exception as e:  # re-raised with the module path
+            except (Exception, SystemExit) as e:  # re-raised with the module path; sys.exit in a forward too
                 raise _trace_error(model, tree, e, tensors.on_meta) from e
     calls = tuple(recorder.calls)
     called = {name for scope in {call.scope for call in calls} for name in scope} | {""}
@@ -173,13 +173,16 @@ def _inside_scripted(tree: ModuleTree, called: set[str]) -> set[str]:
     return {name for name in tree.names if not scripted.isdisjoint(tree.owners(name))}
 
 
+EXIT_HINT = "a forward returns its outputs: the model's code exited instead"
 META_HINT = (
     "on the meta device tensors have no values, so a forward that reads them (.item(), "
     "data-dependent shapes or branches) cannot run: analyze real tensors (device=None)"
 )
 
 
-def _trace_error(model: nn.Module, tree: ModuleTree, e: Exception, on_meta: bool) -> TraceError:
+def _trace_error(model: nn.Module, tree: ModuleTree, e: BaseException, on_meta: bool) -> TraceError:
     path, first = failure_site(model, tree, e), first_line(e, type(e).__name__)
     hint = META_HINT if on_meta else "check the inputs' shapes and types"
+    if isinstance(e, SystemExit):
+        hint = EXIT_HINT
     return TraceError(f"could not trace {path} with the dispatch tracer: {type(e).__name__}: {first}. Hint: {hint}.")

@@ -105,3 +105,44 @@ def test_hf_config_data_fields_still_taken(capsys: pytest.CaptureFixture[str]) -
     status = main(["hf:GPT2Config", "--meta", "--format", "json", *(f for i in items for f in ("--hf-config", i))])
     _, err = capsys.readouterr()
     assert status == 0, err
+
+
+EXITS = """
+import sys
+
+import torch
+
+
+def exits():
+    sys.exit(0)
+
+
+class Exits(torch.nn.Module):
+    def forward(self, x):
+        sys.exit(3)
+
+
+def exits_in_forward():
+    return Exits(), torch.randn(1, 4)
+"""
+
+
+@pytest.mark.parametrize(
+    ("factory", "flags", "message"),
+    [
+        ("builtins:exit", [], "builtins:exit() failed: SystemExit: exited (sys.exit)"),
+        ("{file}:exits", [], "{file}:exits() failed: SystemExit: exited with code 0 (sys.exit)"),
+        ("{exits_on_import}:build", [], "importing {exits_on_import} failed: SystemExit: exited with code 0"),
+        ("{file}:exits_in_forward", [], "could not trace the model (Exits): SystemExit: exited with code 3"),
+        ("{file}:exits_in_forward", ["--tracer", "dispatch"], "(Exits) with the dispatch tracer: SystemExit"),
+        ("{file}:exits_in_forward", ["--meta"], "(Exits) with the dispatch tracer: SystemExit"),
+    ],
+)
+def test_user_code_that_exits_is_its_error(
+    capsys: pytest.CaptureFixture[str], tmp_path, factory: str, flags: list[str], message: str
+) -> None:
+    paths = {"file": tmp_path / "exits.py", "exits_on_import": tmp_path / "exits_on_import.py"}
+    paths["file"].write_text(EXITS)
+    paths["exits_on_import"].write_text("import sys\n\nsys.exit(0)\n")
+    line = error_line(capsys, factory.format(**paths), *flags)
+    assert message.format(**paths) in line
