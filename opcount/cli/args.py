@@ -53,10 +53,11 @@ def check_arguments(args: argparse.Namespace, dtype: torch.dtype) -> None:
     check_output_paths(args)
     shapes = [(f"--input {','.join(map(str, s))}", s, dtype) for s in args.input or []]
     if args.seq_len and args.model.startswith("hf:"):  # token ids (int64) or audio samples, 1 x N
-        if args.seq_len > MAX_POSITIONS:  # on meta too: attention's seq x seq sizes overflow int64 first
-            raise UsageError(f"--seq-len {args.seq_len}: more than {MAX_POSITIONS:,} positions (the limit)")
         shapes.append((f"--seq-len {args.seq_len}", (args.seq_len,), torch.int64))
     _check_input_shapes(shapes, meta=args.meta)
+    if args.seq_len and args.model.startswith("hf:") and args.seq_len > MAX_POSITIONS:
+        # on meta too, where no budget applies: attention's seq x seq sizes overflow int64
+        raise UsageError(f"--seq-len {args.seq_len}: more than {MAX_POSITIONS:,} positions (the limit)")
 
 
 def _check_tracer(args: argparse.Namespace) -> None:

@@ -59,7 +59,9 @@ def test_config_sizes_are_bounded_before_building(
 def test_hf_seq_len_bounded_on_meta(capsys: pytest.CaptureFixture[str]) -> None:
     # 2**62 token ids fit int64 as a count, not as 8-byte elements: torch's storage size overflowed
     line = error_line(capsys, "hf:LlamaConfig", *ONE_LAYER, "--meta", "--seq-len", str(2**62))
-    assert f"--seq-len {2**62}: more than 16,777,216 positions (the limit)" in line
+    assert f"--seq-len {2**62}: 4.61e+18 elements of 8 bytes, more than torch can index (2**63 - 1 bytes)" in line
+    line = error_line(capsys, "hf:LlamaConfig", *ONE_LAYER, "--meta", "--seq-len", str(2**40))
+    assert f"--seq-len {2**40}: more than 16,777,216 positions (the limit)" in line
 
 
 def test_input_bytes_past_int64(capsys: pytest.CaptureFixture[str]) -> None:
