@@ -56,7 +56,8 @@ def compare(args: argparse.Namespace, stderr: TextIO) -> str:
     spinner = Progress(stderr, enabled=False if args.debug else None)
     measured: list[Measured] = []
     notes: list[str] = []
-    with captured_warnings(args.debug) as caught:
+    uses_transformers = any(str(spec).startswith(("hf:", "llm:")) for spec in args.models)
+    with captured_warnings(args.debug, uses_transformers) as caught:
         try:
             if isinstance(args.hardware, str):  # --hardware local, measured once for every model
                 args.hardware = local_hardware(args, spinner)

@@ -3,6 +3,11 @@ built (sizes), with its first cause (a config that fails when traced), and nothi
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("transformers")
@@ -148,3 +153,68 @@ def test_user_code_that_exits_is_its_error(
     paths["exits_on_import"].write_text("import sys\n\nsys.exit(0)\n")
     line = error_line(capsys, factory.format(**paths), *flags)
     assert message.format(**paths) in line
+
+
+# transformers logs through its own stderr handler, made when it is first imported: only a fresh
+# process shows what reaches stderr, so these run as subprocesses, started together.
+ROOT = Path(__file__).resolve().parents[2]
+YARN = ["--hf-config", 'rope_scaling={"rope_type": "yarn", "factor": 4.0}', "--seq-len", "8"]
+BAD_ROPE = ["--hf-config", 'rope_scaling={"rope_type": "yarn", "factor": "x"}']
+QUIET_RUNS = {
+    "bad_rope_quiet": [*BAD_ROPE, "-q"],
+    "bad_rope": BAD_ROPE,
+    "yarn_quiet": [*YARN, "-q"],
+    "yarn": YARN,
+}
+
+
+@pytest.fixture(scope="module")
+def quiet_runs() -> dict[str, subprocess.CompletedProcess]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    started = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "opcount", "llm:llama-3-8b", *ONE_LAYER, *flags],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, flags in QUIET_RUNS.items()
+    }
+    done = {}
+    for name, process in started.items():
+        out, err = process.communicate(timeout=300)
+        done[name] = subprocess.CompletedProcess(process.args, process.returncode, out, err)
+    return done
+
+
+def test_quiet_leaves_only_the_error_line(quiet_runs: dict[str, subprocess.CompletedProcess]) -> None:
+    run = quiet_runs["bad_rope_quiet"]
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("opcount: error: llm:llama-3-8b with --hf-config"), run.stderr
+
+
+def test_without_quiet_transformers_says_why_before_the_error(
+    quiet_runs: dict[str, subprocess.CompletedProcess],
+) -> None:
+    run = quiet_runs["bad_rope"]
+    assert run.returncode == 2
+    *warnings, error = run.stderr.strip().splitlines()
+    assert error.startswith("opcount: error: "), run.stderr
+    assert "opcount: warning: transformers: `rope_scaling`'s factor field must be a float >= 1, got x" in warnings
+    assert all(line.startswith("opcount: warning: transformers: ") for line in warnings), run.stderr
+
+
+def test_a_valid_config_warns_once_attributed_or_not_at_all(
+    quiet_runs: dict[str, subprocess.CompletedProcess],
+) -> None:
+    quiet, loud = quiet_runs["yarn_quiet"], quiet_runs["yarn"]
+    assert quiet.returncode == 0 and loud.returncode == 0, loud.stderr
+    assert quiet.stderr == ""
+    lines = loud.stderr.strip().splitlines()
+    assert len(lines) == 1, loud.stderr
+    assert lines[0].startswith(
+        "opcount: warning: transformers: config.rope_scaling['original_max_position_embeddings']"
+    )
