@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+E = TypeVar("E", bound=BaseException)
+
 
 def one_line(e: BaseException) -> str:
     """An exception as one line, its type first: ``ValueError: bad size``."""
@@ -16,7 +20,7 @@ def first_line(e: BaseException, default: str = "") -> str:
     return text.splitlines()[0] if text else default
 
 
-def first_failure(first: BaseException, second: BaseException) -> BaseException:
+def first_failure(first: E, second: BaseException) -> E:
     """``first``, to be raised where a second attempt (another tensor kind, other inputs) failed
     too: the first failure is the user's; the second is kept as a note under its traceback and
     as its context."""

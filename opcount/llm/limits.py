@@ -112,13 +112,15 @@ def _count(value: Any) -> bool:
 
 
 def _dense_parameters(config: Any) -> int:
-    hidden, layers, inner, vocab = (getattr(config, k, None) for k in _SIZES)
-    if not (_count(hidden) and hidden > 0):
-        return 0
-    layers = layers if _count(layers) and layers > 0 else 0
-    inner = inner if _count(inner) and inner > 0 else 4 * hidden
-    vocab = vocab if _count(vocab) and vocab > 0 else 0
+    hidden, layers, inner, vocab = (_size(config, k) for k in _SIZES)
+    inner = inner or 4 * hidden  # GPT-2's n_inner is None: 4 x hidden
     return vocab * hidden + layers * (4 * hidden * hidden + 3 * hidden * inner)
+
+
+def _size(config: Any, key: str) -> int:
+    """A positive integer field, else 0 (absent, None, or not a count)."""
+    value = getattr(config, key, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 _SIZES = ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size")
