@@ -33,6 +33,9 @@ from ..messages import first_line
 # 2**31 float32 elements, about what a workstation can allocate and trace without swapping.
 REAL_BYTES = 8 * 2**30
 MAX_ELEMENTS = 2**63 - 1  # torch indexes tensors with int64
+# Digits past a double's 17 are zeros (docs/reports.md): 100 is plenty; 10**11 overflowed Decimal's exponent.
+MAX_DIGITS = 100
+MAX_REPEATS = 10_000  # --profile keeps every pass's events in memory
 META_HINT = "analyze it on meta tensors with --meta (implies --tracer dispatch), no memory needed"
 # Report columns that need an analysis beyond the trace: the roofline (--hardware), the sparsity roofline.
 ROOFLINE_COLUMNS = frozenset({"time", "time_share", "bound", "unit"})
@@ -98,6 +101,18 @@ def _check_format_flags(args: argparse.Namespace) -> None:
         raise UsageError("--by-operator and --depth do not apply to --format repr: it prints the whole model")
     if fmt == "tree" and args.by_operator:
         raise UsageError("--by-operator applies to table, csv and md")
+    check_counts(args)
+
+
+def check_counts(args: argparse.Namespace) -> None:
+    """The counts a user types that are no model size (digits, profiled passes), within limits."""
+    for flag, value, limit in (
+        ("--decimals", args.decimals, MAX_DIGITS),
+        ("--sig-figs", args.sig_figs, MAX_DIGITS),
+        ("--repeats", getattr(args, "repeats", None), MAX_REPEATS),
+    ):
+        if value is not None and value > limit:
+            raise UsageError(f"{flag} {value}: more than {limit:,} (the limit)")
 
 
 def _check_hf_flags(args: argparse.Namespace) -> None:

@@ -23,7 +23,7 @@ from ..messages import first_line
 from ..report.provenance import csv_header, export_meta
 from . import models as cli_models
 from .analyze import analyze, local_hardware
-from .args import UsageError, check_output_paths
+from .args import UsageError, check_counts, check_output_paths
 from .progress import Progress
 from .render import number_format
 from .warning_capture import captured_warnings
@@ -96,6 +96,7 @@ def _check(args: argparse.Namespace) -> None:
         )
     if args.format in ("json", "csv") and (args.units or args.decimals is not None or args.sig_figs is not None):
         raise UsageError("--units, --decimals and --sig-figs apply to text formats; json and csv are exact")
+    check_counts(args)
     from .llm import LLM_FLAGS
 
     llm = [spec for spec in args.models if spec.startswith("llm:")]

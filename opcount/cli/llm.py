@@ -28,6 +28,7 @@ from ..units import seconds, si, size
 from .args import (
     ROOFLINE_COLUMNS,
     SPARSITY_COLUMNS,
+    check_counts,
     hf_overrides,
     invalid_config,
     natural_int,
@@ -100,6 +101,7 @@ def check(args: argparse.Namespace) -> Precision:
     if len({k for k, _ in args.sweep or ()}) != len(args.sweep or ()):
         raise OpcountError("--sweep: each key once")
     _check_sizes(args)
+    check_counts(args)
     for flag in ("profile", "sparsity"):
         if getattr(args, flag, None):
             raise OpcountError(f"--{flag} does not apply to LLM phases (the model is on the meta device)")

@@ -218,3 +218,29 @@ def test_a_valid_config_warns_once_attributed_or_not_at_all(
     assert lines[0].startswith(
         "opcount: warning: transformers: config.rope_scaling['original_max_position_embeddings']"
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--sig-figs", "99999999999"], "--sig-figs 99999999999: more than 100 (the limit)"),
+        (["--decimals", "101"], "--decimals 101: more than 100 (the limit)"),
+        (["--profile", "--repeats", "10001"], "--repeats 10001: more than 10,000 (the limit)"),
+    ],
+)
+@pytest.mark.parametrize(
+    "command",
+    [["tests.fixtures.report_models:tiny"], ["compare", "tests.fixtures.report_models:tiny", "resnet18"]],
+)
+def test_digits_and_passes_are_bounded(
+    capsys: pytest.CaptureFixture[str], command: list[str], flags: list[str], message: str
+) -> None:
+    if command[0] == "compare" and "--profile" in flags:
+        flags = ["--decimals", "101"]  # compare refuses --profile for its own reason
+        message = "--decimals 101: more than 100 (the limit)"
+    assert message in error_line(capsys, *command, *flags)
+
+
+def test_llm_digits_are_bounded(capsys: pytest.CaptureFixture[str]) -> None:
+    line = error_line(capsys, "llm:llama-3-8b", *ONE_LAYER, "--sig-figs", "99999999999")
+    assert "--sig-figs 99999999999: more than 100 (the limit)" in line
