@@ -164,17 +164,19 @@ def _check_input_shapes(shapes: Sequence[tuple[str, tuple[int, ...], torch.dtype
 
 
 def check_real_weights(label: str, on_meta: nn.Module, hint: str) -> None:
-    """Refuse a model whose weights, built for real, would exceed :data:`REAL_BYTES`.
+    """Refuse a model whose weights and buffers, built for real, would exceed :data:`REAL_BYTES`.
 
     ``on_meta``: the same model built on the meta device (no storage), where counting is free.
     """
     params = {id(p): p for p in on_meta.parameters()}.values()
     count = sum(p.numel() for p in params)
-    nbytes = sum(p.numel() * p.element_size() for p in params)
+    # buffers are built for real too: GPT-Neo's causal mask is max_position_embeddings^2 booleans
+    buffers = {id(b): b for b in on_meta.buffers()}.values()
+    nbytes = sum(t.numel() * t.element_size() for t in (*params, *buffers))
     if nbytes > REAL_BYTES:
         raise UsageError(
-            f"{label}: {count:,} parameters ({_bytes(nbytes)}), over the {_bytes(REAL_BYTES)} budget for "
-            f"weights built for real; add --meta to analyze it without weights, or shrink it ({hint})"
+            f"{label}: {count:,} parameters, with the buffers {_bytes(nbytes)}, over the {_bytes(REAL_BYTES)} "
+            f"budget for weights built for real; add --meta to analyze it without weights, or shrink it ({hint})"
         )
 
 

@@ -244,3 +244,11 @@ def test_digits_and_passes_are_bounded(
 def test_llm_digits_are_bounded(capsys: pytest.CaptureFixture[str]) -> None:
     line = error_line(capsys, "llm:llama-3-8b", *ONE_LAYER, "--sig-figs", "99999999999")
     assert "--sig-figs 99999999999: more than 100 (the limit)" in line
+
+
+def test_buffers_count_toward_the_real_weights_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    # GPT-Neo's global attention holds a causal mask of positions^2 booleans: 1e10 bytes (9.31 GiB)
+    # for 100,000 positions, beside 1.2M parameters of a 32-wide model
+    items = ["max_position_embeddings=100000", "num_layers=1", 'attention_types=[[["global"],1]]', "hidden_size=32"]
+    line = error_line(capsys, "hf:GPTNeoConfig", *(f for i in items for f in ("--hf-config", i)), "--seq-len", "8")
+    assert "with the buffers 9.31 GiB, over the 8 GiB budget" in line
