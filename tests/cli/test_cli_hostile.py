@@ -247,8 +247,9 @@ def test_llm_digits_are_bounded(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_buffers_count_toward_the_real_weights_budget(capsys: pytest.CaptureFixture[str]) -> None:
-    # GPT-Neo's global attention holds a causal mask of positions^2 booleans: 1e10 bytes (9.31 GiB)
-    # for 100,000 positions, beside 1.2M parameters of a 32-wide model
+    # GPT-Neo's global attention holds a causal mask of positions^2 booleans: 1e10 bytes for
+    # 100,000 positions; with the 32-wide model's parameters (50257 + 100000 rows of 32 and one
+    # layer, 4,820,896 float32) 10,019,283,584 bytes = 9.33 GiB; the parameters alone are 18 MiB
     items = ["max_position_embeddings=100000", "num_layers=1", 'attention_types=[[["global"],1]]', "hidden_size=32"]
     line = error_line(capsys, "hf:GPTNeoConfig", *(f for i in items for f in ("--hf-config", i)), "--seq-len", "8")
-    assert "with the buffers 9.31 GiB, over the 8 GiB budget" in line
+    assert "4,820,896 parameters, with the buffers 9.33 GiB, over the 8 GiB budget" in line
