@@ -20,7 +20,7 @@ from . import llm as llm_command
 from .args import UsageError, natural_int, positive_int
 from .models import DTYPES
 
-FORMATS = ("table", "tree", "json", "csv", "md", "repr")
+FORMATS = ("table", "tree", "json", "csv", "md", "repr", "html")
 COLUMN_ALIASES = {
     "acts": "activations",
     "read": "bytes_read",
@@ -168,7 +168,8 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
         "--format",
         default="table",
         choices=FORMATS,
-        help="default: table (fvcore's layout); repr: the model as print(model) shows it, the columns inline",
+        help="default: table (fvcore's layout); repr: the model as print(model) shows it, the columns inline; "
+        "html: one self-contained page (collapsible tree, sortable operator table, charts), with -o FILE.html",
     )
     g.add_argument(
         "--columns",
