@@ -35,8 +35,8 @@ class Collect(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
-        if not record.name.startswith("opcount"):  # a library's record: say whose
-            message = f"{record.name.partition('.')[0]}: {message}"
+        if not record.name.startswith("opcount"):  # the other logger it is attached to: say whose
+            message = f"transformers: {message}"
         self.messages.append(message)
 
 

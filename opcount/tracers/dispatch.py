@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from .._runtime import gc_paused
-from ..errors import OpcountTypeError, OpcountValueError, TraceError
+from ..errors import OpcountError, OpcountTypeError, OpcountValueError, TraceError
 from ..messages import first_failure, first_line
 from ..scopes import ModuleTree, failure_site, recursion_hint
 from ..torch_internals import DISPATCH, require
@@ -55,6 +55,7 @@ from .meta import CPU, META
 from .patching import exclusive
 from .recorder import Recorder
 from .scoping import Scopes
+from .shapes import ShapeUnsupported
 from .state import preserved
 from .structure import SparseLayoutError, normalize_inputs
 from .tensor_kinds import FakeTensors, RealTensors, ShapeTensors
@@ -119,11 +120,20 @@ def trace_dispatch(
     try:
         return _trace(model, inner, tree, state, args, kw, warn_mode, tensors, train, loss_fn if train else None)
     except Exception as e:
-        if first is None:
+        if first is None or _second_says_more(first, e):
             raise
         # Both failed: the first error is the model's (a wrong config, a bad shape); the fake
         # tensors' is often an artefact of the second run (a meta cache beside CPU indices)
         raise first_failure(first, e) from first.__cause__
+
+
+def _second_says_more(first: Exception, second: Exception) -> bool:
+    """Whether the fake-tensor run's error is the one to report: one of opcount's own on purpose
+    (a sparse layout refused), or the first was only what shape-only tensors cannot follow (an
+    operator without a meta kernel, an in-place reshape)."""
+    if isinstance(second, OpcountError) and not isinstance(second, TraceError):
+        return True
+    return isinstance(first.__cause__, (ShapeUnsupported, NotImplementedError))
 
 
 def _trace(

@@ -41,3 +41,17 @@ def test_a_failure_on_real_tensors_is_reported_as_it_is() -> None:
     with pytest.raises(TraceError, match="RuntimeError: an artefact of the fake tensors") as caught:
         FlopCountAnalysis(model, torch.randn(2, 4), tracer="dispatch").total()
     assert not getattr(caught.value, "__notes__", None)
+
+
+class NoMetaKernel(nn.Module):
+    """Stops on shape-only tensors as an operator without a meta kernel does; fails for real on fake ones."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if type(x).__name__ == "ShapeTensor":
+            raise NotImplementedError("aten::op: no fake impl or Meta kernel registered")
+        raise RuntimeError("the model's own mistake, seen with fake tensors")
+
+
+def test_what_shape_only_tensors_cannot_follow_gives_way_to_the_second_failure() -> None:
+    with pytest.raises(TraceError, match="RuntimeError: the model's own mistake, seen with fake tensors"):
+        FlopCountAnalysis(NoMetaKernel(), torch.empty(2, 4, device="meta"), tracer="dispatch").total()
