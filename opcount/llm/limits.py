@@ -18,7 +18,7 @@ The limits are far above any published model and far below what breaks:
   94,000);
 - :data:`MAX_BATCH` sequences and :data:`MAX_POSITIONS` positions per sequence (prompt, cache and
   generated tokens together; Llama 4 Scout's context is 10M);
-- the KV cache within what torch can index (:data:`MAX_ELEMENTS` per tensor).
+- every integer of the config, and the KV cache, within what torch can index (:data:`MAX_ELEMENTS`).
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ def check_config(config: Any) -> None:
         for key, value in vars(owner).items():
             if _LAYER_COUNT.search(key) and _count(value) and value > MAX_LAYERS:
                 raise SizeError(f"{name}.{key} = {value:,}: more than {MAX_LAYERS:,} layers (the limit)")
+            if _count(value) and abs(value) > MAX_ELEMENTS:  # any size made of it overflows torch's int64
+                raise SizeError(f"{name}.{key} = {value:,}: more than torch can index (2**63 - 1)")
         estimate = _dense_parameters(owner)
         if estimate > MAX_PARAMETERS:
             raise SizeError(

@@ -76,3 +76,9 @@ def test_generation_bounded_before_its_prefill() -> None:
 
     with pytest.raises(SizeError, match="positions per sequence"):
         generation(CausalLM(llama()), 8, 10**20)
+
+
+def test_an_integer_past_int64_is_named() -> None:
+    # the KV heads are in no parameter estimate: torch.empty's size overflowed when building
+    with pytest.raises(SizeError, match=r"LlamaConfig.num_key_value_heads = 100,000,000,000,000,000,000: more than"):
+        build_on_meta(transformers.LlamaConfig(**{**GEOMETRY, "num_key_value_heads": 10**20}))
