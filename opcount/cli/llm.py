@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ from .args import (
 SWEEPABLE = {"batch": "batch", "seq-len": "seq_len", "kv-len": "kv_len", "gen-len": "gen_len"}
 LLM_FLAGS = ("phase", "kv_len", "batch", "gen_len", "weight_dtype", "act_dtype", "kv_dtype", "sweep")
 DEFAULT_SEQ_LEN = 128
+MAX_SWEEP_POINTS = 1000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -126,6 +128,9 @@ def _check_sizes(args: argparse.Namespace) -> None:
     """Each size flag (its largest --sweep value too) within opcount.llm.limits, and the positions
     of a sequence together, before a model is built: past them torch's int64 sizes overflow."""
     swept = dict(args.sweep or ())
+    points = math.prod(len(values) for values in swept.values())
+    if points > MAX_SWEEP_POINTS:  # each point is traced
+        raise OpcountError(f"--sweep: {points:,} points, more than {MAX_SWEEP_POINTS:,} (the limit)")
     largest = {
         key: max((value, *swept.get(key, ()))) if value is not None else max(swept.get(key, (0,)))
         for key, value in (

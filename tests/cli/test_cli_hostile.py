@@ -253,3 +253,11 @@ def test_buffers_count_toward_the_real_weights_budget(capsys: pytest.CaptureFixt
     items = ["max_position_embeddings=100000", "num_layers=1", 'attention_types=[[["global"],1]]', "hidden_size=32"]
     line = error_line(capsys, "hf:GPTNeoConfig", *(f for i in items for f in ("--hf-config", i)), "--seq-len", "8")
     assert "4,820,896 parameters, with the buffers 9.33 GiB, over the 8 GiB budget" in line
+
+
+def test_sweep_points_are_bounded(capsys: pytest.CaptureFixture[str]) -> None:
+    batches, lengths = ",".join(map(str, range(1, 41))), ",".join(map(str, range(1, 27)))  # 40 x 26 = 1,040
+    line = error_line(
+        capsys, "llm:llama-3-8b", *ONE_LAYER, "--sweep", f"batch={batches}", "--sweep", f"seq-len={lengths}"
+    )
+    assert "--sweep: 1,040 points, more than 1,000 (the limit)" in line
