@@ -235,7 +235,7 @@ def _is_field(default: Any, config_class: type, key: str) -> bool:
     for name in (key, f"_{key}"):
         try:
             value = getattr(default, name)
-        except Exception:  # noqa: BLE001 -- absent, or a property that cannot answer on a default config
+        except Exception:
             continue
         if not callable(value):
             return True

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from opcount.cli import main  # noqa: E402
+from opcount.cli import main
 
 ONE_LAYER = ["--hf-config", "num_hidden_layers=1"]
 HUGE = "99999999999999999999"  # past int64: torch's sizes overflow

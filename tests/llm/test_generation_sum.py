@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from opcount.llm.phases import CausalLM, _affine_time, positive_part_sum  # noqa: E402
-from tests.llm.test_llm import llama  # noqa: E402
+from opcount.llm.phases import CausalLM, _affine_time, positive_part_sum
+from tests.llm.test_llm import llama
 
 
 @pytest.mark.parametrize("steps", [1, 2, 3, 7, 64])
