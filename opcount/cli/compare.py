@@ -23,7 +23,7 @@ from ..messages import first_line
 from ..report.provenance import csv_header, export_meta
 from . import models as cli_models
 from .analyze import analyze, local_hardware
-from .args import UsageError, check_output_paths
+from .args import UsageError, check_counts, check_output_paths
 from .progress import Progress
 from .render import number_format
 from .warning_capture import Caught, captured_warnings, unsupported, warning_lines
@@ -56,7 +56,8 @@ def compare(args: argparse.Namespace, stderr: TextIO) -> str:
     spinner = Progress(stderr, enabled=False if args.debug else None)
     measured: list[Measured] = []
     caught: list[Caught] = []
-    with captured_warnings(args.debug) as collect:
+    uses_transformers = any(str(spec).startswith(("hf:", "llm:")) for spec in args.models)
+    with captured_warnings(args.debug, uses_transformers) as collect:
         try:
             if isinstance(args.hardware, str):  # --hardware local, measured once for every model
                 args.hardware = local_hardware(args, spinner)
@@ -102,6 +103,7 @@ def _check(args: argparse.Namespace) -> None:
         )
     if args.format in ("json", "csv") and (args.units or args.decimals is not None or args.sig_figs is not None):
         raise UsageError("--units, --decimals and --sig-figs apply to text formats; json and csv are exact")
+    check_counts(args)
     from .llm import LLM_FLAGS
 
     llm = [spec for spec in args.models if spec.startswith("llm:")]

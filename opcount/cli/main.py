@@ -38,7 +38,7 @@ from .models import Loaded, input_dtype
 from .parser import attached_shapes, build_parser
 from .progress import Progress
 from .render import render
-from .warning_capture import Unsupported, captured_warnings, unsupported, warning_lines
+from .warning_capture import Collect, Unsupported, captured_warnings, unsupported, warning_lines
 
 
 @contextmanager
@@ -97,21 +97,25 @@ def run(args: argparse.Namespace, stderr: TextIO) -> str:
     else:
         check_arguments(args, input_dtype(args))
         roles_needed(args)  # before building: a typo should not cost a model
-    with captured_warnings(args.debug) as caught:
-        try:
-            if isinstance(args.hardware, str):
-                args.hardware = local_hardware(args, spinner)
-            elif getattr(args, "recalibrate", False):
-                raise UsageError("--recalibrate applies to --hardware local")
-            if llm:
-                text, missed = _llm(args, spinner), None
-            else:
-                text, missed = _whole_model(args, spinner)
-        finally:
-            spinner.close()
-    if not args.quiet:
-        lines = warning_lines(caught.take(), missed, args.verbose or args.debug)
-        stderr.writelines(f"opcount: {line}\n" for line in lines)
+    missed: Unsupported | None = None
+    caught = Collect()
+    try:
+        with captured_warnings(args.debug, str(args.model).startswith(("hf:", "llm:"))) as caught:
+            try:
+                if isinstance(args.hardware, str):
+                    args.hardware = local_hardware(args, spinner)
+                elif getattr(args, "recalibrate", False):
+                    raise UsageError("--recalibrate applies to --hardware local")
+                if llm:
+                    text = _llm(args, spinner)
+                else:
+                    text, missed = _whole_model(args, spinner)
+            finally:
+                spinner.close()
+    finally:  # before an error's line too: a library's warning may say why (transformers' rope_scaling check)
+        if not args.quiet:
+            lines = warning_lines(caught.take(), missed, args.verbose or args.debug)
+            stderr.writelines(f"opcount: {line}\n" for line in lines)
     return text
 
 

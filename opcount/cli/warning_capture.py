@@ -1,10 +1,13 @@
-"""The warnings the ``opcount`` commands print: opcount's log records held back while the
-progress line is drawn (:func:`captured_warnings`), then summed up once per run, one line per
-kind with a count (:func:`warning_lines`); ``--verbose`` gives each line its whole list.
+"""The warnings the ``opcount`` commands print: opcount's and transformers' log records held back
+while the progress line is drawn (:func:`captured_warnings`), then summed up once per run, one line
+per kind with a count (:func:`warning_lines`); ``--verbose`` gives each line its whole list.
 
 The kinds: operators some shown column has no formula for (:func:`unsupported`), modules never
 called (every analysis of a run finds the same ones: they are merged, not repeated), the
-activation convention, and any other message opcount logs.
+activation convention, and any other message logged. transformers logs to stderr through a handler
+of its own (a rejected ``rope_scaling`` logs its reason, then the constructor raises): under the
+command its records are collected with opcount's, attributed (``transformers: ...``), printed once
+after the run or before its error line, and silenced by ``-q``.
 
 Each analysis knows which operators it has no formula for, and they differ: fvcore's activation
 convention counts the outputs of convolutions and matrix products only, so its analysis reports
@@ -15,6 +18,7 @@ a missing formula: it is said once, as a note, and only when the activations col
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -48,12 +52,15 @@ class Collect(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         names = getattr(record, "opcount_uncalled", None)  # opcount.analysis: the names as data
-        if getattr(record, "opcount_note", False):
-            self.caught.notes.append(record.getMessage())
+        message = record.getMessage()
+        if not record.name.startswith("opcount"):  # the other logger it is attached to: say whose
+            self.caught.messages.append(f"transformers: {message}")
+        elif getattr(record, "opcount_note", False):
+            self.caught.notes.append(message)
         elif names is not None:
             self.caught.uncalled.update(dict.fromkeys(names))
         else:
-            self.caught.messages.append(record.getMessage())
+            self.caught.messages.append(message)
 
     def take(self) -> Caught:
         """What was caught since the last take (``opcount compare``: one model's warnings)."""
@@ -62,14 +69,19 @@ class Collect(logging.Handler):
 
 
 @contextmanager
-def captured_warnings(debug: bool) -> Iterator[Collect]:
-    """opcount's logged warnings, collected in the handler yielded for the caller to print once
-    the progress line is closed; torch's deprecation notices silenced unless ``debug``."""
+def captured_warnings(debug: bool, transformers: bool = False) -> Iterator[Collect]:
+    """opcount's logged warnings (and transformers', with ``transformers`` or once it is imported),
+    collected in the handler yielded for the caller to print once the progress line is closed;
+    torch's deprecation notices silenced unless ``debug``."""
     logger = logging.getLogger("opcount")
     handler = Collect()
     logger.addHandler(handler)
     old_propagate = logger.propagate
     logger.propagate = False
+    library = _transformers_logger(transformers)
+    library_handlers = library.handlers[:] if library is not None else []
+    if library is not None:  # its own stderr handler swapped for ours for the run (it does not propagate)
+        library.handlers = [handler]
     try:
         with warnings.catch_warnings():
             if not debug:  # torch.jit's deprecation notices are about our tracer, not the user's model
@@ -79,6 +91,21 @@ def captured_warnings(debug: bool) -> Iterator[Collect]:
     finally:
         logger.removeHandler(handler)
         logger.propagate = old_propagate
+        if library is not None:
+            library.handlers = library_handlers
+
+
+def _transformers_logger(wanted: bool) -> logging.Logger | None:
+    """transformers' root logger, its stderr handler in place, when the run uses transformers
+    (``wanted``: an ``hf:`` or ``llm:`` model) or it is already imported; else None, so that a
+    run without it does not pay for its import."""
+    if not wanted and "transformers" not in sys.modules:
+        return None
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return None
+    return hf_logging.get_logger()  # the first call adds its handler: now, so that it can be swapped
 
 
 @dataclass(frozen=True)
