@@ -35,7 +35,7 @@ from . import models as cli_models
 from .analyze import analyze, local_hardware, roles_needed
 from .args import UsageError, check_arguments, check_output_paths
 from .models import Loaded, input_dtype
-from .parser import attached_shapes, build_parser
+from .parser import attached_shapes, build_parser, output_format
 from .progress import Progress
 from .render import render
 from .warning_capture import Collect, captured_warnings, unsupported_warnings
@@ -145,9 +145,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .compare import compare
 
             args = build_parser(compare=True).parse_args(attached_shapes(argv[1:]))
+            args.format = output_format(args)
             text = compare(args, stderr)
         else:
             args = build_parser().parse_args(attached_shapes(argv))
+            args.format = output_format(args)
             text = run(args, stderr)
         if args.output:
             with writing("-o", args.output):
