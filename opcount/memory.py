@@ -56,6 +56,7 @@ from .handles.memory import (
     generic_traffic,
 )
 from .ir import OpCall, TensorSpec
+from .rollup import copied
 from .tracing import Trace
 
 KINDS = ("read", "write", "both")
@@ -135,19 +136,19 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
     # ----- queries (fvcore's surface plus ``kind``) --------------------------------------------
     def total(self, module_name: str = "", kind: str = "both") -> int:
         """Bytes moved by ``module_name`` (default: the model): read, written or both."""
-        return sum(self.by_operator(module_name, kind).values())
+        return sum(self._counts(kind)[self.canonical_module_name(module_name)].values())
 
     def by_operator(self, module_name: str = "", kind: str = "both") -> Counter[str]:
         """Bytes moved by ``module_name`` per operator."""
-        return self._counts(kind)[self.canonical_module_name(module_name)]
+        return copied(self._counts(kind)[self.canonical_module_name(module_name)])
 
     def by_module(self, kind: str = "both") -> Counter[str]:
         """Bytes moved by every module (canonical names), summed over operators."""
         return Counter({name: sum(c.values()) for name, c in self._counts(kind).items()})
 
     def by_module_and_operator(self, kind: str = "both") -> dict[str, Counter[str]]:
-        """Bytes moved by every module per operator."""
-        return self._counts(kind)
+        """Bytes moved by every module per operator (new containers, as every query's)."""
+        return {name: copied(c) for name, c in self._counts(kind).items()}
 
     def _counts(self, kind: str) -> dict[str, Counter[str]]:
         stats = self._analyze()

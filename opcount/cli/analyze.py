@@ -27,7 +27,7 @@ def roles_needed(args: argparse.Namespace) -> set[str]:
     roles = {"flops"}
     if "activations" in columns:
         roles.add("activations")
-    if columns & MEMORY_COLUMNS:
+    if columns & MEMORY_COLUMNS or args.format == "html":  # the page shows the bytes moved
         roles.add("memory")
     if args.hardware is not None or columns & ROOFLINE_COLUMNS:
         if args.hardware is None:

@@ -92,6 +92,15 @@ def _check_format_flags(args: argparse.Namespace) -> None:
         raise UsageError("--units, --decimals and --sig-figs apply to text formats; json and csv are exact")
     if fmt == "repr" and (args.by_operator or args.depth is not None):
         raise UsageError("--by-operator and --depth do not apply to --format repr: it prints the whole model")
+    if fmt == "html" and (args.by_operator or args.units or args.decimals is not None or args.sig_figs is not None):
+        raise UsageError(
+            "--by-operator, --units, --decimals and --sig-figs do not apply to --format html: "
+            "the page has both tables, to 3 significant figures (the exact number in each cell's tooltip)"
+        )
+    if fmt == "html" and args.profile:
+        raise UsageError("--profile does not apply to --format html: its measured report prints as text, json or csv")
+    if fmt == "html" and getattr(args, "sparsity", None):
+        raise UsageError("--sparsity does not apply to --format html yet: its report prints as text, json or csv")
     if fmt in ("tree", "chrome-trace") and args.by_operator:
         raise UsageError("--by-operator applies to table, csv and md")
     if fmt == "chrome-trace" and args.hardware is None:

@@ -109,8 +109,10 @@ def check(args: argparse.Namespace) -> Precision:
                 f"--{flag.replace('_', '-')} does not apply to LLM phases: they are priced in the dtypes of "
                 "--weight-dtype, --act-dtype and --kv-dtype"
             )
-    if args.format in ("tree", "md", "repr", "chrome-trace") or args.by_operator:
-        raise OpcountError("LLM phases print table, json or csv (--by-operator and tree/md/repr are for whole models)")
+    if args.format in ("tree", "md", "repr", "html", "chrome-trace") or args.by_operator:
+        raise OpcountError(
+            "LLM phases print table, json or csv (--by-operator and tree/md/repr/html/chrome-trace are for whole models)"
+        )
     _check_columns(args)
     try:
         return Precision(args.weight_dtype or "bfloat16", args.act_dtype or "bfloat16", args.kv_dtype)

@@ -20,10 +20,10 @@ from . import llm as llm_command
 from .args import UsageError, natural_int, positive_int
 from .models import DTYPES
 
-FORMATS = ("table", "tree", "json", "csv", "md", "repr", "chrome-trace")
+FORMATS = ("table", "tree", "json", "csv", "md", "repr", "html", "chrome-trace")
 # -o FILE's format by the file's ending, longest ending first: the formats it may hold, its default
-# first. An ending whose formats are not in FORMATS is ignored (html: add it to FORMATS, and `-o
-# x.html` follows); any other ending gets the default text table.
+# first. An ending whose formats are not in FORMATS is ignored; any other ending gets the default
+# text table. A new format that writes files of its own ending is one entry here.
 OUTPUT_EXTENSIONS = {
     ".trace.json": ("chrome-trace", "json"),
     ".json": ("json", "chrome-trace"),
@@ -178,9 +178,10 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     g.add_argument(
         "--format",
         choices=FORMATS,
-        help="default: by -o FILE's ending (.json, .csv, .md, .txt, .trace.json: chrome-trace), else table "
-        "(fvcore's layout); repr: the model as print(model) shows it, the columns inline; chrome-trace: "
-        "the roofline as a timeline for Perfetto (needs --hardware)",
+        help="default: by -o FILE's ending (.json, .csv, .md, .html, .txt, .trace.json: chrome-trace), else "
+        "table (fvcore's layout); repr: the model as print(model) shows it, the columns inline; html: one "
+        "self-contained page (collapsible tree, sortable operator table, charts); chrome-trace: the roofline "
+        "as a timeline for Perfetto (needs --hardware)",
     )
     g.add_argument(
         "--columns",

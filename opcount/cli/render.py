@@ -1,4 +1,4 @@
-"""One model's analyses as the report ``--format`` names (table, tree, md, repr, json, csv,
+"""One model's analyses as the report ``--format`` names (table, tree, md, repr, json, csv, html,
 chrome-trace), with the ``--columns``, ``--depth`` and number flags applied; the roofline's summary
 follows the text formats. :func:`number_format` and :func:`write_csv_meta` are shared with
 ``opcount compare`` and ``llm:`` models.
@@ -25,6 +25,16 @@ def render(analyses: dict[str, Any], args: argparse.Namespace) -> str:
     common: dict[str, Any] = {"activations": analyses.get("activations"), "memory": analyses.get("memory")}
     rl = analyses.get("roofline")
     sp = analyses.get("sparsity")
+    if args.format == "html":  # one page: its own columns, summary and charts
+        return report.html_report(
+            flops,
+            rl,
+            columns=args.columns,
+            max_depth=args.depth,
+            meta=export_meta(flops, model=args.model, roofline=rl),
+            model=args.model,
+            **common,
+        )
     if rl is not None:
         common["extra"] = {"roofline": rl} if sp is None else {"roofline": rl, "sparsity": sp}
         if args.columns is None:

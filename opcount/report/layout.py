@@ -56,15 +56,10 @@ def build_layout(tree: ModuleTree, with_params: bool) -> Layout:
 def keep_nonzero(layout: Layout, values: Mapping[str, Values]) -> set[str]:
     """Rows with a nonzero value, or with a kept descendant; the root always stays."""
     kept: set[str] = set()
-
-    def visit(name: str) -> bool:
-        child_kept = [visit(child) for child in layout.children.get(name, ())]
-        if name == "" or any(child_kept) or any(v.get(name) for v in values.values()):
+    for name in reversed(layout.order):  # children before their parents, without recursion
+        kids = layout.children.get(name, ())
+        if name == "" or any(v.get(name) for v in values.values()) or any(c in kept for c in kids):
             kept.add(name)
-            return True
-        return False
-
-    visit("")
     return kept
 
 

@@ -149,14 +149,16 @@ def tree_str(
 
     lines: list[tuple[str, list[str]]] = []
 
-    def walk(name: str, first: str, rest: str, level: int) -> None:
+    # Pre-order with a stack (a model may nest deeper than Python's recursion limit): each row with
+    # its own prefix, the prefix of its children's, and its level.
+    pending = [("", "", "", 0)]
+    while pending:
+        name, first, rest, level = pending.pop()
         lines.append((first + label(name), [cells[name].get(c.key, "") for c in chosen]))
         kids = [c for c in layout.children.get(name, ()) if c in cells] if level < max_depth else []
-        for i, child in enumerate(kids):
+        for i, child in reversed(list(enumerate(kids))):
             last = i == len(kids) - 1
-            walk(child, rest + ("└─ " if last else "├─ "), rest + ("   " if last else "│  "), level + 1)
-
-    walk("", "", "", 0)
+            pending.append((child, rest + ("└─ " if last else "├─ "), rest + ("   " if last else "│  "), level + 1))
     header = ("module", [c.header for c in chosen])
     widths = [max(len(row[0]) for row in [header, *lines])]
     widths += [max(len(row[1][i]) for row in [header, *lines]) for i in range(len(chosen))]

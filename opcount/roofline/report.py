@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import OpcountValueError
 from ..hardware.lookup import VECTOR, Hardware
 from ..ir import OpCall
-from ..report import check_max_depth
+from ..report.layout import check_max_depth
 from ..rollup import grouped
 from ..units import seconds, si, size, unprefixed
 
@@ -231,7 +231,11 @@ class RooflineReport:
         return {r.name: r for r in sorted(rows, key=lambda r: -r.time)}
 
     def by_module(self) -> dict[str, Summary]:
-        """One row per module that holds layers (the model is ``""``), in first-call order."""
+        """One row per module that holds layers (the model is ``""``), in first-call order (a new dict)."""
+        return dict(self._module_rows())
+
+    def _module_rows(self) -> dict[str, Summary]:
+        """The rows of :meth:`by_module`, built once; handed out only as copies."""
         if self._modules is None:
             groups = grouped((t.layer.owners, t) for t in self.layers)
             self._modules = {name: _summarize(name, ts) for name, ts in groups.items()}
@@ -252,7 +256,7 @@ class RooflineReport:
 
     def module(self, name: str = "") -> Summary:
         """The row of one module (an empty row if it holds no layer)."""
-        return self.by_module().get(name) or _summarize(name, ())
+        return self._module_rows().get(name) or _summarize(name, ())
 
     def leaf_modules(self) -> dict[str, Summary]:
         """Rows of the innermost modules that ran layers (where the time is spent)."""

@@ -20,7 +20,7 @@ from .._runtime import gc_paused
 from ..errors import TraceError
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
 from ..messages import first_line
-from ..scopes import ROOT, ModuleTree, failure_site, inner_scope
+from ..scopes import ROOT, ModuleTree, failure_site, inner_scope, recursion_hint
 from ..torch_internals import (
     JIT,
     Graph,
@@ -38,7 +38,7 @@ from ..torch_internals import (
 )
 from .patching import exclusive, replaced
 from .state import preserved
-from .structure import FlatCall, normalize_inputs, output_tensors
+from .structure import FlatCall, layout_of, normalize_inputs, output_tensors, refuse_sparse
 
 # TorchScript scalar type names -> torch dtype names.
 _DTYPES = {
@@ -260,6 +260,9 @@ def trace_jit(
             raise _trace_error(model, tree, e) from e
         converter = _Converter(graph, len(call.tensors), state, names)
         records = list(_records(graph, tree, marks, converter))
+        if converter.sparse:
+            for c, _ in records:
+                refuse_sparse(c, converter.sparse)
         outputs = converter.outputs()
     calls = tuple(c for c, _ in records)
     called = {name for scope in {call.scope for call in calls} for name in scope} | {""}
@@ -280,7 +283,9 @@ def _trace_error(model: nn.Module, tree: ModuleTree, e: Exception) -> TraceError
         "check the inputs' shapes and types; for a model whose forward is not traceable, "
         "wrap the traceable part in a module and analyze that, or use tracer='dispatch'."
     )
-    if "not part of the active trace" in first:
+    if isinstance(e, RecursionError):
+        hint = recursion_hint(tree) + "."
+    elif "not part of the active trace" in first:
         # torch.jit tracing of Python code cannot call TorchScript (the RuntimeError's wording)
         hint = (
             "a TorchScript module (torch.jit.script or torch.jit.trace) cannot be called from code "
@@ -365,6 +370,7 @@ class _Converter:
         self._graph = graph
         self._state = (n_inputs, state, names)
         self._cache: dict[Value, Spec] | None = None  # filled on first use: few analyses need it
+        self.sparse: dict[int, str] = {}  # value id -> the sparse parameter or buffer it is
 
     def node_specs(self, node: object) -> tuple[tuple[Spec, ...], tuple[Spec, ...]]:
         # inputsAt/outputsAt: several times faster than iterating node.inputs() in pybind.
@@ -398,6 +404,8 @@ class _Converter:
             dtype = dtypes.get(t.dtype)
             if dtype is None:
                 dtype = dtypes[t.dtype] = str(t.dtype).removeprefix("torch.")
+            if t.layout is not torch.strided:
+                self.sparse[len(cache)] = f"{layout_of(t)} ({name!r})"
             cache[value] = TensorSpec(tuple(t.shape), dtype, name, len(cache))
         self._cache = cache
         return cache

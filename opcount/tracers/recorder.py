@@ -32,7 +32,7 @@ from ..torch_internals import (
 from .aten import Record, backward_records, bind, forward_records, jit_constant, outputs_of, schema
 from .scoping import Scope, Scopes
 from .shapes import Meta, ShapeTensor
-from .structure import output_tensors
+from .structure import layout_of, output_tensors, refuse_sparse
 from .training import Step, TrainingError, backward_error, differentiate
 
 _TAG = "opcount"  # key of the (scope, within) tag in autograd nodes' metadata
@@ -71,6 +71,7 @@ class Recorder(TorchDispatchMode):
         self._dtypes: dict[torch.dtype, str] = {}
         self._state_specs: dict[int, TensorSpec] = {}  # id of a parameter or buffer -> its spec
         self._consts: dict[tuple[type, Any], Const] = {}  # the constants seen, made once
+        self._sparse: dict[int, str] = {}  # value id -> the sparse tensor it is, described
 
     def run(self, step: Step) -> None:
         before = dispatch_exclude_set()
@@ -132,7 +133,10 @@ class Recorder(TorchDispatchMode):
         records = normalize(s.name, bind(s, args, kwargs), outputs_of(s, out))
         spec = self._spec
         for kind, ins, outs in records:
-            self.calls.append(OpCall(kind, tuple(map(spec, ins)), tuple(map(spec, outs)), scope, within=within))
+            call = OpCall(kind, tuple(map(spec, ins)), tuple(map(spec, outs)), scope, within=within)
+            if self._sparse:  # no cost on a model of dense tensors
+                refuse_sparse(call, self._sparse)
+            self.calls.append(call)
 
     def tag(self, out: Any, tag: Tag) -> None:
         """Tag the autograd nodes that made ``out`` and are not tagged yet: those just created
@@ -202,10 +206,14 @@ class Recorder(TorchDispatchMode):
             spec = self._state_specs.get(id(t))
             if spec is None:
                 spec = self._state_specs[id(t)] = TensorSpec(tuple(t.shape), self._dtype(t.dtype), name, self._new_id())
+                if t.layout is not torch.strided:
+                    self._sparse[spec.id] = f"{layout_of(t)} ({name!r})"  # type: ignore[index]
             return spec
         uid = self._ids.get(t)
         if uid is None:
             uid = self._ids[t] = self._new_id()
+            if t.layout is not torch.strided:  # looked at once per tensor
+                self._sparse[uid] = layout_of(t)
         return TensorSpec(tuple(t.shape), self._dtype(t.dtype), None, uid)
 
     def _dtype(self, dtype: torch.dtype) -> str:
