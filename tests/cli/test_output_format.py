@@ -20,6 +20,7 @@ NESTED = "tests.fixtures.models:nested"  # Nested on [4, 10]: 1260 multiply-adds
         (".json", lambda text: json.loads(text)["total"]["flops"] == 1260),
         (".csv", lambda text: text.startswith("name,type,parent,")),
         (".md", lambda text: text.startswith("| module ") and "| `.` " in text),
+        (".html", lambda text: text.lstrip().lower().startswith("<!doctype html")),
         (".txt", lambda text: text.startswith("| module ") and "| model " in text),
         (".out", lambda text: text.startswith("| module ") and "| model " in text),  # unknown: the table
     ],
