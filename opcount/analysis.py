@@ -400,8 +400,10 @@ class JitModelAnalysis:
             shown = sorted(n for n in uncalled if type(self._tree.module(n)).forward not in _forwards())
             if shown:
                 logger.warning(
-                    "These submodules were never called during the trace: %s. They are unused, or were "
-                    "reached through .forward() or another method; their cost, if any, is in their caller.",
+                    "These submodules were never called during the trace: %s. They are unused, were "
+                    "reached through .forward() or another method, or ran inside their parent's fused call "
+                    "(torch's eval fast paths: MultiheadAttention's out_proj, TransformerEncoderLayer's "
+                    "layers); their cost, if any, is in their caller.",
                     ", ".join(shown),
                 )
 

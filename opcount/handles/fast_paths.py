@@ -13,16 +13,17 @@ back, as torch's implementations do; only attention's score matrix stays on chip
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from ..errors import OpcountValueError
 from ..ir import Spec, TensorSpec, const, maybe_tensor, tensor
 from ._shapes import numel, shape_of
 from .attention import MHA_KEY, MHA_PROJ_WEIGHT, MHA_QKV_WEIGHT, MHA_QUERY, mha_cost
 from .counts import Cost
-from .memory import Access, Traffic, _register, whole
+from .memory import Access, Traffic, TrafficFn, whole
 from .nonlinearity import GELU_EXACT_FLOPS
 from .norm import norm_flops
-from .registry import FLOPS
+from .registry import FLOPS, MEMORY
 
 # _native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
 #                              proj_weight, proj_bias, mask, need_weights, average_attn_weights, mask_type)
@@ -43,6 +44,11 @@ SDPA_KERNELS = (
     "aten::_scaled_dot_product_efficient_attention",
     "aten::_scaled_dot_product_cudnn_attention",
 )
+
+
+def _register(*ops: str) -> Callable[[TrafficFn], TrafficFn]:
+    """``MEMORY.register`` for handles that return :class:`Traffic` (the registry is typed for counts)."""
+    return MEMORY.register(*ops)  # type: ignore[return-value]
 
 
 def _tensors(specs: Sequence[Spec]) -> list[TensorSpec]:
@@ -125,7 +131,7 @@ def transformer_encoder_layer_flops(inputs: Sequence[Spec], outputs: Sequence[Sp
     x, w1 = shape_of(inputs[TEL_SRC]), tensor(inputs[TEL_FFN_WEIGHT_1])
     embed_dim, heads, gelu = (const(inputs[i]) for i in (TEL_EMBED_DIM, TEL_NUM_HEADS, TEL_USE_GELU))
     if len(x) != 3 or not isinstance(heads, int) or x[2] != embed_dim or w1.shape[1:] != (embed_dim,):
-        raise ValueError(
+        raise OpcountValueError(
             f"aten::_transformer_encoder_layer_fwd: src {x}, embed_dim {embed_dim!r}, num_heads {heads!r} "
             f"and linear1 weight {w1.shape} do not fit"
         )
