@@ -210,7 +210,7 @@ class JitModelAnalysis:
         """
         if len(args) % 2:
             raise OpcountTypeError("set_op_handle takes pairs of operator names and handles")
-        pairs = {**dict(zip(args[::2], args[1::2])), **kwargs}
+        pairs = {**dict(zip(args[::2], args[1::2], strict=True)), **kwargs}
         for name, handle in pairs.items():
             if not isinstance(name, str) or "::" not in name:
                 raise OpcountValueError(f"operator names are qualified like 'aten::mm', got {name!r}")
@@ -359,8 +359,10 @@ class JitModelAnalysis:
         Subclasses that measure several quantities per call pass composite keys (e.g.
         ``(operator, "read")``) and split the counters afterwards: one walk over the calls.
         """
-        pairs = [(call.scope, value) for call, value in zip(calls, values)]
-        missing = [(c.scope, {self._unsupported_key(c): 1}) for c, (_, v) in zip(calls, pairs) if v is None]
+        pairs = [(call.scope, value) for call, value in zip(calls, values, strict=True)]
+        missing = [
+            (c.scope, {self._unsupported_key(c): 1}) for c, (_, v) in zip(calls, pairs, strict=True) if v is None
+        ]
         counts = roll_up(self._tree, pairs, self._ancestor_mode)
         unsupported = roll_up(self._tree, missing, self._ancestor_mode)
         for counter in counts.values():  # fvcore's Counter arithmetic keeps positive counts only

@@ -60,7 +60,7 @@ class Hardware:
     buffer_bytes: float | None = None
     clock_hz: float | None = None
     description: str = field(default="", compare=False)
-    sparse: SparseSupport = SparseSupport()
+    sparse: SparseSupport = field(default_factory=SparseSupport)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

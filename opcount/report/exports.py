@@ -247,13 +247,14 @@ def to_markdown(
     tree = sources.tree
     rows = [[_md_name(n), type(tree.module(n)).__name__, *(cells[n].get(c.key, "") for c in chosen)] for n in shown]
     aligns = ["left", "left", *(["right"] * len(chosen))]
-    return tabulate.tabulate(
+    table: str = tabulate.tabulate(
         rows,
         headers=["module", "type", *(c.header for c in chosen)],
         tablefmt="pipe",
         colalign=aligns,
         disable_numparse=True,
     )
+    return table
 
 
 def _md_name(name: str) -> str:

@@ -348,7 +348,7 @@ def _meta(described: Mapping[str, Any]) -> str:
     rows = []
     for key, value in described.items():
         if key == "inputs":
-            text = "; ".join(f"{i['name']}: {'×'.join(map(str, i['shape'])) or 'scalar'} {i['dtype']}" for i in value)
+            text = "; ".join(f"{i['name']}: {'×'.join(map(str, i['shape'])) or 'scalar'} {i['dtype']}" for i in value)  # noqa: RUF001 -- the page writes shapes with a multiplication sign
         else:
             text = "—" if value is None else str(value)
         rows.append(f'<tr><th scope="row">{_e(key)}</th><td>{_e(text)}</td></tr>')

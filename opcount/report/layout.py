@@ -28,9 +28,9 @@ class Layout:
     shapes: Mapping[str, tuple[int, ...]]  # parameter rows
 
     def depth(self, name: str) -> int:
-        depth = 0
-        while (name := self.parent[name]) is not None:  # type: ignore[assignment]
-            depth += 1
+        depth, parent = 0, self.parent[name]
+        while parent is not None:
+            depth, parent = depth + 1, self.parent[parent]
         return depth
 
 

@@ -108,7 +108,8 @@ def _repr_with_lines(module: nn.Module, name: str, lines: Mapping[str, str]) -> 
         text = "None" if child is None else _repr_with_lines(child, child_name, lines)
         children.append(f"({key}): " + text.replace("\n", "\n  "))
     body = own + children
-    head = module._get_name() + "("  # what repr() prints; subclasses may override it
+    # what repr() prints; subclasses may override it. torch leaves _get_name unannotated.
+    head: str = module._get_name() + "("  # type: ignore[no-untyped-call]
     if len(own) == 1 and not children:
         return head + own[0] + ")"
     if body:
@@ -163,7 +164,9 @@ def tree_str(
     widths = [max(len(row[0]) for row in [header, *lines])]
     widths += [max(len(row[1][i]) for row in [header, *lines]) for i in range(len(chosen))]
     text = "\n".join(
-        "  ".join([row[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(row[1], widths[1:]))]).rstrip()
+        "  ".join(
+            [row[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(row[1], widths[1:], strict=True))]
+        ).rstrip()
         for row in [header, *lines]
     )
     if any("N/A" in row[1] for row in lines):

@@ -29,7 +29,8 @@ _PARAMETER_SCALES = (("G", 1e9), ("M", 1e6), ("K", 1e3))  # fvcore's parameter t
 
 
 def _pipe(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    return tabulate.tabulate(rows, headers=list(headers), tablefmt="pipe", preserve_whitespace=True)
+    table: str = tabulate.tabulate(rows, headers=list(headers), tablefmt="pipe", preserve_whitespace=True)
+    return table
 
 
 def _merge(a: Mapping[str, str], b: Mapping[str, str]) -> dict[str, str] | None:

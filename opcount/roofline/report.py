@@ -316,7 +316,8 @@ class RooflineReport:
         rows = rows[:top] if top is not None else rows
         body = [[*r[:-1], seconds(r[-1]), f"{100 * r[-1] / total:.1f}%" if total > 0 else ""] for r in rows]
         headers = [by, "unit", "flops", "bytes", "flop/byte", "bound", "time", "share"]
-        return tabulate.tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
+        table: str = tabulate.tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
+        return table
 
     def summary(self) -> str:
         """One paragraph: hardware, dtype, totals and how the time splits between bounds."""

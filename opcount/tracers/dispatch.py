@@ -108,7 +108,7 @@ def trace_dispatch(
             return _trace(model, inner, tree, state, args, kw, warn_mode, ShapeTensors(claimed), train, None)
         except (TrainingError, SparseLayoutError):
             raise
-        except Exception as e:  # noqa: BLE001 -- what a shape-only tensor cannot follow, fake tensors may
+        except Exception as e:  # what a shape-only tensor cannot follow, fake tensors may
             cause = e.__cause__ or e
             logger.debug(
                 "shape-only tensors stopped at %s: %s; running on fake tensors", type(cause).__name__, first_line(cause)

@@ -156,7 +156,7 @@ class _Marks:
 
         def slow_forward(*args: Any, **kwargs: Any) -> Any:
             if get_ident() != thread[0]:  # another thread tracing the same module
-                return nn.Module._slow_forward(module, *args, **kwargs)
+                return nn.Module._slow_forward(module, *args, **kwargs)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
             self._event(index)
             try:
                 return module.forward(*args, **kwargs)
@@ -315,7 +315,8 @@ def _warnings(mode: str) -> Iterator[None]:
         if mode == "none":
             warnings.simplefilter("ignore")
         elif mode == "no_tracer_warning":
-            warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+            # torch.jit re-exports TracerWarning without marking it (no __all__ entry, no "as")
+            warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)  # type: ignore[attr-defined]
         yield
 
 
@@ -346,7 +347,7 @@ def _records(graph: Graph, tree: ModuleTree, marks: _Marks, converter: _Converte
         elif not kind.startswith("prim::"):
             yield OpCall(kind, *resolve(node), stack[-1]), node
         elif kind == "prim::PythonOp":
-            yield OpCall(f"prim::PythonOp.{node.pyname()}", *resolve(node), stack[-1]), node  # type: ignore[attr-defined]
+            yield OpCall(f"prim::PythonOp.{node.pyname()}", *resolve(node), stack[-1]), node  # type: ignore[attr-defined]  # stub lacks pyname
         elif kind == "prim::CallFunction":
             # A scripted function called from traced code: named by the function, e.g.
             # prim::CallFunction.torchvision.ops.boxes._batched_nms_coordinate_trick.
@@ -400,7 +401,7 @@ class _Converter:
         n_inputs, state, names = self._state
         dtypes: dict[torch.dtype, str] = {}
         cache: dict[Value, Spec] = {}
-        for value, t, name in zip(list(self._graph.inputs())[n_inputs:], state, names):
+        for value, t, name in zip(list(self._graph.inputs())[n_inputs:], state, names, strict=True):
             dtype = dtypes.get(t.dtype)
             if dtype is None:
                 dtype = dtypes[t.dtype] = str(t.dtype).removeprefix("torch.")
@@ -431,9 +432,10 @@ class _Converter:
         if kind == "prim::Constant":
             return Const(constant)  # None, or a constant toIValue() would not read
         if kind == "prim::ListConstruct":
-            get, convert = self._cache.get, self._convert  # type: ignore[union-attr]
+            get, convert = self._cache.get, self._convert  # type: ignore[union-attr]  # _start filled the cache before any value converts
             items = tuple(get(v) or convert(v) for v in (node.inputsAt(i) for i in range(node.inputsSize())))
-            if all(isinstance(i, Const) and i.known for i in items):
-                return Const(tuple(i.value for i in items))  # type: ignore[union-attr]
+            values = [i.value for i in items if isinstance(i, Const) and i.known]
+            if len(values) == len(items):
+                return Const(tuple(values))
             return ListSpec(items)
         return Const(None, known=False)

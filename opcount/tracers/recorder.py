@@ -40,7 +40,7 @@ _TAG = "opcount"  # key of the (scope, within) tag in autograd nodes' metadata
 Tag = tuple[Scope, tuple[str, ...]]
 
 
-class Recorder(TorchDispatchMode):
+class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # its __init_subclass__ is unannotated
     """Records each dispatched operator as :class:`~opcount.ir.OpCall` records."""
 
     @classmethod
@@ -56,7 +56,7 @@ class Recorder(TorchDispatchMode):
         train: bool,
         compute: Callable[[Any, tuple[Any, ...], dict[str, Any], int], Any] | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         self.scopes = scopes
         self._compute = compute  # how an operator's outputs are made; None: its kernel runs
         self.calls: list[OpCall] = []
@@ -144,7 +144,7 @@ class Recorder(TorchDispatchMode):
         pending = [t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
         while pending:
             node = pending.pop()
-            metadata: dict[str, Any] = node.metadata  # type: ignore[assignment]
+            metadata: dict[str, Any] = node.metadata  # type: ignore[assignment]  # torch's stub makes Node.metadata a method; it is a dict
             if _TAG in metadata:
                 continue
             metadata[_TAG] = tag
@@ -163,8 +163,9 @@ class Recorder(TorchDispatchMode):
             return value
         if isinstance(value, (list, tuple)):
             items = tuple(map(self._spec, value))
-            if all(isinstance(i, Const) for i in items):
-                return Const(tuple(i.value for i in items))  # type: ignore[union-attr]
+            values = [i.value for i in items if isinstance(i, Const)]
+            if len(values) == len(items):
+                return Const(tuple(values))
             return ListSpec(items)
         if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             return Const(None, known=False)  # a size only known at run time, as jit records it
@@ -194,7 +195,7 @@ class Recorder(TorchDispatchMode):
         found = self._state_specs.get(id(t))
         if found is not None or id(t) in self._names:
             return found
-        uid = self._ids.get(t)
+        uid = self._ids.get(t)  # type: ignore[no-untyped-call]  # torch leaves WeakIdKeyDictionary unannotated
         return None if uid is None else TensorSpec(tuple(t.shape), self._dtype(t.dtype), None, uid)
 
     def spec_of(self, t: torch.Tensor) -> TensorSpec:
@@ -209,7 +210,7 @@ class Recorder(TorchDispatchMode):
                 if t.layout is not torch.strided:
                     self._sparse[spec.id] = f"{layout_of(t)} ({name!r})"  # type: ignore[index]
             return spec
-        uid = self._ids.get(t)
+        uid = self._ids.get(t)  # type: ignore[no-untyped-call]  # torch leaves WeakIdKeyDictionary unannotated
         if uid is None:
             uid = self._ids[t] = self._new_id()
             if t.layout is not torch.strided:  # looked at once per tensor
@@ -228,6 +229,6 @@ def _running_node_tag() -> Tag:
     node = current_autograd_node()
     if node is None:
         return ROOT, ()
-    metadata: dict[str, Any] = node.metadata  # type: ignore[assignment]
+    metadata: dict[str, Any] = node.metadata
     tag: Tag | None = metadata.get(_TAG)
     return tag if tag is not None else (ROOT, ())

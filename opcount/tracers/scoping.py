@@ -83,7 +83,7 @@ class Scopes:
             return self._run_hooked(module, name, args, kwargs)
         self.enter(name)
         try:
-            return module._call_impl(*args, **kwargs)
+            return module._call_impl(*args, **kwargs)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         finally:
             self.exit()
 
@@ -109,7 +109,7 @@ class Scopes:
             module.__dict__["forward"] = scoped
         self._forwards[key] = depth + 1
         try:
-            return module._call_impl(*args, **kwargs)
+            return module._call_impl(*args, **kwargs)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         finally:
             self._forwards[key] = depth
             if depth == 0:
@@ -141,7 +141,7 @@ class Scopes:
             # model nests as deep under the tracer as it does under the recursion limit without it
             enter(name)
             try:
-                return module._call_impl(*args, **kwargs)
+                return module._call_impl(*args, **kwargs)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
             finally:
                 leave()
 

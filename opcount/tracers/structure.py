@@ -120,7 +120,7 @@ class FlatCall:
 
     def rebuild(self, tensors: tuple[torch.Tensor, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         leaves = list(self._leaves)
-        for slot, t in zip(self._slots, tensors):
+        for slot, t in zip(self._slots, tensors, strict=True):
             leaves[slot] = t
         args, kwargs = pytree.tree_unflatten(leaves, self._spec)
         return args, kwargs

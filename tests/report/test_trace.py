@@ -4,6 +4,7 @@ enclosing their calls."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -36,10 +37,10 @@ def test_one_event_per_operator_call_summing_to_the_roofline_total(report) -> No
     assert [e["name"] for e in ops] == ["conv", "batch_norm", "relu", "adaptive_avg_pool2d", "linear", "linear"]
     assert len(ops) == len(report.layers)
     assert sum(e["dur"] for e in ops) == pytest.approx(report.total_time * 1e6, rel=1e-12)
-    for before, after in zip(ops, ops[1:]):  # end to end, in call order
+    for before, after in itertools.pairwise(ops):  # end to end, in call order
         assert after["ts"] == pytest.approx(before["ts"] + before["dur"], rel=1e-12)
     assert ops[0]["ts"] == 0
-    for e, t in zip(ops, report.layers):
+    for e, t in zip(ops, report.layers, strict=True):  # one event per layer here (no split call)
         assert e["dur"] == pytest.approx(t.effective_time * 1e6, rel=1e-12)
         assert e["args"]["module"] == (t.layer.module or ".") and e["args"]["bound"] == t.bound
 

@@ -139,7 +139,7 @@ def test_beyond_what_torch_runs_the_error_names_the_depth() -> None:
     try:
         assert not _runs(model, x, 1000)
         for options in TRACERS[:2]:
-            with pytest.raises(TraceError, match="1000 levels deep.*sys.setrecursionlimit"):
+            with pytest.raises(TraceError, match=r"1000 levels deep.*sys\.setrecursionlimit"):
                 FlopCountAnalysis(model, x, **options).total()
     finally:
         sys.setrecursionlimit(before)

@@ -55,7 +55,7 @@ class SparseMask(nn.Module):
 @pytest.mark.parametrize("options", TRACERS, ids=lambda o: "-".join(o.values()))
 def test_a_sparse_buffer_is_refused_where_an_operator_prices_it(options: dict) -> None:
     # The mask has 2 stored values: torch's sparse mm runs 2 x 3 multiply-adds, not 4 x 8 x 3.
-    with pytest.raises(OpcountValueError, match="aten::mm in the model .*torch.sparse_coo.*'mask'"):
+    with pytest.raises(OpcountValueError, match=r"aten::mm in the model .*torch\.sparse_coo.*'mask'"):
         FlopCountAnalysis(SparseMask(densify=False), torch.randn(8, 3), **options).total()
 
 
@@ -76,7 +76,7 @@ class ToSparse(nn.Module):
 
 @pytest.mark.parametrize("options", TRACERS[1:], ids=lambda o: "-".join(o.values()))
 def test_a_sparse_tensor_made_inside_the_model_is_refused_naming_the_operator(options: dict) -> None:
-    with pytest.raises(OpcountValueError, match="aten::to_sparse.*torch.sparse_coo tensor of shape \\[4, 8\\]"):
+    with pytest.raises(OpcountValueError, match=r"aten::to_sparse.*torch\.sparse_coo tensor of shape \[4, 8\]"):
         trace(ToSparse(), torch.randn(4, 8), **options)
 
 
