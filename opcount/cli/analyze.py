@@ -14,6 +14,7 @@ from typing import Any
 
 from ..analysis import ActivationCountAnalysis, FlopCountAnalysis
 from ..errors import OpcountError
+from ..messages import first_failure
 from .args import ROOFLINE_COLUMNS, SPARSITY_COLUMNS, UsageError
 from .models import Loaded
 from .progress import Progress
@@ -128,7 +129,7 @@ def _traced(loaded: Loaded, args: argparse.Namespace, roles: set[str], spinner: 
                 analysis.by_module()  # analyses are lazy: do the work here, under the spinner
             return found
         except OpcountError as e:
-            first_error = first_error or e
+            first_error = e if first_error is None else first_failure(first_error, e)
     assert first_error is not None
     raise first_error
 

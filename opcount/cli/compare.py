@@ -23,7 +23,7 @@ from ..messages import first_line
 from ..report.provenance import export_meta
 from . import models as cli_models
 from .analyze import analyze, local_hardware
-from .args import UsageError, check_output_paths
+from .args import UsageError, check_counts, check_output_paths
 from .progress import Progress
 from .render import number_format, write_csv_meta
 from .warning_capture import captured_warnings
@@ -56,7 +56,8 @@ def compare(args: argparse.Namespace, stderr: TextIO) -> str:
     spinner = Progress(stderr, enabled=False if args.debug else None)
     measured: list[Measured] = []
     notes: list[str] = []
-    with captured_warnings(args.debug) as caught:
+    uses_transformers = any(str(spec).startswith(("hf:", "llm:")) for spec in args.models)
+    with captured_warnings(args.debug, uses_transformers) as caught:
         try:
             if isinstance(args.hardware, str):  # --hardware local, measured once for every model
                 args.hardware = local_hardware(args, spinner)
@@ -95,6 +96,7 @@ def _check(args: argparse.Namespace) -> None:
         )
     if args.format in ("json", "csv") and (args.units or args.decimals is not None or args.sig_figs is not None):
         raise UsageError("--units, --decimals and --sig-figs apply to text formats; json and csv are exact")
+    check_counts(args)
     from .llm import LLM_FLAGS
 
     llm = [spec for spec in args.models if spec.startswith("llm:")]

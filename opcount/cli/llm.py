@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ from .. import report
 from ..errors import OpcountError
 from ..llm.catalogue import ARCHITECTURES
 from ..llm.catalogue import config as catalogue_config
+from ..llm.limits import MAX_BATCH, MAX_POSITIONS
 from ..llm.model import is_causal_lm
 from ..llm.phases import PHASES, CausalLM, GenerationCost, PhaseCost, generation
 from ..llm.precision import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
@@ -28,6 +30,7 @@ from ..units import seconds, si, size
 from .args import (
     ROOFLINE_COLUMNS,
     SPARSITY_COLUMNS,
+    check_counts,
     hf_overrides,
     invalid_config,
     natural_int,
@@ -38,6 +41,7 @@ from .render import write_csv_meta
 SWEEPABLE = {"batch": "batch", "seq-len": "seq_len", "kv-len": "kv_len", "gen-len": "gen_len"}
 LLM_FLAGS = ("phase", "kv_len", "batch", "gen_len", "weight_dtype", "act_dtype", "kv_dtype", "sweep")
 DEFAULT_SEQ_LEN = 128
+MAX_SWEEP_POINTS = 1000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,6 +104,8 @@ def check(args: argparse.Namespace) -> Precision:
             raise OpcountError("--sweep kv-len=... needs --phase decode")
     if len({k for k, _ in args.sweep or ()}) != len(args.sweep or ()):
         raise OpcountError("--sweep: each key once")
+    _check_sizes(args)
+    check_counts(args)
     for flag in ("profile", "sparsity"):
         if getattr(args, flag, None):
             raise OpcountError(f"--{flag} does not apply to LLM phases (the model is on the meta device)")
@@ -118,6 +124,37 @@ def check(args: argparse.Namespace) -> Precision:
         return Precision(args.weight_dtype or "bfloat16", args.act_dtype or "bfloat16", args.kv_dtype)
     except OpcountError as e:
         raise OpcountError(f"{e} (--weight-dtype, --act-dtype, --kv-dtype)") from None
+
+
+def _check_sizes(args: argparse.Namespace) -> None:
+    """Each size flag (its largest --sweep value too) within opcount.llm.limits, and the positions
+    of a sequence together, before a model is built: past them torch's int64 sizes overflow."""
+    swept = dict(args.sweep or ())
+    points = math.prod(len(values) for values in swept.values())
+    if points > MAX_SWEEP_POINTS:  # each point is traced
+        raise OpcountError(f"--sweep: {points:,} points, more than {MAX_SWEEP_POINTS:,} (the limit)")
+    largest = {
+        key: max((value, *swept.get(key, ()))) if value is not None else max(swept.get(key, (0,)))
+        for key, value in (
+            ("batch", args.batch),
+            ("seq-len", args.seq_len),
+            ("kv-len", args.kv_len),
+            ("gen-len", args.gen_len),
+        )
+    }
+    for key, value in largest.items():
+        limit = MAX_BATCH if key == "batch" else MAX_POSITIONS
+        if value > limit:
+            what = "sequences" if key == "batch" else "positions per sequence"
+            flag = f"--{key} {value}" if value == getattr(args, key.replace("-", "_")) else f"--sweep {key}={value}"
+            raise OpcountError(f"{flag}: more than {limit:,} {what} (the limit)")
+    seq_len = largest["seq-len"] or (1 if args.phase == "decode" else DEFAULT_SEQ_LEN)
+    positions = seq_len + largest["kv-len"] + largest["gen-len"]
+    if positions > MAX_POSITIONS:
+        raise OpcountError(
+            f"--seq-len, --kv-len and --gen-len: {positions:,} positions per sequence, more than {MAX_POSITIONS:,} "
+            "(the limit)"
+        )
 
 
 def _check_columns(args: argparse.Namespace) -> None:

@@ -97,20 +97,23 @@ def run(args: argparse.Namespace, stderr: TextIO) -> str:
     else:
         check_arguments(args, input_dtype(args))
         roles_needed(args)  # before building: a typo should not cost a model
-    with captured_warnings(args.debug) as caught:
-        try:
-            if isinstance(args.hardware, str):
-                args.hardware = local_hardware(args, spinner)
-            elif getattr(args, "recalibrate", False):
-                raise UsageError("--recalibrate applies to --hardware local")
-            if llm:
-                text = _llm(args, spinner)
-            else:
-                text = _whole_model(args, spinner, caught)
-        finally:
-            spinner.close()
-    if not args.quiet:
-        stderr.writelines(f"opcount: warning: {message}\n" for message in dict.fromkeys(caught.messages))
+    caught = Collect()
+    try:
+        with captured_warnings(args.debug, str(args.model).startswith(("hf:", "llm:"))) as caught:
+            try:
+                if isinstance(args.hardware, str):
+                    args.hardware = local_hardware(args, spinner)
+                elif getattr(args, "recalibrate", False):
+                    raise UsageError("--recalibrate applies to --hardware local")
+                if llm:
+                    text = _llm(args, spinner)
+                else:
+                    text = _whole_model(args, spinner, caught)
+            finally:
+                spinner.close()
+    finally:  # before an error's line too: a library's warning may say why (transformers' rope_scaling check)
+        if not args.quiet:
+            stderr.writelines(f"opcount: warning: {message}\n" for message in dict.fromkeys(caught.messages))
     return text
 
 
