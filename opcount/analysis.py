@@ -26,7 +26,7 @@ from .handles.invoke import apply_handle, invoke_handle
 from .handles.op_keys import family, fvcore_kind, fvcore_op_key, op_key
 from .handles.presets import flop_preset, macs_only
 from .ir import OpCall
-from .messages import names_in_brief
+from .messages import brief_list
 from .rollup import MODES as ANCESTOR_MODES
 from .rollup import copied, roll_up
 from .scopes import ModuleTree
@@ -402,11 +402,11 @@ class JitModelAnalysis:
         if self._warn_uncalled:
             shown = sorted(n for n in uncalled if type(self._tree.module(n)).forward not in _forwards())
             if shown:  # vit_h_14's 32 out_proj grouped by name; the command reads the names from `extra`
-                listing, cut = names_in_brief(shown, 200)
                 logger.warning(
-                    "These submodules were never called during the trace: %s. They are unused, or were reached "
-                    "through .forward() or another method; their cost, if any, is in their caller.",
-                    listing + (f" ({len(shown)} modules; uncalled_modules() names them)" if cut else ""),
+                    "These submodules were never called during the trace: %s. They are unused, were reached through "
+                    ".forward() or another method, or ran inside their parent's fused call (torch's eval fast paths: "
+                    "MultiheadAttention's out_proj, TransformerEncoderLayer's layers); their cost, if any, is in their caller.",
+                    brief_list(shown, 200, "uncalled_modules() names them"),
                     extra={"opcount_uncalled": tuple(shown)},
                 )
 

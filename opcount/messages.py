@@ -56,3 +56,10 @@ def names_in_brief(names: Sequence[str], width: int) -> tuple[str, bool]:
             break
         shown.append(part)
     return ", ".join(shown), True
+
+
+def brief_list(names: Sequence[str], width: int, whole: str) -> str:
+    """:func:`names_in_brief`'s text, saying how many there are and ``whole`` (where the full
+    list is) when some are left out."""
+    listing, cut = names_in_brief(names, width)
+    return listing + (f" ({len(names)} in all; {whole})" if cut else "")

@@ -108,8 +108,14 @@ def _check_format_flags(args: argparse.Namespace) -> None:
         raise UsageError("--profile does not apply to --format html: its measured report prints as text, json or csv")
     if fmt == "html" and getattr(args, "sparsity", None):
         raise UsageError("--sparsity does not apply to --format html yet: its report prints as text, json or csv")
-    if fmt == "tree" and args.by_operator:
+    if fmt in ("tree", "chrome-trace") and args.by_operator:
         raise UsageError("--by-operator applies to table, csv and md")
+    if fmt == "chrome-trace" and args.hardware is None:
+        raise UsageError(
+            "--format chrome-trace lays out the roofline's times: add --hardware NAME (e.g. --hardware h100-sxm)"
+        )
+    if fmt == "chrome-trace" and args.profile:
+        raise UsageError("--profile's measured report is json, csv or text: leave out --format chrome-trace")
     check_counts(args)
 
 
@@ -138,7 +144,9 @@ def _check_hf_flags(args: argparse.Namespace) -> None:
 def check_output_paths(args: argparse.Namespace) -> None:
     """``-o`` and ``--plot`` are written after the analysis: a wrong folder or format should not
     cost one."""
-    for flag, value in (("-o", args.output), ("--plot", args.plot)):
+    if getattr(args, "csv_meta", None) and args.format != "csv":
+        raise UsageError(f"--csv-meta describes a CSV export: add --format csv (the {args.format} format has none)")
+    for flag, value in (("-o", args.output), ("--plot", args.plot), ("--csv-meta", getattr(args, "csv_meta", None))):
         if value and not Path(value).resolve().parent.is_dir():
             raise UsageError(f"{flag} {value}: no folder {str(Path(value).parent)!r} to write it in")
         if value and Path(value).is_dir():

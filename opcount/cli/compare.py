@@ -20,12 +20,12 @@ import torch
 from .. import report
 from ..errors import OpcountError
 from ..messages import first_line
-from ..report.provenance import csv_header, export_meta
+from ..report.provenance import export_meta
 from . import models as cli_models
 from .analyze import analyze, local_hardware
 from .args import UsageError, check_counts, check_output_paths
 from .progress import Progress
-from .render import number_format
+from .render import number_format, write_csv_meta
 from .warning_capture import Caught, captured_warnings, unsupported, warning_lines
 
 # The fields of an export's meta that differ from model to model; the others (versions, tracer,
@@ -150,7 +150,7 @@ def _render(measured: list[Measured], columns: list[report.Column], args: argpar
     if args.format == "json":
         return json.dumps(_to_dict(measured, columns, args.by_operator), indent=2)
     if args.format == "csv":
-        return _to_csv(measured, columns, args.by_operator).rstrip("\n")
+        return _to_csv(measured, columns, args).rstrip("\n")
     fmt = number_format(args, significant=args.format == "md")
     headers, rows = _operator_rows(measured, columns, fmt) if args.by_operator else _model_rows(measured, columns, fmt)
     # md right-aligns numbers as to_markdown does; the table keeps fvcore's left-aligned cells
@@ -212,7 +212,7 @@ def _to_dict(measured: list[Measured], columns: list[report.Column], by_operator
         "meta": _shared_meta(measured),
         "columns": [c.key for c in columns],
         "models": [
-            {"model": m.spec, **_model_meta(m), "total": {c.key: report.exact(m.total(c)) for c in columns}}
+            {"model": m.spec, **_model_meta(m), "total": {c.key: report.export_number(m.total(c)) for c in columns}}
             for m in measured
         ],
     }
@@ -228,14 +228,19 @@ def _long_operator_rows(measured: list[Measured], columns: list[report.Column]) 
         ops = dict.fromkeys(op for t in tables.values() for op, v in t.items() if v)
         first = tables[columns[0].key]
         for op in sorted(ops, key=lambda op: (-(first.get(op) or 0), op)):
-            rows.append({"model": m.spec, "operator": op, **{k: report.exact(t.get(op)) for k, t in tables.items()}})
+            rows.append(
+                {"model": m.spec, "operator": op, **{k: report.export_number(t.get(op)) for k, t in tables.items()}}
+            )
     return rows
 
 
-def _to_csv(measured: list[Measured], columns: list[report.Column], by_operator: bool) -> str:
+def _to_csv(measured: list[Measured], columns: list[report.Column], args: argparse.Namespace) -> str:
+    """A header line, then the rows (``model,<columns>`` or ``model,operator,<columns>``); what they
+    were computed from goes to ``--csv-meta FILE``, the JSON's ``meta`` and each model's own."""
     keys = [c.key for c in columns]
-    meta = {**_shared_meta(measured), "models": {m.spec: _model_meta(m) for m in measured}}
-    if by_operator:
-        return csv_header(meta) + report.csv_rows(["model", "operator", *keys], _long_operator_rows(measured, columns))
-    rows = [{"model": m.spec, **{c.key: report.exact(m.total(c)) for c in columns}} for m in measured]
-    return csv_header(meta) + report.csv_rows(["model", *keys], rows)
+    write_csv_meta(args, {**_shared_meta(measured), "models": {m.spec: _model_meta(m) for m in measured}})
+    names = report.csv_fields(keys, measured[0].meta["flops_per_mac"])
+    if args.by_operator:
+        return report.csv_rows(["model", "operator", *keys], _long_operator_rows(measured, columns), names)
+    rows = [{"model": m.spec, **{c.key: report.export_number(m.total(c)) for c in columns}} for m in measured]
+    return report.csv_rows(["model", *keys], rows, names)

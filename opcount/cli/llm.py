@@ -25,6 +25,7 @@ from ..llm.limits import MAX_BATCH, MAX_POSITIONS
 from ..llm.model import is_causal_lm
 from ..llm.phases import PHASES, CausalLM, GenerationCost, PhaseCost, generation
 from ..llm.precision import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
+from ..report.provenance import export_meta
 from ..units import seconds, si, size
 from .args import (
     ROOFLINE_COLUMNS,
@@ -35,6 +36,7 @@ from .args import (
     natural_int,
     positive_int,
 )
+from .render import write_csv_meta
 
 SWEEPABLE = {"batch": "batch", "seq-len": "seq_len", "kv-len": "kv_len", "gen-len": "gen_len"}
 LLM_FLAGS = ("phase", "kv_len", "batch", "gen_len", "weight_dtype", "act_dtype", "kv_dtype", "sweep")
@@ -116,9 +118,9 @@ def check(args: argparse.Namespace) -> Precision:
                 f"--{flag.replace('_', '-')} does not apply to LLM phases: they are priced in the dtypes of "
                 "--weight-dtype, --act-dtype and --kv-dtype"
             )
-    if args.format in ("tree", "md", "repr", "html") or args.by_operator:
+    if args.format in ("tree", "md", "repr", "html", "chrome-trace") or args.by_operator:
         raise OpcountError(
-            "LLM phases print table, json or csv (--by-operator and tree/md/repr/html are for whole models)"
+            "LLM phases print table, json or csv (--by-operator and tree/md/repr/html/chrome-trace are for whole models)"
         )
     _check_columns(args)
     try:
@@ -326,14 +328,17 @@ def summary(llm_label: str, point: Point, parameters: int) -> str:
 def _single_report(llm: CausalLM, point: Point, args: argparse.Namespace, label: str) -> str:
     p = point.phase
     extra = {"roofline": p.roofline} if p.roofline is not None else None
+    # the model as typed (llm:gpt2), not the class it builds (GPT2LMHeadModel); device: meta
+    meta = export_meta(p.flops, model=args.model, roofline=p.roofline)
     if args.format == "json":
-        data = json.loads(report.to_json(p.flops, columns=args.columns, max_depth=args.depth, extra=extra))
+        data = report.to_dict(p.flops, columns=args.columns, max_depth=args.depth, extra=extra, meta=meta)
         data["llm"] = _point_json(point, label, llm.parameters)
         data["memory"] = (p.memory if point.generation is None else point.generation.memory).as_dict()
         return json.dumps(data, indent=2)
     columns = args.columns or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
     depth = 3 if args.depth is None else args.depth
     if args.format == "csv":
+        write_csv_meta(args, meta)
         return report.to_csv(p.flops, columns=columns, max_depth=args.depth, extra=extra).rstrip("\n")
     table = report.module_table(
         p.flops, columns=columns, max_depth=depth, extra=extra, show_param_shapes=not args.no_param_shapes
@@ -368,6 +373,14 @@ def _point_json(point: Point, label: str, parameters: int) -> dict[str, Any]:
 
 
 SWEEP_COLUMNS = ("flops", "weights", "kv_cache", "activations", "time", "tokens_per_s", "bound")
+# A sweep's CSV headers with their units (the sizes are bytes, the times seconds).
+SWEEP_CSV_NAMES = {
+    "weights": "weights_bytes",
+    "kv_cache": "kv_cache_bytes",
+    "activations": "activations_bytes",
+    "time_to_first_token": "time_to_first_token_s",
+    "time_per_output_token": "time_per_output_token_s",
+}
 
 
 def _sweep_report(points: Sequence[Point], args: argparse.Namespace, label: str) -> str:
@@ -384,9 +397,10 @@ def _sweep_report(points: Sequence[Point], args: argparse.Namespace, label: str)
     if has_time and not gen:
         header.append("bound")
     flat = [{**r, **r["memory"]} for r in rows]
-    if args.format == "csv":
-        lines = [",".join(header)] + [",".join(str(r.get(h, "")) for h in header) for r in flat]
-        return "\n".join(lines)
+    if args.format == "csv":  # a missing value (None) is an empty cell, as in every CSV export
+        write_csv_meta(args, export_meta(points[0].phase.flops, model=args.model, roofline=points[0].phase.roofline))
+        names = {**report.csv_fields(header, points[0].phase.flops.flops_per_mac), **SWEEP_CSV_NAMES}
+        return report.csv_rows(header, flat, names=names).rstrip("\n")
     cells = [[_cell(h, r.get(h)) for h in header] for r in flat]
     return _pipe(header, cells) + f"\n\n{label}: {len(points)} points, {points[0].phase.precision.label()}"
 

@@ -35,7 +35,7 @@ from . import models as cli_models
 from .analyze import analyze, local_hardware, roles_needed
 from .args import UsageError, check_arguments, check_output_paths
 from .models import Loaded, input_dtype
-from .parser import attached_shapes, build_parser
+from .parser import attached_shapes, build_parser, output_format
 from .progress import Progress
 from .render import render
 from .warning_capture import Collect, Unsupported, captured_warnings, unsupported, warning_lines
@@ -155,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .compare import compare
 
             args = build_parser(compare=True).parse_args(attached_shapes(argv[1:]))
+            args.format = output_format(args)
             text = compare(args, stderr)
         elif argv[:1] == ["hardware"]:
             from . import hardware as hardware_command
@@ -162,6 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             text, args = hardware_command.run(argv[1:])
         else:
             args = build_parser().parse_args(attached_shapes(argv))
+            args.format = output_format(args)
             text = run(args, stderr)
         if args.output:
             with writing("-o", args.output):

@@ -20,7 +20,18 @@ from . import llm as llm_command
 from .args import UsageError, natural_int, positive_int
 from .models import DTYPES
 
-FORMATS = ("table", "tree", "json", "csv", "md", "repr", "html")
+FORMATS = ("table", "tree", "json", "csv", "md", "repr", "html", "chrome-trace")
+# -o FILE's format by the file's ending, longest ending first: the formats it may hold, its default
+# first. An ending whose formats are not in FORMATS is ignored; any other ending gets the default
+# text table. A new format that writes files of its own ending is one entry here.
+OUTPUT_EXTENSIONS = {
+    ".trace.json": ("chrome-trace", "json"),
+    ".json": ("json", "chrome-trace"),
+    ".csv": ("csv",),
+    ".md": ("md",),
+    ".html": ("html",),
+    ".txt": ("table", "tree", "repr"),
+}
 COLUMN_ALIASES = {
     "acts": "activations",
     "read": "bytes_read",
@@ -193,10 +204,11 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     g = p.add_argument_group("output")
     g.add_argument(
         "--format",
-        default="table",
         choices=FORMATS,
-        help="default: table (fvcore's layout); repr: the model as print(model) shows it, the columns inline; "
-        "html: one self-contained page (collapsible tree, sortable operator table, charts), with -o FILE.html",
+        help="default: by -o FILE's ending (.json, .csv, .md, .html, .txt, .trace.json: chrome-trace), else "
+        "table (fvcore's layout); repr: the model as print(model) shows it, the columns inline; html: one "
+        "self-contained page (collapsible tree, sortable operator table, charts); chrome-trace: the roofline "
+        "as a timeline for Perfetto (needs --hardware)",
     )
     g.add_argument(
         "--columns",
@@ -223,7 +235,12 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     digits.add_argument("--decimals", type=natural_int, metavar="N", help="decimals after scaling (table default 3)")
     digits.add_argument("--sig-figs", type=positive_int, metavar="N", help="significant figures (tree/md default 3)")
     g.add_argument("--no-param-shapes", action="store_true", help="table: leave out the parameter rows")
-    g.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    g.add_argument(
+        "-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout (its ending picks --format)"
+    )
+    g.add_argument(
+        "--csv-meta", metavar="FILE", help="csv: write what the numbers were computed from (JSON's meta) to FILE"
+    )
     g = p.add_argument_group("diagnostics")
     g.add_argument("-q", "--quiet", action="store_true", help="no warnings (unsupported operators, uncalled modules)")
     g.add_argument(
@@ -304,6 +321,20 @@ def _column_list(text: str) -> list[str]:
     if twice:  # an alias and its name count as one column (acts, activations)
         raise argparse.ArgumentTypeError(f"column {', '.join(twice)} named twice in {text!r}")
     return keys
+
+
+def output_format(args: argparse.Namespace) -> str:
+    """The report's format: ``--format``, else the one ``-o FILE``'s ending names, else table.
+    ``--format`` and an ending that cannot hold it (``--format csv -o x.json``) are refused."""
+    given = args.format
+    path = str(args.output or "").lower()
+    ending = next((e for e in OUTPUT_EXTENSIONS if path.endswith(e)), None)
+    formats = [f for f in OUTPUT_EXTENSIONS.get(ending or "", ()) if f in FORMATS]
+    if given is None:
+        return formats[0] if formats else "table"
+    if formats and given not in formats:
+        raise UsageError(f"--format {given} -o {args.output}: a {ending} file holds {' or '.join(formats)}")
+    return str(given)
 
 
 def command_parser(**kwargs: Any) -> argparse.ArgumentParser:

@@ -1,15 +1,21 @@
-"""One model's analyses as the report ``--format`` names (table, tree, md, repr, json, csv, html),
-with the ``--columns``, ``--depth`` and number flags applied; the roofline's summary follows the
-text formats. :func:`number_format` is shared with ``opcount compare``.
+"""One model's analyses as the report ``--format`` names (table, tree, md, repr, json, csv, html,
+chrome-trace), with the ``--columns``, ``--depth`` and number flags applied; the roofline's summary
+follows the text formats. :func:`number_format` and :func:`write_csv_meta` are shared with
+``opcount compare`` and ``llm:`` models.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from .. import report
+from ..messages import one_line
 from ..report.provenance import export_meta
+from .args import UsageError
 
 
 def render(analyses: dict[str, Any], args: argparse.Namespace) -> str:
@@ -37,6 +43,12 @@ def render(analyses: dict[str, Any], args: argparse.Namespace) -> str:
                 args.columns.remove("time_share")
             if sp is not None:
                 args.columns = ["params", "flops", "sparse_flops", "time", "sparse_time", "speedup", "sparsity"]
+    if args.format == "chrome-trace":
+        from ..report.trace import to_chrome_trace
+
+        if rl is None:
+            raise UsageError("--format chrome-trace lays out the roofline's times: add --hardware NAME")
+        return json.dumps(to_chrome_trace(rl, name=args.model))
     text = _render(flops, common, args)
     if rl is not None and args.format not in ("json", "csv"):
         text += "\n\n" + rl.summary()
@@ -52,6 +64,7 @@ def _render(flops: Any, common: dict[str, Any], args: argparse.Namespace) -> str
         kw = {"columns": args.columns, "max_depth": args.depth, "meta": meta, **common}
         if fmt == "json":
             return report.to_json(flops, **kw)
+        write_csv_meta(args, meta)
         return report.to_csv(flops, level="operators" if args.by_operator else "modules", **kw).rstrip("\n")
     columns = args.columns or ["params", "flops"]
     depth = 3 if args.depth is None else args.depth
@@ -91,3 +104,15 @@ def number_format(args: argparse.Namespace, significant: bool) -> report.NumberF
     if args.decimals is not None:
         return report.NumberFormat(unit, args.decimals)
     return report.NumberFormat(unit, 3, significant=significant)
+
+
+def write_csv_meta(args: argparse.Namespace, meta: Mapping[str, Any]) -> None:
+    """``--csv-meta FILE``: what a CSV export was computed from (its JSON ``meta``), written as JSON
+    beside it; the CSV itself is a header and rows only, which tools read as they are."""
+    path = getattr(args, "csv_meta", None)
+    if not path:
+        return
+    try:
+        Path(path).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"--csv-meta {path}: cannot write it ({e.strerror or one_line(e)})") from e

@@ -161,7 +161,8 @@ def _warnings(caught: Caught, missed: Unsupported | None, verbose: bool) -> list
         count = f"{len(names)} submodule{'s' if len(names) > 1 else ''}"
         lines.append(
             f"{count} never called during the trace: {listing}{'; --verbose lists them' if cut else ''} "
-            "(unused, or reached through .forward() or another method: their cost, if any, is in their caller)"
+            "(unused, reached through .forward() or another method, or run inside their parent's fused call: "
+            "their cost, if any, is in their caller)"
         )
     if missed is not None and missed.by_convention:
         listing, cut = names_in_brief(missed.by_convention, width)

@@ -7,8 +7,6 @@ the roofline and sparsity reports; rates use the compact number format of the fl
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from collections.abc import Mapping
@@ -18,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import OpcountValueError
 from ..hardware.lookup import Hardware
-from ..report import check_max_depth
+from ..report import check_max_depth, csv_rows
 from ..scopes import ModuleTree
 from ..units import seconds, si, time_unit
 
@@ -28,6 +26,16 @@ if TYPE_CHECKING:
     from ..roofline import RooflineReport
 
 __all__ = ["ProfileReport", "ProfileRow"]
+
+
+# CSV headers with their units: times in seconds, rates per second; flops count 2 per multiply-add.
+PROFILE_CSV_NAMES = {
+    "measured": "measured_s",
+    "self_time": "self_time_s",
+    "predicted": "predicted_s",
+    "flop_rate": "flops_per_s",
+    "byte_rate": "bytes_per_s",
+}
 
 
 @dataclass(frozen=True)
@@ -262,17 +270,13 @@ class ProfileReport:
         return json.dumps(_finite(self.to_dict()), indent=indent)
 
     def to_csv(self, level: str = "modules") -> str:
-        """One CSV row per module (``level="modules"``) or operator (``"operators"``)."""
+        """One CSV row per module (``level="modules"``) or operator (``"operators"``), the header
+        first, units in its names (``measured_s``), the model's own row named ``"."``."""
         if level not in ("modules", "operators"):
             raise OpcountValueError(f"unknown level {level!r}; choose 'modules' or 'operators'")
         rows = [r.to_dict() for r in (self.modules if level == "modules" else self.operators).values()]
-        out = io.StringIO()
         fields = list(ProfileRow("", "").to_dict())
-        writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: "" if v is None else v for k, v in row.items()})
-        return out.getvalue()
+        return csv_rows(fields, rows, names=PROFILE_CSV_NAMES)
 
     # ----- chart ---------------------------------------------------------------------------
     def plot(

@@ -207,14 +207,16 @@ def operator_table(
     memory: Any = None,
     extra: Mapping[str, Any] | None = None,
     number_format: NumberFormat = FVCORE_TABLE,
+    root_label: str = "model",
 ) -> str:
     """The long table: one row per module and operator (modules to ``max_depth`` levels,
-    operators with a nonzero value, heaviest first)."""
+    operators with a nonzero value, heaviest first); the model's own rows are named ``root_label``.
+    A ``|`` in a module name is escaped (``\\|``): it would end the cell."""
     check_max_depth(max_depth, optional=True)
     sources = Sources(analysis, activations, memory, extra or {})
     chosen = resolve_columns(columns, sources)
     rows = [
-        [name or "model", op, *(c.render(v[c.key], number_format) for c in chosen)]
+        [(name or root_label).replace("|", "\\|"), op, *(c.render(v[c.key], number_format) for c in chosen)]
         for name, op, v in operator_rows(sources, chosen, max_depth)
     ]
     return _pipe(["module", "operator", *(c.header for c in chosen)], rows)

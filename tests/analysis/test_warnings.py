@@ -184,6 +184,6 @@ def test_a_long_uncalled_list_is_grouped_by_name(caplog: pytest.LogCaptureFixtur
     with caplog.at_level(logging.WARNING):
         a.total()
     (message,) = [m for m in _messages(caplog) if "never called" in m]
-    assert "out_proj x40" in message and "(40 modules; uncalled_modules() names them)" in message
+    assert "out_proj x40" in message and "(40 in all; uncalled_modules() names them)" in message
     assert len(message) < 400
     assert {f"blocks.{i}.out_proj" for i in range(40)} <= a.uncalled_modules()

@@ -167,7 +167,7 @@ def test_meta_implies_the_dispatch_tracer_and_builds_on_meta(capsys: pytest.Capt
     assert cli.main(argv + [a for kv in small for a in ("--hf-config", kv)]) == 0
     data = json.loads(capsys.readouterr().out)
     # the attention and MLP projections, as in test_cli: 16 tokens, width 32, MLP width 128
-    linear = sum(r["flops"] for r in data["operators"] if r["module"] == "" and r["operator"] == "addmm")
+    linear = sum(r["flops"] for r in data["operators"] if r["module"] == "." and r["operator"] == "addmm")
     assert linear == 16 * 32 * 32 * 4 + 2 * 16 * 32 * 128
 
 
@@ -176,7 +176,7 @@ def test_meta_inputs_of_any_size_are_never_allocated(capsys: pytest.CaptureFixtu
     # (3 -> 8 channels, padding 1): 8 * 3 * 9 multiply-adds per output position, 10**10 positions.
     assert cli.main([TINY, "--input", "1,3,100000,100000", "--meta", "--format", "json", "-q"]) == 0
     data = json.loads(capsys.readouterr().out)
-    conv = sum(r["flops"] for r in data["operators"] if r["module"] == "" and r["operator"] == "conv")
+    conv = sum(r["flops"] for r in data["operators"] if r["module"] == "." and r["operator"] == "conv")
     assert conv == 8 * 3 * 9 * 100_000 * 100_000
 
 

@@ -10,9 +10,11 @@ profiler's timestamps.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 
+import pandas as pd
 import pytest
 import torch
 from torch import nn
@@ -244,9 +246,12 @@ def test_table_json_csv_and_plot(report: ProfileReport, tmp_path) -> None:
     assert [m["name"] for m in data["modules"]] == list(report.modules)
     assert data["total"]["measured"] == report.total.measured
     lines = report.to_csv("operators").splitlines()
-    assert lines[0].startswith("name,kind,type,parent,calls,measured")
+    assert lines[0].startswith("name,kind,type,parent,calls,measured_s,self_time_s,predicted_s,flops,bytes")
     assert any(line.startswith("Scale::add,inner,,Scale,") for line in lines)
     assert len(report.to_csv().splitlines()) == len(report.modules) + 1
+    modules = pd.read_csv(io.StringIO(report.to_csv()))  # pandas' defaults
+    assert modules["name"].iloc[0] == "." and not modules["name"].isna().any()
+    assert modules["measured_s"].iloc[0] == pytest.approx(report.total.measured, rel=1e-9)
     fig = report.plot(tmp_path / "profile.png", top=5)
     assert (tmp_path / "profile.png").stat().st_size > 0 and fig.axes
 
