@@ -289,8 +289,11 @@ def parse_shape(text: str) -> tuple[int, ...]:
     """``"1,3,224,224"`` (or ``1x3x224x224``) -> ``(1, 3, 224, 224)``."""
     body = text.replace(" ", "").strip("()[]")
     parts = body.split("," if "," in body else "x")
+    if len(parts) > 1 and parts[-1] == "":
+        parts = parts[:-1]  # "(5,)": Python's spelling of a one-element tuple
     try:
-        shape = tuple(int(p) for p in parts if p != "")
+        # An empty size ("1,3,,4") is a typo, not a dimension to drop: int("") refuses it.
+        shape = tuple(int(p) for p in parts)
     except ValueError:
         raise argparse.ArgumentTypeError(f"malformed shape {text!r}: expected integers like 1,3,224,224") from None
     if not shape or any(d < 0 for d in shape):

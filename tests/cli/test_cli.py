@@ -5,6 +5,7 @@ The subprocesses start together (each pays torch's import once) so the module st
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
@@ -127,6 +128,14 @@ def test_parse_shape() -> None:
     assert parse_shape("1,3,224,224") == (1, 3, 224, 224)
     assert parse_shape("1x3x8x8") == (1, 3, 8, 8)
     assert parse_shape("(2, 5)") == (2, 5)
+    assert parse_shape("(5,)") == (5,)
+
+
+@pytest.mark.parametrize("text", ["1,3,,4", ",3,4", "1x3xx4", "1,3,4,,"])
+def test_parse_shape_refuses_an_empty_size(text: str) -> None:
+    # a missing size is a typo: dropping it ran the model on a 3-d input the user never asked for
+    with pytest.raises(argparse.ArgumentTypeError, match="malformed shape"):
+        parse_shape(text)
 
 
 def test_units_and_figures(capsys: pytest.CaptureFixture[str], api) -> None:
