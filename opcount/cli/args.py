@@ -151,6 +151,7 @@ def check_output_paths(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} {value}: no folder {str(Path(value).parent)!r} to write it in")
         if value and Path(value).is_dir():
             raise UsageError(f"{flag} {value}: a folder, not a file: name a file in it")
+    _check_distinct_outputs(args)
     if args.plot:
         try:  # only when a chart is asked for
             from matplotlib.backend_bases import FigureCanvasBase
@@ -159,6 +160,25 @@ def check_output_paths(args: argparse.Namespace) -> None:
         kinds = sorted(FigureCanvasBase.get_supported_filetypes())
         if Path(args.plot).suffix.lstrip(".").lower() not in kinds:
             raise UsageError(f"--plot {args.plot}: name a chart file ending in .png or .svg (or {', '.join(kinds)})")
+
+
+def _check_distinct_outputs(args: argparse.Namespace) -> None:
+    # Two outputs on one path: the second written replaced the first and the run said nothing.
+    plot = args.plot and Path(args.plot)
+    files = [
+        ("-o", args.output),
+        ("--plot", args.plot),
+        ("--plot's time chart", plot and str(plot.with_name(f"{plot.stem}.time{plot.suffix}"))),
+        ("--csv-meta", getattr(args, "csv_meta", None)),
+    ]
+    seen: dict[Path, str] = {}
+    for flag, value in files:
+        if not value:
+            continue
+        path = Path(value).resolve()
+        if path in seen:
+            raise UsageError(f"{flag} {value}: {seen[path]} writes the same file: give each output its own")
+        seen[path] = flag
 
 
 def _check_input_shapes(shapes: Sequence[tuple[str, tuple[int, ...], torch.dtype]], meta: bool) -> None:

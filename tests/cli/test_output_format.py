@@ -57,3 +57,22 @@ def test_compare_csv_reads_with_defaults(tmp_path) -> None:
     with path.open() as f:
         assert [row["model"] for row in csv.DictReader(f)] == [NESTED, tiny]
     assert set(json.loads(meta.read_text())["models"]) == {NESTED, tiny}
+
+
+@pytest.mark.parametrize(
+    ("flags", "clash"),
+    [
+        (["-o", "x.csv", "--csv-meta", "x.csv"], "--csv-meta"),
+        (["-o", "x.png", "--hardware", "h100-sxm", "--plot", "x.png"], "--plot"),
+        (["-o", "x.time.png", "--hardware", "h100-sxm", "--plot", "x.png"], "--plot's time chart"),
+    ],
+)
+def test_two_outputs_on_one_file_are_refused(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flags: list[str], clash: str
+) -> None:
+    # the second file written replaced the first (CSV over its own metadata) and the run said nothing
+    monkeypatch.chdir(tmp_path)
+    assert main([NESTED, "-q", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"opcount: error: {clash} ") and "same file" in err
+    assert list(tmp_path.iterdir()) == []
