@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar
 
 from torch import nn
 
-from ..errors import OpcountValueError
+from ..errors import OpcountTypeError, OpcountValueError
 from ..scopes import ModuleTree
 from ..units import NumberFormat, exact, format_number, unprefixed
 from .parameters import parameter_counts
@@ -205,6 +205,8 @@ for _column in (
 def resolve_columns(keys: Iterable[str | Column], sources: Sources) -> list[Column]:
     """The columns named by ``keys``; a ValueError names an unknown one, or one whose analysis
     ``sources`` lacks."""
+    if isinstance(keys, str):  # iterated, "flops" was the columns 'f', 'l', ...
+        raise OpcountTypeError(f"columns must be a list of column names, got the string {keys!r}: write [{keys!r}]")
     chosen = []
     for key in keys:
         column = key if isinstance(key, Column) else COLUMNS.get(key)

@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-from ..errors import OpcountValueError
+from ..errors import OpcountTypeError, OpcountValueError
 from ..units import seconds, si, size
 from .exports import ROOT, to_dict
-from .layout import check_max_depth
+from .layout import check_kind, check_max_depth
 
 __all__ = ["html_report"]
 
@@ -75,6 +75,7 @@ def html_report(
     its class); ``meta`` as in :func:`~opcount.report.to_dict`.
     """
     check_max_depth(max_depth, optional=True)
+    _check_arguments(analysis, roofline, memory, activations, meta)
     extra = {"roofline": roofline} if roofline is not None else {}
     given = {"flops": analysis, "activations": activations, "memory": memory, "roofline": roofline}
     if columns is None:
@@ -103,6 +104,18 @@ def html_report(
         _meta(described),
     ]
     return _page(title or f"opcount: {name}", name, "\n".join(p for p in parts if p))
+
+
+def _check_arguments(analysis: Any, roofline: Any, memory: Any, activations: Any, meta: Any) -> None:
+    check_kind("analysis", analysis, ("module_tree", "by_module", "flops_per_mac"), "a FlopCountAnalysis")
+    if roofline is not None:
+        check_kind("roofline", roofline, ("hardware", "layers", "total_time"), "a RooflineReport (opcount.roofline)")
+    if memory is not None:
+        check_kind("memory", memory, ("module_tree", "traffic_per_call"), "a MemoryTrafficAnalysis")
+    if activations is not None:
+        check_kind("activations", activations, ("module_tree", "by_module"), "an ActivationCountAnalysis")
+    if not isinstance(meta, (Mapping, bool)):
+        raise OpcountTypeError(f"meta must be a mapping or a bool, got {type(meta).__name__}")
 
 
 # ----- the page ------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import OpcountValueError
+from ..errors import OpcountTypeError, OpcountValueError
 from ..scopes import ModuleTree
 from ..units import NumberFormat
 from .columns import Column, Sources, Values, uncalled_rows
@@ -96,3 +96,12 @@ def check_max_depth(max_depth: Any, *, optional: bool = False) -> None:
     if type(max_depth) is not int or max_depth < 0:  # bool is not a depth either
         allowed = "an int >= 0 or None" if optional else "an int >= 0"
         raise OpcountValueError(f"max_depth must be {allowed} (module levels shown), got {max_depth!r}")
+
+
+def check_kind(arg: str, value: Any, attributes: Sequence[str], expected: str) -> None:
+    """Refuse an argument that lacks what a report reads of it, naming the argument and what it
+    should be: passed a model or a name instead, the report failed deep inside with an
+    AttributeError about some attribute the caller never used. Checked by attributes, not by
+    class, so that the report modules import no analysis (and no import cycle forms)."""
+    if not all(hasattr(value, a) for a in attributes):
+        raise OpcountTypeError(f"{arg} must be {expected}, got {type(value).__name__}")

@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from ..errors import OpcountTypeError
 from .exports import ROOT
+from .layout import check_kind
 
 if TYPE_CHECKING:
     from ..roofline.report import LayerTime, RooflineReport
@@ -32,6 +34,9 @@ def to_chrome_trace(report: RooflineReport, *, name: str | None = None) -> dict[
     take no time and have no event; a call the roofline splits in two (a convolution backward's
     bias sum) is one event. A pipelined call hidden behind its group lasts 0. ``name`` labels the
     process (default: the hardware)."""
+    check_kind("report", report, ("hardware", "layers", "dtype", "total_time"), "a RooflineReport (opcount.roofline)")
+    if name is not None and not isinstance(name, str):
+        raise OpcountTypeError(f"name must be a str or None, got {type(name).__name__}")
     events: list[dict[str, Any]] = [_metadata("process_name", name or report.hardware.name)]
     events.append(_metadata("thread_name", f"speed of light on {report.hardware.name} ({report.dtype})"))
     open_scopes: list[tuple[str, float]] = []  # the module stack: (name, start)

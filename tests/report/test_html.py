@@ -21,6 +21,7 @@ from torch import nn
 from opcount import FlopCountAnalysis
 from opcount import report as R
 from opcount.cli import main
+from opcount.errors import OpcountTypeError
 from opcount.memory import MemoryTrafficAnalysis
 from opcount.roofline import roofline
 from tests.analysis.test_warnings import Warned  # a custom operator opcount has no formula for
@@ -147,3 +148,25 @@ def test_cli_refuses_flags_the_page_ignores(flags: list[str], capsys: pytest.Cap
     assert main([TINY, "--format", "html", *flags]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "--format html" in err
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ({"analysis": None}, "analysis must be a FlopCountAnalysis, got NoneType"),
+        ({"analysis": "resnet18"}, "analysis must be a FlopCountAnalysis, got str"),
+        ({"roofline": "h100-sxm"}, "roofline must be a RooflineReport"),
+        ({"memory": "flops"}, "memory must be a MemoryTrafficAnalysis, got FlopCountAnalysis"),
+        ({"activations": 3}, "activations must be an ActivationCountAnalysis, got int"),
+        ({"meta": 5}, "meta must be a mapping or a bool, got int"),
+        ({"columns": "flops"}, "columns must be a list of column names, got the string 'flops'"),
+    ],
+)
+def test_a_wrong_argument_is_named(analyses, given: dict, named: str) -> None:  # type: ignore[no-untyped-def]
+    # each failed deep inside: an AttributeError about 'model' or 'hardware', or "unknown column 'f'"
+    flops, _, _ = analyses
+    kwargs = {"analysis": flops, "charts": False, **given}
+    if given.get("memory") == "flops":
+        kwargs["memory"] = flops  # a FlopCountAnalysis where the bytes' analysis belongs
+    with pytest.raises(OpcountTypeError, match=re.escape(named)):
+        R.html_report(**kwargs)

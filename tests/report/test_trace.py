@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 
 import pytest
 import torch
 
 from opcount.cli import main
+from opcount.errors import OpcountTypeError
 from opcount.memory import MemoryTrafficAnalysis
 from opcount.report.trace import to_chrome_trace, to_chrome_trace_json
 from opcount.roofline import roofline
@@ -85,3 +87,15 @@ def test_the_trace_needs_the_hardware(capsys: pytest.CaptureFixture[str]) -> Non
     assert main([TINY, "--format", "chrome-trace"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--hardware" in err and "Traceback" not in err
+
+
+def test_a_wrong_argument_is_named(report) -> None:  # type: ignore[no-untyped-def]
+    # each failed with an AttributeError about 'hardware' (or put a number where Perfetto wants a name)
+    model, x = tiny()
+    for value, name, named in (
+        (None, None, "report must be a RooflineReport (opcount.roofline), got NoneType"),
+        (MemoryTrafficAnalysis(model, x), None, "report must be a RooflineReport (opcount.roofline), got Memory"),
+        (report, 5, "name must be a str or None, got int"),
+    ):
+        with pytest.raises(OpcountTypeError, match=re.escape(named)):
+            to_chrome_trace(value, name=name)
