@@ -72,8 +72,12 @@ def _sweep(text: str) -> tuple[str, tuple[int, ...]]:
     key = key.strip().replace("_", "-")
     if not sep or key not in SWEEPABLE:
         raise argparse.ArgumentTypeError(f"expected KEY=V1,V2 with KEY one of {', '.join(SWEEPABLE)}, got {text!r}")
+    parts = values.split(",")
+    if len(parts) > 1 and not parts[-1].strip():
+        parts = parts[:-1]  # a trailing comma, as in a Python tuple
     try:
-        numbers = tuple(int(v) for v in values.split(",") if v.strip())
+        # An empty value ("1,,16") is a typo: int("") refuses it rather than the point being dropped.
+        numbers = tuple(int(v) for v in parts)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{key}: expected whole numbers, got {values!r}") from None
     if not numbers or min(numbers) < (0 if key in ("kv-len", "gen-len") else 1):

@@ -174,3 +174,15 @@ def test_table_rows_have_distinct_names(capsys: pytest.CaptureFixture[str]) -> N
     assert status == 0, err
     names = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("|")][2:]
     assert names == ["whole model", "model", "lm_head"]
+
+
+@pytest.mark.parametrize("values", ["1,,16", ",1", "1,16,,"])
+def test_sweep_refuses_an_empty_value(capsys: pytest.CaptureFixture[str], values: str) -> None:
+    # the empty value was dropped: a grid of fewer points than typed, and nothing said so
+    status, out, err = run(capsys, "llm:llama-3-8b", "--sweep", f"batch={values}")
+    assert status == 2 and out == "" and err.count("\n") == 1 and "expected whole numbers" in err
+
+
+def test_sweep_takes_a_trailing_comma(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "llm:gpt2", "--sweep", "batch=1,2,", "--format", "csv", "-q")
+    assert status == 0 and [int(b) for b in pd.read_csv(io.StringIO(out))["batch"]] == [1, 2]
