@@ -158,7 +158,10 @@ class Hardware:
         nm_precisions = ["float16"]
         """
         path = Path(path)
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:  # a binary file: the codec's message alone named no file
+            raise OpcountValueError(f"{path}: not a text file ({e.reason} at byte {e.start})") from e
         try:
             data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
         except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:

@@ -51,3 +51,12 @@ def test_the_edges_of_the_ranges_are_accepted() -> None:
 def test_every_preset_is_within_the_ranges() -> None:
     for name, preset in PRESETS.items():
         assert Hardware.from_dict(preset.to_dict()) == preset, name
+
+
+def test_a_binary_file_is_refused_naming_it(tmp_path: Path) -> None:
+    # the codec's message alone ("'utf-8' codec can't decode byte 0xcd") named no file
+    path = tmp_path / "npu.toml"
+    path.write_bytes(b"name = \xcd\xff\n")
+    with pytest.raises(OpcountValueError, match="not a text file") as e:
+        hardware(str(path))
+    assert str(path) in str(e.value)
