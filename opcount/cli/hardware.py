@@ -41,7 +41,7 @@ def run(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
         return presets_table(), args
     try:
         found = hardware(args.name, recalibrate=args.recalibrate)
-    except (LookupError, ValueError) as e:
+    except (LookupError, ValueError, OSError) as e:  # OSError: a file missing, a folder, unreadable
         raise UsageError(str(e).splitlines()[0]) from None
     return describe(found), args
 

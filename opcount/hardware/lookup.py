@@ -60,6 +60,8 @@ def hardware(name_or_path: str | Path | Hardware, *, recalibrate: bool = False) 
         return local_hardware(key.partition(":")[2] or None, recalibrate=recalibrate)
     path = Path(text)
     if path.suffix.lower() in (".toml", ".json") or path.is_file():
+        if path.is_dir():
+            raise IsADirectoryError(f"hardware file {text!r} is a folder: name the .toml or .json file in it")
         if not path.is_file():
             raise FileNotFoundError(f"no hardware file {text!r}")
         return Hardware.from_file(path)

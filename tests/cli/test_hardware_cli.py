@@ -32,3 +32,18 @@ def test_unknown_hardware_is_one_line(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["hardware", "h100x"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("opcount: error: unknown hardware 'h100x': did you mean h100")
+
+
+@pytest.mark.parametrize(
+    ("name", "said"), [("missing.toml", "no hardware file 'missing.toml'"), ("npu.toml", "is a folder")]
+)
+def test_a_file_that_is_not_there_is_one_line(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str, said: str
+) -> None:
+    # the missing file printed Python's class name ("FileNotFoundError: ..."), the folder was called missing
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "npu.toml").mkdir()
+    assert main(["hardware", name]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("opcount: error: ") and err.count("\n") == 1
+    assert said in err and "Error:" not in err
