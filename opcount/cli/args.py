@@ -147,6 +147,8 @@ def check_output_paths(args: argparse.Namespace) -> None:
     if getattr(args, "csv_meta", None) and args.format != "csv":
         raise UsageError(f"--csv-meta describes a CSV export: add --format csv (the {args.format} format has none)")
     for flag, value in (("-o", args.output), ("--plot", args.plot), ("--csv-meta", getattr(args, "csv_meta", None))):
+        if value is not None and not value.strip():  # -o "" (an unset shell variable) was taken as no -o at all
+            raise UsageError(f"{flag} needs a file name, got {value!r}")
         if value and not Path(value).resolve().parent.is_dir():
             raise UsageError(f"{flag} {value}: no folder {str(Path(value).parent)!r} to write it in")
         if value and Path(value).is_dir():

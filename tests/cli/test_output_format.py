@@ -76,3 +76,12 @@ def test_two_outputs_on_one_file_are_refused(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"opcount: error: {clash} ") and "same file" in err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flag", ["-o", "--plot", "--csv-meta"])
+def test_an_empty_file_name_is_refused(capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    # -o "" (an unset shell variable) printed to the terminal as if no -o were given
+    extra = {"--plot": ["--hardware", "h100-sxm"], "--csv-meta": ["--format", "csv"]}.get(flag, [])
+    assert main([NESTED, "-q", *extra, flag, ""]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"opcount: error: {flag} needs a file name, got ''\n"
