@@ -112,7 +112,14 @@ def _as_inputs(tensors: tuple[torch.Tensor, ...]) -> Any:
 
 
 def _prepare(model: nn.Module, args: argparse.Namespace) -> nn.Module:
-    model.eval()
+    try:
+        model.eval()  # torch's own recursion over the children: one frame per level of nesting
+    except RecursionError:
+        raise UsageError(
+            f"the model ({type(model).__name__}) nests modules deeper than Python's recursion limit "
+            f"({sys.getrecursionlimit()}): torch's model.eval() could not walk it; raise the limit with "
+            "sys.setrecursionlimit(), as running the model itself needs"
+        ) from None
     dtype = input_dtype(args)
     if dtype.is_floating_point and dtype != torch.float32:
         model.to(dtype)

@@ -154,3 +154,22 @@ def test_walks_that_run_no_forward_take_any_depth() -> None:
     table = parameter_count_table(model, max_depth=3001)
     # a header, its rule, the model's row, 3000 module rows, the weight's and the bias' rows
     assert table.count("\n") + 1 == 2 + 1 + 3000 + 2
+
+
+def three_thousand_levels() -> tuple[nn.Module, torch.Tensor]:
+    return deep(3000), torch.randn(2, 4)
+
+
+def test_the_command_names_a_model_too_deep_for_torch_eval(capsys: pytest.CaptureFixture[str]) -> None:
+    # torch's model.eval() recurses once per level: past the limit it was an "internal error", status 1
+    from opcount.cli import main
+
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    try:
+        status = main(["tests.tracers.test_deep_models:three_thousand_levels", "-q"])
+    finally:
+        sys.setrecursionlimit(before)
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1
+    assert "deeper than Python's recursion limit (1000)" in err and "sys.setrecursionlimit" in err
