@@ -114,6 +114,11 @@ def _check_format_flags(args: argparse.Namespace) -> None:
         raise UsageError(
             "--format chrome-trace lays out the roofline's times: add --hardware NAME (e.g. --hardware h100-sxm)"
         )
+    if fmt == "chrome-trace" and getattr(args, "sparsity", None):  # it laid out the dense times, saying nothing
+        raise UsageError(
+            "--sparsity does not apply to --format chrome-trace yet: the timeline holds the dense roofline's "
+            "times; its sparse report prints as text, json or csv"
+        )
     if fmt == "chrome-trace" and args.profile:
         raise UsageError("--profile's measured report is json, csv or text: leave out --format chrome-trace")
     check_counts(args)

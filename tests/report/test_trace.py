@@ -99,3 +99,12 @@ def test_a_wrong_argument_is_named(report) -> None:  # type: ignore[no-untyped-d
     ):
         with pytest.raises(OpcountTypeError, match=re.escape(named)):
             to_chrome_trace(value, name=name)
+
+
+def test_the_trace_refuses_sparsity(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    # it was accepted and laid out the dense times: a 2:4 timeline identical to the dense one
+    path = tmp_path / "t.trace.json"
+    assert main([TINY, "--hardware", "h100-sxm", "--sparsity", "2:4", "-o", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--sparsity does not apply to --format chrome-trace" in err
+    assert not path.exists()
