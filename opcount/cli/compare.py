@@ -9,7 +9,6 @@ the shape pandas pivots (``df.pivot(index="operator", columns="model")``).
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -19,11 +18,13 @@ import torch
 
 from .. import report
 from ..errors import OpcountError
+from ..hardware.lookup import Hardware
 from ..messages import first_line
 from ..report.provenance import csv_header, export_meta
 from . import models as cli_models
-from .analyze import analyze, local_hardware
-from .args import UsageError, check_output_paths
+from .analyze import analyze
+from .args import UsageError
+from .options import CompareOptions, Layout
 from .progress import Progress
 from .render import number_format
 from .warning_capture import captured_warnings
@@ -31,7 +32,6 @@ from .warning_capture import captured_warnings
 # The fields of an export's meta that differ from model to model; the others (versions, tracer,
 # preset, flops per mac, hardware) are the same for every model, since the flags are shared.
 MODEL_FIELDS = ("model", "model_class", "inputs", "roofline_dtype")
-TEXT_FORMATS = ("table", "md")
 
 
 @dataclass(frozen=True)
@@ -50,80 +50,44 @@ class Measured:
         return dict(column.operators(self.sources).get("", {}))
 
 
-def compare(args: argparse.Namespace, stderr: TextIO) -> str:
-    """Analyze every model of ``args.models`` and report them side by side."""
-    _check(args)
-    spinner = Progress(stderr, enabled=False if args.debug else None)
+def compare(options: CompareOptions, stderr: TextIO) -> str:
+    """Analyze every model of ``options.models`` and report them side by side."""
+    spinner = Progress(stderr, enabled=False if options.debug else None)
     measured: list[Measured] = []
     notes: list[str] = []
-    with captured_warnings(args.debug) as caught:
+    with captured_warnings(options.debug) as caught:
         try:
-            if isinstance(args.hardware, str):  # --hardware local, measured once for every model
-                args.hardware = local_hardware(args, spinner)
-            elif getattr(args, "recalibrate", False):
-                raise UsageError("--recalibrate applies to --hardware local")
-            for spec in args.models:
+            # --hardware local: measured once, for every model
+            hardware = None if options.hardware is None else options.hardware.resolve(spinner.update)
+            for spec in options.models:
                 start = len(caught.messages)
-                measured.append(_measure(spec, args, spinner))
+                measured.append(_measure(spec, options, hardware, spinner))
                 notes += [f"{spec}: {m}" for m in dict.fromkeys(caught.messages[start:])]
         finally:
             spinner.close()
-    if not args.quiet:
+    if not options.quiet:
         stderr.writelines(f"opcount: warning: {note}\n" for note in notes)
-    columns = report.resolve_columns(args.columns or _default_columns(measured[0].sources), measured[0].sources)
-    if args.by_operator:
+    layout = options.layout
+    chosen = list(layout.columns) if layout.columns is not None else _default_columns(measured[0].sources)
+    columns = report.resolve_columns(chosen, measured[0].sources)
+    if layout.by_operator:
         columns = [c for c in columns if c.operators is not None]
         if not columns:
             raise UsageError("--by-operator: the columns chosen have no per-operator breakdown")
-    return _render(measured, columns, args)
+    return _render(measured, columns, layout)
 
 
-def _check(args: argparse.Namespace) -> None:
-    if args.format not in (*TEXT_FORMATS, "json", "csv"):
-        raise UsageError(f"opcount compare prints table, md, json or csv, not {args.format}")
-    refused = {
-        "--depth": args.depth is not None,
-        "--no-param-shapes": args.no_param_shapes,
-        "--profile": args.profile,
-        "--plot": args.plot is not None,
-    }
-    if any(refused.values()):
-        flags = [flag for flag, given in refused.items() if given]
-        verb = "applies" if len(flags) == 1 else "apply"
-        raise UsageError(
-            f"opcount compare reports each model's totals: {', '.join(flags)} {verb} to one model's report"
-        )
-    if args.format in ("json", "csv") and (args.units or args.decimals is not None or args.sig_figs is not None):
-        raise UsageError("--units, --decimals and --sig-figs apply to text formats; json and csv are exact")
-    from .llm import LLM_FLAGS
-
-    llm = [spec for spec in args.models if spec.startswith("llm:")]
-    llm_flags = [f"--{f.replace('_', '-')}" for f in LLM_FLAGS if getattr(args, f, None) is not None]
-    if llm or llm_flags:
-        raise UsageError(
-            f"opcount compare analyzes whole models, not LLM phases ({', '.join(llm + llm_flags)}): "
-            "compare points with opcount llm:NAME --sweep KEY=V1,V2"
-        )
-    twice = sorted({spec for spec in args.models if args.models.count(spec) > 1})
-    if twice:
-        raise UsageError(f"model {', '.join(twice)} named twice")
-    check_output_paths(args)  # as `opcount MODEL` does: a folder given to -o should not cost the analyses
-
-
-def _measure(spec: str, args: argparse.Namespace, spinner: Any) -> Measured:
+def _measure(spec: str, options: CompareOptions, hardware: Hardware | None, spinner: Progress) -> Measured:
     """``spec`` built and analyzed as ``opcount spec`` does; errors name the model."""
-    one = argparse.Namespace(**{**vars(args), "model": spec})
     torch.manual_seed(0)  # each model sees the inputs and weights it would see alone
     try:
         spinner.update(f"building {spec}")
-        loaded = cli_models.load(spec, one)
+        loaded = cli_models.load(spec, options.inputs)
         with torch.no_grad():
-            found = analyze(loaded, one, spinner)
+            found = analyze(loaded, spec, options.analysis, hardware, spinner)
     except (OpcountError, ValueError, OSError) as e:
         raise UsageError(f"{spec}: {first_line(e, type(e).__name__)}") from e
-    extra: dict[str, Any] = {role: found[role] for role in ("roofline", "sparsity") if role in found}
-    sources = report.Sources(found["flops"], found.get("activations"), found.get("memory"), extra)
-    return Measured(spec, sources, export_meta(found["flops"], model=spec, roofline=extra.get("roofline")))
+    return Measured(spec, found.sources(), export_meta(found.flops, model=spec, roofline=found.roofline))
 
 
 def _default_columns(sources: report.Sources) -> list[str]:
@@ -137,16 +101,17 @@ def _default_columns(sources: report.Sources) -> list[str]:
 # ================================================================================================
 # Rendering
 # ================================================================================================
-def _render(measured: list[Measured], columns: list[report.Column], args: argparse.Namespace) -> str:
-    if args.format == "json":
-        return json.dumps(_to_dict(measured, columns, args.by_operator), indent=2)
-    if args.format == "csv":
-        return _to_csv(measured, columns, args.by_operator).rstrip("\n")
-    fmt = number_format(args, significant=args.format == "md")
-    headers, rows = _operator_rows(measured, columns, fmt) if args.by_operator else _model_rows(measured, columns, fmt)
+def _render(measured: list[Measured], columns: list[report.Column], layout: Layout) -> str:
+    if layout.format == "json":
+        return json.dumps(_to_dict(measured, columns, layout.by_operator), indent=2)
+    if layout.format == "csv":
+        return _to_csv(measured, columns, layout.by_operator).rstrip("\n")
+    fmt = number_format(layout, significant=layout.format == "md")
+    by_operator = layout.by_operator
+    headers, rows = _operator_rows(measured, columns, fmt) if by_operator else _model_rows(measured, columns, fmt)
     # md right-aligns numbers as to_markdown does; the table keeps fvcore's left-aligned cells
-    aligns = ["left", *(["right"] * (len(headers) - 1))] if args.format == "md" else None
-    text = tabulate.tabulate(rows, headers=headers, tablefmt="pipe", colalign=aligns, disable_numparse=True)
+    aligns = ["left", *(["right"] * (len(headers) - 1))] if layout.format == "md" else None
+    text: str = tabulate.tabulate(rows, headers=headers, tablefmt="pipe", colalign=aligns, disable_numparse=True)
     return text + _footer(measured)
 
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 import warnings
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
 
 from .. import report
+from .analyze import Analyses
 
 
 class Collect(logging.Handler):
@@ -51,9 +51,9 @@ def captured_warnings(debug: bool) -> Iterator[Collect]:
         logger.propagate = old_propagate
 
 
-def unsupported_warnings(analyses: Mapping[str, Any], columns: Sequence[str]) -> list[str]:
+def unsupported_warnings(analyses: Analyses, columns: Sequence[str]) -> list[str]:
     """``Unsupported operator aten::x encountered n time(s): not counted in flops, activations``,
-    once per operator some shown column misses (``analyses``: role -> analysis or report)."""
+    once per operator some shown column misses (each column reads the analyses its ``needs`` names)."""
     missed: dict[str, list[str]] = {}
     calls: Counter[str] = Counter()
     for key in columns:
