@@ -51,7 +51,7 @@ def check_model(options: Options) -> None:
     inputs, then a flag missing the analysis it needs."""
     _check_tracer(options)
     _check_roofline_flags(options.analysis, options.hardware)
-    _check_format_flags(options.layout)
+    _check_format_flags(options.layout, options.profile, options.analysis.sparsity)
     _check_hf_flags(options.model, options.inputs)
     check_output_paths(options.output, options.plot)
     inputs = options.inputs
@@ -149,12 +149,22 @@ def _check_roofline_flags(analysis: Analysis, hardware: HardwareChoice | None) -
         raise UsageError(f"{given[0]} applies to the roofline: add --hardware NAME (e.g. --hardware h100-sxm)")
 
 
-def _check_format_flags(layout: Layout) -> None:
+def _check_format_flags(layout: Layout, profile: bool, sparsity: tuple[str, ...]) -> None:
     # Layout flags a format ignores: refused here rather than after the model is built and traced.
     fmt = layout.format
     _check_exact_formats(layout)
     if fmt == "repr" and (layout.by_operator or layout.depth is not None):
         raise UsageError("--by-operator and --depth do not apply to --format repr: it prints the whole model")
+    numbers = layout.units or layout.decimals is not None or layout.sig_figs is not None
+    if fmt == "html" and (layout.by_operator or numbers):
+        raise UsageError(
+            "--by-operator, --units, --decimals and --sig-figs do not apply to --format html: "
+            "the page has both tables, to 3 significant figures (the exact number in each cell's tooltip)"
+        )
+    if fmt == "html" and profile:
+        raise UsageError("--profile does not apply to --format html: its measured report prints as text, json or csv")
+    if fmt == "html" and sparsity:
+        raise UsageError("--sparsity does not apply to --format html yet: its report prints as text, json or csv")
     if fmt == "tree" and layout.by_operator:
         raise UsageError("--by-operator applies to table, csv and md")
 

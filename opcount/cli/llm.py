@@ -103,8 +103,10 @@ def check(flags: LLMOptions, options: Options) -> Precision:
                 f"--{flag} does not apply to LLM phases: they are priced in the dtypes of "
                 "--weight-dtype, --act-dtype and --kv-dtype"
             )
-    if layout.format in ("tree", "md", "repr") or layout.by_operator:
-        raise OpcountError("LLM phases print table, json or csv (--by-operator and tree/md/repr are for whole models)")
+    if layout.format in ("tree", "md", "repr", "html") or layout.by_operator:
+        raise OpcountError(
+            "LLM phases print table, json or csv (--by-operator and tree/md/repr/html are for whole models)"
+        )
     _check_columns(layout, options.hardware is not None, bool(flags.sweep))
     try:
         return Precision(flags.weight_dtype or "bfloat16", flags.act_dtype or "bfloat16", flags.kv_dtype)

@@ -24,6 +24,8 @@ from ..llm.precision import Precision
 
 # The analysis every report needs: the flop count also gives the model and its module tree.
 BASE_ROLE = "flops"
+# The columns a format shows whatever --columns says: the HTML page always has the bytes moved.
+FORMAT_COLUMNS = {"html": ("bytes",)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,10 +168,12 @@ class CompareOptions:
     debug: bool
 
 
-def roles_for(columns: Iterable[str], hardware: bool, sparsity: bool) -> frozenset[str]:
-    """The analyses a run needs: what each shown column declares it reads (``Column.needs``), the
-    roofline with ``--hardware``, the sparsity roofline with ``--sparsity``."""
-    roles = {BASE_ROLE, *(role for key in columns for role in report.COLUMNS[key].needs)}
+def roles_for(columns: Iterable[str], format: str, hardware: bool, sparsity: bool) -> frozenset[str]:
+    """The analyses a run needs: what each column shown (``columns``, and those the ``format`` always
+    shows) declares it reads (``Column.needs``), the roofline with ``--hardware``, the sparsity
+    roofline with ``--sparsity``."""
+    shown = [*columns, *FORMAT_COLUMNS.get(format, ())]
+    roles = {BASE_ROLE, *(role for key in shown for role in report.COLUMNS[key].needs)}
     if hardware:
         roles.add("roofline")
     if sparsity:

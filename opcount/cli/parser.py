@@ -42,7 +42,7 @@ from .options import (
     roles_for,
 )
 
-FORMATS = ("table", "tree", "json", "csv", "md", "repr")
+FORMATS = ("table", "tree", "json", "csv", "md", "repr", "html")
 COLUMN_ALIASES = {
     "acts": "activations",
     "read": "bytes_read",
@@ -156,7 +156,7 @@ def _analysis(ns: argparse.Namespace, tracer: str | None, hardware: bool) -> Ana
         fuse=ns.fuse,
         tf32=ns.tf32,
         sparsity=sparsity,
-        roles=roles_for(ns.columns or (), hardware=hardware, sparsity=bool(sparsity)),
+        roles=roles_for(ns.columns or (), ns.format, hardware=hardware, sparsity=bool(sparsity)),
     )
 
 
@@ -318,7 +318,8 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
         "--format",
         default="table",
         choices=FORMATS,
-        help="default: table (fvcore's layout); repr: the model as print(model) shows it, the columns inline",
+        help="default: table (fvcore's layout); repr: the model as print(model) shows it, the columns inline; "
+        "html: one self-contained page (collapsible tree, sortable operator table, charts), with -o FILE.html",
     )
     g.add_argument(
         "--columns",

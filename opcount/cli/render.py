@@ -1,4 +1,4 @@
-"""One model's analyses as the report ``--format`` names (table, tree, md, repr, json, csv),
+"""One model's analyses as the report ``--format`` names (table, tree, md, repr, json, csv, html),
 with the ``--columns``, ``--depth`` and number flags applied; the roofline's summary follows the
 text formats. :func:`number_format` is shared with ``opcount compare``.
 """
@@ -16,6 +16,17 @@ from .options import Layout
 def render(analyses: Analyses, layout: Layout, model: str) -> str:
     """The report of ``analyses`` (``model``: the spec, named in exports) laid out as ``layout`` says;
     with a roofline and no ``--columns``, its columns are shown by default (:func:`shown_columns`)."""
+    if layout.format == "html":  # one page: its own columns, summary and charts
+        return report.html_report(
+            analyses.flops,
+            analyses.roofline,
+            columns=None if layout.columns is None else list(layout.columns),
+            max_depth=layout.depth,
+            meta=export_meta(analyses.flops, model=model, roofline=analyses.roofline),
+            model=model,
+            activations=analyses.activations,
+            memory=analyses.memory,
+        )
     columns = shown_columns(analyses, layout)
     text = _render(analyses, columns, layout, model)
     rl, sp = analyses.roofline, analyses.sparsity
@@ -31,6 +42,8 @@ def shown_columns(analyses: Analyses, layout: Layout) -> list[str] | None:
     the format's own default (params and flops; json and csv: every exact statistic computed)."""
     if layout.columns is not None:
         return list(layout.columns)
+    if layout.format == "html":  # the page picks its own from the analyses given
+        return None
     if analyses.sparsity is not None:
         return ["params", "flops", "sparse_flops", "time", "sparse_time", "speedup", "sparsity"]
     if analyses.roofline is not None:

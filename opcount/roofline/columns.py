@@ -47,7 +47,7 @@ def _operator_values(attr: Callable[[Summary, float], Any]) -> Callable[[Any], d
 
 
 def _register_columns() -> None:
-    from ..report import COLUMNS, Column, register_column
+    from ..report.columns import COLUMNS, Column, register_column
 
     specs: list[tuple[str, str, Callable[[Summary, float], Any], Callable[[Any, Any], str], bool]] = [
         ("time", "time", lambda s, total: s.time, _seconds_cell, True),

@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import OpcountValueError
 from ..hardware.lookup import VECTOR, Hardware
 from ..ir import OpCall
-from ..report import check_max_depth
+from ..report.layout import check_max_depth
 from ..rollup import grouped
 from ..units import seconds, si, size, unprefixed
 
