@@ -8,11 +8,14 @@ Mistakes (an unknown model, a malformed shape, contradictory flags, a model that
 input) print one line naming the problem and exit with status 2; ``--debug`` shows the traceback
 instead. Flags are checked before any model is built (:mod:`opcount.cli.args`).
 
-This module runs the command: it parses (:mod:`opcount.cli.parser`), builds the model
-(:mod:`opcount.cli.models`), analyzes it (:mod:`opcount.cli.analyze`), renders the report
-(:mod:`opcount.cli.render`) and prints it with the warnings (:mod:`opcount.cli.warning_capture`);
-``opcount llm:NAME`` goes to :mod:`opcount.cli.llm`, ``opcount compare`` to
-:mod:`opcount.cli.compare`.
+This module runs the command, each step handing the next what it needs and nothing coming back:
+the flags are parsed once into frozen typed options (:func:`opcount.cli.parser.parse`,
+:mod:`opcount.cli.options`), ``--hardware`` is resolved once (:meth:`HardwareChoice.resolve
+<opcount.cli.options.HardwareChoice.resolve>`), the model is built from ``options.inputs``
+(:mod:`opcount.cli.models`), analyzed as ``options.analysis`` says (:mod:`opcount.cli.analyze`),
+rendered as ``options.layout`` says (:mod:`opcount.cli.render`) and printed with the warnings
+(:mod:`opcount.cli.warning_capture`); ``opcount llm:NAME`` goes to :mod:`opcount.cli.llm`,
+``opcount compare`` to :mod:`opcount.cli.compare`.
 """
 
 from __future__ import annotations
@@ -42,14 +45,42 @@ from .render import render, shown_columns
 from .warning_capture import Collect, captured_warnings, unsupported_warnings
 
 
-@contextmanager
-def writing(flag: str, path: str) -> Iterator[None]:
-    """Writing the file a flag names: a failure (read-only, a full disk, /proc) names the flag
-    and the path, which the system's message alone does not."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``opcount`` command; returns the exit status."""
+    stderr = sys.stderr
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
     try:
-        yield
-    except OSError as e:
-        raise UsageError(f"{flag} {path}: cannot write it ({e.strerror or one_line(e)})") from e
+        options = parse(argv)
+        if isinstance(options, CompareOptions):
+            from .compare import compare
+
+            text = compare(options, stderr)
+        else:
+            text = run(options, stderr)
+        if options.output:
+            with writing("-o", options.output):
+                Path(options.output).write_text(text + "\n", encoding="utf-8")
+        else:
+            sys.stdout.write(text + "\n")
+        return 0
+    except SystemExit as e:  # --help and --version
+        return int(e.code or 0)
+    except KeyboardInterrupt:
+        stderr.write("opcount: interrupted\n")
+        return 130
+    except (UsageError, OpcountError, ValueError, OSError) as e:
+        # Mistakes in what was asked: a bad argument, a model that fails on its input.
+        if debug:
+            traceback.print_exc()
+        message = str(e) if isinstance(e, (UsageError, OpcountError)) else one_line(e)
+        stderr.write(f"opcount: error: {_in_flags(message.splitlines()[0]) if message else type(e).__name__}\n")
+        return 2
+    except Exception as e:
+        if debug:
+            traceback.print_exc()
+        stderr.write(f"opcount: internal error: {one_line(e)} (run with --debug for the traceback)\n")
+        return 1
 
 
 def run(options: Options, stderr: TextIO) -> str:
@@ -124,42 +155,14 @@ def _llm(options: Options, wanted: LLMRun, hardware: Hardware | None, spinner: P
     return text
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The ``opcount`` command; returns the exit status."""
-    stderr = sys.stderr
-    argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv
+@contextmanager
+def writing(flag: str, path: str) -> Iterator[None]:
+    """Writing the file a flag names: a failure (read-only, a full disk, /proc) names the flag
+    and the path, which the system's message alone does not."""
     try:
-        options = parse(argv)
-        if isinstance(options, CompareOptions):
-            from .compare import compare
-
-            text = compare(options, stderr)
-        else:
-            text = run(options, stderr)
-        if options.output:
-            with writing("-o", options.output):
-                Path(options.output).write_text(text + "\n", encoding="utf-8")
-        else:
-            sys.stdout.write(text + "\n")
-        return 0
-    except SystemExit as e:  # --help and --version
-        return int(e.code or 0)
-    except KeyboardInterrupt:
-        stderr.write("opcount: interrupted\n")
-        return 130
-    except (UsageError, OpcountError, ValueError, OSError) as e:
-        # Mistakes in what was asked: a bad argument, a model that fails on its input.
-        if debug:
-            traceback.print_exc()
-        message = str(e) if isinstance(e, (UsageError, OpcountError)) else one_line(e)
-        stderr.write(f"opcount: error: {_in_flags(message.splitlines()[0]) if message else type(e).__name__}\n")
-        return 2
-    except Exception as e:
-        if debug:
-            traceback.print_exc()
-        stderr.write(f"opcount: internal error: {one_line(e)} (run with --debug for the traceback)\n")
-        return 1
+        yield
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: cannot write it ({e.strerror or one_line(e)})") from e
 
 
 if __name__ == "__main__":
