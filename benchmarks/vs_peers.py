@@ -125,7 +125,7 @@ def time_methods(name: str, runs: int) -> dict[str, float]:
         for k, fn in list(todo.items()):  # warm-up; a method that fails is dropped
             try:
                 fn()
-            except Exception as e:  # noqa: BLE001 -- reported, and the method left out
+            except Exception as e:  # reported, and the method left out
                 print(f"  {name}: {k} failed: {type(e).__name__}: {str(e).splitlines()[0][:100]}")
                 del todo[k], times[k]
         for _ in range(runs):

@@ -5,7 +5,15 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import sys
 from collections.abc import Iterator
+
+# The frames a trace adds below the user's call and above the model's operators: opcount's own
+# entry (about 10), and the dispatch mode's and fake tensors' frames under each operator (about
+# 20). Per level of module nesting the tracers add none: their module call takes torch's three
+# frames. Raised by this much during a trace, the recursion limit lets a model nest as deep under
+# opcount as it does under torch.
+TRACE_FRAMES = 200
 
 
 @contextlib.contextmanager
@@ -42,3 +50,17 @@ def kineto_quiet(cuda: bool) -> Iterator[None]:
         yield
     finally:
         os.environ.pop("KINETO_LOG_LEVEL", None)
+
+
+@contextlib.contextmanager
+def recursion_headroom(frames: int = TRACE_FRAMES) -> Iterator[None]:
+    """Raise Python's recursion limit by ``frames`` for the block: a model torch runs at the
+    limit its user set runs under the tracers too. Put back only if nothing changed it since."""
+    before = sys.getrecursionlimit()
+    raised = before + frames
+    sys.setrecursionlimit(raised)
+    try:
+        yield
+    finally:
+        if sys.getrecursionlimit() == raised:
+            sys.setrecursionlimit(before)

@@ -154,8 +154,10 @@ def const(spec: Spec) -> object:
     """Return the Python value of a constant argument, or raise ValueError."""
     if isinstance(spec, Const) and spec.known:
         return spec.value
-    if isinstance(spec, ListSpec) and all(isinstance(i, Const) and i.known for i in spec.items):
-        return tuple(i.value for i in spec.items)  # type: ignore[union-attr]
+    if isinstance(spec, ListSpec):
+        values = [i.value for i in spec.items if isinstance(i, Const) and i.known]
+        if len(values) == len(spec.items):
+            return tuple(values)
     raise ValueError(f"expected a constant argument, got {spec!r}")
 
 

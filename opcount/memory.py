@@ -43,7 +43,7 @@ from typing import Any
 
 from torch import nn
 
-from .analysis import NO_INPUTS, JitModelAnalysis, Statistics, op_key
+from .analysis import NO_INPUTS, JitModelAnalysis, Statistics
 from .errors import HandleError, OpcountValueError
 from .handles import MEMORY
 from .handles.counts import count_of, describe
@@ -55,7 +55,9 @@ from .handles.memory import (
     flat_tensors,
     generic_traffic,
 )
+from .handles.op_keys import op_key
 from .ir import OpCall, TensorSpec
+from .rollup import copied
 from .tracing import Trace
 
 KINDS = ("read", "write", "both")
@@ -135,19 +137,19 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
     # ----- queries (fvcore's surface plus ``kind``) --------------------------------------------
     def total(self, module_name: str = "", kind: str = "both") -> int:
         """Bytes moved by ``module_name`` (default: the model): read, written or both."""
-        return sum(self.by_operator(module_name, kind).values())
+        return sum(self._counts(kind)[self.canonical_module_name(module_name)].values())
 
     def by_operator(self, module_name: str = "", kind: str = "both") -> Counter[str]:
         """Bytes moved by ``module_name`` per operator."""
-        return self._counts(kind)[self.canonical_module_name(module_name)]
+        return copied(self._counts(kind)[self.canonical_module_name(module_name)])
 
     def by_module(self, kind: str = "both") -> Counter[str]:
         """Bytes moved by every module (canonical names), summed over operators."""
         return Counter({name: sum(c.values()) for name, c in self._counts(kind).items()})
 
     def by_module_and_operator(self, kind: str = "both") -> dict[str, Counter[str]]:
-        """Bytes moved by every module per operator."""
-        return self._counts(kind)
+        """Bytes moved by every module per operator (new containers, as every query's)."""
+        return {name: copied(c) for name, c in self._counts(kind).items()}
 
     def _counts(self, kind: str) -> dict[str, Counter[str]]:
         stats = self._analyze()
@@ -159,7 +161,7 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
         _check_kind(kind)
         stats = self._analyze()
         result: list[tuple[OpCall, Mapping[str, Any] | None]] = []
-        for call, key, t in zip(self._traced().calls, stats.keys, stats.traffic):
+        for call, key, t in zip(self._traced().calls, stats.keys, stats.traffic, strict=True):
             if t is None:
                 result.append((call, None))
                 continue
@@ -169,17 +171,17 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
 
     def traffic_per_call(self) -> list[tuple[OpCall, Traffic | None]]:
         """Every recorded call with the tensors it reads and writes, the conventions applied."""
-        return list(zip(self._traced().calls, self._analyze().traffic))
+        return list(zip(self._traced().calls, self._analyze().traffic, strict=True))
 
     # ----- the work ----------------------------------------------------------------------------
     def _analyze(self) -> TrafficStatistics:
-        if self._stats is not None:
-            return self._stats  # type: ignore[return-value]
+        if isinstance(self._stats, TrafficStatistics):  # None until analyzed; this class stores no other
+            return self._stats
         trace = self._traced()
         keys, traffic = self._call_traffic(trace.calls)
         values = (
             None if t is None else Counter({(key, "read"): t.read_bytes, (key, "write"): t.write_bytes})
-            for key, t in zip(keys, traffic)
+            for key, t in zip(keys, traffic, strict=True)
         )
         counts, unsupported = self._aggregate(trace.calls, values)
         reads, writes, both = {}, {}, {}
@@ -243,7 +245,7 @@ def as_traffic(value: object, call: OpCall) -> Traffic:
 def alias_roots(calls: Sequence[OpCall], traffic: Sequence[Traffic | None]) -> dict[int, TensorSpec]:
     """Value id -> the tensor it is a view of (through chains of views), for every view output."""
     roots: dict[int, TensorSpec] = {}
-    for call, t in zip(calls, traffic):
+    for call, t in zip(calls, traffic, strict=True):
         if t is None or not t.alias:
             continue
         source = next(flat_tensors(call.inputs), None)
@@ -278,7 +280,7 @@ def fuse_chains(
     """
     returned = {_root_id(spec, roots) for spec in outputs}
     consumers: dict[int, set[int]] = {}
-    for i, (call, t) in enumerate(zip(calls, traffic)):
+    for i, (call, t) in enumerate(zip(calls, traffic, strict=True)):
         if (t is not None and t.alias) or call.kind in no_data:
             continue
         for spec in flat_tensors(call.inputs):

@@ -76,3 +76,12 @@ def _counter() -> Counter[Any]:
     # An empty Counter without Counter.__init__, which only adds its arguments: 4x cheaper,
     # and a model of thousands of modules needs two per module.
     return Counter.__new__(Counter)
+
+
+def copied(counter: Counter[K]) -> Counter[K]:
+    """A new Counter holding ``counter``'s items, for a query to hand out: ``Counter(counter)``
+    without ``Counter.update``'s per-item path, which a ``by_module_and_operator()`` of thousands
+    of modules feels."""
+    new: Counter[K] = Counter.__new__(Counter)
+    dict.update(new, counter)
+    return new

@@ -34,31 +34,56 @@ class ModuleTree:
         self._parent: dict[str, str | None] = {}
         self._children: dict[str, list[str]] = {}
         self._owners: dict[str, tuple[str, ...]] = {}
-        self._walk(model, "", None)
+        self._walk(model)
 
-    def _walk(self, module: nn.Module, name: str, parent: str | None) -> None:
-        """Register ``module`` under ``name``, met as a child of canonical module ``parent``.
+    def _walk(self, model: nn.Module) -> None:
+        """Register every module of ``model`` under each name it is met by.
 
         Pre-order, as ``named_modules()``: a shared module keeps the first name it is met by,
         and its parent is the module it was first met in, so each owner chain extends its
-        parent's (fvcore's naming)."""
-        canonical = self._by_id.setdefault(id(module), name)
-        self.modules[name] = module
-        self.aliases[name] = canonical
-        if canonical == name:
-            self.names.append(name)
-            self._parent[name] = parent
-            self._children[name] = []
-            if parent is None:
-                self._owners[name] = ROOT
-            else:
-                self._children[parent].append(name)
-                self._owners[name] = (*self._owners[parent], name)
-        for key, child in module._modules.items():
-            if child is not None:
-                # An alias's children were met before under the canonical name: these names of
-                # theirs become aliases too (the string is built here, at the boundary, once).
-                self._walk(child, f"{name}.{key}" if name else key, canonical)
+        parent's (fvcore's naming). A loop over a stack, not recursion: a model nested deeper
+        than Python's recursion limit is walked too, as torch runs it."""
+        pending: list[tuple[nn.Module, str, str | None]] = [(model, "", None)]
+        while pending:
+            module, name, parent = pending.pop()
+            canonical = self._by_id.setdefault(id(module), name)
+            self.modules[name] = module
+            self.aliases[name] = canonical
+            if canonical == name:
+                self.names.append(name)
+                self._parent[name] = parent
+                self._children[name] = []
+                if parent is None:
+                    self._owners[name] = ROOT
+                else:
+                    self._children[parent].append(name)
+                    self._owners[name] = (*self._owners[parent], name)
+            elif parent is not None and canonical in self._owners[parent]:
+                continue  # a module inside itself: its names end here, as named_modules()' do
+            # An alias's children were met before under the canonical name: these names of theirs
+            # become aliases too (the string is built here, at the boundary, once). Reversed onto
+            # the stack, so that the first child is walked first.
+            children = [
+                (c, f"{name}.{key}" if name else key, canonical) for key, c in module._modules.items() if c is not None
+            ]
+            pending.extend(reversed(children))
+
+    def changes(self, model: nn.Module) -> str:
+        """How ``model``'s module tree differs from this one (module names added, removed or bound
+        to another module), or ``""`` when it is the same: a tree is taken when an analysis is
+        made, and a model edited before its trace would mix the two."""
+        now = ModuleTree(model)
+        if now.modules.keys() == self.modules.keys() and all(now.modules[n] is m for n, m in self.modules.items()):
+            return ""
+        removed = [n for n in self.modules if n not in now.modules]
+        added = [n for n in now.modules if n not in self.modules]
+        replaced = [n for n, m in self.modules.items() if n in now.modules and now.modules[n] is not m]
+        parts = [
+            f"{what} {', '.join(repr(n) for n in names[:5])}{' and more' if len(names) > 5 else ''}"
+            for what, names in (("removed", removed), ("added", added), ("replaced", replaced))
+            if names
+        ]
+        return "; ".join(parts)
 
     def canonical(self, name: str) -> str:
         """The canonical name of ``name``; KeyError if no module has that name."""
@@ -133,5 +158,23 @@ def failure_site(model: nn.Module, tree: ModuleTree, e: BaseException) -> str:
             where = tree.name_of(owner)
         tb = tb.tb_next
     if where:
+        depth = tree.depth(where)
+        if depth > _NAMED_LEVELS:  # a name hundreds of levels long says less than its depth
+            chain = tree.owners(where)
+            where = f"{chain[_NAMED_LEVELS // 2]}...{where[len(chain[-_NAMED_LEVELS // 2]) + 1 :]}"
+            return f"module '{where}' ({type(tree.module(chain[-1])).__name__}, {depth} levels deep)"
         return f"module '{where}' ({type(tree.module(where)).__name__})"
     return f"the model ({type(model).__name__})"
+
+
+_NAMED_LEVELS = 8  # a failing module deeper than this is named by its first and last levels
+
+
+def recursion_hint(tree: ModuleTree) -> str:
+    """Why a forward pass ran out of Python's recursion limit, and what to do."""
+    depth = max(len(tree.owners(name)) for name in tree.names) - 1
+    return (
+        f"the model nests modules {depth} levels deep and its forward pass ran past Python's recursion "
+        "limit (torch takes 3 or 4 frames per level): raise it with sys.setrecursionlimit(), as running "
+        "the model itself needs"
+    )

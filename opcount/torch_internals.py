@@ -83,12 +83,16 @@ def _bind(path: str, placeholder: Any = None) -> Any:
 
 # ----- the internals, by who uses them ----------------------------------------------------------
 
-if TYPE_CHECKING:  # the real types, for mypy
-    from torch._C import Graph, TensorType, Value
-    from torch._ops import OpOverload
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils import _pytree as pytree
-    from torch.utils._python_dispatch import TorchDispatchMode
+if TYPE_CHECKING:  # the real types, for mypy; "X as X" and the module alias mark them exported
+    from torch._C import Graph as Graph
+    from torch._C import TensorType as TensorType
+    from torch._C import Value as Value
+    from torch._ops import OpOverload as OpOverload
+    from torch._subclasses.fake_tensor import FakeTensorMode as FakeTensorMode
+    from torch.utils import _pytree
+    from torch.utils._python_dispatch import TorchDispatchMode as TorchDispatchMode
+
+    pytree = _pytree
 else:
     Graph = _bind("torch._C.Graph", _Absent)
     Value = _bind("torch._C.Value", _Absent)

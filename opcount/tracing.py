@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ._runtime import recursion_headroom
 from .errors import OpcountTypeError, OpcountValueError
 from .ir import OpCall, TensorSpec
 from .scopes import ModuleTree
@@ -24,6 +25,7 @@ from .torch_internals import pytree
 from .tracers import Recording, trace_dispatch, trace_jit
 from .tracers.dispatch import MODES
 from .tracers.meta import device_of, has_shapes, materialize
+from .tracers.structure import check_layouts
 
 TRACERS = ("jit", "dispatch")
 
@@ -127,26 +129,29 @@ def run(
     device: torch.device | str | None = None,
 ) -> Trace:
     """Run the chosen tracer once (options already checked) and wrap its records."""
-    lazy = [name for name, t in tree.state() if nn.parameter.is_lazy(t)]
+    state = tree.state()
+    lazy = [name for name, t in state if nn.parameter.is_lazy(t)]
     if lazy:  # no shape to trace with, under either tracer: the first call of a lazy module sizes its weights
         raise OpcountValueError(
             f"parameter(s) {', '.join(map(repr, lazy))} of a lazy module are uninitialized; "
             "call the model once (model(x)) to size them, then analyze it"
         )
+    check_layouts(model, inputs, kwargs)
     recorded: Recording
     # autograd may save the inputs, which a tensor made under torch.inference_mode() forbids: a copy
     given, given_kwargs = inputs, kwargs
     if any(isinstance(t, torch.Tensor) and t.is_inference() for t in pytree.tree_leaves((inputs, kwargs))):
         given, given_kwargs = pytree.tree_map(_outside_inference, (inputs, kwargs))
-    if tracer == "dispatch":
-        recorded = trace_dispatch(
-            model, given, given_kwargs, tree, warn_mode, mode=mode, loss_fn=loss_fn, device=device
-        )
-    else:
-        if has_shapes((given, given_kwargs)):  # TensorShape placeholders become zeros for jit
-            given, given_kwargs = materialize((given, given_kwargs), device_of(model))
-            inputs, kwargs = given, given_kwargs
-        recorded = trace_jit(model, given, given_kwargs, tree, warn_mode)
+    with recursion_headroom():  # opcount's own frames: a model nests as deep as torch runs it
+        if tracer == "dispatch":
+            recorded = trace_dispatch(
+                model, given, given_kwargs, tree, warn_mode, mode=mode, loss_fn=loss_fn, device=device
+            )
+        else:
+            if has_shapes((given, given_kwargs)):  # TensorShape placeholders become zeros for jit
+                given, given_kwargs = materialize((given, given_kwargs), device_of(model))
+                inputs, kwargs = given, given_kwargs
+            recorded = trace_jit(model, given, given_kwargs, tree, warn_mode)
     return Trace(
         tree,
         recorded.calls,

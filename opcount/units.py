@@ -70,6 +70,7 @@ def _context(digits: int) -> Context:
 def _decimal(x: float) -> Decimal:
     # The number as a person reads it: an integer exactly, a float as its 15 reliable digits.
     try:
+        # the TypeError is the integer test: anything with __index__ (numpy's and torch's ints too)
         return Decimal(operator.index(x))  # type: ignore[arg-type]
     except TypeError:
         return Decimal(f"{float(x):.{FLOAT_DIGITS}g}")

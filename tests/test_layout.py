@@ -35,7 +35,7 @@ def _named(module: str) -> bool:
     """A module is named by its path, by its package folder (a family of modules, described together), or,
     inside a package whose modules the page lists by file name, by its file name."""
     folder, name = module.rsplit("/", 1)
-    if f"`{module}`" in PAGE or f"`{folder}/`" in PAGE and folder != "opcount":
+    if f"`{module}`" in PAGE or (f"`{folder}/`" in PAGE and folder != "opcount"):
         return True
     return name != "__init__.py" and f"`{name}`" in PAGE
 

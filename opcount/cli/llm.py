@@ -153,7 +153,7 @@ def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
     overrides = hf_overrides(cls, items)
     try:
         return cls(**overrides), name
-    except Exception as e:  # noqa: BLE001 -- any constructor failure is a bad config value
+    except Exception as e:  # any constructor failure is a bad config value
         raise invalid_config(spec, items, e) from None
 
 

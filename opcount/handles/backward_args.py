@@ -63,7 +63,7 @@ def output_mask(inputs: Sequence[Spec]) -> tuple[bool, bool, bool] | None:
         mask = const(inputs[CONV_BW_MASK])
     except (IndexError, ValueError):
         return None
-    return mask if isinstance(mask, tuple) and len(mask) == 3 else None  # type: ignore[return-value]
+    return mask if isinstance(mask, tuple) and len(mask) == 3 else None
 
 
 def required_output_mask(inputs: Sequence[Spec]) -> tuple[bool, bool, bool]:

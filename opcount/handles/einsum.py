@@ -43,10 +43,10 @@ def parse_einsum(
     operands: list[tuple[Label, ...]] = []
     sizes: dict[Label, int] = {}
     ellipsis_rank = 0
-    for term, shape in zip(terms, shapes):
+    for term, shape in zip(terms, shapes, strict=True):
         labels = _term_labels(term, len(shape), equation)
         ellipsis_rank = max(ellipsis_rank, sum(1 for lab in labels if lab.startswith("...")))
-        for lab, size in zip(labels, shape):
+        for lab, size in zip(labels, shape, strict=True):
             known = sizes.get(lab, 1)
             if size != known and 1 not in (size, known):
                 raise ValueError(

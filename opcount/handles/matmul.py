@@ -60,7 +60,7 @@ def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     a = (1,) * (width - len(a)) + a
     b = (1,) * (width - len(b)) + b
     out = []
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         if x != y and 1 not in (x, y):
             raise ValueError(f"shapes {a} and {b} do not broadcast")
         out.append(max(x, y))

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from ..ir import Spec, const, maybe_tensor
 from ._shapes import numel, shape_of
-from .registry import FLOPS
+from .registry import FLOPS, SpecFn
 
 # aten::batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn)
 BN_WEIGHT, BN_TRAINING = 1, 5
@@ -32,7 +32,7 @@ def batch_norm(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
     return numel(x) * (2 if affine else 1)
 
 
-def _affine_norm(affine_index: int, doc: str):  # type: ignore[no-untyped-def]
+def _affine_norm(affine_index: int, doc: str) -> SpecFn:
     def handle(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
         return norm_flops(shape_of(inputs[0]), maybe_tensor(inputs[affine_index]) is not None)
 

@@ -146,7 +146,9 @@ DIFF_N, DIFF_DIM = 1, 2
 @FLOPS.register("aten::diff")
 def diff(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
     """Round k of n subtracts neighbours, (L - k) per line along dim: lines * sum_{k=1..n} (L - k), L = out.shape[dim] + n; integer differences (positions, indices) cost 0."""
-    out, n = tensor(outputs[0]), int(const(inputs[DIFF_N]))  # type: ignore[call-overload]
+    out, n = tensor(outputs[0]), const(inputs[DIFF_N])
+    if not isinstance(n, int):
+        raise ValueError(f"aten::diff: n must be an int, got {n!r}")
     if not is_floating(out) or out.numel == 0:
         return 0
     length = out.shape[dim_index(const(inputs[DIFF_DIM]), out.rank, "aten::diff")]

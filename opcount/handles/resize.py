@@ -80,7 +80,7 @@ def grid_sampler_2d(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
     mode = const(inputs[GRID_MODE]) if len(inputs) > GRID_MODE else 0
     if mode not in GRID_2D_COST:
         raise ValueError(f"aten::grid_sampler_2d: unknown interpolation mode {mode!r}")
-    return GRID_2D_COST[mode] * first_tensor_out(outputs).numel  # type: ignore[index]
+    return GRID_2D_COST[mode] * first_tensor_out(outputs).numel
 
 
 @FLOPS.register("aten::grid_sampler_3d")
@@ -89,4 +89,4 @@ def grid_sampler_3d(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
     mode = const(inputs[GRID_MODE])
     if mode not in GRID_3D_COST:
         raise ValueError(f"aten::grid_sampler_3d: unknown interpolation mode {mode!r}")
-    return GRID_3D_COST[mode] * first_tensor_out(outputs).numel  # type: ignore[index]
+    return GRID_3D_COST[mode] * first_tensor_out(outputs).numel

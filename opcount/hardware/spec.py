@@ -28,6 +28,18 @@ from .sparse_support import SparseSupport
 TENSOR, VECTOR = "tensor", "vector"
 T, G = 1e12, 1e9
 
+# The figures a device can have, by orders of magnitude around every device made: a figure outside
+# them is a typo or a unit slip (a denormal 1e-320 bytes/s makes every time infinite, which JSON
+# cannot hold). Bandwidth: 1 MB/s (a microcontroller's flash) .. 1 PB/s (200 times the H200's 4.8 TB/s,
+# NVIDIA's H200 datasheet); peaks: 1 MFLOP/s .. 1e18 FLOP/s (an exaflop on one device, 100 times the
+# B200's dense FP4, NVIDIA's HGX B200 specifications); clock 1 kHz .. 100 GHz; on-chip memory 1 B .. 1 PB.
+RANGES: dict[str, tuple[float, float, str]] = {
+    "bandwidth": (1e6, 1e15, "bytes/s"),
+    "peak": (1e6, 1e18, "FLOP/s"),
+    "clock_hz": (1e3, 1e11, "Hz"),
+    "buffer_bytes": (1.0, 1e15, "bytes"),
+}
+
 
 @dataclass(frozen=True)
 class Hardware:
@@ -48,15 +60,12 @@ class Hardware:
     buffer_bytes: float | None = None
     clock_hz: float | None = None
     description: str = field(default="", compare=False)
-    sparse: SparseSupport = SparseSupport()
+    sparse: SparseSupport = field(default_factory=SparseSupport)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise OpcountValueError("hardware needs a non-empty name")
-        if not _positive(self.bandwidth):
-            raise OpcountValueError(
-                f"{self.name}: bandwidth must be a positive number of bytes/s, got {self.bandwidth!r}"
-            )
+        _check_range(self.name, "bandwidth", "bandwidth", self.bandwidth)
         if not isinstance(self.peak, Mapping) or not self.peak:
             raise OpcountValueError(f"{self.name}: peak must map unit names to {{dtype: FLOP/s}} tables")
         frozen: dict[str, Mapping[str, float]] = {}
@@ -69,18 +78,15 @@ class Hardware:
                         f"{self.name}: peak[{unit!r}] has unknown dtype {dtype!r}: name it as torch does "
                         "(float32, float16, bfloat16, float8_e4m3fn, int8, ...) or tf32"
                     )
-                if not _positive(value):
-                    raise OpcountValueError(
-                        f"{self.name}: peak[{unit!r}][{dtype!r}] must be a positive FLOP/s, got {value!r}"
-                    )
+                _check_range(self.name, f"peak[{unit!r}][{dtype!r}]", "peak", value)
             frozen[str(unit)] = MappingProxyType({str(dtype_name(d)): float(v) for d, v in table.items()})
         # Read-only views: a preset shared by every caller must not be edited in place.
         object.__setattr__(self, "peak", MappingProxyType(frozen))
         object.__setattr__(self, "bandwidth", float(self.bandwidth))
         for opt in ("buffer_bytes", "clock_hz"):
             value = getattr(self, opt)
-            if value is not None and not _positive(value):
-                raise OpcountValueError(f"{self.name}: {opt} must be positive or None, got {value!r}")
+            if value is not None:
+                _check_range(self.name, opt, opt, value)
         if isinstance(self.sparse, Mapping):
             try:
                 object.__setattr__(self, "sparse", SparseSupport.from_dict(self.sparse))
@@ -187,5 +193,11 @@ def _is_dtype_name(name: object) -> bool:
     return isinstance(dtype, torch.dtype) and str(dtype) == f"torch.{name}"
 
 
-def _positive(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+def _check_range(name: str, field_name: str, kind: str, value: object) -> None:
+    """Refuse a figure that is not a number within :data:`RANGES` (``kind``), naming the field."""
+    low, high, unit = RANGES[kind]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not number or not low <= value <= high:  # type: ignore[operator]
+        raise OpcountValueError(
+            f"{name}: {field_name} must be a number of {unit} from {low:g} to {high:g}, got {value!r}"
+        )

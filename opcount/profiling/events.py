@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from torch.autograd import Function
 
-from ..analysis import op_key
 from ..handles import FLOPS
+from ..handles.op_keys import op_key
 from ..torch_internals import custom_op_definitions
 from .runner import MODULE_RANGE
 
@@ -138,7 +138,8 @@ class Walker:
 
 
 def _host(event: Any) -> float:
-    return event.time_range.elapsed_us() * 1e-6
+    seconds: float = event.time_range.elapsed_us() * 1e-6
+    return seconds
 
 
 def _op_key(name: str) -> str:

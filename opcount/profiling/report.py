@@ -207,9 +207,10 @@ class ProfileReport:
             if self.roofline is not None:
                 cells += [seconds(r.predicted), _percent(r.sol_percent), _rate(r.flop_rate), _rate(r.byte_rate)]
             body.append(cells)
-        return tabulate.tabulate(
+        table: str = tabulate.tabulate(
             body, headers=headers, tablefmt="github", disable_numparse=True, preserve_whitespace=True
         )
+        return table
 
     def _indent(self, name: str) -> str:
         depth = self.tree.depth(name)
@@ -289,7 +290,7 @@ class ProfileReport:
                 color="tab:orange",
                 label=f"speed of light ({self.roofline.hardware.name})",
             )
-            for y, r in zip(ys, rows):
+            for y, r in zip(ys, rows, strict=True):
                 if r.sol_percent is not None:
                     ax.annotate(
                         _percent(r.sol_percent),

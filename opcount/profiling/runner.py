@@ -76,16 +76,20 @@ class Runner:
 
     def clock(self, event: Any) -> float:
         """An event's measured time in seconds: kernel time on CUDA, wall time on CPU."""
-        return (event.device_time_total if self.cuda else event.time_range.elapsed_us()) * 1e-6
+        seconds: float = (event.device_time_total if self.cuda else event.time_range.elapsed_us()) * 1e-6
+        return seconds
 
     def wall_time(self) -> float:
         if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            # torch leaves Event's constructor unannotated
+            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             start.record()
             self.forward()
             end.record()
             end.synchronize()
-            return start.elapsed_time(end) * 1e-3
+            milliseconds: float = start.elapsed_time(end)
+            return milliseconds * 1e-3
         t0 = time.perf_counter()
         self.forward()
         return time.perf_counter() - t0
@@ -156,7 +160,7 @@ def _module_ranges(tree: ModuleTree) -> Iterator[None]:
     def enter(name: str) -> Callable[..., None]:
         def pre_hook(module: nn.Module, args: Any) -> None:
             rf = record_function(MODULE_RANGE + name)
-            rf.__enter__()
+            rf.__enter__()  # type: ignore[no-untyped-call]  # torch leaves record_function unannotated
             open_ranges.append((name, rf))
 
         return pre_hook

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from torch import nn
 
@@ -39,14 +39,50 @@ def _render_ratio(x: Any, fmt: NumberFormat) -> str:
     return str(exact(x)) if fmt.unit == "exact" else unprefixed(x, 3)
 
 
+class ModuleStatistics(Protocol):
+    """What a report reads from a counting analysis (``ActivationCountAnalysis``)."""
+
+    def by_module(self) -> Mapping[str, Any]: ...
+
+    def by_module_and_operator(self) -> Mapping[str, Mapping[str, Any]]: ...
+
+
+class ModelStatistics(ModuleStatistics, Protocol):
+    """The analysis a report is built on (``FlopCountAnalysis``): its counts, model and module tree."""
+
+    @property
+    def model(self) -> nn.Module: ...
+
+    @property
+    def module_tree(self) -> ModuleTree: ...
+
+
+class TrafficStatistics(Protocol):
+    """What a report reads from ``MemoryTrafficAnalysis``: bytes by ``kind`` (read, write, both)."""
+
+    def by_module(self, kind: str = ...) -> Mapping[str, Any]: ...
+
+    def by_module_and_operator(self, kind: str = ...) -> Mapping[str, Mapping[str, Any]]: ...
+
+
+_S = TypeVar("_S")
+
+
+def _given(analysis: _S | None, role: str) -> _S:
+    """An optional analysis a column needs; resolve_columns has already refused a missing one."""
+    if analysis is None:
+        raise OpcountValueError(f"this column needs the {role} analysis")
+    return analysis
+
+
 @dataclass(frozen=True)
 class Sources:
     """The analyses a report reads, by role. ``flops`` also gives the model and its module tree;
     ``extra`` holds the analyses of registered columns (e.g. ``{"roofline": ...}``)."""
 
-    flops: Any
-    activations: Any = None
-    memory: Any = None
+    flops: ModelStatistics
+    activations: ModuleStatistics | None = None
+    memory: TrafficStatistics | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def get(self, role: str) -> Any:
@@ -61,6 +97,14 @@ class Sources:
     @property
     def model(self) -> nn.Module:
         return self.flops.model
+
+    @property
+    def traffic(self) -> TrafficStatistics:
+        return _given(self.memory, "memory")
+
+    @property
+    def activation_counts(self) -> ModuleStatistics:
+        return _given(self.activations, "activations")
 
 
 @dataclass(frozen=True)
@@ -89,10 +133,10 @@ def _flops(s: Sources) -> Values:
 
 def _bytes(kind: str) -> tuple[Callable[[Sources], Values], Callable[[Sources], Mapping[str, Values]]]:
     def modules(s: Sources) -> Values:
-        return s.memory.by_module(kind=kind)
+        return s.traffic.by_module(kind=kind)
 
     def operators(s: Sources) -> Mapping[str, Values]:
-        return s.memory.by_module_and_operator(kind=kind)
+        return s.traffic.by_module_and_operator(kind=kind)
 
     return modules, operators
 
@@ -116,7 +160,7 @@ def _percent_operators(s: Sources) -> Mapping[str, Values]:
 
 
 def _intensity_operators(s: Sources) -> Mapping[str, Values]:
-    flops, moved = s.flops.by_module_and_operator(), s.memory.by_module_and_operator(kind="both")
+    flops, moved = s.flops.by_module_and_operator(), s.traffic.by_module_and_operator(kind="both")
     return {m: _ratio(flops.get(m, {}), ops) for m, ops in moved.items()}
 
 
@@ -138,8 +182,8 @@ for _column in (
         "activations",
         "#activations",
         ("activations",),
-        lambda s: s.activations.by_module(),
-        lambda s: s.activations.by_module_and_operator(),
+        lambda s: s.activation_counts.by_module(),
+        lambda s: s.activation_counts.by_module_and_operator(),
     ),
     Column("bytes_read", "#bytes read", ("memory",), *_bytes("read")),
     Column("bytes_written", "#bytes written", ("memory",), *_bytes("write")),
@@ -148,7 +192,7 @@ for _column in (
         "intensity",
         "flops/byte",
         ("flops", "memory"),
-        lambda s: _ratio(s.flops.by_module(), s.memory.by_module(kind="both")),
+        lambda s: _ratio(s.flops.by_module(), s.traffic.by_module(kind="both")),
         _intensity_operators,
         _render_ratio,
         additive=False,

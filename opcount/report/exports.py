@@ -192,10 +192,11 @@ def to_markdown(
         for n in shown
     ]
     aligns = ["left", "left", *(["right"] * len(chosen))]
-    return tabulate.tabulate(
+    table: str = tabulate.tabulate(
         rows,
         headers=["module", "type", *(c.header for c in chosen)],
         tablefmt="pipe",
         colalign=aligns,
         disable_numparse=True,
     )
+    return table

@@ -214,7 +214,17 @@ def _tree(data: Mapping[str, Any]) -> str:
             children.setdefault(m["parent"], []).append(m)
     heads = "".join(f'<span class="num">{_e(_HEADERS.get(k, k))}</span>' for k in keys)
     header = f'<div class="row head"><span class="name">module</span><span class="type">type</span>{heads}</div>'
-    body = _node(root, children, keys, scale)
+    # Children before their parents, from a stack: a model may nest deeper than Python's recursion limit.
+    order, pending = [], [root]
+    while pending:
+        row = pending.pop()
+        order.append(row)
+        pending.extend(reversed(children.get(row["name"], ())))
+    html: dict[str, str] = {}
+    for row in reversed(order):
+        inner = [html.pop(kid["name"]) for kid in children.get(row["name"], ())]
+        html[row["name"]] = _node(row, inner, keys, scale)
+    body = html[""]
     buttons = (
         '<div class="tools"><button type="button" data-tree="expand">expand all</button>'
         '<button type="button" data-tree="collapse">collapse all</button></div>'
@@ -226,12 +236,8 @@ def _tree(data: Mapping[str, Any]) -> str:
     return _section("modules", "Modules", content, _e(note))
 
 
-def _node(
-    row: Mapping[str, Any],
-    children: Mapping[str, Sequence[Mapping[str, Any]]],
-    keys: Sequence[str],
-    scale: Mapping[str, Any],
-) -> str:
+def _node(row: Mapping[str, Any], kids: Sequence[str], keys: Sequence[str], scale: Mapping[str, Any]) -> str:
+    """One module's row, around ``kids``, its children's rows already written."""
     name, depth = row["name"], row["depth"]
     parent = row["parent"]
     label = name[len(parent) + 1 :] if parent else name
@@ -242,10 +248,9 @@ def _node(
         f'<span class="twisty"></span>{_e(label) if name else "<b>model</b>"}</span>'
         f'<span class="type">{_e(row["type"])}</span>{cells}'
     )
-    kids = children.get(name, ())
     if not kids:
         return f'<div class="row leaf{called}" data-module="{_e(name)}">{line}</div>'
-    inner = "".join(_node(k, children, keys, scale) for k in kids)
+    inner = "".join(kids)
     opened = " open" if depth < _OPEN_DEPTH else ""
     return (
         f'<details class="node" data-module="{_e(name)}"{opened}>'
@@ -342,7 +347,7 @@ def _meta(described: Mapping[str, Any]) -> str:
     rows = []
     for key, value in described.items():
         if key == "inputs":
-            text = "; ".join(f"{i['name']}: {'×'.join(map(str, i['shape'])) or 'scalar'} {i['dtype']}" for i in value)
+            text = "; ".join(f"{i['name']}: {'×'.join(map(str, i['shape'])) or 'scalar'} {i['dtype']}" for i in value)  # noqa: RUF001 -- the page writes shapes with a multiplication sign
         else:
             text = "—" if value is None else str(value)
         rows.append(f'<tr><th scope="row">{_e(key)}</th><td>{_e(text)}</td></tr>')

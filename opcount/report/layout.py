@@ -28,9 +28,9 @@ class Layout:
     shapes: Mapping[str, tuple[int, ...]]  # parameter rows
 
     def depth(self, name: str) -> int:
-        depth = 0
-        while (name := self.parent[name]) is not None:  # type: ignore[assignment]
-            depth += 1
+        depth, parent = 0, self.parent[name]
+        while parent is not None:
+            depth, parent = depth + 1, self.parent[parent]
         return depth
 
 
@@ -56,15 +56,10 @@ def build_layout(tree: ModuleTree, with_params: bool) -> Layout:
 def keep_nonzero(layout: Layout, values: Mapping[str, Values]) -> set[str]:
     """Rows with a nonzero value, or with a kept descendant; the root always stays."""
     kept: set[str] = set()
-
-    def visit(name: str) -> bool:
-        child_kept = [visit(child) for child in layout.children.get(name, ())]
-        if name == "" or any(child_kept) or any(v.get(name) for v in values.values()):
+    for name in reversed(layout.order):  # children before their parents, without recursion
+        kids = layout.children.get(name, ())
+        if name == "" or any(v.get(name) for v in values.values()) or any(c in kept for c in kids):
             kept.add(name)
-            return True
-        return False
-
-    visit("")
     return kept
 
 

@@ -108,7 +108,8 @@ def _repr_with_lines(module: nn.Module, name: str, lines: Mapping[str, str]) -> 
         text = "None" if child is None else _repr_with_lines(child, child_name, lines)
         children.append(f"({key}): " + text.replace("\n", "\n  "))
     body = own + children
-    head = module._get_name() + "("  # what repr() prints; subclasses may override it
+    # what repr() prints; subclasses may override it. torch leaves _get_name unannotated.
+    head: str = module._get_name() + "("  # type: ignore[no-untyped-call]
     if len(own) == 1 and not children:
         return head + own[0] + ")"
     if body:
@@ -149,19 +150,23 @@ def tree_str(
 
     lines: list[tuple[str, list[str]]] = []
 
-    def walk(name: str, first: str, rest: str, level: int) -> None:
+    # Pre-order with a stack (a model may nest deeper than Python's recursion limit): each row with
+    # its own prefix, the prefix of its children's, and its level.
+    pending = [("", "", "", 0)]
+    while pending:
+        name, first, rest, level = pending.pop()
         lines.append((first + label(name), [cells[name].get(c.key, "") for c in chosen]))
         kids = [c for c in layout.children.get(name, ()) if c in cells] if level < max_depth else []
-        for i, child in enumerate(kids):
+        for i, child in reversed(list(enumerate(kids))):
             last = i == len(kids) - 1
-            walk(child, rest + ("└─ " if last else "├─ "), rest + ("   " if last else "│  "), level + 1)
-
-    walk("", "", "", 0)
+            pending.append((child, rest + ("└─ " if last else "├─ "), rest + ("   " if last else "│  "), level + 1))
     header = ("module", [c.header for c in chosen])
     widths = [max(len(row[0]) for row in [header, *lines])]
     widths += [max(len(row[1][i]) for row in [header, *lines]) for i in range(len(chosen))]
     text = "\n".join(
-        "  ".join([row[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(row[1], widths[1:]))]).rstrip()
+        "  ".join(
+            [row[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(row[1], widths[1:], strict=True))]
+        ).rstrip()
         for row in [header, *lines]
     )
     if any("N/A" in row[1] for row in lines):

@@ -29,7 +29,8 @@ _PARAMETER_SCALES = (("G", 1e9), ("M", 1e6), ("K", 1e3))  # fvcore's parameter t
 
 
 def _pipe(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    return tabulate.tabulate(rows, headers=list(headers), tablefmt="pipe", preserve_whitespace=True)
+    table: str = tabulate.tabulate(rows, headers=list(headers), tablefmt="pipe", preserve_whitespace=True)
+    return table
 
 
 def _merge(a: Mapping[str, str], b: Mapping[str, str]) -> dict[str, str] | None:
@@ -73,15 +74,15 @@ def _indented_rows(
     add(root or "model", root, 0)
     strip = len(root) + 1 if root else 0  # a merged root's name prefixes every row: drop it
 
-    def fill(name: str, level: int) -> None:
+    # Pre-order with a stack (a model may nest deeper than Python's recursion limit): (row, level).
+    pending = [(child, 1) for child in reversed(kids(root))]
+    while pending:
+        child, level = pending.pop()
         if level > max_depth:
-            return
-        for child in kids(name):
-            child = fast_forward(child)
-            add(child[strip:], child, level)
-            fill(child, level + 1)
-
-    fill(root, 1)
+            continue
+        child = fast_forward(child)
+        add(child[strip:], child, level)
+        pending.extend((grandchild, level + 1) for grandchild in reversed(kids(child)))
     return rows
 
 
@@ -154,20 +155,18 @@ def parameter_count_table(model: nn.Module, max_depth: int = 3) -> str:
 
     rows = [["model", size(counts[""])]]
 
-    def fill(name: str, level: int) -> None:
-        if level >= max_depth:
-            return
+    # Pre-order with a stack (a model may nest deeper than Python's recursion limit): (row, level).
+    pending = [(child, 0) for child in reversed(layout.children.get("", ()))]
+    while pending:
+        child, level = pending.pop()
+        if level >= max_depth or child not in counts:
+            continue
         pad = " " * (level + 1)
-        for child in layout.children.get(name, ()):
-            if child not in counts:
-                continue
-            if child in layout.shapes:
-                rows.append([pad + child, pad + str(layout.shapes[child])])
-            else:
-                rows.append([pad + child, pad + size(counts[child])])
-                fill(child, level + 1)
-
-    fill("", 0)
+        if child in layout.shapes:
+            rows.append([pad + child, pad + str(layout.shapes[child])])
+        else:
+            rows.append([pad + child, pad + size(counts[child])])
+            pending.extend((grandchild, level + 1) for grandchild in reversed(layout.children.get(child, ())))
     return _pipe(["name", "#elements or shape"], rows)
 
 

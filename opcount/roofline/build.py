@@ -17,10 +17,11 @@ from typing import Any
 
 from torch import nn
 
-from ..analysis import FlopCountAnalysis, op_key
+from ..analysis import FlopCountAnalysis
 from ..errors import OpcountTypeError, OpcountValueError
 from ..handles.backward_args import CONV_BACKWARD
 from ..handles.memory import Access, Traffic, flat_tensors
+from ..handles.op_keys import op_key
 from ..handles.registry import FLOPS
 from ..hardware.lookup import TENSOR, VECTOR, DType, Hardware, dtype_name
 from ..hardware.lookup import hardware as lookup_hardware
@@ -88,7 +89,7 @@ def roofline(
     split_handle = FLOPS.handles.get(CONV_BACKWARD)
     layers: list[Layer] = []
     unsupported: Counter[str] = Counter()
-    for i, (call, t, (_, value)) in enumerate(zip(calls, traffic, pricing.per_call_at(FLOPS_PER_MAC))):
+    for i, (call, t, (_, value)) in enumerate(zip(calls, traffic, pricing.per_call_at(FLOPS_PER_MAC), strict=True)):
         handle = pricing.handle_of(call.kind)
         macs = bool(getattr(handle, "macs", False))
         op = getattr(handle, "name", None) or op_key(call.kind)
@@ -278,7 +279,7 @@ def fuse_modules(
 
     producer: dict[int, int] = {}
     readers: dict[int, set[int]] = {}
-    for i, (call, t) in enumerate(zip(calls, traffic)):
+    for i, (call, t) in enumerate(zip(calls, traffic, strict=True)):
         if t is not None and t.alias:
             continue
         reads = flat_tensors(call.inputs) if t is None else (a.tensor for a in t.read)

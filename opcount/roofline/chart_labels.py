@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from matplotlib.backend_bases import RendererBase
     from matplotlib.figure import Figure
     from matplotlib.text import Annotation
+    from matplotlib.transforms import Bbox
 
 __all__ = ["Label", "crosses", "freeze_layout", "place_labels"]
 
@@ -58,7 +59,9 @@ def freeze_layout(fig: Figure) -> RendererBase:
         canvas = FigureCanvasAgg(fig)
     canvas.draw()
     fig.set_layout_engine("none")
-    return canvas.get_renderer()  # type: ignore[attr-defined]
+    # matplotlib's stubs leave get_renderer off FigureCanvasBase (typed by the hasattr above)
+    renderer: RendererBase = canvas.get_renderer()
+    return renderer
 
 
 def place_labels(
@@ -173,8 +176,8 @@ def _distance(dx: float, dy: float, width: float, height: float) -> float:
     return math.hypot(gx, gy)
 
 
-def _box(bbox: object) -> Box:
-    x0, y0, x1, y1 = bbox.x0, bbox.y0, bbox.x1, bbox.y1  # type: ignore[attr-defined]
+def _box(bbox: Bbox) -> Box:
+    x0, y0, x1, y1 = bbox.x0, bbox.y0, bbox.x1, bbox.y1
     return (float(x0), float(y0), float(x1), float(y1))
 
 

@@ -93,7 +93,7 @@ def roofline_chart(
     xs = [p[2] for p in points] + ridges
     lo = min(xs, default=1.0) / 4
     hi = max(xs, default=1.0) * 4
-    for (u, precision), ridge in zip(roofs, ridges):
+    for (u, precision), ridge in zip(roofs, ridges, strict=True):
         peak = hw.peak[u][precision]
         color = _color(u, units)
         ax.plot(
@@ -134,7 +134,7 @@ def roofline_chart(
     ax.grid(True, which="major", lw=0.4, alpha=0.5)
     legend = ax.legend(fontsize=7, loc="upper left")  # above the memory roof: no point is ever there
     renderer = freeze_layout(fig)
-    notes = _ridge_notes(ax, [(ridge, _color(u, units)) for (u, _), ridge in zip(roofs, ridges)], renderer)
+    notes = _ridge_notes(ax, [(ridge, _color(u, units)) for (u, _), ridge in zip(roofs, ridges, strict=True)], renderer)
     slowest = [Label(_short(p[0]), p[2], p[3]) for p in sorted(points, key=lambda p: -p[4])]
     place_labels(ax, slowest, limit=label_top, renderer=renderer, obstacles=[legend, *notes])
     _save(fig, path)

@@ -231,7 +231,11 @@ class RooflineReport:
         return {r.name: r for r in sorted(rows, key=lambda r: -r.time)}
 
     def by_module(self) -> dict[str, Summary]:
-        """One row per module that holds layers (the model is ``""``), in first-call order."""
+        """One row per module that holds layers (the model is ``""``), in first-call order (a new dict)."""
+        return dict(self._module_rows())
+
+    def _module_rows(self) -> dict[str, Summary]:
+        """The rows of :meth:`by_module`, built once; handed out only as copies."""
         if self._modules is None:
             groups = grouped((t.layer.owners, t) for t in self.layers)
             self._modules = {name: _summarize(name, ts) for name, ts in groups.items()}
@@ -252,7 +256,7 @@ class RooflineReport:
 
     def module(self, name: str = "") -> Summary:
         """The row of one module (an empty row if it holds no layer)."""
-        return self.by_module().get(name) or _summarize(name, ())
+        return self._module_rows().get(name) or _summarize(name, ())
 
     def leaf_modules(self) -> dict[str, Summary]:
         """Rows of the innermost modules that ran layers (where the time is spent)."""
@@ -312,7 +316,8 @@ class RooflineReport:
         rows = rows[:top] if top is not None else rows
         body = [[*r[:-1], seconds(r[-1]), f"{100 * r[-1] / total:.1f}%" if total > 0 else ""] for r in rows]
         headers = [by, "unit", "flops", "bytes", "flop/byte", "bound", "time", "share"]
-        return tabulate.tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
+        table: str = tabulate.tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
+        return table
 
     def summary(self) -> str:
         """One paragraph: hardware, dtype, totals and how the time splits between bounds."""

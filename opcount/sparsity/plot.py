@@ -147,7 +147,7 @@ def speedup_chart(
         )[0]
         flops = [(100 * p.level, p.flop_speedup) for p in mine if p.flop_speedup is not None]
         if show_flops and flops:
-            ax.plot(*zip(*flops), ls=":", lw=1, marker=".", ms=4, color=line.get_color())
+            ax.plot(*zip(*flops, strict=True), ls=":", lw=1, marker=".", ms=4, color=line.get_color())
     if show_flops and any(p.flop_speedup is not None for p in points):
         ax.plot([], [], ls=":", lw=1, marker=".", ms=4, color="gray", label="FLOPs alone (dotted)")
     ax.axhline(1.0, color="black", lw=0.8, ls="--")

@@ -51,7 +51,7 @@ def _keep_top(scores: Sequence[torch.Tensor], drop: int) -> list[torch.Tensor]:
         keep &= ~below
         ties = (flat == threshold).nonzero().reshape(-1)[: drop - int(below.sum())]
         keep[ties] = False
-    return list(keep.split([s.numel() for s in scores]))
+    return list(keep.split([s.numel() for s in scores]))  # type: ignore[no-untyped-call]  # torch leaves Tensor.split unannotated
 
 
 @torch.no_grad()
@@ -96,8 +96,8 @@ def prune(
         ]
         groups = [scores] if scope == "global" else [[x] for x in scores]
         keeps = [k for g in groups for k in _keep_top(g, round(s.level * sum(x.numel() for x in g)))]
-        masks = [_expand(k.reshape(x.shape), b, v.shape) for k, x, v in zip(keeps, scores, views)]
-    for name, mask in zip(chosen, masks):
+        masks = [_expand(k.reshape(x.shape), b, v.shape) for k, x, v in zip(keeps, scores, views, strict=True)]
+    for name, mask in zip(chosen, masks, strict=True):
         weight, view = weights[name]
         weight.mul_(from_gemm_view(mask, view, weight.shape).to(weight.dtype))
     return pruned

@@ -247,7 +247,8 @@ class SparsityReport:
             headers = ["module", "dense flops", "sparse flops", "dense time", "sparse time", "speedup"]
         else:
             raise OpcountValueError(f"by must be 'layer' or 'module', got {by!r}")
-        return tabulate.tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
+        table: str = tabulate.tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
+        return table
 
     def summary(self) -> str:
         share = sum(w.dense.effective_time for w in self.weights) / self.dense_time if self.dense_time else 0.0

@@ -18,7 +18,7 @@ from ..hardware.lookup import PRESETS, TENSOR, VECTOR, DType, Hardware, dtype_na
 from ..hardware.lookup import hardware as lookup_hardware
 from ..hardware.sparse_support import SparseSupport
 from ..ir import DTYPE_BYTES, OpCall
-from ..roofline import FLOPS_PER_MAC, LayerTime, Source, roofline, speed_of_light
+from ..roofline import FLOPS_PER_MAC, Layer, LayerTime, Source, roofline, speed_of_light
 from .backward import WeightProducts
 from .declared import Chooser, SparsityArg, SparsitySpec
 from .detect import detect_sparsity
@@ -150,7 +150,7 @@ def sparsity_roofline(
     return SparsityReport(dense, sparse, timed, caps, index_dtype)
 
 
-def _time_of(layer: Any, hw: Hardware) -> float:
+def _time_of(layer: Layer, hw: Hardware) -> float:
     peak = hw.peak_of(layer.unit, layer.precision) or math.inf
     return max(layer.flops / peak, layer.bytes / hw.bandwidth)
 

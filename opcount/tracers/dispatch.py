@@ -47,7 +47,7 @@ from torch import nn
 from .._runtime import gc_paused
 from ..errors import OpcountTypeError, OpcountValueError, TraceError
 from ..messages import first_line
-from ..scopes import ModuleTree, failure_site
+from ..scopes import ModuleTree, failure_site, recursion_hint
 from ..torch_internals import DISPATCH, require
 from .custom_functions import functions_named
 from .jit import WRAPPERS, Recording, _warnings
@@ -56,7 +56,7 @@ from .patching import exclusive
 from .recorder import Recorder
 from .scoping import Scopes
 from .state import preserved
-from .structure import normalize_inputs
+from .structure import SparseLayoutError, normalize_inputs
 from .tensor_kinds import FakeTensors, RealTensors, ShapeTensors
 from .training import BackwardError, LossFnError, Step, TrainingError, training_flags
 
@@ -106,9 +106,9 @@ def trace_dispatch(
     if on_meta and not train:
         try:
             return _trace(model, inner, tree, state, args, kw, warn_mode, ShapeTensors(claimed), train, None)
-        except TrainingError:
+        except (TrainingError, SparseLayoutError):
             raise
-        except Exception as e:  # noqa: BLE001 -- what a shape-only tensor cannot follow, fake tensors may
+        except Exception as e:  # what a shape-only tensor cannot follow, fake tensors may
             cause = e.__cause__ or e
             logger.debug(
                 "shape-only tensors stopped at %s: %s; running on fake tensors", type(cause).__name__, first_line(cause)
@@ -146,7 +146,7 @@ def _trace(
                 if tensors.on_meta:  # most likely the loss read a value, which meta tensors lack
                     raise LossFnError(f"{e}. Hint: {META_HINT}") from e.__cause__
                 raise
-            except (TrainingError, BackwardError):
+            except (TrainingError, BackwardError, SparseLayoutError):
                 raise
             except Exception as e:  # re-raised with the module path
                 raise _trace_error(model, tree, e, tensors.on_meta) from e
@@ -173,4 +173,6 @@ META_HINT = (
 def _trace_error(model: nn.Module, tree: ModuleTree, e: Exception, on_meta: bool) -> TraceError:
     path, first = failure_site(model, tree, e), first_line(e, type(e).__name__)
     hint = META_HINT if on_meta else "check the inputs' shapes and types"
+    if isinstance(e, RecursionError):  # not a value the meta tensors lack: the model's depth
+        hint = recursion_hint(tree)
     return TraceError(f"could not trace {path} with the dispatch tracer: {type(e).__name__}: {first}. Hint: {hint}.")

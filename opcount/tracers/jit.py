@@ -20,7 +20,7 @@ from .._runtime import gc_paused
 from ..errors import TraceError
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
 from ..messages import first_line
-from ..scopes import ROOT, ModuleTree, failure_site, inner_scope
+from ..scopes import ROOT, ModuleTree, failure_site, inner_scope, recursion_hint
 from ..torch_internals import (
     JIT,
     Graph,
@@ -38,7 +38,7 @@ from ..torch_internals import (
 )
 from .patching import exclusive, replaced
 from .state import preserved
-from .structure import FlatCall, normalize_inputs, output_tensors
+from .structure import FlatCall, layout_of, normalize_inputs, output_tensors, refuse_sparse
 
 # TorchScript scalar type names -> torch dtype names.
 _DTYPES = {
@@ -156,7 +156,7 @@ class _Marks:
 
         def slow_forward(*args: Any, **kwargs: Any) -> Any:
             if get_ident() != thread[0]:  # another thread tracing the same module
-                return nn.Module._slow_forward(module, *args, **kwargs)
+                return nn.Module._slow_forward(module, *args, **kwargs)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
             self._event(index)
             try:
                 return module.forward(*args, **kwargs)
@@ -260,6 +260,9 @@ def trace_jit(
             raise _trace_error(model, tree, e) from e
         converter = _Converter(graph, len(call.tensors), state, names)
         records = list(_records(graph, tree, marks, converter))
+        if converter.sparse:
+            for c, _ in records:
+                refuse_sparse(c, converter.sparse)
         outputs = converter.outputs()
     calls = tuple(c for c, _ in records)
     called = {name for scope in {call.scope for call in calls} for name in scope} | {""}
@@ -280,7 +283,9 @@ def _trace_error(model: nn.Module, tree: ModuleTree, e: Exception) -> TraceError
         "check the inputs' shapes and types; for a model whose forward is not traceable, "
         "wrap the traceable part in a module and analyze that, or use tracer='dispatch'."
     )
-    if "not part of the active trace" in first:
+    if isinstance(e, RecursionError):
+        hint = recursion_hint(tree) + "."
+    elif "not part of the active trace" in first:
         # torch.jit tracing of Python code cannot call TorchScript (the RuntimeError's wording)
         hint = (
             "a TorchScript module (torch.jit.script or torch.jit.trace) cannot be called from code "
@@ -310,7 +315,8 @@ def _warnings(mode: str) -> Iterator[None]:
         if mode == "none":
             warnings.simplefilter("ignore")
         elif mode == "no_tracer_warning":
-            warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+            # torch.jit re-exports TracerWarning without marking it (no __all__ entry, no "as")
+            warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)  # type: ignore[attr-defined]
         yield
 
 
@@ -341,7 +347,7 @@ def _records(graph: Graph, tree: ModuleTree, marks: _Marks, converter: _Converte
         elif not kind.startswith("prim::"):
             yield OpCall(kind, *resolve(node), stack[-1]), node
         elif kind == "prim::PythonOp":
-            yield OpCall(f"prim::PythonOp.{node.pyname()}", *resolve(node), stack[-1]), node  # type: ignore[attr-defined]
+            yield OpCall(f"prim::PythonOp.{node.pyname()}", *resolve(node), stack[-1]), node  # type: ignore[attr-defined]  # stub lacks pyname
         elif kind == "prim::CallFunction":
             # A scripted function called from traced code: named by the function, e.g.
             # prim::CallFunction.torchvision.ops.boxes._batched_nms_coordinate_trick.
@@ -365,6 +371,7 @@ class _Converter:
         self._graph = graph
         self._state = (n_inputs, state, names)
         self._cache: dict[Value, Spec] | None = None  # filled on first use: few analyses need it
+        self.sparse: dict[int, str] = {}  # value id -> the sparse parameter or buffer it is
 
     def node_specs(self, node: object) -> tuple[tuple[Spec, ...], tuple[Spec, ...]]:
         # inputsAt/outputsAt: several times faster than iterating node.inputs() in pybind.
@@ -394,10 +401,12 @@ class _Converter:
         n_inputs, state, names = self._state
         dtypes: dict[torch.dtype, str] = {}
         cache: dict[Value, Spec] = {}
-        for value, t, name in zip(list(self._graph.inputs())[n_inputs:], state, names):
+        for value, t, name in zip(list(self._graph.inputs())[n_inputs:], state, names, strict=True):
             dtype = dtypes.get(t.dtype)
             if dtype is None:
                 dtype = dtypes[t.dtype] = str(t.dtype).removeprefix("torch.")
+            if t.layout is not torch.strided:
+                self.sparse[len(cache)] = f"{layout_of(t)} ({name!r})"
             cache[value] = TensorSpec(tuple(t.shape), dtype, name, len(cache))
         self._cache = cache
         return cache
@@ -423,9 +432,10 @@ class _Converter:
         if kind == "prim::Constant":
             return Const(constant)  # None, or a constant toIValue() would not read
         if kind == "prim::ListConstruct":
-            get, convert = self._cache.get, self._convert  # type: ignore[union-attr]
+            get, convert = self._cache.get, self._convert  # type: ignore[union-attr]  # _start filled the cache before any value converts
             items = tuple(get(v) or convert(v) for v in (node.inputsAt(i) for i in range(node.inputsSize())))
-            if all(isinstance(i, Const) and i.known for i in items):
-                return Const(tuple(i.value for i in items))  # type: ignore[union-attr]
+            values = [i.value for i in items if isinstance(i, Const) and i.known]
+            if len(values) == len(items):
+                return Const(tuple(values))
             return ListSpec(items)
         return Const(None, known=False)

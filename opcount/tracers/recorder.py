@@ -32,7 +32,7 @@ from ..torch_internals import (
 from .aten import Record, backward_records, bind, forward_records, jit_constant, outputs_of, schema
 from .scoping import Scope, Scopes
 from .shapes import Meta, ShapeTensor
-from .structure import output_tensors
+from .structure import layout_of, output_tensors, refuse_sparse
 from .training import Step, TrainingError, backward_error, differentiate
 
 _TAG = "opcount"  # key of the (scope, within) tag in autograd nodes' metadata
@@ -40,7 +40,7 @@ _TAG = "opcount"  # key of the (scope, within) tag in autograd nodes' metadata
 Tag = tuple[Scope, tuple[str, ...]]
 
 
-class Recorder(TorchDispatchMode):
+class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # its __init_subclass__ is unannotated
     """Records each dispatched operator as :class:`~opcount.ir.OpCall` records."""
 
     @classmethod
@@ -56,7 +56,7 @@ class Recorder(TorchDispatchMode):
         train: bool,
         compute: Callable[[Any, tuple[Any, ...], dict[str, Any], int], Any] | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         self.scopes = scopes
         self._compute = compute  # how an operator's outputs are made; None: its kernel runs
         self.calls: list[OpCall] = []
@@ -71,6 +71,7 @@ class Recorder(TorchDispatchMode):
         self._dtypes: dict[torch.dtype, str] = {}
         self._state_specs: dict[int, TensorSpec] = {}  # id of a parameter or buffer -> its spec
         self._consts: dict[tuple[type, Any], Const] = {}  # the constants seen, made once
+        self._sparse: dict[int, str] = {}  # value id -> the sparse tensor it is, described
 
     def run(self, step: Step) -> None:
         before = dispatch_exclude_set()
@@ -132,7 +133,10 @@ class Recorder(TorchDispatchMode):
         records = normalize(s.name, bind(s, args, kwargs), outputs_of(s, out))
         spec = self._spec
         for kind, ins, outs in records:
-            self.calls.append(OpCall(kind, tuple(map(spec, ins)), tuple(map(spec, outs)), scope, within=within))
+            call = OpCall(kind, tuple(map(spec, ins)), tuple(map(spec, outs)), scope, within=within)
+            if self._sparse:  # no cost on a model of dense tensors
+                refuse_sparse(call, self._sparse)
+            self.calls.append(call)
 
     def tag(self, out: Any, tag: Tag) -> None:
         """Tag the autograd nodes that made ``out`` and are not tagged yet: those just created
@@ -140,7 +144,7 @@ class Recorder(TorchDispatchMode):
         pending = [t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
         while pending:
             node = pending.pop()
-            metadata: dict[str, Any] = node.metadata  # type: ignore[assignment]
+            metadata: dict[str, Any] = node.metadata  # type: ignore[assignment]  # torch's stub makes Node.metadata a method; it is a dict
             if _TAG in metadata:
                 continue
             metadata[_TAG] = tag
@@ -159,8 +163,9 @@ class Recorder(TorchDispatchMode):
             return value
         if isinstance(value, (list, tuple)):
             items = tuple(map(self._spec, value))
-            if all(isinstance(i, Const) for i in items):
-                return Const(tuple(i.value for i in items))  # type: ignore[union-attr]
+            values = [i.value for i in items if isinstance(i, Const)]
+            if len(values) == len(items):
+                return Const(tuple(values))
             return ListSpec(items)
         if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             return Const(None, known=False)  # a size only known at run time, as jit records it
@@ -190,7 +195,7 @@ class Recorder(TorchDispatchMode):
         found = self._state_specs.get(id(t))
         if found is not None or id(t) in self._names:
             return found
-        uid = self._ids.get(t)
+        uid = self._ids.get(t)  # type: ignore[no-untyped-call]  # torch leaves WeakIdKeyDictionary unannotated
         return None if uid is None else TensorSpec(tuple(t.shape), self._dtype(t.dtype), None, uid)
 
     def spec_of(self, t: torch.Tensor) -> TensorSpec:
@@ -202,10 +207,14 @@ class Recorder(TorchDispatchMode):
             spec = self._state_specs.get(id(t))
             if spec is None:
                 spec = self._state_specs[id(t)] = TensorSpec(tuple(t.shape), self._dtype(t.dtype), name, self._new_id())
+                if t.layout is not torch.strided:
+                    self._sparse[spec.id] = f"{layout_of(t)} ({name!r})"  # type: ignore[index]
             return spec
-        uid = self._ids.get(t)
+        uid = self._ids.get(t)  # type: ignore[no-untyped-call]  # torch leaves WeakIdKeyDictionary unannotated
         if uid is None:
             uid = self._ids[t] = self._new_id()
+            if t.layout is not torch.strided:  # looked at once per tensor
+                self._sparse[uid] = layout_of(t)
         return TensorSpec(tuple(t.shape), self._dtype(t.dtype), None, uid)
 
     def _dtype(self, dtype: torch.dtype) -> str:
@@ -220,6 +229,6 @@ def _running_node_tag() -> Tag:
     node = current_autograd_node()
     if node is None:
         return ROOT, ()
-    metadata: dict[str, Any] = node.metadata  # type: ignore[assignment]
+    metadata: dict[str, Any] = node.metadata
     tag: Tag | None = metadata.get(_TAG)
     return tag if tag is not None else (ROOT, ())

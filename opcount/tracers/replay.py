@@ -125,13 +125,13 @@ class _Template:
             items = tuple(self._slot(i, sources, first_id) for i in spec.items)
             return self._fill(_LIST, items)
         if spec.id in self.slot_of:
-            return self.slot_of[spec.id]  # type: ignore[index]
-        source = sources.get(spec.id)  # type: ignore[arg-type]
+            return self.slot_of[spec.id]
+        source = sources.get(spec.id)  # type: ignore[arg-type]  # a recorded TensorSpec always has an id
         if source is None:
             if spec.id is None or spec.id < first_id or spec.param is not None:
                 raise _Unreplayable(f"{spec} is none of the call's arguments, state or results")
             source = (_NEW, (spec.shape, spec.dtype))
-        slot = self.slot_of[spec.id] = self._fill(*source)  # type: ignore[index]
+        slot = self.slot_of[spec.id] = self._fill(*source)  # type: ignore[index]  # a recorded TensorSpec always has an id
         return slot
 
     def _fill(self, how: int, what: Any) -> int:
@@ -220,7 +220,7 @@ class Replayer:
         params, buffers = module._parameters, module._buffers
         tensors = (*params.values(), *buffers.values())
         state = tuple(map(self._metas.get, map(id, tensors)))
-        if None in state and any(m is None and t is not None for m, t in zip(state, tensors)):
+        if None in state and any(m is None and t is not None for m, t in zip(state, tensors, strict=True)):
             raise _Unreplayable("a parameter or buffer that is not the model's")  # assigned during the pass
         kind = type(module)  # its forward too: a library may patch torch.nn's classes
         return (
@@ -254,11 +254,11 @@ class Replayer:
         for how, items in ((_ARG, enumerate(args)), (_KWARG, kwargs.items())):
             for at, a in items:
                 if isinstance(a, torch.Tensor) and (spec := rec.known_spec(a)) is not None:
-                    sources.setdefault(spec.id, (how, at))  # type: ignore[arg-type]
+                    sources.setdefault(spec.id, (how, at))  # type: ignore[arg-type]  # a recorded TensorSpec always has an id
         for how, named in ((_PARAM, module._parameters), (_BUFFER, module._buffers)):
             for key, t in named.items():
                 if t is not None and (spec := rec.known_spec(t)) is not None:
-                    sources.setdefault(spec.id, (how, key))  # type: ignore[arg-type]
+                    sources.setdefault(spec.id, (how, key))  # type: ignore[arg-type]  # a recorded TensorSpec always has an id
         try:
             return out, _Template.of(records, sources, first_id, out, args, kwargs)
         except _Unreplayable:
@@ -278,9 +278,9 @@ class Replayer:
             elif how == _ARG:
                 slots[i] = spec_of(args[what])
             elif how == _PARAM:
-                slots[i] = spec_of(module._parameters[what])  # type: ignore[arg-type]
+                slots[i] = spec_of(module._parameters[what])  # type: ignore[arg-type]  # the slot's parameter or buffer was a tensor when recorded
             elif how == _BUFFER:
-                slots[i] = spec_of(module._buffers[what])  # type: ignore[arg-type]
+                slots[i] = spec_of(module._buffers[what])  # type: ignore[arg-type]  # the slot's parameter or buffer was a tensor when recorded
             elif how == _KWARG:
                 slots[i] = spec_of(kwargs[what])
             else:
@@ -336,7 +336,7 @@ def _describe(out: Any, args: tuple[Any, ...], kwargs: dict[str, Any], slot_of: 
                 return (_OUT_KWARG, k)
         if type(out) is not ShapeTensor or (out.spec is not None and out.spec.id not in slot_of):
             raise _Unreplayable("returns a tensor it did not make")
-        return (_OUT_NEW, out.meta, None if out.spec is None else slot_of[out.spec.id])  # type: ignore[index]
+        return (_OUT_NEW, out.meta, None if out.spec is None else slot_of[out.spec.id])  # type: ignore[index]  # a recorded TensorSpec always has an id
     if type(out) is tuple or type(out) is list:
         return (_OUT_SEQ, type(out), tuple(_describe(o, args, kwargs, slot_of) for o in out))
     raise _Unreplayable(f"returns a {type(out).__name__}")

@@ -83,7 +83,7 @@ class Scopes:
             return self._run_hooked(module, name, args, kwargs)
         self.enter(name)
         try:
-            return module._call_impl(*args, **kwargs)
+            return module._call_impl(*args, **kwargs)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         finally:
             self.exit()
 
@@ -109,7 +109,7 @@ class Scopes:
             module.__dict__["forward"] = scoped
         self._forwards[key] = depth + 1
         try:
-            return module._call_impl(*args, **kwargs)
+            return module._call_impl(*args, **kwargs)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         finally:
             self._forwards[key] = depth
             if depth == 0:
@@ -126,6 +126,7 @@ class Scopes:
         module, or a call from another thread or after the window, runs as usual."""
         run, get_ident, thread = self.run, threading.get_ident, self.live
         replay = replayer.call if replayer is not None else run
+        enter, leave, hooked = self.enter, self.exit, self.hooked
 
         def module_call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
             entry = plain.get(id(module))
@@ -134,7 +135,15 @@ class Scopes:
             name, how = entry
             if how == LEAF:
                 return replay(module, name, args, kwargs)
-            return run(module, name, args, kwargs)
+            if hooked(module):
+                return run(module, name, args, kwargs)
+            # run()'s body inline: three frames per nesting level, as torch's own call takes, so a
+            # model nests as deep under the tracer as it does under the recursion limit without it
+            enter(name)
+            try:
+                return module._call_impl(*args, **kwargs)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+            finally:
+                leave()
 
         return module_call
 

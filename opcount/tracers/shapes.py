@@ -48,7 +48,7 @@ class ShapeTensor(torch.Tensor):
     ``spec`` is the tracer's record of it, made when it is first recorded.
     """
 
-    __torch_function__ = disabled_torch_function_impl  # type: ignore[assignment]  # no Python layer
+    __torch_function__ = disabled_torch_function_impl  # no Python layer
     meta: Meta
     spec: TensorSpec | None
 
@@ -59,10 +59,10 @@ class ShapeTensor(torch.Tensor):
         )
         t.meta = meta
         t.spec = None
-        return t  # type: ignore[no-any-return]
+        return t  # type: ignore[no-any-return]  # torch's _make_wrapper_subclass is bound untyped
 
     @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:  # type: ignore[override]
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:  # type: ignore[override]  # torch's stub types Tensor's dispatch as a plain function
         # The tracer's mode answers every operator first; one reaching here ran outside the trace.
         raise ShapeUnsupported(f"{func} on a shape-only tensor outside opcount's trace: it has no values")
 
@@ -137,14 +137,16 @@ class ShapeRunner:
         """A hashable stand-in for an argument: a tensor's metadata, a constant's value."""
         t = type(a)
         if t is ShapeTensor:
-            return a.meta
+            shaped: ShapeTensor = a
+            return shaped.meta
         if t is int or t is float or t is bool or t is complex:
             return (t, a)  # 1, 1.0 and True hash alike but promote differently
         if isinstance(a, torch.Tensor):
             return self.metas.get(id(a)) or self._claim(meta_of(a))
         if t is list or t is tuple:
             return (t, *map(self.freeze, a))
-        return a  # None, str, dtype, device, layout, memory format
+        value: Hashable = a  # None, str, dtype, device, layout, memory format
+        return value
 
     def _claim(self, meta: Meta) -> Meta:
         return meta._replace(device=self._device) if meta.device != self._device else meta
@@ -241,6 +243,6 @@ def _meta_tensor(m: Meta) -> torch.Tensor:
     """A storage-less meta tensor with ``m``'s shape, strides, offset and dtype."""
     if m.offset == 0:
         return torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device=META)
-    span = 1 + sum((s - 1) * st for s, st in zip(m.shape, m.stride) if s > 0)
+    span = 1 + sum((s - 1) * st for s, st in zip(m.shape, m.stride, strict=True) if s > 0)
     base = torch.empty(m.offset + span, dtype=m.dtype, device=META)
     return base.as_strided(m.shape, m.stride, m.offset)

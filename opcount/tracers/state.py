@@ -87,7 +87,7 @@ def _rebind(t: torch.Tensor, data: torch.Tensor) -> None:
         t.data = data
     except RuntimeError:
         again = type(t)(data, t.requires_grad) if isinstance(t, nn.Parameter) else data.detach()
-        torch.utils.swap_tensors(t, again)
+        torch.utils.swap_tensors(t, again)  # type: ignore[no-untyped-call]  # torch leaves swap_tensors unannotated
 
 
 class _Modules:

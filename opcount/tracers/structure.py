@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from ..errors import OpcountTypeError
+from ..errors import OpcountTypeError, OpcountValueError
+from ..ir import OpCall, TensorSpec
 from ..torch_internals import pytree
 
 
@@ -21,6 +22,59 @@ def normalize_inputs(inputs: Any, kwargs: Mapping[str, Any] | None) -> tuple[tup
     for path, leaf in _leaves_with_path((args, kw)):
         _check_leaf(path, leaf)
     return args, kw
+
+
+class SparseLayoutError(OpcountValueError):
+    """A sparse (non-strided) tensor where opcount prices dense ones; the message names it."""
+
+
+def check_layouts(model: torch.nn.Module, inputs: Any, kwargs: Any) -> None:
+    """Refuse sparse (and other non-strided) inputs, naming each.
+
+    Every formula prices dense tensors: a sparse x dense product costs its stored values times
+    the output columns, which neither tracer can see (the jit graph keeps no sizes of a sparse
+    tensor; on meta its stored values are unknown), so counting it dense would be a wrong number.
+    Sparse parameters and buffers are refused where an operator other than :data:`SPARSE_OK`
+    takes them (the dispatch tracer), as a model may only densify them."""
+    args, kw = normalize_inputs(inputs, kwargs)
+    for path, leaf in _leaves_with_path((args, kw)):
+        if isinstance(leaf, torch.Tensor) and leaf.layout is not torch.strided:
+            raise SparseLayoutError(
+                f"input {path} of the model ({type(model).__name__}) is {layout_of(leaf)}: {DENSE_ONLY}"
+            )
+
+
+# Operators that may take or make a sparse tensor: they convert it, or read its metadata.
+SPARSE_OK = frozenset(
+    f"aten::{op}"
+    for op in (
+        "to_dense", "_to_dense", "coalesce", "_coalesce", "_values", "_indices", "values", "indices",
+        "crow_indices", "col_indices", "ccol_indices", "row_indices", "_nnz", "sparse_dim", "dense_dim",
+        "is_coalesced", "detach", "alias", "size", "dim",
+    )
+)  # fmt: skip
+
+
+def refuse_sparse(call: OpCall, sparse: Mapping[int, str]) -> None:
+    """Raise if ``call`` takes or makes one of the ``sparse`` values (value id -> description),
+    unless it is one of :data:`SPARSE_OK`: its cost would depend on the stored values."""
+    if call.kind in SPARSE_OK:
+        return
+    for spec in (*call.inputs, *call.outputs):
+        if isinstance(spec, TensorSpec) and spec.id is not None and spec.id in sparse:
+            where = f"module '{call.scope[-1]}'" if call.scope[-1] else "the model"
+            raise SparseLayoutError(f"operator {call.kind} in {where} takes or makes {sparse[spec.id]}: {DENSE_ONLY}")
+
+
+DENSE_ONLY = (
+    "opcount prices dense tensors only (a sparse product's cost depends on its stored values); "
+    "pass x.to_dense() to count the dense computation"
+)
+
+
+def layout_of(t: torch.Tensor) -> str:
+    """``a torch.sparse_coo tensor of shape [4, 8]``."""
+    return f"a {t.layout} tensor of shape {list(t.shape)}"
 
 
 _SCALARS = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, torch.Size, slice)
@@ -66,7 +120,7 @@ class FlatCall:
 
     def rebuild(self, tensors: tuple[torch.Tensor, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         leaves = list(self._leaves)
-        for slot, t in zip(self._slots, tensors):
+        for slot, t in zip(self._slots, tensors, strict=True):
             leaves[slot] = t
         args, kwargs = pytree.tree_unflatten(leaves, self._spec)
         return args, kwargs

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..torch_internals import pytree
-from .meta import FakeTensorMode, TensorShape, fake_state, materialize
+from ..torch_internals import FakeTensorMode, pytree
+from .meta import TensorShape, fake_state, materialize
 from .recorder import Recorder
 from .replay import Replayer
 from .shapes import ShapeRunner

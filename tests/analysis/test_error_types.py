@@ -236,6 +236,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("handles/norm.py", "batch_norm"): IN_HANDLE,
     ("handles/pool.py", "_window"): IN_HANDLE,
     ("handles/reduction.py", "vector_norm_flops"): IN_HANDLE,
+    ("handles/reduction.py", "diff"): IN_HANDLE,
     ("handles/resize.py", "grid_sampler_2d"): IN_HANDLE,
     ("handles/resize.py", "grid_sampler_3d"): IN_HANDLE,
     ("handles/rnn.py", "_params"): IN_HANDLE,
@@ -248,19 +249,18 @@ ALLOWED: dict[tuple[str, str], str] = {
 def builtin_raises() -> set[tuple[str, str, int]]:
     """(file, enclosing function, line) of every ``raise ValueError`` / ``raise TypeError`` in the package."""
     found = set()
+
+    def visit(rel: str, node: ast.AST, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
+            if isinstance(child, ast.Raise) and child.exc is not None:
+                exc = child.exc.func if isinstance(child.exc, ast.Call) else child.exc
+                if isinstance(exc, ast.Name) and exc.id in ("ValueError", "TypeError"):
+                    found.add((rel, function, child.lineno))
+            visit(rel, child, inner)
+
     for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE).as_posix()
-
-        def visit(node: ast.AST, function: str) -> None:
-            for child in ast.iter_child_nodes(node):
-                inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
-                if isinstance(child, ast.Raise) and child.exc is not None:
-                    exc = child.exc.func if isinstance(child.exc, ast.Call) else child.exc
-                    if isinstance(exc, ast.Name) and exc.id in ("ValueError", "TypeError"):
-                        found.add((rel, function, child.lineno))
-                visit(child, inner)
-
-        visit(ast.parse(path.read_text(encoding="utf-8")), "<module>")
+        visit(path.relative_to(PACKAGE).as_posix(), ast.parse(path.read_text(encoding="utf-8")), "<module>")
     return found
 
 

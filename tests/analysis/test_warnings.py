@@ -44,7 +44,7 @@ class Warned(nn.Module):
         self.blocks = nn.ModuleList()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        warnings.warn("the model's own warning", UserWarning)
+        warnings.warn("the model's own warning", UserWarning, stacklevel=1)
         y = self.fc(blur(blur(x)))
         return y * 2 if bool(y.sum() > -1e9) else y
 

@@ -54,7 +54,7 @@ def test_markers_are_recognised() -> None:
 
 @pytest.mark.parametrize("item", QUICK, ids=_where)
 def test_quick_example_is_current(item: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    block, command = item
+    _, command = item
     monkeypatch.chdir(ROOT)
     monkeypatch.syspath_prepend(str(ROOT))  # `opcount tests.fixtures.report_models:tiny`
     printed = cli_examples.run_in_process(command.argv)

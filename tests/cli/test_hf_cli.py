@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from opcount.cli import main  # noqa: E402
+from opcount.cli import main
 
 D, F, N, H, G, V, S = 64, 128, 2, 4, 2, 1000, 16
 E = D // H

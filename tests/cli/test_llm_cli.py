@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from opcount.cli import main  # noqa: E402
+from opcount.cli import main
 
 D, F, N, H, G, V = 256, 512, 2, 8, 2, 1000
 E = D // H

@@ -91,8 +91,8 @@ def test_command_in_a_pipe_and_on_a_terminal() -> None:
         elif tty.poll() is not None:
             break
     os.close(master)
-    out = tty.stdout.read().decode() if tty.stdout else ""
-    assert tty.wait(timeout=60) == 0
+    out = tty.communicate(timeout=60)[0].decode()  # reads and closes the pipe, then waits
+    assert tty.returncode == 0
     piped_out, piped_err = piped.communicate(timeout=300)
     assert piped.returncode == 0
 

@@ -70,7 +70,7 @@ def _numpy_path_macs(equation: str, shapes) -> int:
     path, _ = np.einsum_path(equation, *arrays, optimize=("optimal", 1e30))
     terms, out = equation.split("->")
     labels = [set(t) for t in terms.split(",")]
-    sizes = {c: n for t, s in zip(terms.split(","), shapes) for c, n in zip(t, s)}
+    sizes = {c: n for t, s in zip(terms.split(","), shapes, strict=True) for c, n in zip(t, s, strict=True)}
     total = 0
     for pair in path[1:]:
         picked = [labels[i] for i in pair]
@@ -105,7 +105,7 @@ EQUATIONS = ["ij,jk,kl->il", "ij,jk,kl,lm->im", "bij,bjk,kl->bil", "ab,bc,ca->",
 def test_optimal_order_matches_brute_force_and_beats_numpy(equation: str, dims: list[int]) -> None:
     terms, out = equation.split("->")
     letters = sorted(set(terms) - {","})
-    sizes = dict(zip(letters, dims))
+    sizes = dict(zip(letters, dims, strict=False))  # six sizes drawn, at most six letters used
     shapes = [tuple(sizes[c] for c in t) for t in terms.split(",")]
     macs = einsum_macs(equation, shapes)
     assert macs == _brute_force_macs(terms.split(","), out, sizes)

@@ -2,6 +2,7 @@
 
 import importlib.util
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -59,14 +60,19 @@ def test_import_order_does_not_change_the_registries(monkeypatch: pytest.MonkeyP
         assert _registries_after(order, monkeypatch) == installed, order
 
 
+def _claims(r: Registry) -> list[Callable[[], object]]:
+    """A fallback zero-cost claim, then a handle and a family's zero-cost claim of the same ops."""
+    return [
+        lambda: r.zero_cost("aten::copy", "aten::alias", family="catch_all", fallback=True),
+        lambda: r.register("aten::copy")(lambda i, o: 1),
+        lambda: r.zero_cost("aten::alias", family="views"),
+    ]
+
+
 def test_a_fallback_zero_cost_yields_to_any_claim_before_or_after() -> None:
     for fallback_first in (True, False):
         r = Registry("flops")
-        steps = [
-            lambda: r.zero_cost("aten::copy", "aten::alias", family="catch_all", fallback=True),
-            lambda: r.register("aten::copy")(lambda i, o: 1),
-            lambda: r.zero_cost("aten::alias", family="views"),
-        ]
+        steps = _claims(r)
         for step in steps if fallback_first else [*steps[1:], steps[0]]:
             step()
         assert set(r.handles) == {"aten::copy"}

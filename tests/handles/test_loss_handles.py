@@ -110,7 +110,7 @@ def test_cross_entropy() -> None:
 
 
 def test_a_bad_reduction_names_the_operator() -> None:
-    with pytest.raises(ValueError, match="mse_loss.*reduction"):
+    with pytest.raises(ValueError, match=r"mse_loss.*reduction"):
         flops("aten::mse_loss", X, Y, Const(7))
 
 

@@ -95,7 +95,7 @@ def test_new_presets_run_two_to_four_sparsity_where_the_vendor_says() -> None:
 
 def test_cpu_is_no_longer_a_name_and_the_error_says_what_to_use() -> None:
     assert "cpu" not in PRESETS
-    with pytest.raises(UnknownHardwareError, match="xeon-8480-2s.*local"):
+    with pytest.raises(UnknownHardwareError, match=r"xeon-8480-2s.*local"):
         hardware("cpu")
     with pytest.raises(UnknownHardwareError, match="did you mean mi300x"):
         hardware("mi300")

@@ -31,7 +31,7 @@ def _annotations(text: str) -> dict[str, str]:
 
 
 def test_columns_inline_with_their_shares(model_and_flops) -> None:
-    model, flops = model_and_flops
+    _, flops = model_and_flops
     text = R.flop_count_str(flops, columns=("params", "flops"), number_format=R.EXACT)
     found = _annotations(text)
     assert found["Nested("] == "#params: 355 (100.0%), #flops: 1260 (100.0%)"
@@ -72,8 +72,7 @@ def test_without_columns_the_text_is_fvcores(model_and_flops) -> None:
     assert R.flop_count_str(flops) == _fvcore_str(model)
 
 
-def test_format_repr_on_the_command_line(capsys: pytest.CaptureFixture[str], model_and_flops) -> None:
-    model, _ = model_and_flops
+def test_format_repr_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([NESTED, "--format", "repr", "--units", "exact", "-q"]) == 0
     out = capsys.readouterr().out
     assert "    #params: 220 (62.0%), #flops: 800 (63.5%)" in out

@@ -30,7 +30,9 @@ def _crowded() -> RooflineReport:
             op="conv",
             owners=("", f"layer{i}", f"layer{i}.{j}", f"layer{i}.{j}.conv2"),
         )
-        for i, (j, intensity) in enumerate(zip(range(12), (11, 11.5, 12, 13, 14, 15.5, 17, 19, 22, 25, 30, 40)))
+        for i, (j, intensity) in enumerate(
+            zip(range(12), (11, 11.5, 12, 13, 14, 15.5, 17, 19, 22, 25, 30, 40), strict=True)
+        )
     ]
     layers += [
         Layer(f"layer{i}.relu", flops=1e6, ifmap_bytes=4e6 * (i + 1), unit="vector", op="relu", owners=("", f"l{i}"))
@@ -52,7 +54,7 @@ def _texts(fig):  # type: ignore[no-untyped-def]
     texts = [t for t in ax.texts if t.get_visible() and t.get_text()]
     boxes = [(t.get_text(), Text.get_window_extent(t, renderer)) for t in texts]  # the text alone
     lines = []
-    for t, (name, box) in zip(texts, boxes):
+    for t, (name, box) in zip(texts, boxes, strict=True):
         if getattr(t, "arrow_patch", None) is not None:
             x, y = ax.transData.transform(t.xy)
             lines.append((name, (float((box.x0 + box.x1) / 2), float((box.y0 + box.y1) / 2), float(x), float(y))))
@@ -143,7 +145,7 @@ def test_sparsity_roofline_chart_labels_do_not_overlap(tmp_path: Path) -> None:
         ]
     ]
     fig = sparsity_roofline_chart(points, tmp_path / "sparsity.png", dense_accuracy=76.0)
-    ax, renderer, boxes, lines = _texts(fig)
+    ax, renderer, boxes, _ = _texts(fig)
     assert sorted(text for text, _ in boxes) == ["1:4", "2:16", "2:4", "2:8", "50%", "75%"]
     legend = ax.get_legend().get_window_extent(renderer)
     for (a, box_a), (b, box_b) in combinations(boxes, 2):

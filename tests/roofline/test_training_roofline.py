@@ -125,7 +125,11 @@ def test_sparse_linear_weight_speeds_up_its_input_gradient_not_its_weight_gradie
     assert (sparse.ofmap_bytes, sparse.unit) == (dense.ofmap_bytes, "tensor")
     # Every other layer, the weight gradients among them, keeps its dense cost.
     products = {id(w.dense.layer.call) for w in report.weights}
-    rest = [(d, s) for d, s in zip(report.dense.layers, report.sparse.layers) if id(d.layer.call) not in products]
+    rest = [
+        (d, s)
+        for d, s in zip(report.dense.layers, report.sparse.layers, strict=True)
+        if id(d.layer.call) not in products
+    ]
     assert sum(d.layer.call.kind == "aten::mm" for d, _ in rest) == 2
     assert all(s.layer == d.layer for d, s in rest)
 

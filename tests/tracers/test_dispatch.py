@@ -231,7 +231,7 @@ def test_data_dependent_forward_on_meta_names_the_module() -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.branchy(x)
 
-    with pytest.raises(TraceError, match="module 'branchy' .*meta device"):
+    with pytest.raises(TraceError, match=r"module 'branchy' .*meta device"):
         FlopCountAnalysis(Outer(), torch.randn(2, 4), tracer="dispatch", device="meta").total()
     # On real tensors: fc's 2*4*4 = 32, plus the 7 adds of x.sum(), which only steers control
     # flow: the dispatch tracer keeps it where jit tracing prunes it.

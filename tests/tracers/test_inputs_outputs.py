@@ -93,7 +93,7 @@ def test_list_input_is_one_argument() -> None:
 def test_invalid_inputs_raise_type_error() -> None:
     with pytest.raises(TypeError, match="numpy"):
         FlopCountAnalysis(TwoArgs(), (np.zeros((2, 4)),)).total()
-    with pytest.raises(TypeError, match="torch.nn.Module"):
+    with pytest.raises(TypeError, match=r"torch\.nn\.Module"):
         FlopCountAnalysis("resnet50", torch.randn(1))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="kwargs"):
         FlopCountAnalysis(TwoArgs(), torch.randn(2, 4), kwargs=[1])  # type: ignore[arg-type]

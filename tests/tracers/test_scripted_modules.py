@@ -13,6 +13,13 @@ from torch import nn
 
 from opcount import FlopCountAnalysis, TraceError
 
+# TorchScript is what these tests are about: torch >= 2.10's notice that it is deprecated is expected.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning"),
+    pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated:FutureWarning"),
+    pytest.mark.filterwarnings("ignore:`torch.jit.trace_method` is deprecated:FutureWarning"),
+]
+
 X = torch.randn(2, 8)
 
 

@@ -90,7 +90,7 @@ class _Worker(threading.Thread):
     def run(self) -> None:
         try:
             self.result = self._work()
-        except BaseException as e:  # noqa: BLE001 -- re-raised by value()
+        except BaseException as e:  # re-raised by value()
             self.error = e
 
     def value(self) -> Any:
@@ -112,7 +112,9 @@ def originals() -> Iterator[tuple[Any, Any]]:
 
 
 def _scope_names(model: nn.Module) -> set[str]:
-    graph = torch.jit.trace(model, torch.randn(1, 8)).inlined_graph
+    with warnings.catch_warnings():  # torch.jit.trace is the check here; torch >= 2.10 deprecates it
+        warnings.filterwarnings("ignore", "`torch.jit.trace", FutureWarning)
+        graph = torch.jit.trace(model, torch.randn(1, 8)).inlined_graph
     return {node.scopeName() for node in graph.nodes() if node.kind() == "aten::linear"}
 
 

@@ -264,7 +264,7 @@ def test_wrong_types_are_clear_errors() -> None:
         roofline(t, hardware="h100-sxm", device="meta")
     with pytest.raises(TypeError, match="got list"):
         roofline([model], x, "h100-sxm")
-    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got Trace"):
+    with pytest.raises(TypeError, match=r"model must be a torch\.nn\.Module, got Trace"):
         opcount.trace(t, x)
     with pytest.raises(ValueError, match="need tracer='dispatch'"):
         opcount.trace(model, x, device="meta")

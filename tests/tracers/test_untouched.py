@@ -126,7 +126,7 @@ class Momentum(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            for k, q in zip(self.key.parameters(), self.query.parameters()):
+            for k, q in zip(self.key.parameters(), self.query.parameters(), strict=True):
                 k.mul_(0.9).add_(q, alpha=0.1)
         return self.query(x) + self.key(x)
 

@@ -11,6 +11,8 @@ transformers = pytest.importorskip("transformers")
 torchvision = pytest.importorskip("torchvision")
 
 
+# Traced, the image sizes torchvision reads are tensors, so its torch.tensor(size) copies a tensor and warns.
+@pytest.mark.filterwarnings("ignore:To copy construct from a tensor:UserWarning")
 def test_detection_model_with_a_list_of_images() -> None:
     model = torchvision.models.detection.fasterrcnn_resnet50_fpn(weights=None, weights_backbone=None).eval()
     a = FlopCountAnalysis(model, ([torch.randn(3, 800, 800)],))
