@@ -16,6 +16,7 @@ from .. import report
 from ..analysis import ActivationCountAnalysis, FlopCountAnalysis
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
+from ..messages import first_failure
 from .args import UsageError
 from .models import Loaded
 from .options import Analysis
@@ -75,7 +76,7 @@ def _traced(loaded: Loaded, model: str, analysis: Analysis, spinner: Progress) -
             spinner.update(f"tracing {loaded.label}")
             return _counts(loaded, model, analysis, spinner, inputs, kwargs)
         except OpcountError as e:
-            first_error = first_error or e
+            first_error = e if first_error is None else first_failure(first_error, e)
     assert first_error is not None
     raise first_error
 

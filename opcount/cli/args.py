@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..llm.limits import MAX_POSITIONS
 from ..messages import first_line
 from .options import Analysis, CompareOptions, HardwareChoice, Inputs, Layout, LLMOptions, Options, columns_needing
 
@@ -38,6 +39,9 @@ from .options import Analysis, CompareOptions, HardwareChoice, Inputs, Layout, L
 # 2**31 float32 elements, about what a workstation can allocate and trace without swapping.
 REAL_BYTES = 8 * 2**30
 MAX_ELEMENTS = 2**63 - 1  # torch indexes tensors with int64
+# Digits past a double's 17 are zeros (docs/reports.md): 100 is plenty; 10**11 overflowed Decimal's exponent.
+MAX_DIGITS = 100
+MAX_REPEATS = 10_000  # --profile keeps every pass's events in memory
 META_HINT = "analyze it on meta tensors with --meta (implies --tracer dispatch), no memory needed"
 COMPARE_FORMATS = ("table", "md")  # the text formats of opcount compare, beside json and csv
 
@@ -52,6 +56,7 @@ def check_model(options: Options) -> None:
     _check_tracer(options)
     _check_roofline_flags(options.analysis, options.hardware)
     _check_format_flags(options.layout, options.profile, options.analysis.sparsity)
+    check_counts(options.layout, options.repeats)
     _check_hf_flags(options.model, options.inputs)
     check_output_paths(options.output, options.plot)
     inputs = options.inputs
@@ -59,13 +64,18 @@ def check_model(options: Options) -> None:
     if inputs.seq_len and options.model.startswith("hf:"):  # token ids (int64) or audio samples, 1 x N
         shapes.append((f"--seq-len {inputs.seq_len}", (inputs.seq_len,), torch.int64))
     _check_input_shapes(shapes, meta=inputs.meta)
+    if inputs.seq_len and options.model.startswith("hf:") and inputs.seq_len > MAX_POSITIONS:
+        # on meta too, where no budget applies: attention's seq x seq sizes overflow int64
+        raise UsageError(f"--seq-len {inputs.seq_len}: more than {MAX_POSITIONS:,} positions (the limit)")
     check_roles(options.layout, options.analysis, options.hardware, options.plot)
 
 
-def check_compare(options: CompareOptions, llm: LLMOptions, depth: int | None, given: dict[str, bool]) -> None:
+def check_compare(
+    options: CompareOptions, llm: LLMOptions, depth: int | None, repeats: int, given: dict[str, bool]
+) -> None:
     """``opcount compare``: refuse what applies to one model's report (``given``: flag -> whether it
-    was given) or to LLM phases, a model named twice, an unwritable ``-o``; then a flag missing the
-    analysis it needs."""
+    was given) or to LLM phases, counts past their limits, a model named twice, an unwritable ``-o``;
+    then a flag missing the analysis it needs."""
     layout = options.layout
     if layout.format not in (*COMPARE_FORMATS, "json", "csv"):
         raise UsageError(f"opcount compare prints table, md, json or csv, not {layout.format}")
@@ -77,6 +87,7 @@ def check_compare(options: CompareOptions, llm: LLMOptions, depth: int | None, g
             f"opcount compare reports each model's totals: {', '.join(flags)} {verb} to one model's report"
         )
     _check_exact_formats(layout)
+    check_counts(layout, repeats)
     named = [spec for spec in options.models if spec.startswith("llm:")] + llm.given()
     if named:
         raise UsageError(
@@ -169,6 +180,17 @@ def _check_format_flags(layout: Layout, profile: bool, sparsity: tuple[str, ...]
         raise UsageError("--by-operator applies to table, csv and md")
 
 
+def check_counts(layout: Layout, repeats: int) -> None:
+    """The counts a user types that are no model size (digits, profiled passes), within limits."""
+    for flag, value, limit in (
+        ("--decimals", layout.decimals, MAX_DIGITS),
+        ("--sig-figs", layout.sig_figs, MAX_DIGITS),
+        ("--repeats", repeats, MAX_REPEATS),
+    ):
+        if value is not None and value > limit:
+            raise UsageError(f"{flag} {value}: more than {limit:,} (the limit)")
+
+
 def _check_exact_formats(layout: Layout) -> None:
     if layout.format in ("json", "csv") and (
         layout.units or layout.decimals is not None or layout.sig_figs is not None
@@ -210,8 +232,10 @@ def _check_input_shapes(shapes: Sequence[tuple[str, tuple[int, ...], torch.dtype
         if any(d == 0 for d in shape):
             raise UsageError(f"{flag}: sizes must be positive")
         elements = math.prod(shape)
-        if elements > MAX_ELEMENTS:
-            raise UsageError(f"{flag}: {elements:.3g} elements, more than torch can index (2**63 - 1)")
+        if elements * dtype.itemsize > MAX_ELEMENTS:  # torch sizes a tensor's storage in int64 bytes
+            raise UsageError(
+                f"{flag}: {elements:.3g} elements of {dtype.itemsize} bytes, more than torch can index (2**63 - 1 bytes)"
+            )
         total += elements * dtype.itemsize
         if not meta and total > REAL_BYTES:
             raise UsageError(
@@ -221,17 +245,19 @@ def _check_input_shapes(shapes: Sequence[tuple[str, tuple[int, ...], torch.dtype
 
 
 def check_real_weights(label: str, on_meta: nn.Module, hint: str) -> None:
-    """Refuse a model whose weights, built for real, would exceed :data:`REAL_BYTES`.
+    """Refuse a model whose weights and buffers, built for real, would exceed :data:`REAL_BYTES`.
 
     ``on_meta``: the same model built on the meta device (no storage), where counting is free.
     """
     params = {id(p): p for p in on_meta.parameters()}.values()
     count = sum(p.numel() for p in params)
-    nbytes = sum(p.numel() * p.element_size() for p in params)
+    # buffers are built for real too: GPT-Neo's causal mask is max_position_embeddings^2 booleans
+    buffers = {id(b): b for b in on_meta.buffers()}.values()
+    nbytes = sum(t.numel() * t.element_size() for t in (*params, *buffers))
     if nbytes > REAL_BYTES:
         raise UsageError(
-            f"{label}: {count:,} parameters ({_bytes(nbytes)}), over the {_bytes(REAL_BYTES)} budget for "
-            f"weights built for real; add --meta to analyze it without weights, or shrink it ({hint})"
+            f"{label}: {count:,} parameters, with the buffers {_bytes(nbytes)}, over the {_bytes(REAL_BYTES)} "
+            f"budget for weights built for real; add --meta to analyze it without weights, or shrink it ({hint})"
         )
 
 
@@ -249,6 +275,9 @@ def hf_overrides(config_class: type, items: Sequence[str]) -> dict[str, Any]:
         key, sep, text = (s.strip() for s in item.partition("="))
         if not sep or not key.isidentifier():
             raise UsageError(f"malformed --hf-config {item!r}: expected KEY=VALUE")
+        if not _may_be_field(config_class, key):
+            what = "callable (a method)" if callable(getattr(config_class, key, None)) else "private"
+            raise UsageError(f"--hf-config {item}: {owner}.{key} is {what}: --hf-config sets the config's data fields")
         if default is not None and not _is_field(default, config_class, key):
             # a config keeps unknown keys as attributes that nothing reads: a typo would count the default model
             close = difflib.get_close_matches(key, [k for k in vars(default) if not k.startswith("_")], n=3)
@@ -264,9 +293,24 @@ def invalid_config(where: str, items: Sequence[str], e: BaseException) -> UsageE
     return UsageError(f"{where}{given}: invalid config: {first_line(e, type(e).__name__)}")
 
 
-def _is_field(default: Any, config_class: type, key: str) -> bool:
-    if hasattr(default, key) or hasattr(default, f"_{key}"):  # attn_implementation is stored as _attn_...
+def _may_be_field(config_class: type, key: str) -> bool:
+    """Not a private or dunder name, nor a method of the class (``to_dict``, ``__init__``): set as
+    a value, it would replace the method the model's code calls."""
+    if key in inspect.signature(config_class).parameters:
         return True
+    return not key.startswith("_") and not callable(getattr(config_class, key, None))
+
+
+def _is_field(default: Any, config_class: type, key: str) -> bool:
+    """A data attribute of the default config (``hasattr`` alone would count its methods), one stored
+    under a private name (``attn_implementation`` as ``_attn_implementation``), or a constructor parameter."""
+    for name in (key, f"_{key}"):
+        try:
+            value = getattr(default, name)
+        except Exception:
+            continue
+        if not callable(value):
+            return True
     return key in inspect.signature(config_class).parameters
 
 

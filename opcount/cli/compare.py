@@ -55,7 +55,8 @@ def compare(options: CompareOptions, stderr: TextIO) -> str:
     spinner = Progress(stderr, enabled=False if options.debug else None)
     measured: list[Measured] = []
     notes: list[str] = []
-    with captured_warnings(options.debug) as caught:
+    uses_transformers = any(spec.startswith(("hf:", "llm:")) for spec in options.models)
+    with captured_warnings(options.debug, uses_transformers) as caught:
         try:
             # --hardware local: measured once, for every model
             hardware = None if options.hardware is None else options.hardware.resolve(spinner.update)

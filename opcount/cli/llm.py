@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,15 +22,17 @@ from ..errors import OpcountError
 from ..hardware.lookup import Hardware
 from ..llm.catalogue import ARCHITECTURES
 from ..llm.catalogue import config as catalogue_config
+from ..llm.limits import MAX_BATCH, MAX_POSITIONS
 from ..llm.model import is_causal_lm
 from ..llm.phases import PHASES, CausalLM, GenerationCost, PhaseCost, generation
 from ..llm.precision import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
 from ..units import seconds, si, size
-from .args import hf_overrides, invalid_config, natural_int, positive_int
+from .args import check_counts, hf_overrides, invalid_config, natural_int, positive_int
 from .options import Analysis, Layout, LLMOptions, LLMRun, Options, columns_needing
 
 SWEEPABLE = {"batch": "batch", "seq-len": "seq_len", "kv-len": "kv_len", "gen-len": "gen_len"}
 DEFAULT_SEQ_LEN = 128
+MAX_SWEEP_POINTS = 1000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,6 +97,8 @@ def check(flags: LLMOptions, options: Options) -> Precision:
             raise OpcountError("--sweep kv-len=... needs --phase decode")
     if len({k for k, _ in flags.sweep}) != len(flags.sweep):
         raise OpcountError("--sweep: each key once")
+    _check_sizes(flags, options.inputs.seq_len)
+    check_counts(layout, options.repeats)
     for flag, given in (("profile", options.profile), ("sparsity", analysis.sparsity)):
         if given:
             raise OpcountError(f"--{flag} does not apply to LLM phases (the model is on the meta device)")
@@ -112,6 +117,33 @@ def check(flags: LLMOptions, options: Options) -> Precision:
         return Precision(flags.weight_dtype or "bfloat16", flags.act_dtype or "bfloat16", flags.kv_dtype)
     except OpcountError as e:
         raise OpcountError(f"{e} (--weight-dtype, --act-dtype, --kv-dtype)") from None
+
+
+def _check_sizes(flags: LLMOptions, seq_len: int | None) -> None:
+    """Each size flag (its largest --sweep value too) within opcount.llm.limits, and the positions
+    of a sequence together, before a model is built: past them torch's int64 sizes overflow."""
+    swept = dict(flags.sweep)
+    points = math.prod(len(values) for values in swept.values())
+    if points > MAX_SWEEP_POINTS:  # each point is traced
+        raise OpcountError(f"--sweep: {points:,} points, more than {MAX_SWEEP_POINTS:,} (the limit)")
+    given = {"batch": flags.batch, "seq-len": seq_len, "kv-len": flags.kv_len, "gen-len": flags.gen_len}
+    largest = {
+        key: max((value, *swept.get(key, ()))) if value is not None else max(swept.get(key, (0,)))
+        for key, value in given.items()
+    }
+    for key, value in largest.items():
+        limit = MAX_BATCH if key == "batch" else MAX_POSITIONS
+        if value > limit:
+            what = "sequences" if key == "batch" else "positions per sequence"
+            flag = f"--{key} {value}" if value == given[key] else f"--sweep {key}={value}"
+            raise OpcountError(f"{flag}: more than {limit:,} {what} (the limit)")
+    seq_len = largest["seq-len"] or (1 if flags.phase == "decode" else DEFAULT_SEQ_LEN)
+    positions = seq_len + largest["kv-len"] + largest["gen-len"]
+    if positions > MAX_POSITIONS:
+        raise OpcountError(
+            f"--seq-len, --kv-len and --gen-len: {positions:,} positions per sequence, more than {MAX_POSITIONS:,} "
+            "(the limit)"
+        )
 
 
 def _check_columns(layout: Layout, hardware: bool, sweep: bool) -> None:

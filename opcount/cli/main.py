@@ -88,17 +88,20 @@ def run(options: Options, stderr: TextIO) -> str:
     torch.manual_seed(0)  # random inputs and weights: data-dependent models give the same counts
     # --debug output is read as a log: no line redrawn between its warnings
     spinner = Progress(stderr, enabled=False if options.debug else None)
-    with captured_warnings(options.debug) as caught:
-        try:
-            hardware = None if options.hardware is None else options.hardware.resolve(spinner.update)
-            if options.llm is not None:
-                text = _llm(options, options.llm, hardware, spinner)
-            else:
-                text = _whole_model(options, hardware, spinner, caught)
-        finally:
-            spinner.close()
-    if not options.quiet:
-        stderr.writelines(f"opcount: warning: {message}\n" for message in dict.fromkeys(caught.messages))
+    caught = Collect()
+    try:
+        with captured_warnings(options.debug, options.model.startswith(("hf:", "llm:"))) as caught:
+            try:
+                hardware = None if options.hardware is None else options.hardware.resolve(spinner.update)
+                if options.llm is not None:
+                    text = _llm(options, options.llm, hardware, spinner)
+                else:
+                    text = _whole_model(options, hardware, spinner, caught)
+            finally:
+                spinner.close()
+    finally:  # before an error's line too: a library's warning may say why (transformers' rope_scaling check)
+        if not options.quiet:
+            stderr.writelines(f"opcount: warning: {message}\n" for message in dict.fromkeys(caught.messages))
     return text
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..llm.limits import check_config, module_budget
 from ..llm.model import is_causal_lm, learned_positions
 from ..messages import one_line
 from ..torch_internals import pytree
@@ -210,7 +211,7 @@ def _factory(spec: str, options: Inputs) -> Loaded:
         obj = getattr(obj, part)
     try:
         made = obj() if callable(obj) and not isinstance(obj, nn.Module) else obj
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # sys.exit in user code is its error, not the command's exit
         raise UsageError(f"{spec}() failed: {one_line(e)}") from e
     model, inputs, kwargs = _unpack(spec, made)
     model = _prepare(model, options)
@@ -256,7 +257,7 @@ def _import(target: str) -> Any:
         raise
     except ModuleNotFoundError as e:
         raise UsageError(f"cannot import {target!r}: {one_line(e)}") from e
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # a module that exits on import, too
         raise UsageError(f"importing {target} failed: {one_line(e)}") from e
 
 
@@ -295,9 +296,10 @@ def _huggingface(name: str, inputs: Inputs) -> Loaded:
     overrides = {"use_cache": False, **hf_overrides(config_class, inputs.hf_config)}
     try:
         config = config_class(**overrides)
+        check_config(config)  # a billion layers would hang the build on meta too
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # construction warns about init defaults
-            with torch.device("meta"):  # no storage: counting the weights is free
+            with torch.device("meta"), module_budget(where):  # no storage: counting the weights is free
                 model = build(config)
             if not inputs.meta:
                 check_real_weights(where, model, "--hf-config num_hidden_layers=2")

@@ -110,7 +110,7 @@ def _compare_options(ns: argparse.Namespace, prog: str) -> CompareOptions:
         debug=ns.debug,
     )
     given = {"--no-param-shapes": ns.no_param_shapes, "--profile": ns.profile, "--plot": ns.plot is not None}
-    check_compare(options, _llm_flags(ns), ns.depth, given)
+    check_compare(options, _llm_flags(ns), ns.depth, ns.repeats, given)
     check_recalibrate(hardware, ns.recalibrate)
     return options
 

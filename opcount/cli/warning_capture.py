@@ -1,6 +1,11 @@
-"""The warnings the ``opcount`` commands print: opcount's log records held back while the
-progress line is drawn (:func:`captured_warnings`), and the unsupported-operator warnings, one
-per operator, naming the shown columns that do not count it (:func:`unsupported_warnings`).
+"""The warnings the ``opcount`` commands print: opcount's and transformers' log records held back
+while the progress line is drawn (:func:`captured_warnings`), and the unsupported-operator
+warnings, one per operator, naming the shown columns that do not count it (:func:`unsupported_warnings`).
+
+transformers logs to stderr through a handler of its own (a rejected ``rope_scaling`` logs its
+reason, then the constructor raises): under the command its records are collected with opcount's,
+attributed (``transformers: ...``), printed once after the run or before its error line, and
+silenced by ``-q``.
 
 Each analysis knows which operators it has no formula for, and they differ: fvcore's activation
 convention counts the outputs of convolutions and matrix products only, so its analysis reports
@@ -11,6 +16,7 @@ column the report shows, and says which one.
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -28,18 +34,26 @@ class Collect(logging.Handler):
         self.messages: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
+        message = record.getMessage()
+        if not record.name.startswith("opcount"):  # the other logger it is attached to: say whose
+            message = f"transformers: {message}"
+        self.messages.append(message)
 
 
 @contextmanager
-def captured_warnings(debug: bool) -> Iterator[Collect]:
-    """opcount's logged warnings, collected in the handler yielded for the caller to print once
-    the progress line is closed; torch's deprecation notices silenced unless ``debug``."""
+def captured_warnings(debug: bool, transformers: bool = False) -> Iterator[Collect]:
+    """opcount's logged warnings (and transformers', with ``transformers`` or once it is imported),
+    collected in the handler yielded for the caller to print once the progress line is closed;
+    torch's deprecation notices silenced unless ``debug``."""
     logger = logging.getLogger("opcount")
     handler = Collect()
     logger.addHandler(handler)
     old_propagate = logger.propagate
     logger.propagate = False
+    library = _transformers_logger(transformers)
+    library_handlers = library.handlers[:] if library is not None else []
+    if library is not None:  # its own stderr handler swapped for ours for the run (it does not propagate)
+        library.handlers = [handler]
     try:
         with warnings.catch_warnings():
             if not debug:  # torch.jit's deprecation notices are about our tracer, not the user's model
@@ -49,6 +63,21 @@ def captured_warnings(debug: bool) -> Iterator[Collect]:
     finally:
         logger.removeHandler(handler)
         logger.propagate = old_propagate
+        if library is not None:
+            library.handlers = library_handlers
+
+
+def _transformers_logger(wanted: bool) -> logging.Logger | None:
+    """transformers' root logger, its stderr handler in place, when the run uses transformers
+    (``wanted``: an ``hf:`` or ``llm:`` model) or it is already imported; else None, so that a
+    run without it does not pay for its import."""
+    if not wanted and "transformers" not in sys.modules:
+        return None
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return None
+    return hf_logging.get_logger()  # the first call adds its handler: now, so that it can be swapped
 
 
 def unsupported_warnings(analyses: Analyses, columns: Sequence[str]) -> list[str]:

@@ -27,6 +27,7 @@ from torch import nn
 
 from ..errors import OpcountError, OpcountValueError
 from ..messages import first_line
+from .limits import SizeError, check_config, module_budget
 
 KV_PREFIX = "kv_cache"
 
@@ -96,10 +97,13 @@ def build_on_meta(config: Any, dtype: torch.dtype = torch.bfloat16) -> nn.Module
     name = type(config).__name__
     if type(config) not in transformers.MODEL_FOR_CAUSAL_LM_MAPPING:
         raise OpcountValueError(f"transformers has no causal LM for {name}")
+    check_config(config)
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), module_budget(name):
             # transformers leaves from_config unannotated
             model: nn.Module = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
+    except SizeError:
+        raise
     except Exception as e:  # raised by the constructors on the config's values, whatever its type
         raise OpcountValueError(f"{name}: invalid config: {first_line(e, type(e).__name__)}") from e
     return model.to(dtype).eval()

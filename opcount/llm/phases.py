@@ -35,6 +35,7 @@ from ..ir import OpCall, TensorSpec
 from ..memory import MemoryTrafficAnalysis
 from ..roofline import RooflineReport, roofline
 from ..tracers.meta import TensorShape
+from .limits import check_phase
 from .model import (
     KVGeometry,
     build_on_meta,
@@ -140,6 +141,11 @@ class CausalLM:
 
         return self.geometry.elements(tokens, batch) * int(DTYPE_BYTES[self.precision.kv_dtype])
 
+    def check_sizes(self, batch: int, positions: int) -> None:
+        """Refuse ``batch`` sequences of ``positions`` positions over :mod:`.limits`' bounds, before tracing."""
+        g = self.geometry
+        check_phase(batch, positions, batch * g.kv_heads * positions * g.head_dim)
+
     def phase(
         self,
         phase: str = "prefill",
@@ -163,6 +169,7 @@ class CausalLM:
         for name, value, least in (("seq_len", seq_len, 1), ("kv_len", kv_len, 0), ("batch", batch, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise OpcountValueError(f"{name} must be an integer >= {least}, got {value!r}")
+        self.check_sizes(batch, kv_len + seq_len)
         if self._positions is not None and kv_len + seq_len > self._positions[1]:
             # On meta an out-of-range position is never looked up: the real model fails, the trace would not
             name, rows = self._positions
@@ -308,6 +315,8 @@ def generation(
     ``j`` (0-based) attends to ``prompt_len + j`` cached tokens. Three traces whatever ``gen_len``."""
     if not isinstance(gen_len, int) or gen_len < 0:
         raise OpcountValueError(f"gen_len must be an integer >= 0, got {gen_len!r}")
+    if isinstance(prompt_len, int) and isinstance(batch, int):  # phase() checks the types
+        llm.check_sizes(batch, prompt_len + gen_len)  # the last step's, before the prefill is traced
     step: dict[str, Any] = {"batch": batch, "hardware": hardware, "flops_per_mac": flops_per_mac, "preset": preset}
     prefill = llm.phase("prefill", seq_len=prompt_len, **step)
     if gen_len == 0:
@@ -324,19 +333,41 @@ def generation(
 
 def _affine_time(first: RooflineReport, last: RooflineReport, steps: int) -> float:
     """Sum over steps of each layer's max(compute, memory) time, its flops and bytes interpolated
-    linearly between the first and the last step."""
+    linearly between the first and the last step, in closed form: memory and memory-minus-compute
+    are affine in the step, so the sum is an arithmetic series plus the positive part of one
+    (:func:`positive_part_sum`). Memory and time are O(layers) whatever ``steps``."""
     a, b = first.layers, last.layers
     if len(a) != len(b) or any(x.layer.op != y.layer.op for x, y in zip(a, b, strict=True)):
         raise OpcountError("internal error: decode steps at two cache lengths ran different operators")
     if steps == 1:
         return first.total_time
-    j = np.arange(steps, dtype=np.float64)[:, None] / (steps - 1)  # 0 at the first step, 1 at the last
     bandwidth = first.hardware.bandwidth
-    f0 = np.array([t.layer.flops for t in a])
-    f1 = np.array([t.layer.flops for t in b])
-    m0 = np.array([t.layer.bytes for t in a])
-    m1 = np.array([t.layer.bytes for t in b])
-    peak = np.array([t.peak for t in a])
-    compute = (f0 + (f1 - f0) * j) / peak
-    memory = (m0 + (m1 - m0) * j) / bandwidth
-    return float(np.maximum(compute, memory).sum())
+    peak = np.array([t.peak for t in a], dtype=np.float64)
+    c0 = np.array([t.layer.flops for t in a], dtype=np.float64) / peak  # compute time at the first step
+    c1 = np.array([t.layer.flops for t in b], dtype=np.float64) / peak
+    m0 = np.array([t.layer.bytes for t in a], dtype=np.float64) / bandwidth  # memory time
+    m1 = np.array([t.layer.bytes for t in b], dtype=np.float64) / bandwidth
+    # step j of 0..steps-1 is at j / (steps - 1) of the way: time(j) = start + slope * j
+    dm = (m1 - m0) / (steps - 1)
+    dc = (c1 - c0) / (steps - 1)
+    memory = steps * m0 + dm * (steps * (steps - 1) / 2)
+    # max(compute, memory) = memory + max(compute - memory, 0)
+    return float((memory + positive_part_sum(c0 - m0, dc - dm, steps)).sum())
+
+
+def positive_part_sum(start: np.ndarray, slope: np.ndarray, steps: int) -> np.ndarray:
+    """``sum(max(start + slope * j, 0) for j in range(steps))`` elementwise, in closed form: the
+    terms are positive on one interval of j (a suffix when the slope is positive, a prefix when it
+    is negative), an arithmetic series there. Where a term is near 0 at the interval's end,
+    counting it or not changes the sum by that near-0 term only."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        root = np.where(slope != 0, -start / np.where(slope != 0, slope, 1), 0.0)  # where the term is 0
+    rising = slope > 0
+    falling = slope < 0
+    # the first and last positive j of 0..steps-1
+    lo = np.where(rising, np.clip(np.ceil(root), 0, steps), 0)
+    hi = np.where(falling, np.clip(np.floor(root), -1, steps - 1), steps - 1)
+    flat = slope == 0
+    lo = np.where(flat & (start <= 0), steps, lo)  # a constant term that is never positive: no steps
+    count = np.maximum(hi - lo + 1, 0)
+    return np.where(count > 0, count * start + slope * (lo + hi) * count / 2, 0.0)

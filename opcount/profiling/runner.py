@@ -117,7 +117,7 @@ class Runner:
                         with record_function(f"{PASS_RANGE}{i}"):
                             self.forward()
                         self.sync()
-        except Exception as e:  # re-raised with the module that failed
+        except (Exception, SystemExit) as e:  # re-raised with the module that failed (sys.exit too)
             raise _forward_error(self.model, self.tree, e) from e
         passes = {e.name: e for e in prof.events() if e.cpu_parent is None and e.name.startswith(PASS_RANGE)}
         if len(passes) != repeats:
@@ -125,7 +125,7 @@ class Runner:
         return statistics.median(walls), [passes[f"{PASS_RANGE}{i}"] for i in range(repeats)]
 
 
-def _forward_error(model: nn.Module, tree: ModuleTree, e: Exception) -> ProfileError:
+def _forward_error(model: nn.Module, tree: ModuleTree, e: BaseException) -> ProfileError:
     what, first = failure_site(model, tree, e), first_line(e)
     return ProfileError(f"forward pass failed while profiling, in {what}: {type(e).__name__}: {first}")
 

@@ -45,8 +45,8 @@ import torch
 from torch import nn
 
 from .._runtime import gc_paused
-from ..errors import OpcountTypeError, OpcountValueError, TraceError
-from ..messages import first_line
+from ..errors import OpcountError, OpcountTypeError, OpcountValueError, TraceError
+from ..messages import first_failure, first_line
 from ..scopes import ModuleTree, failure_site, recursion_hint
 from ..torch_internals import DISPATCH, require
 from .custom_functions import functions_named
@@ -55,6 +55,7 @@ from .meta import CPU, META
 from .patching import exclusive
 from .recorder import Recorder
 from .scoping import Scopes
+from .shapes import ShapeUnsupported
 from .state import preserved
 from .structure import SparseLayoutError, normalize_inputs
 from .tensor_kinds import FakeTensors, RealTensors, ShapeTensors
@@ -103,6 +104,7 @@ def trace_dispatch(
     on_meta = device is not None or built_on_meta
     claimed = CPU if built_on_meta or not state else state[0][1].device  # what meta tensors claim
     train = mode == "train"
+    first: Exception | None = None
     if on_meta and not train:
         try:
             return _trace(model, inner, tree, state, args, kw, warn_mode, ShapeTensors(claimed), train, None)
@@ -113,8 +115,25 @@ def trace_dispatch(
             logger.debug(
                 "shape-only tensors stopped at %s: %s; running on fake tensors", type(cause).__name__, first_line(cause)
             )
+            first = e
     tensors = FakeTensors(claimed) if on_meta else RealTensors(claimed)
-    return _trace(model, inner, tree, state, args, kw, warn_mode, tensors, train, loss_fn if train else None)
+    try:
+        return _trace(model, inner, tree, state, args, kw, warn_mode, tensors, train, loss_fn if train else None)
+    except Exception as e:
+        if first is None or _second_says_more(first, e):
+            raise
+        # Both failed: the first error is the model's (a wrong config, a bad shape); the fake
+        # tensors' is often an artefact of the second run (a meta cache beside CPU indices)
+        raise first_failure(first, e) from first.__cause__
+
+
+def _second_says_more(first: Exception, second: Exception) -> bool:
+    """Whether the fake-tensor run's error is the one to report: one of opcount's own on purpose
+    (a sparse layout refused), or the first was only what shape-only tensors cannot follow (an
+    operator without a meta kernel, an in-place reshape)."""
+    if isinstance(second, OpcountError) and not isinstance(second, TraceError):
+        return True
+    return isinstance(first.__cause__, (ShapeUnsupported, NotImplementedError))
 
 
 def _trace(
@@ -148,7 +167,7 @@ def _trace(
                 raise
             except (TrainingError, BackwardError, SparseLayoutError):
                 raise
-            except Exception as e:  # re-raised with the module path
+            except (Exception, SystemExit) as e:  # re-raised with the module path; sys.exit in a forward too
                 raise _trace_error(model, tree, e, tensors.on_meta) from e
     calls = tuple(recorder.calls)
     called = {name for scope in {call.scope for call in calls} for name in scope} | {""}
@@ -164,15 +183,18 @@ def _inside_scripted(tree: ModuleTree, called: set[str]) -> set[str]:
     return {name for name in tree.names if not scripted.isdisjoint(tree.owners(name))}
 
 
+EXIT_HINT = "a forward returns its outputs: the model's code exited instead"
 META_HINT = (
     "on the meta device tensors have no values, so a forward that reads them (.item(), "
     "data-dependent shapes or branches) cannot run: analyze real tensors (device=None)"
 )
 
 
-def _trace_error(model: nn.Module, tree: ModuleTree, e: Exception, on_meta: bool) -> TraceError:
+def _trace_error(model: nn.Module, tree: ModuleTree, e: BaseException, on_meta: bool) -> TraceError:
     path, first = failure_site(model, tree, e), first_line(e, type(e).__name__)
     hint = META_HINT if on_meta else "check the inputs' shapes and types"
-    if isinstance(e, RecursionError):  # not a value the meta tensors lack: the model's depth
+    if isinstance(e, SystemExit):
+        hint = EXIT_HINT
+    elif isinstance(e, RecursionError):  # not a value the meta tensors lack: the model's depth
         hint = recursion_hint(tree)
     return TraceError(f"could not trace {path} with the dispatch tracer: {type(e).__name__}: {first}. Hint: {hint}.")

@@ -256,7 +256,7 @@ def trace_jit(
                 "keeps only the operators an output depends on, so nothing would be counted. Return the tensors "
                 "the forward computes, or use tracer='dispatch', which records every operator that runs."
             ) from None
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # sys.exit in a forward is the model's error, not an exit of ours
             raise _trace_error(model, tree, e) from e
         converter = _Converter(graph, len(call.tensors), state, names)
         records = list(_records(graph, tree, marks, converter))
@@ -277,13 +277,15 @@ def _no_name(value: torch.Tensor) -> str:
     return ""
 
 
-def _trace_error(model: nn.Module, tree: ModuleTree, e: Exception) -> TraceError:
+def _trace_error(model: nn.Module, tree: ModuleTree, e: BaseException) -> TraceError:
     path, first = failure_site(model, tree, e), first_line(e, type(e).__name__)
     hint = (
         "check the inputs' shapes and types; for a model whose forward is not traceable, "
         "wrap the traceable part in a module and analyze that, or use tracer='dispatch'."
     )
-    if isinstance(e, RecursionError):
+    if isinstance(e, SystemExit):
+        hint = "a forward returns its outputs: the model's code exited instead."
+    elif isinstance(e, RecursionError):
         hint = recursion_hint(tree) + "."
     elif "not part of the active trace" in first:
         # torch.jit tracing of Python code cannot call TorchScript (the RuntimeError's wording)

@@ -94,7 +94,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # its __ini
                 self._backward = True
                 try:
                     differentiate(loss, wrt, step.model)
-                except Exception as e:
+                except (Exception, SystemExit) as e:
                     raise backward_error(e) from e
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:

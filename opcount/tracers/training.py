@@ -74,7 +74,7 @@ def _reentrant_checkpoint(loss: torch.Tensor) -> bool:
 _REENTRANT_NODE = "CheckpointFunctionBackward"
 
 
-def backward_error(e: Exception) -> BackwardError:
+def backward_error(e: BaseException) -> BackwardError:
     """The error of a failed backward pass: the model's autograd Functions or hooks, not its forward."""
     return BackwardError(
         f"mode='train': the backward pass failed: {type(e).__name__}: {first_line(e)}. "
@@ -110,7 +110,7 @@ class Step:
         if self.loss_fn is not None:
             try:
                 loss = self.loss_fn(output)
-            except Exception as e:  # the caller's function, not the model: named as such
+            except (Exception, SystemExit) as e:  # the caller's function, not the model: named as such
                 raise LossFnError(f"mode='train': loss_fn raised {type(e).__name__}: {first_line(e)}") from e
             if not isinstance(loss, torch.Tensor):
                 raise TrainingError(f"loss_fn must return a one-element tensor, got {type(loss).__name__}")
