@@ -1,7 +1,10 @@
-"""An exception as the one line a message quotes, and the first of two failures kept."""
+"""An exception as the one line a message quotes, the first of two failures kept, and a list of
+names as a warning line holds it."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from typing import TypeVar
 
 E = TypeVar("E", bound=BaseException)
@@ -34,3 +37,29 @@ def _text(e: BaseException) -> str:
     if isinstance(e, SystemExit):
         return "exited (sys.exit)" if e.code is None else f"exited with code {e.code!r} (sys.exit)"
     return str(e)
+
+
+def names_in_brief(names: Sequence[str], width: int) -> tuple[str, bool]:
+    """``names`` as a list a warning line can hold: all of them when they fit in ``width``
+    characters, else grouped by their last dotted part with counts (``out_proj x32``), cut at
+    ``width`` with ``...``. Second item: whether the text leaves some name out, so that the
+    message can say where the full list is."""
+    whole = ", ".join(names)
+    if len(whole) <= width:
+        return whole, False
+    groups = Counter(name.rpartition(".")[2] for name in names)  # a message, not a scope walk
+    parts = [f"{leaf} x{n}" if n > 1 else leaf for leaf, n in groups.most_common()]
+    shown: list[str] = []
+    for part in parts:
+        if len(", ".join([*shown, part, "..."])) > width:
+            shown.append("...")
+            break
+        shown.append(part)
+    return ", ".join(shown), True
+
+
+def brief_list(names: Sequence[str], width: int, whole: str) -> str:
+    """:func:`names_in_brief`'s text, saying how many there are and ``whole`` (where the full
+    list is) when some are left out."""
+    listing, cut = names_in_brief(names, width)
+    return listing + (f" ({len(names)} in all; {whole})" if cut else "")

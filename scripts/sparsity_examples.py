@@ -29,7 +29,7 @@ CONFIGS = [
     *(f"block4={lv}" for lv in LEVELS),
     "2:4",
 ]
-# Seed 003, section 4.2: sparse tensor cores that would also run 1:4, 2:8 and 2:16 at the same peak.
+# The Sparsity Roofline paper, section 4.2: sparse tensor cores that would also run 1:4, 2:8 and 2:16 at the same peak.
 FUTURE = SparseSupport(nm=((2, 4), (1, 4), (2, 8), (2, 16)), nm_precisions=frozenset({"float16"}))
 FUTURE_CONFIGS = ("1:4", "2:8", "2:16")
 ILLUSTRATIVE = {

@@ -10,6 +10,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import torch
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
@@ -75,6 +76,34 @@ def test_torchvision_model_name_without_torchvision_says_what_to_install(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("opcount: error: ")
     assert "'resnet18'" in err and "pip install 'opcount[vision]'" in err
+    # the torchvision built for the torch installed, so that pip keeps that torch
+    minor = int(torch.__version__.split(".")[1])
+    assert f"'torchvision=={_TORCHVISION_FOR_TORCH[minor]}.*'" in err
+
+
+# torchvision's README, "Installation": the torchvision release built for each torch 2.x
+_TORCHVISION_FOR_TORCH = {13: "0.28", 14: "0.29", 15: "0.30"}
+
+
+@pytest.mark.parametrize(
+    ("torch_version", "torchvision"), [("2.13.0", "0.28"), ("2.14.1+cu130", "0.29"), ("2.15.0", "0.30")]
+)
+def test_vision_hint_names_the_torchvision_of_the_installed_torch(torch_version: str, torchvision: str) -> None:
+    from opcount.cli.models import vision_install_hint
+
+    hint = vision_install_hint(torch_version)
+    assert hint.startswith(f"pip install 'opcount[vision]' 'torchvision=={torchvision}.*'")
+    assert f"torch {torch_version[:4]}" in hint
+
+
+def test_vision_extra_allows_the_torchvision_of_every_supported_torch() -> None:
+    # pyproject's bounds: torch>=2.13, and the vision extra must accept torchvision 0.28 (torch 2.13)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    (torch_req,) = [Requirement(r) for r in project["dependencies"] if r.startswith("torch")]
+    (vision,) = [Requirement(r) for r in project["optional-dependencies"]["vision"]]
+    for minor, release in _TORCHVISION_FOR_TORCH.items():
+        assert torch_req.specifier.contains(f"2.{minor}.0")
+        assert vision.specifier.contains(f"{release}.0"), (release, vision)
 
 
 def test_torchvision_that_fails_to_load_is_named(

@@ -55,10 +55,10 @@ def check_model(options: Options) -> None:
     inputs, then a flag missing the analysis it needs."""
     _check_tracer(options)
     _check_roofline_flags(options.analysis, options.hardware)
-    _check_format_flags(options.layout, options.profile, options.analysis.sparsity)
+    _check_format_flags(options.layout, options.profile, options.analysis.sparsity, options.hardware is not None)
     check_counts(options.layout, options.repeats)
     _check_hf_flags(options.model, options.inputs)
-    check_output_paths(options.output, options.plot)
+    check_output_paths(options.layout, options.output, options.plot)
     inputs = options.inputs
     shapes = [(f"--input {','.join(map(str, s))}", s, inputs.dtype) for s in inputs.shapes]
     if inputs.seq_len and options.model.startswith("hf:"):  # token ids (int64) or audio samples, 1 x N
@@ -98,7 +98,7 @@ def check_compare(
     if twice:
         raise UsageError(f"model {', '.join(twice)} named twice")
     check_output_paths(
-        options.output, None
+        options.layout, options.output, None
     )  # as `opcount MODEL` does: a folder given to -o should not cost the analyses
     check_roles(options.layout, options.analysis, options.hardware, None)
 
@@ -160,7 +160,7 @@ def _check_roofline_flags(analysis: Analysis, hardware: HardwareChoice | None) -
         raise UsageError(f"{given[0]} applies to the roofline: add --hardware NAME (e.g. --hardware h100-sxm)")
 
 
-def _check_format_flags(layout: Layout, profile: bool, sparsity: tuple[str, ...]) -> None:
+def _check_format_flags(layout: Layout, profile: bool, sparsity: tuple[str, ...], hardware: bool) -> None:
     # Layout flags a format ignores: refused here rather than after the model is built and traced.
     fmt = layout.format
     _check_exact_formats(layout)
@@ -176,8 +176,14 @@ def _check_format_flags(layout: Layout, profile: bool, sparsity: tuple[str, ...]
         raise UsageError("--profile does not apply to --format html: its measured report prints as text, json or csv")
     if fmt == "html" and sparsity:
         raise UsageError("--sparsity does not apply to --format html yet: its report prints as text, json or csv")
-    if fmt == "tree" and layout.by_operator:
+    if fmt in ("tree", "chrome-trace") and layout.by_operator:
         raise UsageError("--by-operator applies to table, csv and md")
+    if fmt == "chrome-trace" and not hardware:
+        raise UsageError(
+            "--format chrome-trace lays out the roofline's times: add --hardware NAME (e.g. --hardware h100-sxm)"
+        )
+    if fmt == "chrome-trace" and profile:
+        raise UsageError("--profile's measured report is json, csv or text: leave out --format chrome-trace")
 
 
 def check_counts(layout: Layout, repeats: int) -> None:
@@ -207,10 +213,12 @@ def _check_hf_flags(model: str, inputs: Inputs) -> None:
         raise UsageError(f"{given[0]} applies to hf: and llm: models, not to {model}: give its inputs with --input")
 
 
-def check_output_paths(output: str | None, plot: str | None) -> None:
+def check_output_paths(layout: Layout, output: str | None, plot: str | None) -> None:
     """``-o`` and ``--plot`` are written after the analysis: a wrong folder or format should not
     cost one."""
-    for flag, value in (("-o", output), ("--plot", plot)):
+    if layout.csv_meta and layout.format != "csv":
+        raise UsageError(f"--csv-meta describes a CSV export: add --format csv (the {layout.format} format has none)")
+    for flag, value in (("-o", output), ("--plot", plot), ("--csv-meta", layout.csv_meta)):
         if value and not Path(value).resolve().parent.is_dir():
             raise UsageError(f"{flag} {value}: no folder {str(Path(value).parent)!r} to write it in")
         if value and Path(value).is_dir():

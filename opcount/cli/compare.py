@@ -20,14 +20,14 @@ from .. import report
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
 from ..messages import first_line
-from ..report.provenance import csv_header, export_meta
+from ..report.provenance import export_meta
 from . import models as cli_models
 from .analyze import analyze
 from .args import UsageError
 from .options import CompareOptions, Layout
 from .progress import Progress
-from .render import number_format
-from .warning_capture import captured_warnings
+from .render import number_format, write_csv_meta
+from .warning_capture import Caught, captured_warnings, note, unsupported, warning_lines
 
 # The fields of an export's meta that differ from model to model; the others (versions, tracer,
 # preset, flops per mac, hardware) are the same for every model, since the flags are shared.
@@ -54,23 +54,28 @@ def compare(options: CompareOptions, stderr: TextIO) -> str:
     """Analyze every model of ``options.models`` and report them side by side."""
     spinner = Progress(stderr, enabled=False if options.debug else None)
     measured: list[Measured] = []
-    notes: list[str] = []
+    caught: list[Caught] = []
     uses_transformers = any(spec.startswith(("hf:", "llm:")) for spec in options.models)
-    with captured_warnings(options.debug, uses_transformers) as caught:
+    with captured_warnings(options.debug, uses_transformers) as collect:
         try:
             # --hardware local: measured once, for every model
-            hardware = None if options.hardware is None else options.hardware.resolve(spinner.update)
+            hardware = None if options.hardware is None else options.hardware.resolve(spinner.update, note)
+            shared = collect.take()  # the calibration's, if any: said once, not per model
             for spec in options.models:
-                start = len(caught.messages)
                 measured.append(_measure(spec, options, hardware, spinner))
-                notes += [f"{spec}: {m}" for m in dict.fromkeys(caught.messages[start:])]
+                caught.append(collect.take())
         finally:
             spinner.close()
-    if not options.quiet:
-        stderr.writelines(f"opcount: warning: {note}\n" for note in notes)
     layout = options.layout
-    chosen = list(layout.columns) if layout.columns is not None else _default_columns(measured[0].sources)
-    columns = report.resolve_columns(chosen, measured[0].sources)
+    keys = list(layout.columns) if layout.columns is not None else _default_columns(measured[0].sources)
+    if not options.quiet:  # as `opcount MODEL` warns, each line naming its model
+        lines = warning_lines(shared, None, options.verbose)
+        for m, one in zip(measured, caught, strict=True):
+            for line in warning_lines(one, unsupported(m.sources, keys), options.verbose):
+                kind, _, text = line.partition(": ")
+                lines.append(f"{kind}: {m.spec}: {text}")
+        stderr.writelines(f"opcount: {line}\n" for line in lines)
+    columns = report.resolve_columns(keys, measured[0].sources)
     if layout.by_operator:
         columns = [c for c in columns if c.operators is not None]
         if not columns:
@@ -106,7 +111,7 @@ def _render(measured: list[Measured], columns: list[report.Column], layout: Layo
     if layout.format == "json":
         return json.dumps(_to_dict(measured, columns, layout.by_operator), indent=2)
     if layout.format == "csv":
-        return _to_csv(measured, columns, layout.by_operator).rstrip("\n")
+        return _to_csv(measured, columns, layout).rstrip("\n")
     fmt = number_format(layout, significant=layout.format == "md")
     by_operator = layout.by_operator
     headers, rows = _operator_rows(measured, columns, fmt) if by_operator else _model_rows(measured, columns, fmt)
@@ -169,7 +174,7 @@ def _to_dict(measured: list[Measured], columns: list[report.Column], by_operator
         "meta": _shared_meta(measured),
         "columns": [c.key for c in columns],
         "models": [
-            {"model": m.spec, **_model_meta(m), "total": {c.key: report.exact(m.total(c)) for c in columns}}
+            {"model": m.spec, **_model_meta(m), "total": {c.key: report.export_number(m.total(c)) for c in columns}}
             for m in measured
         ],
     }
@@ -185,14 +190,19 @@ def _long_operator_rows(measured: list[Measured], columns: list[report.Column]) 
         ops = dict.fromkeys(op for t in tables.values() for op, v in t.items() if v)
         first = tables[columns[0].key]
         for op in sorted(ops, key=lambda op: (-(first.get(op) or 0), op)):
-            rows.append({"model": m.spec, "operator": op, **{k: report.exact(t.get(op)) for k, t in tables.items()}})
+            rows.append(
+                {"model": m.spec, "operator": op, **{k: report.export_number(t.get(op)) for k, t in tables.items()}}
+            )
     return rows
 
 
-def _to_csv(measured: list[Measured], columns: list[report.Column], by_operator: bool) -> str:
+def _to_csv(measured: list[Measured], columns: list[report.Column], layout: Layout) -> str:
+    """A header line, then the rows (``model,<columns>`` or ``model,operator,<columns>``); what they
+    were computed from goes to ``--csv-meta FILE``, the JSON's ``meta`` and each model's own."""
     keys = [c.key for c in columns]
-    meta = {**_shared_meta(measured), "models": {m.spec: _model_meta(m) for m in measured}}
-    if by_operator:
-        return csv_header(meta) + report.csv_rows(["model", "operator", *keys], _long_operator_rows(measured, columns))
-    rows = [{"model": m.spec, **{c.key: report.exact(m.total(c)) for c in columns}} for m in measured]
-    return csv_header(meta) + report.csv_rows(["model", *keys], rows)
+    write_csv_meta(layout.csv_meta, {**_shared_meta(measured), "models": {m.spec: _model_meta(m) for m in measured}})
+    names = report.csv_fields(keys, measured[0].meta["flops_per_mac"])
+    if layout.by_operator:
+        return report.csv_rows(["model", "operator", *keys], _long_operator_rows(measured, columns), names)
+    rows = [{"model": m.spec, **{c.key: report.export_number(m.total(c)) for c in columns}} for m in measured]
+    return report.csv_rows(["model", *keys], rows, names)

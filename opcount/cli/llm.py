@@ -26,18 +26,24 @@ from ..llm.limits import MAX_BATCH, MAX_POSITIONS
 from ..llm.model import is_causal_lm
 from ..llm.phases import PHASES, CausalLM, GenerationCost, PhaseCost, generation
 from ..llm.precision import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
+from ..report.provenance import export_meta
 from ..units import seconds, si, size
 from .args import check_counts, hf_overrides, invalid_config, natural_int, positive_int
 from .options import Analysis, Layout, LLMOptions, LLMRun, Options, columns_needing
+from .render import write_csv_meta
 
 SWEEPABLE = {"batch": "batch", "seq-len": "seq_len", "kv-len": "kv_len", "gen-len": "gen_len"}
 DEFAULT_SEQ_LEN = 128
+# The LLM flags by their argparse names (the parser hides them from opcount compare's help).
+LLM_FLAGS = ("phase", "kv_len", "batch", "gen_len", "weight_dtype", "act_dtype", "kv_dtype", "sweep")
 MAX_SWEEP_POINTS = 1000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The LLM flags, in their own help group."""
-    g = parser.add_argument_group("LLM inference (llm:NAME, or a causal LM from hf:; built on the meta device)")
+    g = parser.add_argument_group(
+        f"LLM inference (llm:NAME, or a causal LM from hf:; built on the meta device; needs the hf extra: {HF_EXTRA})"
+    )
     g.add_argument("--phase", choices=PHASES, help="prefill (default: --seq-len prompt tokens) or decode")
     g.add_argument("--kv-len", type=natural_int, metavar="L", help="decode: tokens already in the KV cache (default 0)")
     g.add_argument("--batch", type=positive_int, metavar="B", help="sequences per batch (default 1)")
@@ -78,6 +84,7 @@ def wanted(model: str, flags: LLMOptions) -> bool:
 def check(flags: LLMOptions, options: Options) -> Precision:
     """Flag combinations, before anything is built (``options``: the run's other flags); the dtypes
     of ``--weight-dtype``, ``--act-dtype`` and ``--kv-dtype``."""
+    require_transformers(options.model)  # first: no flag is worth checking without it
     analysis, layout = options.analysis, options.layout
     if analysis.tracer == "jit":
         raise OpcountError("LLM phases run on the meta device with the dispatch tracer: drop --tracer jit")
@@ -108,9 +115,9 @@ def check(flags: LLMOptions, options: Options) -> Precision:
                 f"--{flag} does not apply to LLM phases: they are priced in the dtypes of "
                 "--weight-dtype, --act-dtype and --kv-dtype"
             )
-    if layout.format in ("tree", "md", "repr", "html") or layout.by_operator:
+    if layout.format in ("tree", "md", "repr", "html", "chrome-trace") or layout.by_operator:
         raise OpcountError(
-            "LLM phases print table, json or csv (--by-operator and tree/md/repr/html are for whole models)"
+            "LLM phases print table, json or csv (--by-operator and tree/md/repr/html/chrome-trace are for whole models)"
         )
     _check_columns(layout, options.hardware is not None, bool(flags.sweep))
     try:
@@ -161,13 +168,24 @@ def _check_columns(layout: Layout, hardware: bool, sweep: bool) -> None:
         raise OpcountError("--columns, --depth and --no-param-shapes shape one point's table, not a --sweep's rows")
 
 
+HF_EXTRA = "pip install 'opcount[hf]'"
+
+
+def require_transformers(spec: str) -> None:
+    """``llm:`` and ``hf:`` models are transformers models: without the ``hf`` extra, one line saying so."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise OpcountError(
+            f"{spec}: LLM models are built with transformers, which is not installed: the hf extra adds it ({HF_EXTRA})"
+        ) from None
+
+
 def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
     """The transformers config of ``llm:NAME`` or ``hf:ConfigClass`` / ``hf:ModelClass`` with the
     ``--hf-config KEY=VALUE`` items applied (each parsed with its field's type), and a label."""
-    try:
-        import transformers
-    except ImportError:
-        raise OpcountError(f"{spec}: LLM models need the transformers package (pip install 'opcount[hf]')") from None
+    require_transformers(spec)
+    import transformers
 
     if spec.startswith("llm:"):
         name = spec[4:].lower()
@@ -240,8 +258,8 @@ def run(
         status(f"tracing {label}: {_describe(values, flags.phase)}")
         points.append(_point(llm, values, flags.phase, hardware, analysis))
     if axes:
-        return _sweep_report(points, options.layout, label), points
-    return _single_report(llm, points[0], options.layout, label), points
+        return _sweep_report(points, options.layout, label, options.model), points
+    return _single_report(llm, points[0], options.layout, label, options.model), points
 
 
 def _point(
@@ -308,18 +326,21 @@ def summary(llm_label: str, point: Point, parameters: int) -> str:
     return "\n".join(lines)
 
 
-def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str) -> str:
+def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, model: str) -> str:
     p = point.phase
     extra = {"roofline": p.roofline} if p.roofline is not None else None
     given = list(layout.columns) if layout.columns is not None else None
+    # the model as typed (llm:gpt2), not the class it builds (GPT2LMHeadModel); device: meta
+    meta = export_meta(p.flops, model=model, roofline=p.roofline)
     if layout.format == "json":
-        data = json.loads(report.to_json(p.flops, columns=given, max_depth=layout.depth, extra=extra))
+        data = report.to_dict(p.flops, columns=given, max_depth=layout.depth, extra=extra, meta=meta)
         data["llm"] = _point_json(point, label, llm.parameters)
         data["memory"] = (p.memory if point.generation is None else point.generation.memory).as_dict()
         return json.dumps(data, indent=2)
     columns = given or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
     depth = 3 if layout.depth is None else layout.depth
     if layout.format == "csv":
+        write_csv_meta(layout.csv_meta, meta)
         return report.to_csv(p.flops, columns=columns, max_depth=layout.depth, extra=extra).rstrip("\n")
     table = report.module_table(
         p.flops, columns=columns, max_depth=depth, extra=extra, show_param_shapes=layout.param_shapes
@@ -354,9 +375,17 @@ def _point_json(point: Point, label: str, parameters: int) -> dict[str, Any]:
 
 
 SWEEP_COLUMNS = ("flops", "weights", "kv_cache", "activations", "time", "tokens_per_s", "bound")
+# A sweep's CSV headers with their units (the sizes are bytes, the times seconds).
+SWEEP_CSV_NAMES = {
+    "weights": "weights_bytes",
+    "kv_cache": "kv_cache_bytes",
+    "activations": "activations_bytes",
+    "time_to_first_token": "time_to_first_token_s",
+    "time_per_output_token": "time_per_output_token_s",
+}
 
 
-def _sweep_report(points: Sequence[Point], layout: Layout, label: str) -> str:
+def _sweep_report(points: Sequence[Point], layout: Layout, label: str, model: str) -> str:
     keys = list(points[0].values)
     rows = [_point_json(pt, label, 0) for pt in points]
     if layout.format == "json":
@@ -370,9 +399,12 @@ def _sweep_report(points: Sequence[Point], layout: Layout, label: str) -> str:
     if has_time and not gen:
         header.append("bound")
     flat = [{**r, **r["memory"]} for r in rows]
-    if layout.format == "csv":
-        lines = [",".join(header)] + [",".join(str(r.get(h, "")) for h in header) for r in flat]
-        return "\n".join(lines)
+    if layout.format == "csv":  # a missing value (None) is an empty cell, as in every CSV export
+        write_csv_meta(
+            layout.csv_meta, export_meta(points[0].phase.flops, model=model, roofline=points[0].phase.roofline)
+        )
+        names = {**report.csv_fields(header, points[0].phase.flops.flops_per_mac), **SWEEP_CSV_NAMES}
+        return report.csv_rows(header, flat, names=names).rstrip("\n")
     cells = [[_cell(h, r.get(h)) for h in header] for r in flat]
     return _pipe(header, cells) + f"\n\n{label}: {len(points)} points, {points[0].phase.precision.label()}"
 

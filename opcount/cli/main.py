@@ -42,7 +42,7 @@ from .options import CompareOptions, LLMRun, Options
 from .parser import parse
 from .progress import Progress
 from .render import render, shown_columns
-from .warning_capture import Collect, captured_warnings, unsupported_warnings
+from .warning_capture import Collect, Unsupported, captured_warnings, note, unsupported, warning_lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,16 +51,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
-        options = parse(argv)
-        if isinstance(options, CompareOptions):
-            from .compare import compare
+        if argv[:1] == ["hardware"]:  # a first word, as compare: its own flags
+            from . import hardware as hardware_command
 
-            text = compare(options, stderr)
+            text, output = hardware_command.run(argv[1:])
         else:
-            text = run(options, stderr)
-        if options.output:
-            with writing("-o", options.output):
-                Path(options.output).write_text(text + "\n", encoding="utf-8")
+            options = parse(argv)
+            if isinstance(options, CompareOptions):
+                from .compare import compare
+
+                text = compare(options, stderr)
+            else:
+                text = run(options, stderr)
+            output = options.output
+        if output:
+            with writing("-o", output):
+                Path(output).write_text(text + "\n", encoding="utf-8")
         else:
             sys.stdout.write(text + "\n")
         return 0
@@ -88,24 +94,27 @@ def run(options: Options, stderr: TextIO) -> str:
     torch.manual_seed(0)  # random inputs and weights: data-dependent models give the same counts
     # --debug output is read as a log: no line redrawn between its warnings
     spinner = Progress(stderr, enabled=False if options.debug else None)
+    missed: Unsupported | None = None
     caught = Collect()
     try:
         with captured_warnings(options.debug, options.model.startswith(("hf:", "llm:"))) as caught:
             try:
-                hardware = None if options.hardware is None else options.hardware.resolve(spinner.update)
+                hardware = None if options.hardware is None else options.hardware.resolve(spinner.update, note)
                 if options.llm is not None:
                     text = _llm(options, options.llm, hardware, spinner)
                 else:
-                    text = _whole_model(options, hardware, spinner, caught)
+                    text, missed = _whole_model(options, hardware, spinner)
             finally:
                 spinner.close()
     finally:  # before an error's line too: a library's warning may say why (transformers' rope_scaling check)
         if not options.quiet:
-            stderr.writelines(f"opcount: warning: {message}\n" for message in dict.fromkeys(caught.messages))
+            lines = warning_lines(caught.take(), missed, options.verbose)
+            stderr.writelines(f"opcount: {line}\n" for line in lines)
     return text
 
 
-def _whole_model(options: Options, hardware: Hardware | None, spinner: Progress, caught: Collect) -> str:
+def _whole_model(options: Options, hardware: Hardware | None, spinner: Progress) -> tuple[str, Unsupported]:
+    """The report of ``opcount MODEL`` and the operators its shown columns miss."""
     spinner.update(f"building {options.model}")
     loaded = cli_models.load(options.model, options.inputs)
     # mixture-of-experts blocks route by expectation: random weights route at random, and meta
@@ -114,7 +123,7 @@ def _whole_model(options: Options, hardware: Hardware | None, spinner: Progress,
     with torch.no_grad(), routing:
         analyses = analyze(loaded, options.model, options.analysis, hardware, spinner)
     text = render(analyses, options.layout, options.model)
-    caught.messages += unsupported_warnings(analyses, shown_columns(analyses, options.layout) or ["params", "flops"])
+    missed = unsupported(analyses, shown_columns(analyses, options.layout) or ["params", "flops"])
     if options.profile:
         text = _profiled(loaded, analyses, options, spinner, text)
     if options.plot:
@@ -124,7 +133,11 @@ def _whole_model(options: Options, hardware: Hardware | None, spinner: Progress,
         spinner.update(f"plotting {options.plot}")
         with writing("--plot", options.plot):
             save_charts(analyses.roofline, options.plot)
-    return text
+            if analyses.sparsity is not None:  # the case --sparsity asks about, beside the dense charts
+                sparse, path = analyses.sparsity, Path(options.plot)
+                subject = f"sparse weights ({sparse.series}, {sparse.level:.0%} zeros, {sparse.speedup:.2f}x dense)"
+                save_charts(sparse.sparse, path.with_name(f"{path.stem}.sparse{path.suffix}"), subject=subject)
+    return text, missed
 
 
 def _profiled(loaded: Loaded, analyses: Analyses, options: Options, spinner: Progress, text: str) -> str:

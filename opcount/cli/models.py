@@ -18,6 +18,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -149,13 +150,27 @@ def _torchvision_models(name: str) -> Any:
     except ImportError:
         raise UsageError(
             f"model {name!r}: torchvision model names need torchvision, which is not installed: "
-            "pip install 'opcount[vision]' (user code: module.path:factory; transformers: hf:ConfigClass)"
+            f"{vision_install_hint(torch.__version__)} (user code: module.path:factory; transformers: hf:ConfigClass)"
         ) from None
     except RuntimeError as e:  # a torchvision built for another torch release fails to load its operators
         raise UsageError(
-            f"torchvision failed to load ({one_line(e)}): install the release built for torch {torch.__version__}"
+            f"torchvision failed to load ({one_line(e)}): install the release built for torch "
+            f"{torch.__version__}: {vision_install_hint(torch.__version__)}"
         ) from e
     return tvm
+
+
+def vision_install_hint(torch_version: str) -> str:
+    """The pip line that adds torchvision without moving the installed torch: the ``vision`` extra
+    alone lets pip take the newest torchvision, which requires (and installs) its own torch release.
+    Each torchvision is built for one torch minor release: 0.(minor + 15) for torch 2.minor since
+    torch 2.0 and torchvision 0.15 (torchvision's README, "Installation"; the PyTorch wiki's domain
+    version compatibility matrix): torch 2.13 -> 0.28, 2.14 -> 0.29, 2.15 -> 0.30."""
+    release = re.match(r"2\.(\d+)\.", torch_version)
+    if release is None:  # not a release the rule covers: name the extra alone
+        return "pip install 'opcount[vision]'"
+    minor = int(release.group(1))
+    return f"pip install 'opcount[vision]' 'torchvision==0.{minor + 15}.*' (the release built for torch 2.{minor})"
 
 
 def _no_weights(tvm: Any, name: str) -> dict[str, None]:

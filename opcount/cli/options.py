@@ -50,15 +50,20 @@ class HardwareChoice:
     local: str | None = None
     recalibrate: bool = False
 
-    def resolve(self, status: Callable[[str], None]) -> Hardware:
-        """The hardware: the preset as read, or this machine measured (cached unless ``--recalibrate``)."""
+    def resolve(self, status: Callable[[str], None], note: Callable[[str], None]) -> Hardware:
+        """The hardware: the preset as read, or this machine measured (cached unless ``--recalibrate``;
+        ``note`` says which, with the measurement's description)."""
         if self.spec is not None:
             return self.spec
         from ..hardware.lookup import hardware
 
         assert self.local is not None
         status(f"measuring this machine ({self.local})")
-        return hardware(self.local, recalibrate=self.recalibrate)
+        found = hardware(self.local, recalibrate=self.recalibrate)
+        # a cached calibration is reused silently otherwise: its date and spread say how far to trust it
+        cached = "" if self.recalibrate else " (cached; --recalibrate measures again)"
+        note(f"--hardware {self.local}: {found.description}{cached}")
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +103,7 @@ class Layout:
     decimals: int | None
     sig_figs: int | None
     param_shapes: bool
+    csv_meta: str | None  # --csv-meta FILE: where a CSV export's meta goes (the CSV is a header and rows only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +157,7 @@ class Options:
     output: str | None
     plot: str | None
     quiet: bool
+    verbose: bool  # -v, or --debug: warnings with their whole lists
     debug: bool
 
 
@@ -165,6 +172,7 @@ class CompareOptions:
     layout: Layout
     output: str | None
     quiet: bool
+    verbose: bool
     debug: bool
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .. import report
 from .._version import __version__
@@ -42,7 +42,18 @@ from .options import (
     roles_for,
 )
 
-FORMATS = ("table", "tree", "json", "csv", "md", "repr", "html")
+FORMATS = ("table", "tree", "json", "csv", "md", "repr", "html", "chrome-trace")
+# -o FILE's format by the file's ending, longest ending first: the formats it may hold, its default
+# first. An ending whose formats are not in FORMATS is ignored; any other ending gets the default
+# text table. A new format that writes files of its own ending is one entry here.
+OUTPUT_EXTENSIONS = {
+    ".trace.json": ("chrome-trace", "json"),
+    ".json": ("json", "chrome-trace"),
+    ".csv": ("csv",),
+    ".md": ("md",),
+    ".html": ("html",),
+    ".txt": ("table", "tree", "repr"),
+}
 COLUMN_ALIASES = {
     "acts": "activations",
     "read": "bytes_read",
@@ -57,6 +68,23 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
+# Every form of the command, so that `opcount --help` names the subcommands (they are first
+# words, not argparse subparsers: `opcount resnet50` stays as it is).
+USAGE = """opcount [options] MODEL
+       opcount compare [options] MODEL [MODEL ...]   several models side by side (opcount compare --help)
+       opcount hardware [NAME]                       the --hardware presets, or one device's peaks"""
+# The guides by title: a pip install has no docs/ folder and the project has no published
+# documentation site, so --help names each guide, and the source distribution ships them.
+DOCS = (
+    "Guides (docs/ in the source distribution and the repository): tutorial.md (start here), "
+    "glossary.md (the terms), reports.md (tables, exports and this command), roofline.md, hardware.md, "
+    "llm.md (LLM inference), dispatch.md (meta tensors, training), sparsity.md, profiling.md."
+)
+# The flags `opcount compare` refuses (each model's totals have no depth, chart or profile): parsed,
+# so that the refusal says why, but left out of its --help.
+NOT_FOR_COMPARE = ("depth", "no_param_shapes", "profile", "repeats", "plot", *llm_command.LLM_FLAGS)
+
+
 def parse(argv: Sequence[str]) -> Options | CompareOptions:
     """The command line as checked, typed options: ``opcount compare ...`` or ``opcount MODEL ...``."""
     if argv[:1] == ["compare"]:  # a first word, not a subparser: `opcount resnet50` stays as it is
@@ -67,26 +95,28 @@ def parse(argv: Sequence[str]) -> Options | CompareOptions:
 
 
 def _options(ns: argparse.Namespace, prog: str) -> Options:
+    fmt = output_format(ns)
     hardware = _hardware(ns, prog)
     flags = _llm_flags(ns)
     llm = llm_command.wanted(ns.model, flags)
     options = Options(
         model=ns.model,
         inputs=_inputs(ns),
-        analysis=_analysis(ns, tracer=ns.tracer, hardware=hardware is not None),
+        analysis=_analysis(ns, fmt, tracer=ns.tracer, hardware=hardware is not None),
         hardware=hardware,
-        layout=_layout(ns),
+        layout=_layout(ns, fmt),
         llm=None,
         profile=ns.profile,
         repeats=ns.repeats,
         output=ns.output,
         plot=ns.plot,
         quiet=ns.quiet,
+        verbose=ns.verbose or ns.debug,
         debug=ns.debug,
     )
     if llm:  # its own flags, checked before anything is built
         precision = llm_command.check(flags, options)
-        check_output_paths(options.output, options.plot)
+        check_output_paths(options.layout, options.output, options.plot)
         if options.plot and hardware is None:
             raise UsageError("--plot needs --hardware")
         options = replace(options, llm=LLMRun(flags, precision))
@@ -97,16 +127,18 @@ def _options(ns: argparse.Namespace, prog: str) -> Options:
 
 
 def _compare_options(ns: argparse.Namespace, prog: str) -> CompareOptions:
+    fmt = output_format(ns)
     hardware = _hardware(ns, prog)
     options = CompareOptions(
         models=tuple(ns.models),
         inputs=_inputs(ns),
         # one tracer for every model (the export states it once): jit unless --tracer dispatch
-        analysis=_analysis(ns, tracer=ns.tracer or "jit", hardware=hardware is not None),
+        analysis=_analysis(ns, fmt, tracer=ns.tracer or "jit", hardware=hardware is not None),
         hardware=hardware,
-        layout=_layout(ns),
+        layout=_layout(ns, fmt),
         output=ns.output,
         quiet=ns.quiet,
+        verbose=ns.verbose or ns.debug,
         debug=ns.debug,
     )
     given = {"--no-param-shapes": ns.no_param_shapes, "--profile": ns.profile, "--plot": ns.plot is not None}
@@ -144,7 +176,7 @@ def _inputs(ns: argparse.Namespace) -> Inputs:
     )
 
 
-def _analysis(ns: argparse.Namespace, tracer: str | None, hardware: bool) -> Analysis:
+def _analysis(ns: argparse.Namespace, fmt: str, tracer: str | None, hardware: bool) -> Analysis:
     sparsity = tuple(ns.sparsity or ())
     return Analysis(
         preset=ns.preset,
@@ -156,13 +188,13 @@ def _analysis(ns: argparse.Namespace, tracer: str | None, hardware: bool) -> Ana
         fuse=ns.fuse,
         tf32=ns.tf32,
         sparsity=sparsity,
-        roles=roles_for(ns.columns or (), ns.format, hardware=hardware, sparsity=bool(sparsity)),
+        roles=roles_for(ns.columns or (), fmt, hardware=hardware, sparsity=bool(sparsity)),
     )
 
 
-def _layout(ns: argparse.Namespace) -> Layout:
+def _layout(ns: argparse.Namespace, fmt: str) -> Layout:
     return Layout(
-        format=ns.format,
+        format=fmt,
         columns=None if ns.columns is None else tuple(ns.columns),
         by_operator=ns.by_operator,
         depth=ns.depth,
@@ -170,6 +202,7 @@ def _layout(ns: argparse.Namespace) -> Layout:
         decimals=ns.decimals,
         sig_figs=ns.sig_figs,
         param_shapes=not ns.no_param_shapes,
+        csv_meta=ns.csv_meta,
     )
 
 
@@ -190,21 +223,30 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     """The command's arguments; ``compare``: those of ``opcount compare MODEL [MODEL ...]``."""
     p = _Parser(
         prog="opcount compare" if compare else "opcount",
+        usage=None if compare else USAGE,
         description="What a PyTorch model costs, module by module and operator by operator."
         if not compare
         else "Several models side by side: one row per model, or per operator with --by-operator.",
-        epilog="Models run in eval mode on random inputs (seed 0). Examples: opcount resnet50; "
-        "opcount resnet50 --format tree --depth 2; opcount hf:GPT2Config --seq-len 128 --format json; "
-        "opcount mypkg.models:build --input 1,3,64,64 --columns params,flops,percent; "
-        "opcount compare resnet50 vit_b_16 --hardware h100-sxm",
+        epilog="Models run in eval mode on random inputs (seed 0). Examples: "
+        + (
+            "opcount compare resnet50 vit_b_16 --hardware h100-sxm; "
+            "opcount compare resnet18 mobilenet_v3_small --by-operator --format csv. "
+            if compare
+            else "opcount resnet50; opcount resnet50 --format tree --depth 2; "
+            "opcount hf:GPT2Config --seq-len 128 --format json; "
+            "opcount mypkg.models:build --input 1,3,64,64 --columns params,flops,percent; "
+            "opcount compare resnet50 vit_b_16 --hardware h100-sxm. "
+        )
+        + DOCS,
     )
     p.add_argument(
         "models" if compare else "model",
         nargs="+" if compare else None,
         metavar="MODEL",
-        help="a torchvision model name (resnet50), module.path:factory or file.py:factory "
-        "(returning a model, (model, inputs) or (model, inputs, kwargs)), hf:ConfigOrModelClass, "
-        "or llm:NAME, a published LLM architecture (llm:llama-3-8b; docs/llm.md)",
+        help="a torchvision model name (resnet50; the vision extra), module.path:factory or file.py:factory "
+        "(returning a model, (model, inputs) or (model, inputs, kwargs)), hf:ConfigOrModelClass"
+        + ("" if compare else ", or llm:NAME, a published LLM architecture (llm:llama-3-8b; the LLM guide, llm.md)")
+        + f"; hf:{'' if compare else ' and llm:'} need{'s' if compare else ''} the hf extra ({llm_command.HF_EXTRA})",
     )
     g = p.add_argument_group("inputs")
     g.add_argument(
@@ -251,7 +293,7 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     g.add_argument(
         "--tracer",
         choices=("jit", "dispatch"),
-        help="jit tracing (default; hf: models and --meta take dispatch) or the dispatch tracer (docs/dispatch.md)",
+        help="jit tracing (default; hf: models and --meta take dispatch) or the dispatch tracer (guide: dispatch.md)",
     )
     g.add_argument(
         "--mode",
@@ -287,7 +329,8 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
         "--plot",
         metavar="FILE",
         help="roofline: write the roofline chart (.png/.svg) to FILE and the "
-        "per-module time chart beside it (FILE.time.png); needs --hardware",
+        "per-module time chart beside it (FILE.time.png); with --sparsity, the sparse case's too "
+        "(FILE.sparse.png, FILE.sparse.time.png); needs --hardware",
     )
     g.add_argument(
         "--sparsity",
@@ -316,10 +359,11 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     g = p.add_argument_group("output")
     g.add_argument(
         "--format",
-        default="table",
         choices=FORMATS,
-        help="default: table (fvcore's layout); repr: the model as print(model) shows it, the columns inline; "
-        "html: one self-contained page (collapsible tree, sortable operator table, charts), with -o FILE.html",
+        help="default: by -o FILE's ending (.json, .csv, .md, .html, .txt, .trace.json: chrome-trace), else "
+        "table (fvcore's layout); repr: the model as print(model) shows it, the columns inline; html: one "
+        "self-contained page (collapsible tree, sortable operator table, charts); chrome-trace: the roofline "
+        "as a timeline for Perfetto (needs --hardware)",
     )
     g.add_argument(
         "--columns",
@@ -346,12 +390,42 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     digits.add_argument("--decimals", type=natural_int, metavar="N", help="decimals after scaling (table default 3)")
     digits.add_argument("--sig-figs", type=positive_int, metavar="N", help="significant figures (tree/md default 3)")
     g.add_argument("--no-param-shapes", action="store_true", help="table: leave out the parameter rows")
-    g.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    g.add_argument(
+        "-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout (its ending picks --format)"
+    )
+    g.add_argument(
+        "--csv-meta", metavar="FILE", help="csv: write what the numbers were computed from (JSON's meta) to FILE"
+    )
     g = p.add_argument_group("diagnostics")
     g.add_argument("-q", "--quiet", action="store_true", help="no warnings (unsupported operators, uncalled modules)")
-    g.add_argument("--debug", action="store_true", help="show tracebacks and every warning")
+    g.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="warnings with their whole lists (every uncalled module, every unsupported operator), "
+        "not one line per kind",
+    )
+    g.add_argument("--debug", action="store_true", help="show tracebacks and every warning (implies --verbose)")
     p.add_argument("--version", action="version", version=f"opcount {__version__}")
+    if compare:
+        _hide(p, NOT_FOR_COMPARE)
+        _hide_choices(p, "format", ("table", "md", "json", "csv"))
     return p
+
+
+def _hide(p: argparse.ArgumentParser, dests: Sequence[str]) -> None:
+    """Flags parsed but left out of --help (argparse drops a group left empty)."""
+    for action in p._actions:  # argparse keeps no public list of a parser's actions
+        if action.dest in dests:
+            action.help = argparse.SUPPRESS
+
+
+def _hide_choices(p: argparse.ArgumentParser, dest: str, shown: Sequence[str]) -> None:
+    """--help shows ``shown`` as the choices; the others still parse, for a refusal that says why."""
+    for action in p._actions:
+        if action.dest == dest:
+            action.metavar = "{" + ",".join(shown) + "}"
+            action.help = f"{', '.join(shown)} (default: table)"
 
 
 def attached_shapes(argv: Sequence[str]) -> list[str]:
@@ -390,3 +464,22 @@ def _column_list(text: str) -> list[str]:
     if twice:  # an alias and its name count as one column (acts, activations)
         raise argparse.ArgumentTypeError(f"column {', '.join(twice)} named twice in {text!r}")
     return keys
+
+
+def output_format(args: argparse.Namespace) -> str:
+    """The report's format: ``--format``, else the one ``-o FILE``'s ending names, else table.
+    ``--format`` and an ending that cannot hold it (``--format csv -o x.json``) are refused."""
+    given = args.format
+    path = str(args.output or "").lower()
+    ending = next((e for e in OUTPUT_EXTENSIONS if path.endswith(e)), None)
+    formats = [f for f in OUTPUT_EXTENSIONS.get(ending or "", ()) if f in FORMATS]
+    if given is None:
+        return formats[0] if formats else "table"
+    if formats and given not in formats:
+        raise UsageError(f"--format {given} -o {args.output}: a {ending} file holds {' or '.join(formats)}")
+    return str(given)
+
+
+def command_parser(**kwargs: Any) -> argparse.ArgumentParser:
+    """An argument parser whose mistakes are one line, as the main one's: for a subcommand's own flags."""
+    return _Parser(**kwargs)

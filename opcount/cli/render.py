@@ -1,15 +1,21 @@
-"""One model's analyses as the report ``--format`` names (table, tree, md, repr, json, csv, html),
-with the ``--columns``, ``--depth`` and number flags applied; the roofline's summary follows the
-text formats. :func:`number_format` is shared with ``opcount compare``.
+"""One model's analyses as the report ``--format`` names (table, tree, md, repr, json, csv, html,
+chrome-trace), with the ``--columns``, ``--depth`` and number flags applied; the roofline's summary
+follows the text formats. :func:`number_format` and :func:`write_csv_meta` are shared with
+``opcount compare`` and ``llm:`` models.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from .. import report
+from ..messages import one_line
 from ..report.provenance import export_meta
 from .analyze import Analyses
+from .args import UsageError
 from .options import Layout
 
 
@@ -27,6 +33,12 @@ def render(analyses: Analyses, layout: Layout, model: str) -> str:
             activations=analyses.activations,
             memory=analyses.memory,
         )
+    if layout.format == "chrome-trace":
+        from ..report.trace import to_chrome_trace
+
+        if analyses.roofline is None:
+            raise UsageError("--format chrome-trace lays out the roofline's times: add --hardware NAME")
+        return json.dumps(to_chrome_trace(analyses.roofline, name=model))
     columns = shown_columns(analyses, layout)
     text = _render(analyses, columns, layout, model)
     rl, sp = analyses.roofline, analyses.sparsity
@@ -65,6 +77,7 @@ def _render(analyses: Analyses, shown: list[str] | None, layout: Layout, model: 
         kw = {"columns": shown, "max_depth": layout.depth, "meta": meta, **common}
         if fmt == "json":
             return report.to_json(flops, **kw)
+        write_csv_meta(layout.csv_meta, meta)
         return report.to_csv(flops, level="operators" if layout.by_operator else "modules", **kw).rstrip("\n")
     columns = shown or ["params", "flops"]
     depth = 3 if layout.depth is None else layout.depth
@@ -104,3 +117,14 @@ def number_format(layout: Layout, significant: bool) -> report.NumberFormat:
     if layout.decimals is not None:
         return report.NumberFormat(unit, layout.decimals)
     return report.NumberFormat(unit, 3, significant=significant)
+
+
+def write_csv_meta(path: str | None, meta: Mapping[str, Any]) -> None:
+    """``--csv-meta FILE`` (``path``): what a CSV export was computed from (its JSON ``meta``), written
+    as JSON beside it; the CSV itself is a header and rows only, which tools read as they are."""
+    if not path:
+        return
+    try:
+        Path(path).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"--csv-meta {path}: cannot write it ({e.strerror or one_line(e)})") from e

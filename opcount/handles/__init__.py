@@ -9,6 +9,7 @@ from . import (  # noqa: F401  (registration side effects)
     einsum,
     elementwise,
     embedding,
+    fast_paths,
     loss,
     matmul,
     memory,

@@ -149,8 +149,15 @@ def native_multi_head_attention(inputs: Sequence[Spec], outputs: Sequence[Spec])
     if len(q) != 3 or len(k) != 3 or q[2] != embed_dim or k[2] != embed_dim:
         raise ValueError(f"aten::_native_multi_head_attention: query {q} / key {k} do not fit E={embed_dim}")
     (b, q_len, e), (_, kv_len, _) = q, k
+    return mha_cost(b, q_len, kv_len, e, heads, w_proj.shape[0])
+
+
+def mha_cost(batch: int, q_len: int, kv_len: int, embed_dim: int, heads: int, out_dim: int) -> Cost:
+    """MultiheadAttention's arithmetic, shape-only: in-projection ``b*L*E*E + 2*b*S*E*E``, attention
+    ``2*b*L*S*E``, out-projection ``b*L*E*out_dim`` multiply-adds, and ``b*h*(3*L*S - L)`` flops of softmax."""
+    b, e = batch, embed_dim
     in_proj = b * q_len * e * e + 2 * b * kv_len * e * e
     attention = 2 * b * q_len * kv_len * e  # h heads x (L*S*(E/h)) for q.k^T and again for attn.v
-    out_proj = b * q_len * e * w_proj.shape[0]
+    out_proj = b * q_len * e * out_dim
     softmax = attention_softmax_flops(b * heads, q_len, q_len * kv_len)
     return Cost(macs=in_proj + attention + out_proj, flops=softmax)

@@ -53,7 +53,7 @@ arithmetic = _register(
     """add add_ sub sub_ subtract subtract_ mul mul_ multiply multiply_ div div_ divide divide_
     true_divide true_divide_ rsub""",
     "out = op(self, other, alpha=1): 1 flop per output element (broadcast shape). "
-    "Seed 000 (Add/Sub/Mul/Div): (N-1) * numel(out) for N operands; alpha fused; integer and "
+    "chainer-computational-cost (Add/Sub/Mul/Div): (N-1) * numel(out) for N operands; alpha fused; integer and "
     "bool tensors (index math) cost 0.",
 )
 
@@ -65,7 +65,7 @@ unary_math = _register(
     sin sin_ cos cos_ tan tan_ asin asin_ acos acos_ atan atan_ sinh sinh_ cosh cosh_
     asinh asinh_ acosh acosh_ atanh atanh_ erf erf_ erfc erfc_ erfinv erfinv_""",
     "out = f(x): 1 flop per element: one elementary function (exp, log, sqrt, rsqrt, sin, erf, "
-    "...) or negation/absolute value/reciprocal/square. Seed 000 counts exp as 1 flop.",
+    "...) or negation/absolute value/reciprocal/square. chainer-computational-cost counts exp as 1 flop.",
 )
 
 # out = pow(self, exponent) (Tensor_Scalar, Tensor_Tensor, Scalar overloads) and two-operand
@@ -74,7 +74,7 @@ binary_math = _register(
     1,
     """pow pow_ float_power maximum minimum fmax fmin atan2 atan2_ hypot xlogy copysign""",
     "out = f(a, b): 1 flop per output element (broadcast shape): one power, max/min, atan2 or "
-    "hypot. Seed 000 counts a max as one instruction.",
+    "hypot. chainer-computational-cost counts a max as one instruction.",
 )
 
 # out = addcmul(self, t1, t2, value) = self + value * t1 * t2; addcdiv likewise with t1 / t2.

@@ -1,6 +1,6 @@
 """Reductions and scans (chainer-computational-cost conventions for Sum/Max/Min/ArgMax).
 
-Seed 000 reduces axis by axis: reducing an axis of size ``d`` costs ``(d - 1)`` operations per
+chainer-computational-cost reduces axis by axis: reducing an axis of size ``d`` costs ``(d - 1)`` operations per
 remaining position. Over any set of axes this telescopes to ``numel(in) - numel(out)``, which is
 what these handles compute from the traced shapes (so every overload -- full, one dim, a list of
 dims, keepdim -- is covered by one formula). Statistics add their elementwise steps on top.

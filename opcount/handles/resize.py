@@ -24,7 +24,7 @@ def upsample_bilinear(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
 # --- the other interpolation modes -------------------------------------------------------
 # Extending fvcore's one-per-source-value reading (nearest 1, bilinear 4): each output element is a
 # weighted sum of the 2^d (linear) or 4^d (cubic) nearest inputs, one operation per input taken.
-# Seed 000 charges bilinear 9 (3 per 2-point interpolation); fvcore's 4 is kept for consistency.
+# chainer-computational-cost charges bilinear 9 (3 per 2-point interpolation); fvcore's 4 is kept for consistency.
 # All overloads (.vec with scale factors, output_size) share the kind, and the output is traced.
 
 

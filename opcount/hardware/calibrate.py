@@ -27,20 +27,24 @@ import operator
 import os
 import platform
 import socket
+import statistics
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..errors import OpcountError
+from ..units import si
 from .spec import TENSOR, VECTOR, Hardware
 
 logger = logging.getLogger("opcount")
 CACHE_FILE = "local-hardware.json"
 TARGET_SECONDS = 0.05  # one timed matrix product: long enough to dwarf launch and timer overhead
 REPEATS = 3
+COPY_REPEATS = 5  # a copy is cheap, and the bandwidth is what moves most between runs on a busy machine
 MIN_SIDE = {"cpu": 512, "cuda": 2048}  # smaller products measure overheads, not the peak
 MAX_SIDE = {"cpu": 2048, "cuda": 16384}
 COPY_BYTES = {"cpu": 256 * 2**20, "cuda": 2 * 2**30}  # many times any last-level cache
@@ -61,15 +65,37 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _best_time(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:
-    best = float("inf")
+def _run_times(fn: Callable[[], Any], device: torch.device, repeats: int) -> list[float]:
+    times = []
     for _ in range(repeats):
         _sync(device)
         start = time.perf_counter()
         fn()
         _sync(device)
-        best = min(best, time.perf_counter() - start)
-    return best
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _best_time(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:
+    return min(_run_times(fn, device, repeats))
+
+
+class Rate(float):
+    """The best of several timed runs (the figure the roofline uses), with every run's rate in
+    ``runs``: a busy machine moves the best between calibrations, and the spread shows by how much."""
+
+    runs: tuple[float, ...]
+
+    def __new__(cls, runs: list[float]) -> Rate:
+        rate = super().__new__(cls, max(runs))
+        rate.runs = tuple(sorted(runs))
+        return rate
+
+
+def spread(value: float) -> tuple[float, float, float]:
+    """(min, median, max) of a :class:`Rate`'s runs; a plain number (a stub's) is its own spread."""
+    runs = getattr(value, "runs", None) or (float(value),)
+    return runs[0], statistics.median(runs), runs[-1]
 
 
 def matmul_flops(
@@ -94,17 +120,17 @@ def matmul_flops(
         if seconds >= target or n * 2 > limit:
             break
         n *= 2
-    seconds = min(seconds, _best_time(lambda: a @ b, device, repeats))
-    return 2 * n**3 / seconds
+    return Rate([2 * n**3 / t for t in _run_times(lambda: a @ b, device, repeats)])
 
 
-def copy_bandwidth(device: torch.device, *, nbytes: int | None = None, repeats: int = REPEATS) -> float:
-    """Bytes/s of ``dst.copy_(src)``: ``nbytes`` read plus ``nbytes`` written, best of ``repeats``."""
+def copy_bandwidth(device: torch.device, *, nbytes: int | None = None, repeats: int = COPY_REPEATS) -> float:
+    """Bytes/s of ``dst.copy_(src)``: ``nbytes`` read plus ``nbytes`` written, best of ``repeats``
+    (a :class:`Rate`: every run's bandwidth in ``runs``)."""
     size = nbytes or COPY_BYTES.get(device.type, COPY_BYTES["cpu"])
     src = torch.ones(size // 4, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)  # touch every page before timing
-    return 2 * src.numel() * 4 / _best_time(lambda: dst.copy_(src), device, repeats)
+    return Rate([2 * src.numel() * 4 / t for t in _run_times(lambda: dst.copy_(src), device, repeats)])
 
 
 # ================================================================================================
@@ -148,12 +174,26 @@ def measure(device: torch.device, *, matmul: Matmul | None = None, copy: Copy | 
     except RuntimeError as e:  # out of memory, a dtype the backend lacks
         raise CalibrationError(f"calibrating {device} ({device_name(device)}) failed: {e}") from e
     where = _threads() if device.type == "cpu" else str(device)
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    figures = [("copy bandwidth", bandwidth, "B/s")]
+    figures += [(f"{unit}/{dtype}", rate, "FLOP/s") for unit, table in peak.items() for dtype, rate in table.items()]
     return Hardware(
         "local",
-        {unit: table for unit, table in peak.items() if table},
-        bandwidth=bandwidth,
-        description=f"measured: {device_name(device)} ({where}), torch {torch.__version__}",
+        {unit: {dtype: float(rate) for dtype, rate in table.items()} for unit, table in peak.items() if table},
+        bandwidth=float(bandwidth),
+        description=f"measured {when}: {device_name(device)} ({where}), torch {torch.__version__}; "
+        + "; ".join(_spread_text(name, rate, unit) for name, rate, unit in figures),
     )
+
+
+def _spread_text(name: str, rate: float, unit: str) -> str:
+    """``copy bandwidth 53.6 GB/s (runs 34.6 / 41.0 / 53.6 GB/s min / median / max of 5)``."""
+    low, middle, high = spread(rate)
+    runs = len(getattr(rate, "runs", ())) or 1
+    text = f"{name} {si(high, unit=unit)}"
+    if runs > 1:
+        text += f" (best of {runs}; min / median / max {si(low)} / {si(middle)} / {si(high, unit=unit)})"
+    return text
 
 
 def _float32_with_tf32(matmul: Matmul, device: torch.device, tf32: bool) -> float:

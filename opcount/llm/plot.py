@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ def save_llm_chart(points: Sequence[Any], path: str | Path, *, model: str, sweep
 
     keys = [key.replace("-", "_") for key in sweep]
     x_key, others = keys[0], keys[1:]
-    fig, (time_ax, memory_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (time_ax, memory_ax) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
     curves: dict[tuple[int, ...], list[Any]] = {}
     for point in points:
         curves.setdefault(tuple(point.values[k] for k in others), []).append(point)
@@ -46,13 +47,12 @@ def save_llm_chart(points: Sequence[Any], path: str | Path, *, model: str, sweep
         ax.set_xlabel(x_key.replace("_", "-"))
         ax.set_xscale("log", base=2)
         ax.grid(True, alpha=0.3)
-        if others:
-            ax.legend(fontsize=8)
+    if others:  # one legend for both panels, outside them: inside, it sat on the curves
+        fig.legend(*time_ax.get_legend_handles_labels(), loc="outside right upper", fontsize=8)
     hw = points[0].phase.roofline.hardware.name
-    fig.suptitle(f"{model} on {hw}, {points[0].phase.precision.label()}")
-    fig.tight_layout()
+    fig.suptitle("\n".join(textwrap.wrap(f"{model} on {hw}, {points[0].phase.precision.label()}", 110)))
     out = Path(path)
-    fig.savefig(out, dpi=120)
+    fig.savefig(out, dpi=120, bbox_inches="tight")  # nothing cut at the edges, whatever the labels
     plt.close(fig)
     return [out]
 

@@ -7,8 +7,6 @@ the roofline and sparsity reports; rates use the compact number format of the fl
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from collections.abc import Mapping
@@ -18,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import OpcountValueError
 from ..hardware.lookup import Hardware
-from ..report import check_max_depth
+from ..report import check_max_depth, csv_rows
 from ..scopes import ModuleTree
 from ..units import seconds, si, time_unit
 
@@ -28,6 +26,16 @@ if TYPE_CHECKING:
     from ..roofline import RooflineReport
 
 __all__ = ["ProfileReport", "ProfileRow"]
+
+
+# CSV headers with their units: times in seconds, rates per second; flops count 2 per multiply-add.
+PROFILE_CSV_NAMES = {
+    "measured": "measured_s",
+    "self_time": "self_time_s",
+    "predicted": "predicted_s",
+    "flop_rate": "flops_per_s",
+    "byte_rate": "bytes_per_s",
+}
 
 
 @dataclass(frozen=True)
@@ -159,7 +167,23 @@ class ProfileReport:
             )
             if self.roofline.unsupported:
                 text += f"; no formula (predicted free): {', '.join(sorted(self.roofline.unsupported))}"
+            text += self._faster_than_light()
         return text
+
+    def _faster_than_light(self) -> str:
+        """Over 100% of the speed of light is no error to hide: the measurement beat the bound, so
+        one of the bound's assumptions does not hold there. Said once, with what to read into it."""
+        rows = {**{n or "model": r for n, r in self.modules.items()}, **self.operators}
+        faster = [name for name, r in rows.items() if r.sol_percent is not None and r.sol_percent > 100]
+        if not faster:
+            return ""
+        shown = ", ".join(faster[:5]) + (f" and {len(faster) - 5} more" if len(faster) > 5 else "")
+        return (
+            f". Measured faster than the speed of light (over 100%): {shown}. The bound assumes every byte "
+            "comes from main memory once at the device's bandwidth and every flop at its peak; a tensor "
+            "served from the cache, a peak or bandwidth set below what the device reaches, or a kernel "
+            "doing less work than the formula counts beats it (docs/profiling.md, faster than the speed of light)"
+        )
 
     def table(self, by: str = "module", max_depth: int | None = 3, top: int | None = None) -> str:
         """A text table. ``by="module"``: the module tree to ``max_depth`` levels (called
@@ -246,17 +270,13 @@ class ProfileReport:
         return json.dumps(_finite(self.to_dict()), indent=indent)
 
     def to_csv(self, level: str = "modules") -> str:
-        """One CSV row per module (``level="modules"``) or operator (``"operators"``)."""
+        """One CSV row per module (``level="modules"``) or operator (``"operators"``), the header
+        first, units in its names (``measured_s``), the model's own row named ``"."``."""
         if level not in ("modules", "operators"):
             raise OpcountValueError(f"unknown level {level!r}; choose 'modules' or 'operators'")
         rows = [r.to_dict() for r in (self.modules if level == "modules" else self.operators).values()]
-        out = io.StringIO()
         fields = list(ProfileRow("", "").to_dict())
-        writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: "" if v is None else v for k, v in row.items()})
-        return out.getvalue()
+        return csv_rows(fields, rows, names=PROFILE_CSV_NAMES)
 
     # ----- chart ---------------------------------------------------------------------------
     def plot(

@@ -12,14 +12,15 @@ adds more (the roofline's time columns plug in there); a new column reads its an
 One module per job: :mod:`.columns` (the column registry), :mod:`.parameters` (parameter
 counts), :mod:`.layout` (which rows, in what order), :mod:`.tables` (fvcore's tables and the
 operator table), :mod:`.model_str` (the model string and the compact tree), :mod:`.exports`
-(dict, JSON, CSV, markdown), :mod:`.html` (the HTML page); numbers are written by :mod:`opcount.units`.
+(dict, JSON, CSV, markdown), :mod:`.html` (the HTML page), :mod:`.trace` (the roofline as a Chrome
+trace-event timeline); numbers are written by :mod:`opcount.units`.
 """
 
 from __future__ import annotations
 
 from ..units import COMPACT, EXACT, FVCORE_STR, FVCORE_TABLE, UNITS, NumberFormat, exact, format_number
 from .columns import COLUMNS, Column, Sources, Values, register_column, resolve_columns
-from .exports import csv_rows, to_csv, to_dict, to_json, to_markdown
+from .exports import ROOT, csv_fields, csv_rows, export_number, to_csv, to_dict, to_json, to_markdown
 from .html import html_report
 from .layout import check_max_depth
 from .model_str import flop_count_str, tree_str
@@ -32,14 +33,17 @@ __all__ = [
     "EXACT",
     "FVCORE_STR",
     "FVCORE_TABLE",
+    "ROOT",
     "UNITS",
     "Column",
     "NumberFormat",
     "Sources",
     "Values",
     "check_max_depth",
+    "csv_fields",
     "csv_rows",
     "exact",
+    "export_number",
     "flop_count_str",
     "flop_count_table",
     "format_number",

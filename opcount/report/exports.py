@@ -1,11 +1,19 @@
-"""Exports: every module and module x operator with exact numbers, as a dict, JSON or CSV
-(with what they were computed from), and a markdown table."""
+"""Exports: every module and module x operator with exact numbers, as a dict, JSON (with what they
+were computed from) or CSV (a header line, then rows: what tools read as they are), and a markdown table.
+
+The model's own row is named :data:`ROOT` (``"."``) in every export, and so is the ``parent`` of its
+children and the ``module`` of its own operators. fvcore names it ``""`` (``by_module()[""]``), but an
+empty CSV field reads back as NaN in pandas, quoted or not, and ``"model"``, what the text tables
+print, would collide with a child named ``model`` (transformers' ``LlamaForCausalLM`` has one); no
+module can be named ``.`` (torch refuses dots in module names).
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -17,7 +25,25 @@ from .columns import COLUMNS, Column, Sources, resolve_columns
 from .layout import build_layout, check_max_depth, format_cells
 from .tables import operator_rows, operator_table
 
-__all__ = ["csv_rows", "to_csv", "to_dict", "to_json", "to_markdown"]
+__all__ = ["ROOT", "csv_fields", "csv_rows", "export_number", "to_csv", "to_dict", "to_json", "to_markdown"]
+
+ROOT = "."
+# Columns that name modules: the model's own name ("") is written as ROOT there.
+_MODULE_FIELDS = ("name", "parent", "module")
+# Significant digits kept of a float: sums of floats (times) carry residue past the 15th digit,
+# such as -1.6e-19 s for a module's own time that is 0.
+_DIGITS = 12
+# CSV headers carry their unit: time in seconds, shares in percent, and the flop count under the
+# name of its convention ("macs" when a multiply-add counts 1, fvcore's; "flops" when it counts 2).
+_CSV_NAMES = {
+    "flops": "{flops}",
+    "sparse_flops": "sparse_{flops}",
+    "intensity": "{flops}_per_byte",
+    "percent": "{flops}_percent",
+    "time": "time_s",
+    "sparse_time": "sparse_time_s",
+    "time_share": "time_percent",
+}
 
 _EXACT_COLUMNS = ("params", "flops", "activations", "bytes_read", "bytes_written")
 
@@ -61,24 +87,28 @@ def to_dict(
         depth = layout.depth(name)
         if max_depth is not None and depth > max_depth:
             continue
+        parent = layout.parent[name]
         row: dict[str, Any] = {
-            "name": name,
+            "name": _named(name),
             "type": type(tree.module(name)).__name__,
-            "parent": layout.parent[name],
+            "parent": None if parent is None else _named(parent),
             "depth": depth,
             "called": name not in uncalled,
         }
         kids = layout.children.get(name, ())
         for c in chosen:
-            row[c.key] = exact(values[c.key].get(name, 0 if c.additive else None))
+            row[c.key] = export_number(values[c.key].get(name, 0 if c.additive else None))
         for c in chosen:
             if c.additive:
-                own = values[c.key].get(name, 0) - sum(values[c.key].get(k, 0) for k in kids)
-                row["self_" + c.key] = exact(own)
+                value = values[c.key].get(name, 0)
+                own = value - sum(values[c.key].get(k, 0) for k in kids)
+                if isinstance(own, float) and abs(own) <= 1e-9 * abs(value):
+                    own = 0  # the children hold it all: what is left is rounding residue
+                row["self_" + c.key] = export_number(own)
         modules.append(row)
     op_columns = [c for c in chosen if c.operators is not None]
     operators = [
-        {"module": name, "operator": op, **{k: exact(x) for k, x in v.items()}}
+        {"module": _named(name), "operator": op, **{k: export_number(x) for k, x in v.items()}}
         for name, op, v in operator_rows(sources, op_columns, max_depth)
     ]
     unsupported = {
@@ -98,7 +128,9 @@ def to_dict(
         "model": type(sources.model).__name__,
         "columns": [c.key for c in chosen],
         "operator_columns": [c.key for c in op_columns],
-        "total": {c.key: exact(values[c.key].get("", 0)) for c in chosen},
+        # a statistic undefined for the whole model (the bound of a model that does no work) is null,
+        # as in its own row
+        "total": {c.key: export_number(values[c.key].get("", 0 if c.additive else None)) for c in chosen},
         "modules": modules,
         "operators": operators,
         "unsupported_ops": unsupported,
@@ -121,37 +153,62 @@ def _level_rows(data: Mapping[str, Any], level: str) -> tuple[list[str], list[di
 
 def to_csv(analysis: Any, *, level: str = "modules", **kwargs: Any) -> str:
     """One CSV row per module (``level="modules"``) or per module and operator
-    (``"operators"``), exact numbers, below ``# key: value`` lines saying what they were
-    computed from (``meta=`` as in :func:`to_dict`). The model's own row is named ``"."``
-    (:data:`opcount.report.provenance.CSV_ROOT`): an empty name would read back as NaN in pandas."""
-    from .provenance import csv_header
-
+    (``"operators"``), exact numbers; the first line is the header, so ``csv.DictReader`` and
+    ``pandas.read_csv`` read it with their defaults. Headers carry units (:func:`csv_fields`);
+    what the numbers were computed from is in :func:`to_dict`'s ``meta`` (the command writes it
+    beside the CSV with ``--csv-meta FILE``). Arguments as :func:`to_dict`."""
     data = to_dict(analysis, **kwargs)
     fields, rows = _level_rows(data, level)
-    return (csv_header(data["meta"]) if "meta" in data else "") + csv_rows(fields, rows)
+    return csv_rows(fields, rows, names=csv_fields(fields, getattr(analysis, "flops_per_mac", None)))
 
 
-def csv_rows(fields: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
-    """CSV text with a header: booleans as ``true``/``false``, None as an empty cell, the
-    model's own name (``""``) as ``"."`` in the columns naming modules."""
-    from .provenance import CSV_ROOT
+def csv_fields(keys: Iterable[str], flops_per_mac: int | None) -> dict[str, str]:
+    """The CSV header of each column key, with its unit: ``time`` -> ``time_s``, ``time_share`` ->
+    ``time_percent``, ``flops`` -> ``macs`` under fvcore's convention (``flops_per_mac=1``) or
+    ``flops`` (2; None: unknown, kept as ``flops``); ``self_<key>`` follows ``<key>``."""
+    flops = "macs" if flops_per_mac == 1 else "flops"
+    names = {}
+    for key in keys:
+        base, own = (key[5:], "self_") if key.startswith("self_") else (key, "")
+        names[key] = own + _CSV_NAMES.get(base, base).format(flops=flops)
+    return names
 
+
+def csv_rows(fields: Sequence[str], rows: Iterable[Mapping[str, Any]], names: Mapping[str, str] | None = None) -> str:
+    """CSV text, the header first (``names`` renames fields there): booleans as ``true``/``false``,
+    None as an empty cell, floats to 12 significant digits, the model's own name (``""``) as
+    :data:`ROOT` in the columns naming modules."""
+    names = names or {}
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(fields), extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([names.get(f, f) for f in fields])
     for row in rows:
-        writer.writerow({k: _csv_cell(k, v, CSV_ROOT) for k, v in row.items()})
+        writer.writerow([_csv_cell(f, row.get(f)) for f in fields])
     return out.getvalue()
 
 
-def _csv_cell(key: str, value: Any, root: str) -> Any:
+def export_number(x: Any) -> Any:
+    """A number as machine exports write it: integral values as ints, other floats to 12
+    significant digits (what a sum of floats holds; past it is rounding residue), None and
+    text as they are."""
+    x = exact(x)
+    if isinstance(x, float) and math.isfinite(x):
+        x = exact(float(f"{x:.{_DIGITS}g}"))
+    return x
+
+
+def _named(name: str) -> str:
+    return name or ROOT
+
+
+def _csv_cell(key: str, value: Any) -> Any:
     if value is None:
         return ""
     if isinstance(value, bool):
         return str(value).lower()
-    if value == "" and key in ("name", "parent", "module"):
-        return root
-    return value
+    if value == "" and key in _MODULE_FIELDS:
+        return ROOT
+    return export_number(value) if isinstance(value, float) else value
 
 
 def to_markdown(
@@ -179,6 +236,7 @@ def to_markdown(
             memory=memory,
             extra=extra,
             number_format=number_format,
+            root_label=ROOT,
         )
     if level != "modules":
         raise OpcountValueError(f"unknown level {level!r}; choose 'modules' or 'operators'")
@@ -187,10 +245,7 @@ def to_markdown(
     shown = [n for n in sources.tree.names if max_depth is None or layout.depth(n) <= max_depth]
     cells = format_cells(sources, chosen, values, shown, number_format, "N/A")
     tree = sources.tree
-    rows = [
-        [f"`{n}`" if n else "model", type(tree.module(n)).__name__, *(cells[n].get(c.key, "") for c in chosen)]
-        for n in shown
-    ]
+    rows = [[_md_name(n), type(tree.module(n)).__name__, *(cells[n].get(c.key, "") for c in chosen)] for n in shown]
     aligns = ["left", "left", *(["right"] * len(chosen))]
     table: str = tabulate.tabulate(
         rows,
@@ -200,3 +255,8 @@ def to_markdown(
         disable_numparse=True,
     )
     return table
+
+
+def _md_name(name: str) -> str:
+    """A module name as a markdown cell: code, with ``|`` escaped (it would end the cell)."""
+    return "`" + _named(name).replace("|", "\\|") + "`"

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import OpcountValueError
 from ..units import seconds, si, size
-from .exports import to_dict
+from .exports import ROOT, to_dict
 from .layout import check_max_depth
 
 __all__ = ["html_report"]
@@ -204,13 +204,13 @@ def _unsupported(found: Mapping[str, Mapping[str, int]]) -> str:
 def _tree(data: Mapping[str, Any]) -> str:
     modules = data["modules"]
     keys = list(data["columns"])
-    root = next((m for m in modules if m["name"] == ""), None)
+    root = next((m for m in modules if m["parent"] is None), None)  # named ROOT, "." as in every export
     if root is None:
         raise OpcountValueError("the export has no row for the model itself")
     scale = {k: root.get(k) for k in _BARS if k in keys}
     children: dict[str, list[Mapping[str, Any]]] = {}
     for m in modules:
-        if m["name"]:
+        if m["parent"] is not None:
             children.setdefault(m["parent"], []).append(m)
     heads = "".join(f'<span class="num">{_e(_HEADERS.get(k, k))}</span>' for k in keys)
     header = f'<div class="row head"><span class="name">module</span><span class="type">type</span>{heads}</div>'
@@ -224,7 +224,7 @@ def _tree(data: Mapping[str, Any]) -> str:
     for row in reversed(order):
         inner = [html.pop(kid["name"]) for kid in children.get(row["name"], ())]
         html[row["name"]] = _node(row, inner, keys, scale)
-    body = html[""]
+    body = html[root["name"]]
     buttons = (
         '<div class="tools"><button type="button" data-tree="expand">expand all</button>'
         '<button type="button" data-tree="collapse">collapse all</button></div>'
@@ -240,12 +240,13 @@ def _node(row: Mapping[str, Any], kids: Sequence[str], keys: Sequence[str], scal
     """One module's row, around ``kids``, its children's rows already written."""
     name, depth = row["name"], row["depth"]
     parent = row["parent"]
-    label = name[len(parent) + 1 :] if parent else name
+    label = name[len(parent) + 1 :] if parent and parent != ROOT else name
     cells = "".join(_tree_cell(k, row.get(k), scale.get(k)) for k in keys)
     called = "" if row["called"] else " uncalled"
     line = (
-        f'<span class="name" style="--depth: {depth}" title="{_e(name or "the whole model")}{_UNCALLED if called else ""}">'
-        f'<span class="twisty"></span>{_e(label) if name else "<b>model</b>"}</span>'
+        f'<span class="name" style="--depth: {depth}" title="{_e(name if parent is not None else "the whole model")}'
+        f'{_UNCALLED if called else ""}">'
+        f'<span class="twisty"></span>{_e(label) if parent is not None else "<b>model</b>"}</span>'
         f'<span class="type">{_e(row["type"])}</span>{cells}'
     )
     if not kids:
@@ -274,7 +275,7 @@ def _operators(data: Mapping[str, Any]) -> str:
     """One row per operator over the whole model (the model's own module x operator rows)."""
     keys = [k for k in data["operator_columns"] if k != "time_share"]
     total = data["total"]
-    rows = [r for r in data["operators"] if r["module"] == ""]
+    rows = [r for r in data["operators"] if r["module"] == ROOT]
     columns: list[tuple[str, str, str]] = [("operator", "operator", "text")]
     for k in keys:
         columns.append((k, _HEADERS.get(k, k), "text" if k == "bound" else "number"))

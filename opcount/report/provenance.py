@@ -1,29 +1,22 @@
 """What an export was computed from: versions, model, inputs, tracer, conventions, hardware.
 
-JSON exports carry it as a ``"meta"`` object; CSV exports as ``#``-prefixed lines above the
-header (``pandas.read_csv(path, comment="#")`` skips them, :func:`read_csv_meta` reads them).
-A number without its convention is ambiguous (1 multiply-add is 1 flop in fvcore, 2 in
-FlopCounterMode and vendor peaks), so every export says which one it used.
+JSON exports carry it as a ``"meta"`` object. A CSV export is a header and rows only, so that
+tools read it as they are; its column names carry the flop convention (``macs`` or ``flops``)
+and units, and the command writes this description beside it as JSON on request
+(``--csv-meta FILE``). A number without its convention is ambiguous (1 multiply-add is 1 flop in
+fvcore, 2 in FlopCounterMode and vendor peaks), so every export says which one it used.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from .._version import __version__
-from ..errors import OpcountValueError
 
-__all__ = ["CSV_ROOT", "csv_header", "export_meta", "input_specs", "read_csv_meta"]
-
-# The model's own row in CSV exports. fvcore names the root module "" (``by_module()[""]``), but
-# an empty CSV field reads back as NaN in pandas, quoted or not. No module can be named "." (torch
-# refuses dots in module names), so it never collides with a child such as transformers' ``model``.
-CSV_ROOT = "."
+__all__ = ["export_meta", "input_specs"]
 
 
 def input_specs(inputs: Any, kwargs: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -69,7 +62,7 @@ def export_meta(analysis: Any, *, model: str | None = None, roofline: Any = None
         "inputs": input_specs(analysis.inputs, analysis.kwargs),
         "tracer": analysis.tracer,
         "mode": analysis.mode,
-        "device": None if analysis.device is None else str(analysis.device),
+        "device": _device(analysis),
         "preset": getattr(analysis, "preset", None),
         "flops_per_mac": getattr(analysis, "flops_per_mac", None),
         "hardware": None if roofline is None else roofline.hardware.name,
@@ -77,21 +70,25 @@ def export_meta(analysis: Any, *, model: str | None = None, roofline: Any = None
     }
 
 
-def csv_header(meta: Mapping[str, Any]) -> str:
-    """``meta`` as CSV comment lines, one ``# key: <JSON value>`` line per field."""
-    return "".join(f"# {key}: {json.dumps(value)}\n" for key, value in meta.items())
+def _device(analysis: Any) -> str | None:
+    """The device the analysis asked for, else ``"meta"`` when the model or its inputs are meta
+    tensors (an LLM built on meta, a Trace of one), else None."""
+    if analysis.device is not None:
+        return str(analysis.device)
+    found: list[Any] = []
+    _flat(analysis.inputs, found)
+    _flat(analysis.kwargs or {}, found)
+    first = next(iter(analysis.model.parameters()), None)
+    on_meta = any(getattr(t, "is_meta", False) is True for t in found) or (first is not None and first.is_meta)
+    return "meta" if on_meta else None
 
 
-def read_csv_meta(source: str | Path) -> dict[str, Any]:
-    """The ``meta`` of a CSV export (a path, or the CSV text itself): the ``# key: value``
-    lines above its header, values decoded from JSON."""
-    text = Path(source).read_text(encoding="utf-8") if isinstance(source, Path) or "\n" not in source else source
-    meta: dict[str, Any] = {}
-    for line in text.splitlines():
-        if not line.startswith("#"):
-            break
-        key, sep, value = line[1:].strip().partition(": ")
-        if not sep:
-            raise OpcountValueError(f"malformed CSV metadata line {line!r}: expected '# key: <JSON value>'")
-        meta[key] = json.loads(value)
-    return meta
+def _flat(value: Any, found: list[Any]) -> None:
+    if isinstance(value, torch.Tensor):
+        found.append(value)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            _flat(item, found)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _flat(item, found)

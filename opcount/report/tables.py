@@ -71,7 +71,9 @@ def _indented_rows(
         rows.append([pad + label] + [pad + cells[name][k] if k in cells[name] else "" for k in keys])
 
     root = fast_forward("")
-    add(root or "model", root, 0)
+    # fvcore names the root row "model"; a causal LM's body is a child named "model" too
+    # (LlamaForCausalLM.model): two rows of one name, so the root reads "whole model" there
+    add(root or ("whole model" if "model" in kids("") else "model"), root, 0)
     strip = len(root) + 1 if root else 0  # a merged root's name prefixes every row: drop it
 
     # Pre-order with a stack (a model may nest deeper than Python's recursion limit): (row, level).
@@ -205,14 +207,16 @@ def operator_table(
     memory: Any = None,
     extra: Mapping[str, Any] | None = None,
     number_format: NumberFormat = FVCORE_TABLE,
+    root_label: str = "model",
 ) -> str:
     """The long table: one row per module and operator (modules to ``max_depth`` levels,
-    operators with a nonzero value, heaviest first)."""
+    operators with a nonzero value, heaviest first); the model's own rows are named ``root_label``.
+    A ``|`` in a module name is escaped (``\\|``): it would end the cell."""
     check_max_depth(max_depth, optional=True)
     sources = Sources(analysis, activations, memory, extra or {})
     chosen = resolve_columns(columns, sources)
     rows = [
-        [name or "model", op, *(c.render(v[c.key], number_format) for c in chosen)]
+        [(name or root_label).replace("|", "\\|"), op, *(c.render(v[c.key], number_format) for c in chosen)]
         for name, op, v in operator_rows(sources, chosen, max_depth)
     ]
     return _pipe(["module", "operator", *(c.header for c in chosen)], rows)

@@ -8,6 +8,7 @@ figure state is touched; the format follows the file suffix (``.png``, ``.svg``,
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ __all__ = ["roofline_chart", "time_chart"]
 _COLORS = {"tensor": "tab:blue", "vector": "tab:orange"}
 _OTHER_COLORS = ("tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
 BYS = ("layer", "module", "operator")
+TITLE_CHARS = 90  # about what an 8-inch figure holds at 10 points
 
 
 def _figure(width: float, height: float) -> Figure:
@@ -76,6 +78,7 @@ def roofline_chart(
     by: str = "layer",
     label_top: int = 5,
     title: str | None = None,
+    subject: str = "",
 ) -> Figure:
     """Arithmetic intensity (FLOP/byte) against attainable FLOP/s, log-log: one roof per unit and
     precision the report used, its ridge point marked, and one point per layer / innermost module /
@@ -125,12 +128,11 @@ def roofline_chart(
     ax.set_ylim(min(min(ys), lo * hw.bandwidth) / 2, max(ys) * 2)
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("attainable throughput (FLOP/s)")
-    ax.set_title(
-        title
-        or f"{hw.name}, {report.dtype}: {len(points)} {by}s, "
-        f"{seconds(report.total_time)} speed of light ({si(hw.bandwidth, unit='B/s')})",
-        fontsize=10,
+    text = title or (f"{subject}: " if subject else "") + (
+        f"{hw.name}, {report.dtype}: {len(points)} {by}s, "
+        f"{seconds(report.total_time)} speed of light ({si(hw.bandwidth, unit='B/s')})"
     )
+    ax.set_title("\n".join(textwrap.wrap(text, TITLE_CHARS)), fontsize=10)  # wrapped: never cut at the edges
     ax.grid(True, which="major", lw=0.4, alpha=0.5)
     legend = ax.legend(fontsize=7, loc="upper left")  # above the memory roof: no point is ever there
     renderer = freeze_layout(fig)
@@ -149,6 +151,7 @@ def time_chart(
     max_depth: int | None = None,
     within: str = "",
     title: str | None = None,
+    subject: str = "",
 ) -> Figure:
     """Horizontal bars of the ``top`` slowest innermost modules (or modules down to ``max_depth``;
     inside module ``within`` only), each split into the time of its compute-bound and its
@@ -170,12 +173,13 @@ def time_chart(
     ax.set_xlabel(f"speed-of-light time ({unit})")
     ax.tick_params(axis="y", labelsize=7)
     scope = f" in {within}" if within else ""
-    ax.set_title(
-        title
-        or f"{report.hardware.name}, {report.dtype}: time per module{scope} (model total {seconds(report.total_time)})",
-        fontsize=10,
+    text = title or (f"{subject}: " if subject else "") + (
+        f"{report.hardware.name}, {report.dtype}: time per module{scope} (model total {seconds(report.total_time)})"
     )
-    ax.legend(fontsize=7, loc="lower right")
+    # wrapped to the figure's width (a long module name or hardware file name was cut at the edges)
+    fig.suptitle("\n".join(textwrap.wrap(text, TITLE_CHARS)), fontsize=10)
+    # below the axes, never over a bar: the longest bars reach the right edge at any row
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=7, frameon=False)
     ax.grid(True, axis="x", lw=0.4, alpha=0.5)
     _save(fig, path)
     return fig
@@ -216,10 +220,11 @@ def _ridge_notes(ax: Axes, ridges: Sequence[tuple[float, str]], renderer: Render
     return notes
 
 
-def save_charts(report: RooflineReport, path: str | Path, **options: Any) -> list[Path]:
-    """The roofline chart at ``path`` and the time chart beside it (``name.time.png``)."""
+def save_charts(report: RooflineReport, path: str | Path, *, subject: str = "", **options: Any) -> list[Path]:
+    """The roofline chart at ``path`` and the time chart beside it (``name.time.png``);
+    ``subject`` starts both titles (``sparse weights, 2:4``: which case the charts show)."""
     path = Path(path)
-    roofline_chart(report, path, **options)
+    roofline_chart(report, path, subject=subject, **options)
     second = path.with_name(f"{path.stem}.time{path.suffix}")
-    time_chart(report, second)
+    time_chart(report, second, subject=subject)
     return [path, second]

@@ -183,7 +183,7 @@ class RooflineReport:
 
     ``layers``: one :class:`LayerTime` per operator call that does work or moves bytes, in
     execution order. ``total_time`` is the model's time (sum of effective times, seconds).
-    ``unsupported``: operators with neither a flop nor a memory formula (counted as free).
+    ``unsupported``: operators lacking a flop or a memory formula (the missing part counted as 0).
     """
 
     def __init__(
@@ -251,7 +251,7 @@ class RooflineReport:
         return set(self.uncalled)
 
     def unsupported_ops(self, module_name: str = "") -> Counter[str]:
-        """Operators without a flop or memory formula (model-wide; counted as free)."""
+        """Operators lacking a flop or a memory formula (model-wide; the missing part counted as 0)."""
         return Counter(self.unsupported)
 
     def module(self, name: str = "") -> Summary:
@@ -332,7 +332,9 @@ class RooflineReport:
             f"{share:.0f}% of the time in compute-bound layers"
         )
         if self.unsupported:
-            text += f"; unsupported (counted free): {', '.join(sorted(self.unsupported))}"
+            # an operator lacking one formula still has the other counted (a fused call with flops but
+            # no bytes formula is not free): name what is missing, not "free"
+            text += f"; without a flop or bytes formula (that part counted as 0): {', '.join(sorted(self.unsupported))}"
         return text
 
     def __repr__(self) -> str:

@@ -143,6 +143,7 @@ ALLOWED = {
     ("handles/registry.py", "decorate"): "a Python module's name (the handle family)",
     ("handles/op_keys.py", "family"): "an operator kind, prim::PythonOp.MyFn",
     ("roofline/plot.py", "_short"): "a chart label shortened for display",
+    ("messages.py", "names_in_brief"): "module names grouped by their last part in a warning line",
     ("sparsity/roofline.py", "sparsity_roofline"): "a parameter name (module.param)",
     ("sparsity/pruning.py", "hit"): "a parameter name (module.param)",
     ("llm/precision.py", "__call__"): "a buffer name under the KV cache prefix",

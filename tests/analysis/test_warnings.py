@@ -154,7 +154,7 @@ def test_command_prints_each_warning_on_one_line(command: dict[str, subprocess.C
     lines = [line for line in run.stderr.splitlines() if line.startswith("opcount: warning: ")]
     assert len(lines) == 2
     assert any(line.startswith("opcount: warning: Unsupported operator opcount_warnings_test::blur") for line in lines)
-    assert any("never called during the trace: spare." in line for line in lines)
+    assert any("1 submodule never called during the trace: spare (unused" in line for line in lines)
     assert "Traceback" not in run.stderr and "the model's own warning" not in run.stderr
     assert "| model " in run.stdout
 
@@ -164,3 +164,26 @@ def test_command_quiet_prints_no_warning(command: dict[str, subprocess.Completed
     assert run.returncode == 0, run.stderr
     assert "warning" not in run.stderr.lower()
     assert run.stdout == command["plain"].stdout
+
+
+class ManyUnused(nn.Module):
+    """fc runs; 40 blocks each hold an ``out_proj`` Linear that never runs (as MultiheadAttention's
+    fast path leaves its out_proj): the warning groups them by name instead of listing 40 paths."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.blocks = nn.ModuleList(nn.ModuleDict({"out_proj": nn.Linear(4, 4)}) for _ in range(40))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+def test_a_long_uncalled_list_is_grouped_by_name(caplog: pytest.LogCaptureFixture) -> None:
+    a = FlopCountAnalysis(ManyUnused(), torch.randn(2, 4)).tracer_warnings("none")
+    with caplog.at_level(logging.WARNING):
+        a.total()
+    (message,) = [m for m in _messages(caplog) if "never called" in m]
+    assert "out_proj x40" in message and "(40 in all; uncalled_modules() names them)" in message
+    assert len(message) < 400
+    assert {f"blocks.{i}.out_proj" for i in range(40)} <= a.uncalled_modules()

@@ -70,11 +70,6 @@ def api() -> FlopCountAnalysis:
     return FlopCountAnalysis(model, x)
 
 
-def _csv_lines(text: str) -> list[str]:
-    """A CSV export without its ``#`` metadata lines."""
-    return [line for line in io.StringIO(text) if not line.startswith("#")]
-
-
 def _ok(run: subprocess.CompletedProcess) -> str:
     assert run.returncode == 0, run.stderr
     assert "Traceback" not in run.stderr
@@ -97,9 +92,9 @@ def test_json_total_is_the_python_total(runs, api) -> None:
 
 
 def test_csv_parses_and_totals_match(runs, api) -> None:
-    rows = list(csv.DictReader(_csv_lines(_ok(runs["csv"]))))
-    assert rows[0]["name"] == "." and int(rows[0]["flops"]) == api.total()  # the model's row: "."
-    assert {r["name"]: int(r["flops"]) for r in rows} == {n or ".": v for n, v in api.by_module().items()}
+    rows = list(csv.DictReader(io.StringIO(_ok(runs["csv"]))))
+    assert rows[0]["name"] == "." and int(rows[0]["macs"]) == api.total()  # the model's row: "."; 1 flop per MAC
+    assert {r["name"]: int(r["macs"]) for r in rows} == {n or ".": v for n, v in api.by_module().items()}
 
 
 def test_markdown_parses_and_total_matches(runs, api) -> None:
@@ -107,7 +102,7 @@ def test_markdown_parses_and_total_matches(runs, api) -> None:
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     model_row = [c.strip() for c in lines[2].strip("|").split("|")]
     assert header == ["module", "type", "#parameters", "#flops"]
-    assert model_row == ["model", "Tiny", "472", str(api.total())]
+    assert model_row == ["`.`", "Tiny", "472", str(api.total())]  # the model is "." in every export
 
 
 @pytest.mark.parametrize("name", MISTAKES)
@@ -155,7 +150,7 @@ def test_transformers_model_from_its_config(capsys: pytest.CaptureFixture[str]) 
     data = json.loads(capsys.readouterr().out)
     assert data["model"] == "GPT2Model"
     # the attention and MLP projections: 4 * 16 tokens * 32 * 32 (c_attn 3x, c_proj 1x) + 2 * 16 * 32 * 128
-    linear = sum(r["flops"] for r in data["operators"] if r["module"] == "" and r["operator"] == "addmm")
+    linear = sum(r["flops"] for r in data["operators"] if r["module"] == "." and r["operator"] == "addmm")
     assert linear == 16 * 32 * 32 * 4 + 2 * 16 * 32 * 128
     assert main(["hf:NoSuchConfig"]) == 2
     assert "unknown transformers class" in capsys.readouterr().err
@@ -195,8 +190,8 @@ def test_factory_from_a_file_and_output_file(capsys: pytest.CaptureFixture[str],
         == 0
     )
     assert capsys.readouterr().out == ""
-    rows = list(csv.DictReader(_csv_lines(out.read_text())))
-    assert sum(int(r["flops"]) for r in rows if r["module"] == ".") == api.total()
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert sum(int(r["macs"]) for r in rows if r["module"] == ".") == api.total()
 
 
 def test_torchvision_model_by_name(capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,9 +22,9 @@ BLOCKS = [b for page in cli_examples.pages() for b in cli_examples.blocks(page)]
 
 
 def _quick(command: Any) -> bool:
-    """A mistake refused before or during a trace, or the tiny fixture model: well under a second."""
+    """A mistake refused before or during a trace, or the tiny model (the fixture, docs/examples/tiny.py): well under a second."""
     return command.output.startswith("opcount: error:") or any(
-        a.startswith("tests.fixtures.report_models:") for a in command.argv
+        a.startswith(("tests.fixtures.report_models:", "docs/examples/tiny.py:")) for a in command.argv
     )
 
 

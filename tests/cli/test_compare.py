@@ -15,7 +15,6 @@ import pandas as pd
 import pytest
 
 from opcount.cli import main
-from opcount.report.provenance import read_csv_meta
 
 TINY = "tests.fixtures.report_models:tiny"
 NESTED = "tests.fixtures.models:nested"
@@ -43,11 +42,12 @@ def test_markdown_right_aligns_numbers(capsys: pytest.CaptureFixture[str]) -> No
     assert _pipe_rows(out)[3] == [NESTED, "355", "1.26K"]
 
 
-def test_csv_reads_back_with_pandas_and_says_what_it_is(capsys: pytest.CaptureFixture[str]) -> None:
-    out = _run(capsys, "--format", "csv", "--flops-per-mac", "2", "-q")
-    df = pd.read_csv(io.StringIO(out), comment="#").set_index("model")
+def test_csv_reads_back_with_pandas_and_says_what_it_is(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    sidecar = tmp_path / "meta.json"
+    out = _run(capsys, "--format", "csv", "--flops-per-mac", "2", "-q", "--csv-meta", str(sidecar))
+    df = pd.read_csv(io.StringIO(out)).set_index("model")  # pandas' defaults: the header is the first line
     assert df.loc[NESTED, "params"] == 355 and df.loc[NESTED, "flops"] == 2 * 1260  # only linears: all MACs
-    meta = read_csv_meta(out)
+    meta = json.loads(sidecar.read_text())
     assert meta["flops_per_mac"] == 2 and meta["preset"] == "default" and meta["tracer"] == "jit"
     assert meta["models"][NESTED]["inputs"] == [{"name": "args[0]", "shape": [4, 10], "dtype": "float32"}]
     assert meta["models"][TINY]["model_class"] == "Tiny"
@@ -73,12 +73,12 @@ def test_by_operator_puts_models_in_columns(capsys: pytest.CaptureFixture[str]) 
 
 def test_by_operator_csv_is_long(capsys: pytest.CaptureFixture[str]) -> None:
     out = _run(capsys, "--by-operator", "--format", "csv", "--columns", "flops,percent", "-q")
-    df = pd.read_csv(io.StringIO(out), comment="#")
-    assert list(df.columns) == ["model", "operator", "flops", "percent"]
+    df = pd.read_csv(io.StringIO(out))
+    assert list(df.columns) == ["model", "operator", "macs", "macs_percent"]  # 1 flop per multiply-add
     nested = df[df.model == NESTED]
-    assert nested[["operator", "flops", "percent"]].values.tolist() == [["linear", 1260, 100.0]]
-    assert df[df.model == TINY].flops.sum() == 127360
-    wide = df.pivot(index="operator", columns="model", values="flops")
+    assert nested[["operator", "macs", "macs_percent"]].values.tolist() == [["linear", 1260, 100.0]]
+    assert df[df.model == TINY].macs.sum() == 127360
+    wide = df.pivot(index="operator", columns="model", values="macs")
     assert wide.loc["linear", TINY] == 384
 
 
@@ -99,7 +99,7 @@ def test_warnings_name_their_model(capsys: pytest.CaptureFixture[str]) -> None:
     logging.disable(logging.NOTSET)  # tests/conftest.py silences opcount's log; this test reads it
     assert main(["compare", TINY, NESTED]) == 0
     err = capsys.readouterr().err.splitlines()
-    assert f"opcount: warning: {TINY}: These submodules were never called during the trace: unused." in "\n".join(err)
+    assert f"opcount: warning: {TINY}: 1 submodule never called during the trace: unused (" in "\n".join(err)
     assert any(line.startswith(f"opcount: warning: {NESTED}: ") and "unused" in line for line in err)
 
 

@@ -33,7 +33,7 @@ def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
     return json.loads(out)
 
 
-def linear(data: dict, module: str = "") -> int:
+def linear(data: dict, module: str = ".") -> int:
     return sum(r["flops"] for r in data["operators"] if r["module"] == module and r["operator"] == "linear")
 
 

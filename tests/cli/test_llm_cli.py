@@ -10,6 +10,7 @@ import csv
 import io
 import json
 
+import pandas as pd
 import pytest
 
 pytest.importorskip("transformers")
@@ -56,7 +57,7 @@ def test_decode_json(capsys: pytest.CaptureFixture[str]) -> None:
 def _elementwise(data: dict) -> int:
     """What the default preset counts beyond multiply-adds (norms, rotary, activations)."""
     macs = ("linear", "scaled_dot_product_attention", "matmul")
-    return sum(row["flops"] for row in data["operators"] if row["module"] == "" and row["operator"] not in macs)
+    return sum(row["flops"] for row in data["operators"] if row["module"] == "." and row["operator"] not in macs)
 
 
 def test_preset_macs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -73,9 +74,38 @@ def test_sweep_csv_has_one_row_per_point(capsys: pytest.CaptureFixture[str]) -> 
     assert status == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
     assert [(int(r["batch"]), int(r["kv_len"])) for r in rows] == [(b, k) for b in (1, 4) for k in (8, 16, 32)]
-    assert [float(r["kv_cache"]) for r in rows] == [
+    assert [float(r["kv_cache_bytes"]) for r in rows] == [
         2 * N * G * E * (k + 1) * b * 2 for b in (1, 4) for k in (8, 16, 32)
     ]
+    df = pd.read_csv(io.StringIO(out))  # pandas' defaults: the header is the first line
+    assert {"macs", "weights_bytes", "time_s", "tokens_per_s", "bound"} <= set(df.columns)
+    assert len(df) == 6
+
+
+def test_sweep_csv_leaves_missing_values_empty(capsys: pytest.CaptureFixture[str]) -> None:
+    # no output token at gen-len 0: no time per output token, nor tokens/s (None in JSON)
+    status, out, err = run(capsys, "llm:llama-3-8b", *TINY, "--seq-len", "8", "--gen-len", "1",
+                           "--sweep", "gen-len=0,2", "--hardware", "h100-sxm", "--format", "csv")  # fmt: skip
+    assert status == 0, err
+    assert "None" not in out
+    first = next(csv.DictReader(io.StringIO(out)))
+    assert first["gen_len"] == "0" and first["time_per_output_token_s"] == "" and first["tokens_per_s"] == ""
+    df = pd.read_csv(io.StringIO(out))
+    assert pd.isna(df["time_per_output_token_s"].iloc[0]) and df["time_per_output_token_s"].iloc[1] > 0
+
+
+def test_llm_exports_describe_the_model_as_typed(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    status, out, err = run(capsys, "llm:llama-3-8b", *TINY, "--phase", "decode", "--kv-len", "4", "--format", "json")
+    assert status == 0, err
+    meta = json.loads(out)["meta"]
+    assert (meta["model"], meta["model_class"], meta["device"]) == ("llm:llama-3-8b", "LlamaForCausalLM", "meta")
+    sidecar = tmp_path / "meta.json"
+    status, out, err = run(capsys, "llm:llama-3-8b", *TINY, "--phase", "decode", "--kv-len", "4", "--format", "csv",
+                           "--csv-meta", str(sidecar))  # fmt: skip
+    assert status == 0, err
+    assert json.loads(sidecar.read_text()) == meta
+    df = pd.read_csv(io.StringIO(out))
+    assert df["name"].iloc[0] == "." and "macs" in df.columns
 
 
 def test_sweep_json_points(capsys: pytest.CaptureFixture[str]) -> None:
@@ -136,3 +166,11 @@ def test_generation_json_counts_every_step(capsys: pytest.CaptureFixture[str]) -
     rotary = E // 2
     decode = sum(decode_macs(1, prompt + j) + rotary for j in range(steps))
     assert data["llm"]["flops"] - decode == data["total"]["flops"]  # the rest is the prefill (the table)
+
+
+def test_table_rows_have_distinct_names(capsys: pytest.CaptureFixture[str]) -> None:
+    # LlamaForCausalLM's body is its child `model`: the root row, fvcore's "model", would repeat it
+    status, out, err = run(capsys, "llm:llama-3-8b", *TINY, "--phase", "decode", "--depth", "1")
+    assert status == 0, err
+    names = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("|")][2:]
+    assert names == ["whole model", "model", "lm_head"]

@@ -144,7 +144,8 @@ TINY_PARAMS = 472
 
 def _model_row(capsys: pytest.CaptureFixture[str], argv: list[str]) -> list[str]:
     assert cli.main(["tests.fixtures.report_models:tiny", "-q", *argv]) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.lstrip("| ").startswith("model"))
+    # the model's row: "model" in the table and tree, "`.`" in markdown (as in every export)
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.lstrip("| ").startswith(("model", "`.`")))
     return row.replace("|", " ").split()
 
 
@@ -342,7 +343,7 @@ def test_llm_exports_write_byte_counts_as_integers(capsys: pytest.CaptureFixture
     csv_argv = ["llm:gpt2", "--seq-len", "8", "--format", "csv", "--sweep", "batch=1,2"]
     assert cli.main([*csv_argv, *(a for kv in small for a in ("--hf-config", kv))]) == 0
     header, *rows = capsys.readouterr().out.split()
-    assert header.split(",")[4:7] == ["weights", "kv_cache", "activations"]
+    assert header.split(",")[4:7] == ["weights_bytes", "kv_cache_bytes", "activations_bytes"]
     assert all(cell.isdigit() for row in rows for cell in row.split(",")[4:7]), rows
 
 

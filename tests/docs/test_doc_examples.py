@@ -55,7 +55,7 @@ import torch
 from pathlib import Path
 from opcount import FlopCountAnalysis
 from opcount.report import to_csv
-from tests.fixtures.report_models import tiny
+from tests.fixtures.report_models import tiny  # the page defines its own before using it
 x = torch.randn(1, 3, 224, 224)
 Path("resnet50.csv").write_text(to_csv(FlopCountAnalysis(*tiny())))
 """,

@@ -42,7 +42,7 @@ def test_references_are_cited_by_name() -> None:
         root / "README.md",
         *(p for d in ("opcount", "docs", "tests", "scripts", "benchmarks") for p in (root / d).rglob("*")),
     ]
-    numbered = re.compile(r"seed 00\d")
+    numbered = re.compile(r"seed[ _-]?0\d\d", re.IGNORECASE)  # capitalised too
     offenders = [
         f"{p.relative_to(root)}:{n}"
         for p in files

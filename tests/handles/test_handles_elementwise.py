@@ -83,7 +83,7 @@ def test_glu_counts_the_halved_output() -> None:
 
 
 @pytest.mark.parametrize("shape, dim, c", [((2, 4, 16, 16), -1, 16), ((150, 91), 1, 91), ((8, 3, 5), 1, 3)])
-def test_softmax_seed_000(shape, dim, c) -> None:
+def test_softmax_chainer_computational_cost(shape, dim, c) -> None:
     n = 1
     for d in shape:
         n *= d

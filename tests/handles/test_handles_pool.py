@@ -11,7 +11,7 @@ def test_max_pool2d_resnet_stem() -> None:
     assert flops("aten::max_pool2d", args, [T(1, 64, 56, 56)]) == 64 * 56 * 56 * 8
 
 
-def test_seed_000_published_example() -> None:
+def test_chainer_computational_cost_published_example() -> None:
     # chainer-computational-cost's own test: 1x3x100x100, 2x2 window -> 3x50x50 outputs
     max_args = [T(1, 3, 100, 100), C((2, 2)), C((2, 2)), C((0, 0)), C((1, 1)), C(False)]
     assert flops("aten::max_pool2d", max_args, [T(1, 3, 50, 50)]) == (3 * 50 * 50) * (2 * 2 - 1)

@@ -303,6 +303,35 @@ def _mha(n: int, k: int) -> tuple[Callable[..., Any], tuple[Any, ...]]:
 EXAMPLES["aten::_native_multi_head_attention"] = _mha
 
 
+def _encoder_layer(n: int, k: int) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    e, f = 8, 16
+    w = torch.rand
+
+    return aten._transformer_encoder_layer_fwd, (
+        torch.rand(n, k, e),
+        e,
+        2,
+        w(3 * e, e),
+        w(3 * e),
+        w(e, e),
+        w(e),
+        False,
+        False,
+        1e-5,
+        w(e),
+        w(e),
+        w(e),
+        w(e),
+        w(f, e),
+        w(f),
+        w(e, f),
+        w(e),
+    )
+
+
+EXAMPLES["aten::_transformer_encoder_layer_fwd"] = _encoder_layer
+
+
 def _bn(name: str) -> Example:
     def build(n: int, k: int) -> tuple[Callable[..., Any], tuple[Any, ...]]:
         c = torch.rand(k)

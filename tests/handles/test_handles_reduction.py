@@ -5,7 +5,7 @@ import pytest
 from tests.fixtures.specs import NONE, C, T, flops
 
 
-def test_seed_000_max_over_two_axes() -> None:
+def test_chainer_computational_cost_max_over_two_axes() -> None:
     # chainer-computational-cost: (A, B, C, D) max over (1, 2) = (B-1)ACD + (C-1)AD; with (2, 3, 4, 5): 80 + 30
     assert flops("aten::amax", [T(2, 3, 4, 5), C((1, 2)), C(False)], [T(2, 5)]) == 110
     assert 2 * 3 * 4 * 5 - 2 * 5 == 110

@@ -147,6 +147,35 @@ def test_a_slow_first_product_does_not_stop_the_search_at_a_tiny_size(monkeypatc
     about a thousand times too low: the search now starts at a size that measures the peak."""
     from opcount.hardware import calibrate
 
-    monkeypatch.setattr(calibrate, "_best_time", lambda fn, device, repeats: 1.0)  # every run "slow"
+    monkeypatch.setattr(calibrate, "_run_times", lambda fn, device, repeats: [1.0] * repeats)  # every run "slow"
     flops = calibrate.matmul_flops(torch.float32, torch.device("cpu"), target=0.05)
     assert flops == 2 * calibrate.MIN_SIDE["cpu"] ** 3 / 1.0
+
+
+def test_calibration_shows_its_spread_and_date(cache_in_tmp, monkeypatch, capsys) -> None:
+    # Two runs of one machine saw 34.6 and 53.6 GB/s: the best is used, and the spread is shown.
+    import re
+
+    from opcount.cli import main
+
+    copies = calibrate.Rate([34.6e9, 53.6e9, 41.0e9])
+    assert copies == 53.6e9 and calibrate.spread(copies) == (34.6e9, 41.0e9, 53.6e9)
+    assert calibrate.spread(20e9) == (20e9, 20e9, 20e9)  # a plain number, as a stub gives
+    monkeypatch.setattr(calibrate, "matmul_flops", SLOW.matmul)
+    monkeypatch.setattr(calibrate, "copy_bandwidth", lambda device: copies)
+    hw = local_hardware("cpu")
+    assert hw.bandwidth == 53.6e9
+    assert re.search(r"measured \d{4}-\d\d-\d\d \d\d:\d\d UTC", hw.description)
+    assert "copy bandwidth 53.6 GB/s (best of 3; min / median / max 34.6G / 41G / 53.6 GB/s)" in hw.description
+    (stored,) = json.loads((cache_in_tmp / calibrate.CACHE_FILE).read_text()).values()
+    assert stored["description"] == hw.description  # the cache keeps the date and the spread
+
+    import logging
+
+    logging.disable(logging.NOTSET)  # tests/conftest.py silences opcount's log; this test reads it
+    argv = ["tests.fixtures.report_models:tiny", "--hardware", "local:cpu", "-q"]
+    assert main(argv) == 0
+    assert capsys.readouterr().err == ""  # -q: nothing
+    assert main(argv[:-1]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("opcount: note: ")]
+    assert notes == [f"opcount: note: --hardware local:cpu: {hw.description} (cached; --recalibrate measures again)"]

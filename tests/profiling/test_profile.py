@@ -10,9 +10,11 @@ profiler's timestamps.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 
+import pandas as pd
 import pytest
 import torch
 from torch import nn
@@ -244,9 +246,12 @@ def test_table_json_csv_and_plot(report: ProfileReport, tmp_path) -> None:
     assert [m["name"] for m in data["modules"]] == list(report.modules)
     assert data["total"]["measured"] == report.total.measured
     lines = report.to_csv("operators").splitlines()
-    assert lines[0].startswith("name,kind,type,parent,calls,measured")
+    assert lines[0].startswith("name,kind,type,parent,calls,measured_s,self_time_s,predicted_s,flops,bytes")
     assert any(line.startswith("Scale::add,inner,,Scale,") for line in lines)
     assert len(report.to_csv().splitlines()) == len(report.modules) + 1
+    modules = pd.read_csv(io.StringIO(report.to_csv()))  # pandas' defaults
+    assert modules["name"].iloc[0] == "." and not modules["name"].isna().any()
+    assert modules["measured_s"].iloc[0] == pytest.approx(report.total.measured, rel=1e-9)
     fig = report.plot(tmp_path / "profile.png", top=5)
     assert (tmp_path / "profile.png").stat().st_size > 0 and fig.axes
 
@@ -282,3 +287,18 @@ def test_cli_profile(capsys) -> None:
     assert main([*argv, "--depth", "1"]) == 0
     text = capsys.readouterr().out
     assert "% SOL" in text and "layer4" in text and "speed of light" in text
+
+
+def test_faster_than_the_speed_of_light_is_explained() -> None:
+    # The slowest device a hardware record allows (1 MFLOP/s, 1 MB/s): 2 * 64 * 256 * 256 = 8.4 MFLOP
+    # take 8.4 s there, and this CPU far less, so the summary names the rows and says why; on the
+    # fastest one allowed (1 EFLOP/s, 1 PB/s: under a nanosecond) it says nothing.
+    from opcount.hardware import Hardware
+
+    model, x = nn.Sequential(nn.Linear(256, 256), nn.ReLU()).eval(), torch.randn(64, 256)
+    slow = Hardware("slow", {"vector": {"float32": 1e6}}, bandwidth=1e6)
+    summary = profile(model, x, hardware=slow, repeats=2, warmup=1).summary()
+    assert "Measured faster than the speed of light (over 100%): model" in summary
+    assert "every byte comes from main memory once" in summary
+    fast = Hardware("fast", {"vector": {"float32": 1e18}}, bandwidth=1e15)
+    assert "faster than the speed of light" not in profile(model, x, hardware=fast, repeats=2, warmup=1).summary()

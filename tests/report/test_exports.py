@@ -1,11 +1,12 @@
-"""Exports that say what they are: JSON's ``meta``, CSV's ``#`` lines, and a root row that
-survives ``pandas.read_csv``.
+"""Exports that say what they are: JSON's ``meta`` (and ``--csv-meta``), CSV that ``csv.DictReader``
+and ``pandas.read_csv`` read with their defaults, units in CSV headers, one root name (``.``) everywhere.
 
 Nested (tests/fixtures/models.py) on a [4, 10] input: 1260 flops (4*10*20 + 4*20*5 + 4*5*3), 355 parameters.
 """
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 
@@ -18,7 +19,7 @@ from opcount import FlopCountAnalysis, TensorShape
 from opcount import report as R
 from opcount.cli import main
 from opcount.memory import MemoryTrafficAnalysis
-from opcount.report.provenance import CSV_ROOT, input_specs, read_csv_meta
+from opcount.report.provenance import input_specs
 from opcount.roofline import roofline
 from tests.fixtures.models import Nested
 from tests.fixtures.report_models import tiny
@@ -82,42 +83,98 @@ def test_meta_can_be_replaced_or_left_out(nested: FlopCountAnalysis) -> None:
     assert R.to_dict(nested, meta={"model": "mine"})["meta"] == {"model": "mine"}
 
 
-def test_csv_round_trips_through_pandas(nested: FlopCountAnalysis) -> None:
+def test_csv_round_trips_through_pandas_and_dictreader(nested: FlopCountAnalysis) -> None:
     text = R.to_csv(nested)
-    df = pd.read_csv(io.StringIO(text), comment="#")
+    assert text.startswith("name,type,parent,depth,called,params,flops,")  # the header first, no metadata
+    df = pd.read_csv(io.StringIO(text))  # pandas' defaults
     assert not df["name"].isna().any()  # the root row's name survives
-    assert df["name"].iloc[0] == CSV_ROOT == "."
+    assert df["name"].iloc[0] == R.ROOT == "."
     by_name = df.set_index("name")
+    # flops_per_mac=2: the column says flops; 2 flops per multiply-add of Nested's three linears
     assert by_name.loc[".", "flops"] == 2 * 1260 and by_name.loc[".", "params"] == 355
     assert by_name.loc["inner.fc1", "flops"] == 2 * 4 * 10 * 20
     assert by_name.loc["head", "parent"] == "." and by_name.loc["inner.fc2", "parent"] == "inner"
     assert pd.isna(by_name.loc[".", "parent"])  # the model has no parent
     assert by_name["called"].dtype == bool and not by_name.loc["unused", "called"]
-    assert read_csv_meta(text) == R.to_dict(nested)["meta"]
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert rows[0]["name"] == "." and int(rows[0]["flops"]) == 2 * 1260
+
+
+def test_json_names_the_root_as_csv_does(nested: FlopCountAnalysis) -> None:
+    data = R.to_dict(nested)
+    assert data["modules"][0]["name"] == "." and data["modules"][0]["parent"] is None
+    assert {m["parent"] for m in data["modules"] if m["depth"] == 1} == {"."}
+    assert {o["module"] for o in data["operators"]} >= {"."}
+
+
+def test_csv_headers_say_macs_under_fvcores_convention() -> None:
+    analysis = FlopCountAnalysis(Nested().eval(), torch.randn(4, 10), preset="macs")
+    df = pd.read_csv(io.StringIO(R.to_csv(analysis)))
+    assert "flops" not in df.columns
+    assert df.set_index("name").loc[".", "macs"] == 1260 and "self_macs" in df.columns
+
+
+def test_csv_times_in_seconds_without_float_residue() -> None:
+    model, x = tiny()
+    flops = FlopCountAnalysis(model, x)
+    report = roofline(MemoryTrafficAnalysis(model, x), hardware="h100-sxm")
+    text = R.to_csv(flops, columns=("flops", "time", "time_share", "bound"), extra={"roofline": report})
+    df = pd.read_csv(io.StringIO(text)).set_index("name")
+    assert {"macs", "time_s", "time_percent", "bound", "self_time_s"} <= set(df.columns)
+    assert df.loc[".", "time_s"] == pytest.approx(report.total_time, rel=1e-11)
+    assert df.loc[".", "time_percent"] == 100
+    assert (df["self_time_s"] >= 0).all()  # a container's own time is 0, not a -1e-19 residue
+    assert df.loc["stem", "self_time_s"] == 0
+    assert df.loc["unused", "called"] == False  # noqa: E712
+    assert pd.isna(df.loc["unused", "bound"])  # undefined: an empty cell
 
 
 def test_operator_csv_round_trips_through_pandas(nested: FlopCountAnalysis) -> None:
-    df = pd.read_csv(io.StringIO(R.to_csv(nested, level="operators")), comment="#")
+    df = pd.read_csv(io.StringIO(R.to_csv(nested, level="operators")))
     root = df[df["module"] == "."]
     assert root[["operator", "flops"]].values.tolist() == [["linear", 2 * 1260]]
 
 
-def test_read_csv_meta_reads_a_file(tmp_path) -> None:
-    path = tmp_path / "tiny.csv"
-    path.write_text(R.to_csv(FlopCountAnalysis(*tiny())))
-    assert read_csv_meta(path)["inputs"][0]["shape"] == [2, 3, 16, 16]
-    with pytest.raises(ValueError, match="malformed CSV metadata line"):
-        read_csv_meta("# no separator\nname\n")
+def test_markdown_escapes_a_pipe_in_a_module_name() -> None:
+    model = torch.nn.Sequential()
+    model.add_module("a|b", torch.nn.Linear(3, 2))
+    analysis = FlopCountAnalysis(model, torch.randn(1, 3))
+    for level in ("modules", "operators"):
+        lines = R.to_markdown(analysis, level=level, columns=("flops",)).splitlines()
+        assert all(line.replace("\\|", "").count("|") == lines[0].count("|") for line in lines)
+        assert any("a\\|b" in line for line in lines)
 
 
-def test_cli_exports_name_the_model_as_given(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_model_that_does_no_work_has_an_undefined_bound_in_total_and_row() -> None:
+    model = torch.nn.Identity()
+    x = torch.randn(2, 3)
+    report = roofline(MemoryTrafficAnalysis(model, x), hardware="h100-sxm")
+    data = R.to_dict(
+        FlopCountAnalysis(model, x), columns=("flops", "time", "time_share", "bound"), extra={"roofline": report}
+    )
+    row = data["modules"][0]
+    for key in ("bound", "time_share"):
+        assert data["total"][key] is None and row[key] is None
+    assert data["total"]["time"] == row["time"] == 0
+
+
+def test_cli_exports_name_the_model_as_given(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     argv = [NESTED, "--hardware", "t4", "--roofline-dtype", "float16", "--flops-per-mac", "2", "-q"]
     assert main([*argv, "--format", "json"]) == 0
     meta = json.loads(capsys.readouterr().out)["meta"]
     assert (meta["model"], meta["model_class"], meta["flops_per_mac"]) == (NESTED, "Nested", 2)
     assert (meta["hardware"], meta["roofline_dtype"]) == ("t4", "float16")
-    assert main([*argv, "--format", "csv", "--input", "2,10"]) == 0
+    sidecar = tmp_path / "meta.json"
+    assert main([*argv, "--format", "csv", "--input", "2,10", "--csv-meta", str(sidecar)]) == 0
     out = capsys.readouterr().out
-    assert read_csv_meta(out)["inputs"] == [{"name": "args[0]", "shape": [2, 10], "dtype": "float32"}]
-    df = pd.read_csv(io.StringIO(out), comment="#").set_index("name")
+    meta = json.loads(sidecar.read_text())
+    assert meta["inputs"] == [{"name": "args[0]", "shape": [2, 10], "dtype": "float32"}]
+    assert (meta["model"], meta["flops_per_mac"]) == (NESTED, 2)
+    df = pd.read_csv(io.StringIO(out)).set_index("name")
     assert df.loc[".", "flops"] == 2 * 2 * (10 * 20 + 20 * 5 + 5 * 3)
+
+
+def test_csv_meta_needs_the_csv_format(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    assert main([NESTED, "--csv-meta", str(tmp_path / "m.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--csv-meta" in err and "Traceback" not in err

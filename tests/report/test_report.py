@@ -148,7 +148,7 @@ def _assert_rows_add_up(data: dict) -> None:
         if m["parent"] is not None:
             children.setdefault(m["parent"], []).append(m["name"])
     for key in data["columns"]:
-        assert modules[""][key] == data["total"][key]
+        assert modules["."][key] == data["total"][key]  # the model's row is named "." in exports
         for name, m in modules.items():
             assert type(m[key]) is int, (name, key)
             assert m[key] == m["self_" + key] + sum(modules[c][key] for c in children.get(name, ())), (name, key)
@@ -192,12 +192,12 @@ def test_rows_add_up_with_every_statistic() -> None:
 def test_json_and_csv_carry_exact_integers(resnet18: FlopCountAnalysis) -> None:
     data = json.loads(R.to_json(resnet18))
     assert data == R.to_dict(resnet18)
-    rows = list(csv.DictReader(io.StringIO(R.to_csv(resnet18, meta=False))))
+    rows = list(csv.DictReader(io.StringIO(R.to_csv(resnet18))))
     assert [r["name"] for r in rows] == [n or "." for n in resnet18.module_tree.names]  # the model: "."
-    assert int(rows[0]["flops"]) == resnet18.total()
-    assert {r["name"]: int(r["flops"]) for r in rows} == {n or ".": v for n, v in resnet18.by_module().items()}
-    ops = list(csv.DictReader(io.StringIO(R.to_csv(resnet18, level="operators", max_depth=0, meta=False))))
-    assert {r["operator"]: int(r["flops"]) for r in ops} == dict(resnet18.by_operator())
+    assert int(rows[0]["macs"]) == resnet18.total()  # 1 flop per multiply-add: the header says macs
+    assert {r["name"]: int(r["macs"]) for r in rows} == {n or ".": v for n, v in resnet18.by_module().items()}
+    ops = list(csv.DictReader(io.StringIO(R.to_csv(resnet18, level="operators", max_depth=0))))
+    assert {r["operator"]: int(r["macs"]) for r in ops} == dict(resnet18.by_operator())
 
 
 def test_operator_table_and_markdown(resnet18: FlopCountAnalysis) -> None:
@@ -205,10 +205,10 @@ def test_operator_table_and_markdown(resnet18: FlopCountAnalysis) -> None:
     assert text.splitlines()[1].endswith("-:|")  # exact numbers are right-aligned
     assert f"| model    | conv                | {resnet18.by_operator()['conv']} |" in text
     assert R.to_markdown(resnet18, level="operators", max_depth=0) == R.operator_table(
-        resnet18, columns=("flops",), max_depth=0, number_format=R.COMPACT
+        resnet18, columns=("flops",), max_depth=0, number_format=R.COMPACT, root_label="."
     )
     md = R.to_markdown(resnet18, max_depth=1)
-    assert md.splitlines()[2].startswith("| model ") and "`layer1`" in md
+    assert md.splitlines()[2].startswith("| `.` ") and "`layer1`" in md  # the model: "." as in every export
     assert md.splitlines()[1].endswith("--:|")  # numbers right-aligned
 
 

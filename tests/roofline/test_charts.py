@@ -129,6 +129,52 @@ def test_time_chart_axis_in_the_unit_of_its_largest_bar() -> None:
     assert max(p.get_width() for p in ax.patches) == pytest.approx(10.0)
 
 
+def test_time_chart_legend_covers_no_bar_and_its_title_fits() -> None:
+    # The legend sat inside the axes over the bottom bars, and a long title ran past the figure's edges.
+    from opcount.roofline.plot import time_chart
+
+    hw = Hardware("a-very-long-hardware-file-name-from-a-toml", dict(TOY.peak), bandwidth=TOY.bandwidth)
+    report = speed_of_light(_layers(), hw)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = time_chart(report, within="layer0")
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()  # as saving draws it
+    renderer = canvas.get_renderer()
+    page = fig.bbox
+    legend = fig.legends[0].get_window_extent(renderer)
+    bars = [p.get_window_extent(renderer) for p in fig.axes[0].patches]
+    assert bars and not any(legend.overlaps(bar) for bar in bars)
+    title = fig._suptitle.get_window_extent(renderer)  # matplotlib keeps no public handle on it
+    assert page.x0 <= title.x0 and title.x1 <= page.x1 and title.y1 <= page.y1
+    assert "\n" in fig._suptitle.get_text()  # wrapped
+
+
+def _layers() -> list[Layer]:
+    """Memory-bound and compute-bound layers inside one long-named module."""
+    long = "layer0.a_module_with_a_long_name_that_a_real_model_might_well_have"
+    return [
+        Layer(
+            f"{long}.conv{i}",
+            flops=1e8 * (i + 1),
+            weight_bytes=1e6,
+            unit="tensor",
+            op="conv",
+            owners=("", "layer0", long, f"{long}.conv{i}"),
+        )
+        for i in range(6)
+    ] + [
+        Layer(
+            f"{long}.relu",
+            flops=1e6,
+            ifmap_bytes=4e8,
+            unit="vector",
+            op="relu",
+            owners=("", "layer0", long, f"{long}.relu"),
+        )
+    ]
+
+
 def test_sparsity_roofline_chart_labels_do_not_overlap(tmp_path: Path) -> None:
     from opcount.sparsity.plot import SparsityPoint, sparsity_roofline_chart
 

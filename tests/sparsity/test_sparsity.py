@@ -4,6 +4,7 @@ pattern detection, pruning copies, report columns and charts."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -39,7 +40,7 @@ TOY_24 = SparseSupport(nm=((2, 4),))
 
 # ----- the paper's example ---------------------------------------------------------------------
 def test_paper_example_3072x768_weight_with_1_23m_nonzeros_costs_15_4_gflops() -> None:
-    # Seed 003, table 1: W 3072 x 768, N = 6272, 1.23M non-zeros: 2 x 1.23M x 6272 = 15.4 GFLOPs.
+    # The Sparsity Roofline paper, table 1: W 3072 x 768, N = 6272, 1.23M non-zeros: 2 x 1.23M x 6272 = 15.4 GFLOPs.
     layer = nn.Linear(768, 3072, bias=False)
     keep = torch.zeros(3072 * 768, dtype=torch.bool)
     keep[torch.randperm(keep.numel())[:1_230_000]] = True
@@ -391,3 +392,36 @@ def test_weights_from_a_state_dict_must_match_the_trace() -> None:
     assert (w.nnz, w.sparsity) == (0, Sparsity.unstructured(1.0))
     with pytest.raises(ValueError, match="traced model uses"):
         sparsity_roofline(model, (torch.randn(2, 8),), TOY, weights={"0.weight": torch.zeros(8, 4)})
+
+
+def test_command_plot_with_sparsity_draws_the_sparse_case(tmp_path, monkeypatch) -> None:
+    # --sparsity ... --plot drew the dense charts only: the sparse roofline is drawn beside them.
+    pytest.importorskip("matplotlib")
+    from opcount.cli import main
+    from opcount.roofline import plot
+
+    drawn = []
+    real = plot.save_charts
+
+    def recorded(report, path, **options):
+        drawn.append((report, Path(path).name, options.get("subject", "")))
+        return real(report, path, **options)
+
+    monkeypatch.setattr(plot, "save_charts", recorded)
+    out = tmp_path / "tiny.png"
+    argv = [
+        "tests.fixtures.report_models:tiny",
+        "--hardware",
+        "h100-sxm",
+        "--sparsity",
+        "2:4",
+        "--roofline-dtype",
+        "float16",
+    ]
+    assert main([*argv, "--plot", str(out), "-q"]) == 0
+    (dense, dense_name, _), (sparse, sparse_name, subject) = drawn
+    assert (dense_name, sparse_name) == ("tiny.png", "tiny.sparse.png")
+    assert "2:4" in subject and "sparse" in subject
+    assert sparse.total_time < dense.total_time  # the charts show the sparse weights' times
+    for name in ("tiny.png", "tiny.time.png", "tiny.sparse.png", "tiny.sparse.time.png"):
+        assert (tmp_path / name).stat().st_size > 0
