@@ -132,8 +132,10 @@ def _compare_options(ns: argparse.Namespace, prog: str) -> CompareOptions:
     options = CompareOptions(
         models=tuple(ns.models),
         inputs=_inputs(ns),
-        # one tracer for every model (the export states it once): jit unless --tracer dispatch
-        analysis=_analysis(ns, fmt, tracer=ns.tracer or "jit", hardware=hardware is not None),
+        # one tracer for every model (the export states it once): jit unless --tracer dispatch or --meta
+        analysis=_analysis(
+            ns, fmt, tracer=ns.tracer or ("dispatch" if ns.meta else "jit"), hardware=hardware is not None
+        ),
         hardware=hardware,
         layout=_layout(ns, fmt),
         output=ns.output,
