@@ -1,9 +1,14 @@
 """Argument checks before anything is built: the ``opcount`` command refuses a mistake in its
 flags' own words, in one line, before it spends seconds (or all the memory) building a model.
+They read the typed options (:mod:`opcount.cli.options`) that :func:`opcount.cli.parser.parse`
+makes, and run there, before the options are handed on.
 
 - flag combinations: ``--meta`` implies ``--tracer dispatch`` (``--tracer jit`` with it is
   refused), ``--mode train`` needs the dispatch tracer, the roofline flags need ``--hardware``,
   layout flags must apply to the ``--format`` (no ``--depth`` with ``repr``, no ``--units`` with json);
+- the analyses the columns declare they read (:func:`~opcount.cli.options.roles_for`): a time or
+  sparsity column, ``--sparsity`` or ``--plot`` without ``--hardware`` is refused;
+- ``opcount compare``: no flag of one model's report, no LLM phases, no model named twice;
 - ``--input`` shapes and an ``hf:`` model's ``--seq-len``: positive sizes whose element count
   torch can index, and real tensors within :data:`REAL_BYTES` (on meta tensors any size goes);
 - ``-o`` and ``--plot``: an existing folder, and a chart type matplotlib writes;
@@ -28,6 +33,7 @@ from torch import nn
 
 from ..llm.limits import MAX_POSITIONS
 from ..messages import first_line
+from .options import Analysis, CompareOptions, HardwareChoice, Inputs, Layout, LLMOptions, Options, columns_needing
 
 # Real tensors (inputs, or weights built from a config) above this are refused unless --meta:
 # 2**31 float32 elements, about what a workstation can allocate and trace without swapping.
@@ -37,146 +43,212 @@ MAX_ELEMENTS = 2**63 - 1  # torch indexes tensors with int64
 MAX_DIGITS = 100
 MAX_REPEATS = 10_000  # --profile keeps every pass's events in memory
 META_HINT = "analyze it on meta tensors with --meta (implies --tracer dispatch), no memory needed"
-# Report columns that need an analysis beyond the trace: the roofline (--hardware), the sparsity roofline.
-ROOFLINE_COLUMNS = frozenset({"time", "time_share", "bound", "unit"})
-SPARSITY_COLUMNS = frozenset({"sparse_flops", "sparse_time", "speedup", "sparsity"})
+COMPARE_FORMATS = ("table", "md")  # the text formats of opcount compare, beside json and csv
 
 
 class UsageError(Exception):
     """A mistake in what the user asked for: printed as one line, exit status 2."""
 
 
-def check_arguments(args: argparse.Namespace, dtype: torch.dtype) -> None:
-    """Refuse contradictory flags, unwritable outputs and impossible or oversized inputs;
-    resolve ``--tracer`` (``--meta`` implies ``dispatch``). ``dtype``: the ``--dtype`` of inputs."""
-    _check_tracer(args)
-    _check_roofline_flags(args)
-    _check_format_flags(args)
-    _check_hf_flags(args)
-    check_output_paths(args)
-    shapes = [(f"--input {','.join(map(str, s))}", s, dtype) for s in args.input or []]
-    if args.seq_len and args.model.startswith("hf:"):  # token ids (int64) or audio samples, 1 x N
-        shapes.append((f"--seq-len {args.seq_len}", (args.seq_len,), torch.int64))
-    _check_input_shapes(shapes, meta=args.meta)
-    if args.seq_len and args.model.startswith("hf:") and args.seq_len > MAX_POSITIONS:
+def check_model(options: Options) -> None:
+    """``opcount MODEL``: refuse contradictory flags, unwritable outputs and impossible or oversized
+    inputs, then a flag missing the analysis it needs."""
+    _check_tracer(options)
+    _check_roofline_flags(options.analysis, options.hardware)
+    _check_format_flags(options.layout, options.profile, options.analysis.sparsity, options.hardware is not None)
+    check_counts(options.layout, options.repeats)
+    _check_hf_flags(options.model, options.inputs)
+    check_output_paths(options.layout, options.output, options.plot)
+    inputs = options.inputs
+    shapes = [(f"--input {','.join(map(str, s))}", s, inputs.dtype) for s in inputs.shapes]
+    if inputs.seq_len and options.model.startswith("hf:"):  # token ids (int64) or audio samples, 1 x N
+        shapes.append((f"--seq-len {inputs.seq_len}", (inputs.seq_len,), torch.int64))
+    _check_input_shapes(shapes, meta=inputs.meta)
+    if inputs.seq_len and options.model.startswith("hf:") and inputs.seq_len > MAX_POSITIONS:
         # on meta too, where no budget applies: attention's seq x seq sizes overflow int64
-        raise UsageError(f"--seq-len {args.seq_len}: more than {MAX_POSITIONS:,} positions (the limit)")
+        raise UsageError(f"--seq-len {inputs.seq_len}: more than {MAX_POSITIONS:,} positions (the limit)")
+    check_roles(options.layout, options.analysis, options.hardware, options.plot)
 
 
-def _check_tracer(args: argparse.Namespace) -> None:
-    if args.meta:
-        if args.tracer == "jit":
+def check_compare(
+    options: CompareOptions, llm: LLMOptions, depth: int | None, repeats: int, given: dict[str, bool]
+) -> None:
+    """``opcount compare``: refuse what applies to one model's report (``given``: flag -> whether it
+    was given) or to LLM phases, counts past their limits, a model named twice, an unwritable ``-o``;
+    then a flag missing the analysis it needs."""
+    layout = options.layout
+    if layout.format not in (*COMPARE_FORMATS, "json", "csv"):
+        raise UsageError(f"opcount compare prints table, md, json or csv, not {layout.format}")
+    refused = {"--depth": depth is not None, **given}
+    if any(refused.values()):
+        flags = [flag for flag, value in refused.items() if value]
+        verb = "applies" if len(flags) == 1 else "apply"
+        raise UsageError(
+            f"opcount compare reports each model's totals: {', '.join(flags)} {verb} to one model's report"
+        )
+    _check_exact_formats(layout)
+    check_counts(layout, repeats)
+    named = [spec for spec in options.models if spec.startswith("llm:")] + llm.given()
+    if named:
+        raise UsageError(
+            f"opcount compare analyzes whole models, not LLM phases ({', '.join(named)}): "
+            "compare points with opcount llm:NAME --sweep KEY=V1,V2"
+        )
+    twice = sorted({spec for spec in options.models if options.models.count(spec) > 1})
+    if twice:
+        raise UsageError(f"model {', '.join(twice)} named twice")
+    check_output_paths(
+        options.layout, options.output, None
+    )  # as `opcount MODEL` does: a folder given to -o should not cost the analyses
+    check_roles(options.layout, options.analysis, options.hardware, None)
+
+
+def check_recalibrate(hardware: HardwareChoice | None, recalibrate: bool) -> None:
+    """``--recalibrate`` measures this machine again: without ``--hardware local`` it would do nothing."""
+    if recalibrate and (hardware is None or hardware.local is None):
+        raise UsageError("--recalibrate applies to --hardware local")
+
+
+def check_roles(layout: Layout, analysis: Analysis, hardware: HardwareChoice | None, plot: str | None) -> None:
+    """The analyses the columns and flags need (``analysis.roles``), refused when one needs ``--hardware``
+    missing; ``--sparsity`` values read before anything is traced."""
+    if hardware is None and "roofline" in analysis.roles:  # asked for by columns, then
+        named = sorted(columns_needing("roofline", layout.columns or ()))
+        raise UsageError(f"columns {', '.join(named)} need --hardware")
+    if hardware is None and "sparsity" in analysis.roles:
+        raise UsageError(f"--sparsity and the columns {', '.join(columns_needing('sparsity'))} need --hardware")
+    if analysis.sparsity:
+        from ..sparsity import parse_sparsity_args
+
+        try:  # before tracing: a typo should not cost a trace
+            parse_sparsity_args(analysis.sparsity)
+        except ValueError as e:  # its messages name the value
+            raise UsageError(f"--sparsity: {e}") from None
+    if plot and hardware is None:
+        raise UsageError("--plot needs --hardware")
+
+
+def _check_tracer(options: Options) -> None:
+    analysis = options.analysis
+    if analysis.meta:
+        if analysis.tracer == "jit":
             raise UsageError(
                 "--meta needs the dispatch tracer: leave out --tracer jit (--meta implies --tracer dispatch)"
             )
-        args.tracer = "dispatch"
-        if args.profile:
+        if options.profile:
             raise UsageError("--profile runs the model on real tensors: leave out --meta")
-    # transformers models build attention masks with torch.vmap, which jit tracing cannot record
-    args.tracer = args.tracer or ("dispatch" if str(args.model).startswith("hf:") else "jit")
-    if args.mode != "eval" and args.tracer != "dispatch":
-        raise UsageError(f"--mode {args.mode} needs --tracer dispatch (the jit tracer records the forward pass only)")
-    if args.mode != "eval" and args.profile:
-        raise UsageError(f"--profile measures forward passes: leave out --mode {args.mode}")
+    mode = analysis.mode
+    if mode != "eval" and analysis.tracer_for(options.model) != "dispatch":
+        raise UsageError(f"--mode {mode} needs --tracer dispatch (the jit tracer records the forward pass only)")
+    if mode != "eval" and options.profile:
+        raise UsageError(f"--profile measures forward passes: leave out --mode {mode}")
 
 
-def _check_roofline_flags(args: argparse.Namespace) -> None:
-    if args.hardware is not None:
+def _check_roofline_flags(analysis: Analysis, hardware: HardwareChoice | None) -> None:
+    if hardware is not None:
         return
     given = [
         flag
-        for flag, value in (("--roofline-dtype", args.roofline_dtype), ("--fuse", args.fuse), ("--tf32", args.tf32))
+        for flag, value in (
+            ("--roofline-dtype", analysis.roofline_dtype),
+            ("--fuse", analysis.fuse),
+            ("--tf32", analysis.tf32),
+        )
         if value
     ]
     if given:
         raise UsageError(f"{given[0]} applies to the roofline: add --hardware NAME (e.g. --hardware h100-sxm)")
 
 
-def _check_format_flags(args: argparse.Namespace) -> None:
+def _check_format_flags(layout: Layout, profile: bool, sparsity: tuple[str, ...], hardware: bool) -> None:
     # Layout flags a format ignores: refused here rather than after the model is built and traced.
-    fmt = args.format
-    if fmt in ("json", "csv") and (args.units or args.decimals is not None or args.sig_figs is not None):
-        raise UsageError("--units, --decimals and --sig-figs apply to text formats; json and csv are exact")
-    if fmt == "repr" and (args.by_operator or args.depth is not None):
+    fmt = layout.format
+    _check_exact_formats(layout)
+    if fmt == "repr" and (layout.by_operator or layout.depth is not None):
         raise UsageError("--by-operator and --depth do not apply to --format repr: it prints the whole model")
-    if fmt == "html" and (args.by_operator or args.units or args.decimals is not None or args.sig_figs is not None):
+    numbers = layout.units or layout.decimals is not None or layout.sig_figs is not None
+    if fmt == "html" and (layout.by_operator or numbers):
         raise UsageError(
             "--by-operator, --units, --decimals and --sig-figs do not apply to --format html: "
             "the page has both tables, to 3 significant figures (the exact number in each cell's tooltip)"
         )
-    if fmt == "html" and args.profile:
+    if fmt == "html" and profile:
         raise UsageError("--profile does not apply to --format html: its measured report prints as text, json or csv")
-    if fmt == "html" and getattr(args, "sparsity", None):
+    if fmt == "html" and sparsity:
         raise UsageError("--sparsity does not apply to --format html yet: its report prints as text, json or csv")
-    if fmt in ("tree", "chrome-trace") and args.by_operator:
+    if fmt in ("tree", "chrome-trace") and layout.by_operator:
         raise UsageError("--by-operator applies to table, csv and md")
-    if fmt == "chrome-trace" and args.hardware is None:
+    if fmt == "chrome-trace" and not hardware:
         raise UsageError(
             "--format chrome-trace lays out the roofline's times: add --hardware NAME (e.g. --hardware h100-sxm)"
         )
-    if fmt == "chrome-trace" and getattr(args, "sparsity", None):  # it laid out the dense times, saying nothing
+    if fmt == "chrome-trace" and sparsity:  # it laid out the dense times, saying nothing
         raise UsageError(
             "--sparsity does not apply to --format chrome-trace yet: the timeline holds the dense roofline's "
             "times; its sparse report prints as text, json or csv"
         )
-    if fmt == "chrome-trace" and args.profile:
+    if fmt == "chrome-trace" and profile:
         raise UsageError("--profile's measured report is json, csv or text: leave out --format chrome-trace")
-    check_counts(args)
 
 
-def check_counts(args: argparse.Namespace) -> None:
+def check_counts(layout: Layout, repeats: int) -> None:
     """The counts a user types that are no model size (digits, profiled passes), within limits."""
     for flag, value, limit in (
-        ("--decimals", args.decimals, MAX_DIGITS),
-        ("--sig-figs", args.sig_figs, MAX_DIGITS),
-        ("--repeats", getattr(args, "repeats", None), MAX_REPEATS),
+        ("--decimals", layout.decimals, MAX_DIGITS),
+        ("--sig-figs", layout.sig_figs, MAX_DIGITS),
+        ("--repeats", repeats, MAX_REPEATS),
     ):
         if value is not None and value > limit:
             raise UsageError(f"{flag} {value}: more than {limit:,} (the limit)")
 
 
-def _check_hf_flags(args: argparse.Namespace) -> None:
+def _check_exact_formats(layout: Layout) -> None:
+    if layout.format in ("json", "csv") and (
+        layout.units or layout.decimals is not None or layout.sig_figs is not None
+    ):
+        raise UsageError("--units, --decimals and --sig-figs apply to text formats; json and csv are exact")
+
+
+def _check_hf_flags(model: str, inputs: Inputs) -> None:
     # They shape a transformers model's config and inputs; any other model would silently ignore them.
-    if str(args.model).startswith("hf:"):
+    if model.startswith("hf:"):
         return
-    given = [flag for flag, value in (("--seq-len", args.seq_len), ("--hf-config", args.hf_config)) if value]
+    given = [flag for flag, value in (("--seq-len", inputs.seq_len), ("--hf-config", inputs.hf_config)) if value]
     if given:
-        raise UsageError(
-            f"{given[0]} applies to hf: and llm: models, not to {args.model}: give its inputs with --input"
-        )
+        raise UsageError(f"{given[0]} applies to hf: and llm: models, not to {model}: give its inputs with --input")
 
 
-def check_output_paths(args: argparse.Namespace) -> None:
+def check_output_paths(layout: Layout, output: str | None, plot: str | None) -> None:
     """``-o`` and ``--plot`` are written after the analysis: a wrong folder or format should not
     cost one."""
-    if getattr(args, "csv_meta", None) and args.format != "csv":
-        raise UsageError(f"--csv-meta describes a CSV export: add --format csv (the {args.format} format has none)")
-    for flag, value in (("-o", args.output), ("--plot", args.plot), ("--csv-meta", getattr(args, "csv_meta", None))):
+    if layout.csv_meta and layout.format != "csv":
+        raise UsageError(f"--csv-meta describes a CSV export: add --format csv (the {layout.format} format has none)")
+    for flag, value in (("-o", output), ("--plot", plot), ("--csv-meta", layout.csv_meta)):
         if value is not None and not value.strip():  # -o "" (an unset shell variable) was taken as no -o at all
             raise UsageError(f"{flag} needs a file name, got {value!r}")
         if value and not Path(value).resolve().parent.is_dir():
             raise UsageError(f"{flag} {value}: no folder {str(Path(value).parent)!r} to write it in")
         if value and Path(value).is_dir():
             raise UsageError(f"{flag} {value}: a folder, not a file: name a file in it")
-    _check_distinct_outputs(args)
-    if args.plot:
+    _check_distinct_outputs(output, plot, layout.csv_meta)
+    if plot:
         try:  # only when a chart is asked for
             from matplotlib.backend_bases import FigureCanvasBase
         except ImportError:
             raise UsageError("--plot needs matplotlib: pip install 'opcount[plot]'") from None
         kinds = sorted(FigureCanvasBase.get_supported_filetypes())
-        if Path(args.plot).suffix.lstrip(".").lower() not in kinds:
-            raise UsageError(f"--plot {args.plot}: name a chart file ending in .png or .svg (or {', '.join(kinds)})")
+        if Path(plot).suffix.lstrip(".").lower() not in kinds:
+            raise UsageError(f"--plot {plot}: name a chart file ending in .png or .svg (or {', '.join(kinds)})")
 
 
-def _check_distinct_outputs(args: argparse.Namespace) -> None:
+def _check_distinct_outputs(output: str | None, plot: str | None, csv_meta: str | None) -> None:
     # Two outputs on one path: the second written replaced the first and the run said nothing.
-    plot = args.plot and Path(args.plot)
+    chart = Path(plot) if plot else None
     files = [
-        ("-o", args.output),
-        ("--plot", args.plot),
-        ("--plot's time chart", plot and str(plot.with_name(f"{plot.stem}.time{plot.suffix}"))),
-        ("--csv-meta", getattr(args, "csv_meta", None)),
+        ("-o", output),
+        ("--plot", plot),
+        ("--plot's time chart", chart and str(chart.with_name(f"{chart.stem}.time{chart.suffix}"))),
+        ("--csv-meta", csv_meta),
     ]
     seen: dict[Path, str] = {}
     for flag, value in files:

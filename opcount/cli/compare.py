@@ -9,7 +9,6 @@ the shape pandas pivots (``df.pivot(index="operator", columns="model")``).
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -19,19 +18,20 @@ import torch
 
 from .. import report
 from ..errors import OpcountError
+from ..hardware.lookup import Hardware
 from ..messages import first_line
 from ..report.provenance import export_meta
 from . import models as cli_models
-from .analyze import analyze, local_hardware
-from .args import UsageError, check_counts, check_output_paths
+from .analyze import analyze
+from .args import UsageError
+from .options import CompareOptions, Layout
 from .progress import Progress
 from .render import number_format, write_csv_meta
-from .warning_capture import Caught, captured_warnings, unsupported, warning_lines
+from .warning_capture import Caught, captured_warnings, note, unsupported, warning_lines
 
 # The fields of an export's meta that differ from model to model; the others (versions, tracer,
 # preset, flops per mac, hardware) are the same for every model, since the flags are shared.
 MODEL_FIELDS = ("model", "model_class", "inputs", "roofline_dtype")
-TEXT_FORMATS = ("table", "md")
 
 
 @dataclass(frozen=True)
@@ -50,89 +50,50 @@ class Measured:
         return dict(column.operators(self.sources).get("", {}))
 
 
-def compare(args: argparse.Namespace, stderr: TextIO) -> str:
-    """Analyze every model of ``args.models`` and report them side by side."""
-    _check(args)
-    spinner = Progress(stderr, enabled=False if args.debug else None)
+def compare(options: CompareOptions, stderr: TextIO) -> str:
+    """Analyze every model of ``options.models`` and report them side by side."""
+    spinner = Progress(stderr, enabled=False if options.debug else None)
     measured: list[Measured] = []
     caught: list[Caught] = []
-    uses_transformers = any(str(spec).startswith(("hf:", "llm:")) for spec in args.models)
-    with captured_warnings(args.debug, uses_transformers) as collect:
+    uses_transformers = any(spec.startswith(("hf:", "llm:")) for spec in options.models)
+    with captured_warnings(options.debug, uses_transformers) as collect:
         try:
-            if isinstance(args.hardware, str):  # --hardware local, measured once for every model
-                args.hardware = local_hardware(args, spinner)
-            elif getattr(args, "recalibrate", False):
-                raise UsageError("--recalibrate applies to --hardware local")
+            # --hardware local: measured once, for every model
+            hardware = None if options.hardware is None else options.hardware.resolve(spinner.update, note)
             shared = collect.take()  # the calibration's, if any: said once, not per model
-            for spec in args.models:
-                measured.append(_measure(spec, args, spinner))
+            for spec in options.models:
+                measured.append(_measure(spec, options, hardware, spinner))
                 caught.append(collect.take())
         finally:
             spinner.close()
-    keys = args.columns or _default_columns(measured[0].sources)
-    if not args.quiet:  # as `opcount MODEL` warns, each line naming its model
-        verbose = args.verbose or args.debug
-        lines = warning_lines(shared, None, verbose)
+    layout = options.layout
+    keys = list(layout.columns) if layout.columns is not None else _default_columns(measured[0].sources)
+    if not options.quiet:  # as `opcount MODEL` warns, each line naming its model
+        lines = warning_lines(shared, None, options.verbose)
         for m, one in zip(measured, caught, strict=True):
-            for line in warning_lines(one, unsupported(m.sources, keys), verbose):
+            for line in warning_lines(one, unsupported(m.sources, keys), options.verbose):
                 kind, _, text = line.partition(": ")
                 lines.append(f"{kind}: {m.spec}: {text}")
         stderr.writelines(f"opcount: {line}\n" for line in lines)
     columns = report.resolve_columns(keys, measured[0].sources)
-    if args.by_operator:
+    if layout.by_operator:
         columns = [c for c in columns if c.operators is not None]
         if not columns:
             raise UsageError("--by-operator: the columns chosen have no per-operator breakdown")
-    return _render(measured, columns, args)
+    return _render(measured, columns, layout)
 
 
-def _check(args: argparse.Namespace) -> None:
-    if args.format not in (*TEXT_FORMATS, "json", "csv"):
-        raise UsageError(f"opcount compare prints table, md, json or csv, not {args.format}")
-    refused = {
-        "--depth": args.depth is not None,
-        "--no-param-shapes": args.no_param_shapes,
-        "--profile": args.profile,
-        "--plot": args.plot is not None,
-    }
-    if any(refused.values()):
-        flags = [flag for flag, given in refused.items() if given]
-        verb = "applies" if len(flags) == 1 else "apply"
-        raise UsageError(
-            f"opcount compare reports each model's totals: {', '.join(flags)} {verb} to one model's report"
-        )
-    if args.format in ("json", "csv") and (args.units or args.decimals is not None or args.sig_figs is not None):
-        raise UsageError("--units, --decimals and --sig-figs apply to text formats; json and csv are exact")
-    check_counts(args)
-    from .llm import LLM_FLAGS
-
-    llm = [spec for spec in args.models if spec.startswith("llm:")]
-    llm_flags = [f"--{f.replace('_', '-')}" for f in LLM_FLAGS if getattr(args, f, None) is not None]
-    if llm or llm_flags:
-        raise UsageError(
-            f"opcount compare analyzes whole models, not LLM phases ({', '.join(llm + llm_flags)}): "
-            "compare points with opcount llm:NAME --sweep KEY=V1,V2"
-        )
-    twice = sorted({spec for spec in args.models if args.models.count(spec) > 1})
-    if twice:
-        raise UsageError(f"model {', '.join(twice)} named twice")
-    check_output_paths(args)  # as `opcount MODEL` does: a folder given to -o should not cost the analyses
-
-
-def _measure(spec: str, args: argparse.Namespace, spinner: Any) -> Measured:
+def _measure(spec: str, options: CompareOptions, hardware: Hardware | None, spinner: Progress) -> Measured:
     """``spec`` built and analyzed as ``opcount spec`` does; errors name the model."""
-    one = argparse.Namespace(**{**vars(args), "model": spec})
     torch.manual_seed(0)  # each model sees the inputs and weights it would see alone
     try:
         spinner.update(f"building {spec}")
-        loaded = cli_models.load(spec, one)
+        loaded = cli_models.load(spec, options.inputs)
         with torch.no_grad():
-            found = analyze(loaded, one, spinner)
+            found = analyze(loaded, spec, options.analysis, hardware, spinner)
     except (OpcountError, ValueError, OSError) as e:
         raise UsageError(f"{spec}: {first_line(e, type(e).__name__)}") from e
-    extra: dict[str, Any] = {role: found[role] for role in ("roofline", "sparsity") if role in found}
-    sources = report.Sources(found["flops"], found.get("activations"), found.get("memory"), extra)
-    return Measured(spec, sources, export_meta(found["flops"], model=spec, roofline=extra.get("roofline")))
+    return Measured(spec, found.sources(), export_meta(found.flops, model=spec, roofline=found.roofline))
 
 
 def _default_columns(sources: report.Sources) -> list[str]:
@@ -146,16 +107,17 @@ def _default_columns(sources: report.Sources) -> list[str]:
 # ================================================================================================
 # Rendering
 # ================================================================================================
-def _render(measured: list[Measured], columns: list[report.Column], args: argparse.Namespace) -> str:
-    if args.format == "json":
-        return json.dumps(_to_dict(measured, columns, args.by_operator), indent=2)
-    if args.format == "csv":
-        return _to_csv(measured, columns, args).rstrip("\n")
-    fmt = number_format(args, significant=args.format == "md")
-    headers, rows = _operator_rows(measured, columns, fmt) if args.by_operator else _model_rows(measured, columns, fmt)
+def _render(measured: list[Measured], columns: list[report.Column], layout: Layout) -> str:
+    if layout.format == "json":
+        return json.dumps(_to_dict(measured, columns, layout.by_operator), indent=2)
+    if layout.format == "csv":
+        return _to_csv(measured, columns, layout).rstrip("\n")
+    fmt = number_format(layout, significant=layout.format == "md")
+    by_operator = layout.by_operator
+    headers, rows = _operator_rows(measured, columns, fmt) if by_operator else _model_rows(measured, columns, fmt)
     # md right-aligns numbers as to_markdown does; the table keeps fvcore's left-aligned cells
-    aligns = ["left", *(["right"] * (len(headers) - 1))] if args.format == "md" else None
-    text = tabulate.tabulate(rows, headers=headers, tablefmt="pipe", colalign=aligns, disable_numparse=True)
+    aligns = ["left", *(["right"] * (len(headers) - 1))] if layout.format == "md" else None
+    text: str = tabulate.tabulate(rows, headers=headers, tablefmt="pipe", colalign=aligns, disable_numparse=True)
     return text + _footer(measured)
 
 
@@ -234,13 +196,13 @@ def _long_operator_rows(measured: list[Measured], columns: list[report.Column]) 
     return rows
 
 
-def _to_csv(measured: list[Measured], columns: list[report.Column], args: argparse.Namespace) -> str:
+def _to_csv(measured: list[Measured], columns: list[report.Column], layout: Layout) -> str:
     """A header line, then the rows (``model,<columns>`` or ``model,operator,<columns>``); what they
     were computed from goes to ``--csv-meta FILE``, the JSON's ``meta`` and each model's own."""
     keys = [c.key for c in columns]
-    write_csv_meta(args, {**_shared_meta(measured), "models": {m.spec: _model_meta(m) for m in measured}})
+    write_csv_meta(layout.csv_meta, {**_shared_meta(measured), "models": {m.spec: _model_meta(m) for m in measured}})
     names = report.csv_fields(keys, measured[0].meta["flops_per_mac"])
-    if args.by_operator:
+    if layout.by_operator:
         return report.csv_rows(["model", "operator", *keys], _long_operator_rows(measured, columns), names)
     rows = [{"model": m.spec, **{c.key: report.export_number(m.total(c)) for c in columns}} for m in measured]
     return report.csv_rows(["model", *keys], rows, names)

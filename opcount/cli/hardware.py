@@ -32,18 +32,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
-    """The text ``opcount hardware ARGV`` prints, and its parsed arguments."""
+def run(argv: Sequence[str]) -> tuple[str, str | None]:
+    """The text ``opcount hardware ARGV`` prints, and the file ``-o`` names (None: stdout)."""
     args = build_parser().parse_args(list(argv))
     if args.name is None:
         if args.recalibrate:
             raise UsageError("--recalibrate applies to opcount hardware local")
-        return presets_table(), args
+        return presets_table(), args.output
     try:
         found = hardware(args.name, recalibrate=args.recalibrate)
     except (LookupError, ValueError, OSError) as e:  # OSError: a file missing, a folder, unreadable
         raise UsageError(str(e).splitlines()[0]) from None
-    return describe(found), args
+    return describe(found), args.output
 
 
 def presets_table() -> str:
@@ -56,7 +56,7 @@ def presets_table() -> str:
         label = name + (f" ({', '.join(sorted(aliases[name]))})" if name in aliases else "")
         rows.append([label, hw.description, si(hw.bandwidth, unit="B/s"), _peaks(hw, "tensor"), _peaks(hw, "vector")])
     headers = ["name", "device", "bandwidth", "tensor peaks (FLOP/s)", "vector peaks (FLOP/s)"]
-    return tabulate.tabulate(rows, headers=headers, tablefmt="pipe", disable_numparse=True) + (
+    return str(tabulate.tabulate(rows, headers=headers, tablefmt="pipe", disable_numparse=True)) + (
         "\n\nDense peaks, 2 FLOPs per multiply-add, as datasheets give them; "
         "opcount hardware NAME shows one device with its ridge points; --hardware local measures this machine."
     )
@@ -87,4 +87,4 @@ def describe(hw: Hardware) -> str:
     table = tabulate.tabulate(
         rows, headers=["unit", "dtype", "peak", "ridge point (FLOP/B)"], tablefmt="pipe", disable_numparse=True
     )
-    return "\n".join(lines) + "\n\n" + table
+    return "\n".join(lines) + "\n\n" + str(table)

@@ -19,6 +19,7 @@ import tabulate
 
 from .. import report
 from ..errors import OpcountError
+from ..hardware.lookup import Hardware
 from ..llm.catalogue import ARCHITECTURES
 from ..llm.catalogue import config as catalogue_config
 from ..llm.limits import MAX_BATCH, MAX_POSITIONS
@@ -27,20 +28,14 @@ from ..llm.phases import PHASES, CausalLM, GenerationCost, PhaseCost, generation
 from ..llm.precision import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
 from ..report.provenance import export_meta
 from ..units import seconds, si, size
-from .args import (
-    ROOFLINE_COLUMNS,
-    SPARSITY_COLUMNS,
-    check_counts,
-    hf_overrides,
-    invalid_config,
-    natural_int,
-    positive_int,
-)
+from .args import check_counts, hf_overrides, invalid_config, natural_int, positive_int
+from .options import Analysis, Layout, LLMOptions, LLMRun, Options, columns_needing
 from .render import write_csv_meta
 
 SWEEPABLE = {"batch": "batch", "seq-len": "seq_len", "kv-len": "kv_len", "gen-len": "gen_len"}
-LLM_FLAGS = ("phase", "kv_len", "batch", "gen_len", "weight_dtype", "act_dtype", "kv_dtype", "sweep")
 DEFAULT_SEQ_LEN = 128
+# The LLM flags by their argparse names (the parser hides them from opcount compare's help).
+LLM_FLAGS = ("phase", "kv_len", "batch", "gen_len", "weight_dtype", "act_dtype", "kv_dtype", "sweep")
 MAX_SWEEP_POINTS = 1000
 
 
@@ -85,77 +80,75 @@ def _sweep(text: str) -> tuple[str, tuple[int, ...]]:
     return key, numbers
 
 
-def wanted(args: argparse.Namespace) -> bool:
+def wanted(model: str, flags: LLMOptions) -> bool:
     """Whether the run is an LLM inference analysis: an ``llm:`` model or any LLM flag."""
-    return str(args.model).startswith("llm:") or any(getattr(args, f, None) is not None for f in LLM_FLAGS)
+    return model.startswith("llm:") or bool(flags.given())
 
 
-def check(args: argparse.Namespace) -> Precision:
-    """Flag combinations, before anything is built."""
-    require_transformers(str(args.model))  # first: no flag is worth checking without it
-    if getattr(args, "tracer", None) == "jit":
+def check(flags: LLMOptions, options: Options) -> Precision:
+    """Flag combinations, before anything is built (``options``: the run's other flags); the dtypes
+    of ``--weight-dtype``, ``--act-dtype`` and ``--kv-dtype``."""
+    require_transformers(options.model)  # first: no flag is worth checking without it
+    analysis, layout = options.analysis, options.layout
+    if analysis.tracer == "jit":
         raise OpcountError("LLM phases run on the meta device with the dispatch tracer: drop --tracer jit")
-    if getattr(args, "mode", "eval") != "eval":
+    if analysis.mode != "eval":
         raise OpcountError("--mode train applies to whole models, not to LLM inference phases")
-    if args.input:
+    if options.inputs.shapes:
         raise OpcountError("LLM phases take --seq-len, --batch and --kv-len, not --input shapes")
-    phase = args.phase or "prefill"
-    if phase == "prefill" and args.kv_len:
+    phase = flags.phase or "prefill"
+    if phase == "prefill" and flags.kv_len:
         raise OpcountError("--kv-len is for --phase decode (prefill starts from an empty cache)")
-    if args.gen_len is not None and args.phase == "decode":
+    if flags.gen_len is not None and flags.phase == "decode":
         raise OpcountError("--gen-len covers prefill and decode: drop --phase decode")
-    for key, _ in args.sweep or ():
-        if key == "gen-len" and args.gen_len is None:
+    for key, _ in flags.sweep:
+        if key == "gen-len" and flags.gen_len is None:
             raise OpcountError("--sweep gen-len=... needs --gen-len")
         if key == "kv-len" and phase != "decode":
             raise OpcountError("--sweep kv-len=... needs --phase decode")
-    if len({k for k, _ in args.sweep or ()}) != len(args.sweep or ()):
+    if len({k for k, _ in flags.sweep}) != len(flags.sweep):
         raise OpcountError("--sweep: each key once")
-    _check_sizes(args)
-    check_counts(args)
-    for flag in ("profile", "sparsity"):
-        if getattr(args, flag, None):
+    _check_sizes(flags, options.inputs.seq_len)
+    check_counts(layout, options.repeats)
+    for flag, given in (("profile", options.profile), ("sparsity", analysis.sparsity)):
+        if given:
             raise OpcountError(f"--{flag} does not apply to LLM phases (the model is on the meta device)")
-    for flag in ("roofline_dtype", "fuse", "tf32"):
-        if getattr(args, flag, None):
+    for flag, value in (("roofline-dtype", analysis.roofline_dtype), ("fuse", analysis.fuse), ("tf32", analysis.tf32)):
+        if value:
             raise OpcountError(
-                f"--{flag.replace('_', '-')} does not apply to LLM phases: they are priced in the dtypes of "
+                f"--{flag} does not apply to LLM phases: they are priced in the dtypes of "
                 "--weight-dtype, --act-dtype and --kv-dtype"
             )
-    if args.format in ("tree", "md", "repr", "html", "chrome-trace") or args.by_operator:
+    if layout.format in ("tree", "md", "repr", "html", "chrome-trace") or layout.by_operator:
         raise OpcountError(
             "LLM phases print table, json or csv (--by-operator and tree/md/repr/html/chrome-trace are for whole models)"
         )
-    _check_columns(args)
+    _check_columns(layout, options.hardware is not None, bool(flags.sweep))
     try:
-        return Precision(args.weight_dtype or "bfloat16", args.act_dtype or "bfloat16", args.kv_dtype)
+        return Precision(flags.weight_dtype or "bfloat16", flags.act_dtype or "bfloat16", flags.kv_dtype)
     except OpcountError as e:
         raise OpcountError(f"{e} (--weight-dtype, --act-dtype, --kv-dtype)") from None
 
 
-def _check_sizes(args: argparse.Namespace) -> None:
+def _check_sizes(flags: LLMOptions, seq_len: int | None) -> None:
     """Each size flag (its largest --sweep value too) within opcount.llm.limits, and the positions
     of a sequence together, before a model is built: past them torch's int64 sizes overflow."""
-    swept = dict(args.sweep or ())
+    swept = dict(flags.sweep)
     points = math.prod(len(values) for values in swept.values())
     if points > MAX_SWEEP_POINTS:  # each point is traced
         raise OpcountError(f"--sweep: {points:,} points, more than {MAX_SWEEP_POINTS:,} (the limit)")
+    given = {"batch": flags.batch, "seq-len": seq_len, "kv-len": flags.kv_len, "gen-len": flags.gen_len}
     largest = {
         key: max((value, *swept.get(key, ()))) if value is not None else max(swept.get(key, (0,)))
-        for key, value in (
-            ("batch", args.batch),
-            ("seq-len", args.seq_len),
-            ("kv-len", args.kv_len),
-            ("gen-len", args.gen_len),
-        )
+        for key, value in given.items()
     }
     for key, value in largest.items():
         limit = MAX_BATCH if key == "batch" else MAX_POSITIONS
         if value > limit:
             what = "sequences" if key == "batch" else "positions per sequence"
-            flag = f"--{key} {value}" if value == getattr(args, key.replace("-", "_")) else f"--sweep {key}={value}"
+            flag = f"--{key} {value}" if value == given[key] else f"--sweep {key}={value}"
             raise OpcountError(f"{flag}: more than {limit:,} {what} (the limit)")
-    seq_len = largest["seq-len"] or (1 if args.phase == "decode" else DEFAULT_SEQ_LEN)
+    seq_len = largest["seq-len"] or (1 if flags.phase == "decode" else DEFAULT_SEQ_LEN)
     positions = seq_len + largest["kv-len"] + largest["gen-len"]
     if positions > MAX_POSITIONS:
         raise OpcountError(
@@ -164,14 +157,17 @@ def _check_sizes(args: argparse.Namespace) -> None:
         )
 
 
-def _check_columns(args: argparse.Namespace) -> None:
-    columns = set(args.columns or ())
-    if columns & SPARSITY_COLUMNS:
-        named = ", ".join(sorted(columns & SPARSITY_COLUMNS))
-        raise OpcountError(f"columns {named} do not apply to LLM phases (the model is on the meta device)")
-    if columns & ROOFLINE_COLUMNS and args.hardware is None:
-        raise OpcountError(f"columns {', '.join(sorted(columns & ROOFLINE_COLUMNS))} need --hardware")
-    if args.sweep and (args.columns or args.depth is not None or args.no_param_shapes):
+def _check_columns(layout: Layout, hardware: bool, sweep: bool) -> None:
+    columns = layout.columns or ()
+    sparse = columns_needing("sparsity", columns)
+    if sparse:
+        raise OpcountError(
+            f"columns {', '.join(sorted(sparse))} do not apply to LLM phases (the model is on the meta device)"
+        )
+    timed = columns_needing("roofline", columns)
+    if timed and not hardware:
+        raise OpcountError(f"columns {', '.join(sorted(timed))} need --hardware")
+    if sweep and (layout.columns or layout.depth is not None or not layout.param_shapes):
         # a sweep prints one row per point, not a module table: these would be silently ignored
         raise OpcountError("--columns, --depth and --no-param-shapes shape one point's table, not a --sweep's rows")
 
@@ -215,12 +211,12 @@ def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
         raise invalid_config(spec, items, e) from None
 
 
-def _check_causal(config: Any, args: argparse.Namespace) -> None:
+def _check_causal(config: Any, model: str, flags: LLMOptions) -> None:
     """Refused before building: transformers would build a masked LM's causal head (BertLMHeadModel)
     and the phase would fail on meta tensors, far from the flag that asked for it."""
     if is_causal_lm(config):
         return
-    given = [f"--{f.replace('_', '-')}" for f in LLM_FLAGS if getattr(args, f, None) is not None] or [args.model]
+    given = flags.given() or [model]
     raise OpcountError(
         f"{given[0]} needs a causal LM; {type(config).__name__} is not one (a masked LM or an encoder-decoder): "
         f"leave out {', '.join(given)} to analyze the whole model"
@@ -236,48 +232,53 @@ class Point:
     generation: GenerationCost | None = None
 
 
-def run(args: argparse.Namespace, items: Sequence[str], status: Callable[[str], None]) -> tuple[str, list[Point]]:
-    """Analyze the LLM the flags describe (``items``: the ``--hf-config`` values); returns the
-    rendered report and the points."""
-    precision = check(args)
-    cfg, label = config_of(args.model, items)
-    _check_causal(cfg, args)
+def run(
+    options: Options, wanted: LLMRun, hardware: Hardware | None, status: Callable[[str], None]
+) -> tuple[str, list[Point]]:
+    """Analyze the LLM ``options`` describe (``wanted``: its LLM flags, checked; ``hardware``: resolved
+    once by the caller); returns the rendered report and the points."""
+    flags, items = wanted.flags, options.inputs.hf_config
+    cfg, label = config_of(options.model, items)
+    _check_causal(cfg, options.model, flags)
     status(f"building {label} on the meta device")
     try:
-        llm = CausalLM(cfg, precision)
+        llm = CausalLM(cfg, wanted.precision)
     except OpcountError as e:  # a config the model refuses: name the values that made it
         if not items:
             raise
-        raise OpcountError(f"{args.model} with --hf-config {', '.join(items)}: {e}") from None
+        raise OpcountError(f"{options.model} with --hf-config {', '.join(items)}: {e}") from None
     base = {
-        "batch": args.batch or 1,
-        "seq_len": args.seq_len or (1 if args.phase == "decode" else DEFAULT_SEQ_LEN),
-        "kv_len": args.kv_len or 0,
+        "batch": flags.batch or 1,
+        "seq_len": options.inputs.seq_len or (1 if flags.phase == "decode" else DEFAULT_SEQ_LEN),
+        "kv_len": flags.kv_len or 0,
     }
-    if args.gen_len is not None:
-        base["gen_len"] = args.gen_len
-    axes = [(SWEEPABLE[k], v) for k, v in args.sweep or ()]
+    if flags.gen_len is not None:
+        base["gen_len"] = flags.gen_len
+    axes = [(SWEEPABLE[k], v) for k, v in flags.sweep]
+    analysis = options.analysis
     points: list[Point] = []
     for combo in itertools.product(*(values for _, values in axes)) if axes else [()]:
         values = {**base, **{key: v for (key, _), v in zip(axes, combo, strict=True)}}
-        status(f"tracing {label}: {_describe(values, args.phase)}")
-        points.append(_point(llm, values, args))
+        status(f"tracing {label}: {_describe(values, flags.phase)}")
+        points.append(_point(llm, values, flags.phase, hardware, analysis))
     if axes:
-        return _sweep_report(points, args, label), points
-    return _single_report(llm, points[0], args, label), points
+        return _sweep_report(points, options.layout, label, options.model), points
+    return _single_report(llm, points[0], options.layout, label, options.model), points
 
 
-def _point(llm: CausalLM, values: dict[str, int], args: argparse.Namespace) -> Point:
-    common = {
+def _point(
+    llm: CausalLM, values: dict[str, int], phase: str | None, hardware: Hardware | None, analysis: Analysis
+) -> Point:
+    common: dict[str, Any] = {
         "batch": values["batch"],
-        "hardware": args.hardware,
-        "flops_per_mac": args.flops_per_mac,
-        "preset": args.preset,
+        "hardware": hardware,
+        "flops_per_mac": analysis.flops_per_mac,
+        "preset": analysis.preset,
     }
     if "gen_len" in values:
         gen = generation(llm, values["seq_len"], values["gen_len"], **common)
         return Point(values, gen.prefill, gen)
-    phase = args.phase or "prefill"
+    phase = phase or "prefill"
     kv_len = values["kv_len"] if phase == "decode" else 0
     return Point(values, llm.phase(phase, seq_len=values["seq_len"], kv_len=kv_len, **common))
 
@@ -329,23 +330,24 @@ def summary(llm_label: str, point: Point, parameters: int) -> str:
     return "\n".join(lines)
 
 
-def _single_report(llm: CausalLM, point: Point, args: argparse.Namespace, label: str) -> str:
+def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, model: str) -> str:
     p = point.phase
     extra = {"roofline": p.roofline} if p.roofline is not None else None
+    given = list(layout.columns) if layout.columns is not None else None
     # the model as typed (llm:gpt2), not the class it builds (GPT2LMHeadModel); device: meta
-    meta = export_meta(p.flops, model=args.model, roofline=p.roofline)
-    if args.format == "json":
-        data = report.to_dict(p.flops, columns=args.columns, max_depth=args.depth, extra=extra, meta=meta)
+    meta = export_meta(p.flops, model=model, roofline=p.roofline)
+    if layout.format == "json":
+        data = report.to_dict(p.flops, columns=given, max_depth=layout.depth, extra=extra, meta=meta)
         data["llm"] = _point_json(point, label, llm.parameters)
         data["memory"] = (p.memory if point.generation is None else point.generation.memory).as_dict()
         return json.dumps(data, indent=2)
-    columns = args.columns or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
-    depth = 3 if args.depth is None else args.depth
-    if args.format == "csv":
-        write_csv_meta(args, meta)
-        return report.to_csv(p.flops, columns=columns, max_depth=args.depth, extra=extra).rstrip("\n")
+    columns = given or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
+    depth = 3 if layout.depth is None else layout.depth
+    if layout.format == "csv":
+        write_csv_meta(layout.csv_meta, meta)
+        return report.to_csv(p.flops, columns=columns, max_depth=layout.depth, extra=extra).rstrip("\n")
     table = report.module_table(
-        p.flops, columns=columns, max_depth=depth, extra=extra, show_param_shapes=not args.no_param_shapes
+        p.flops, columns=columns, max_depth=depth, extra=extra, show_param_shapes=layout.param_shapes
     )
     return table + "\n\n" + summary(label, point, llm.parameters)
 
@@ -387,10 +389,10 @@ SWEEP_CSV_NAMES = {
 }
 
 
-def _sweep_report(points: Sequence[Point], args: argparse.Namespace, label: str) -> str:
+def _sweep_report(points: Sequence[Point], layout: Layout, label: str, model: str) -> str:
     keys = list(points[0].values)
     rows = [_point_json(pt, label, 0) for pt in points]
-    if args.format == "json":
+    if layout.format == "json":
         return json.dumps(
             {"model": label, "points": [{k: v for k, v in r.items() if k != "parameters"} for r in rows]}, indent=2
         )
@@ -401,8 +403,10 @@ def _sweep_report(points: Sequence[Point], args: argparse.Namespace, label: str)
     if has_time and not gen:
         header.append("bound")
     flat = [{**r, **r["memory"]} for r in rows]
-    if args.format == "csv":  # a missing value (None) is an empty cell, as in every CSV export
-        write_csv_meta(args, export_meta(points[0].phase.flops, model=args.model, roofline=points[0].phase.roofline))
+    if layout.format == "csv":  # a missing value (None) is an empty cell, as in every CSV export
+        write_csv_meta(
+            layout.csv_meta, export_meta(points[0].phase.flops, model=model, roofline=points[0].phase.roofline)
+        )
         names = {**report.csv_fields(header, points[0].phase.flops.flops_per_mac), **SWEEP_CSV_NAMES}
         return report.csv_rows(header, flat, names=names).rstrip("\n")
     cells = [[_cell(h, r.get(h)) for h in header] for r in flat]
@@ -424,4 +428,4 @@ def _cell(key: str, value: Any) -> str:
 
 
 def _pipe(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    return tabulate.tabulate(rows, headers=list(header), tablefmt="pipe", disable_numparse=True)
+    return str(tabulate.tabulate(rows, headers=list(header), tablefmt="pipe", disable_numparse=True))

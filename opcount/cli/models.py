@@ -12,7 +12,6 @@ or a factory that fails, is a :class:`~opcount.cli.args.UsageError` naming the s
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import hashlib
 import importlib
@@ -37,6 +36,7 @@ from ..messages import one_line
 from ..torch_internals import pytree
 from ..tracers.meta import TensorShape
 from .args import UsageError, check_real_weights, hf_overrides, invalid_config
+from .options import Inputs
 
 DTYPES = {
     "float32": torch.float32,
@@ -68,27 +68,22 @@ class Loaded:
     alternatives: list[tuple[Any, dict[str, Any] | None]] = field(default_factory=list)
 
 
-def load(spec: str, args: argparse.Namespace) -> Loaded:
+def load(spec: str, inputs: Inputs) -> Loaded:
     """The model named by ``spec`` with its inputs (``--input`` wins over the defaults)."""
-    _check_dtype(spec, args)
+    _check_dtype(spec, inputs)
     if spec.startswith("hf:"):
-        return _huggingface(spec[3:], args)
+        return _huggingface(spec[3:], inputs)
     if ":" in spec:
-        return _factory(spec, args)
-    return _torchvision(spec, args)
+        return _factory(spec, inputs)
+    return _torchvision(spec, inputs)
 
 
-def input_dtype(args: argparse.Namespace) -> torch.dtype:
-    """The dtype ``--dtype`` names, of the inputs made up or given with ``--input``."""
-    return DTYPES[args.dtype]
-
-
-def _check_dtype(spec: str, args: argparse.Namespace) -> None:
+def _check_dtype(spec: str, inputs: Inputs) -> None:
     # A factory or a transformers model brings its own inputs: an integer --dtype has none to set.
-    if args.input or input_dtype(args).is_floating_point or not (":" in spec or spec.startswith("hf:")):
+    if inputs.shapes or inputs.dtype.is_floating_point or not (":" in spec or spec.startswith("hf:")):
         return
     raise UsageError(
-        f"--dtype {args.dtype} sets the dtype of --input tensors, and {spec} makes its own inputs: "
+        f"--dtype {inputs.dtype_name} sets the dtype of --input tensors, and {spec} makes its own inputs: "
         "give --input SHAPE, or a float --dtype (it converts the model and its float inputs)"
     )
 
@@ -99,19 +94,19 @@ def _random(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(*shape, dtype=dtype)  # ids/indices: 0 is valid for any vocabulary
 
 
-def _given_inputs(args: argparse.Namespace) -> tuple[Any, ...] | None:
-    if not args.input:
+def _given_inputs(inputs: Inputs) -> tuple[Any, ...] | None:
+    if not inputs.shapes:
         return None
-    if getattr(args, "meta", False):  # never allocated: the dispatch tracer makes meta tensors of them
-        return tuple(TensorShape(shape, input_dtype(args)) for shape in args.input)
-    return tuple(_random(shape, input_dtype(args)) for shape in args.input)
+    if inputs.meta:  # never allocated: the dispatch tracer makes meta tensors of them
+        return tuple(TensorShape(shape, inputs.dtype) for shape in inputs.shapes)
+    return tuple(_random(shape, inputs.dtype) for shape in inputs.shapes)
 
 
 def _as_inputs(tensors: tuple[torch.Tensor, ...]) -> Any:
     return tensors[0] if len(tensors) == 1 else tensors
 
 
-def _prepare(model: nn.Module, args: argparse.Namespace) -> nn.Module:
+def _prepare(model: nn.Module, inputs: Inputs) -> nn.Module:
     try:
         model.eval()  # torch's own recursion over the children: one frame per level of nesting
     except RecursionError:
@@ -120,7 +115,7 @@ def _prepare(model: nn.Module, args: argparse.Namespace) -> nn.Module:
             f"({sys.getrecursionlimit()}): torch's model.eval() could not walk it; raise the limit with "
             "sys.setrecursionlimit(), as running the model itself needs"
         ) from None
-    dtype = input_dtype(args)
+    dtype = inputs.dtype
     if dtype.is_floating_point and dtype != torch.float32:
         model.to(dtype)
     return model
@@ -130,7 +125,7 @@ def _prepare(model: nn.Module, args: argparse.Namespace) -> nn.Module:
 _FAMILIES = ("video", "segmentation", "detection", "optical_flow", "quantization")
 
 
-def _torchvision(name: str, args: argparse.Namespace) -> Loaded:
+def _torchvision(name: str, inputs: Inputs) -> Loaded:
     tvm = _torchvision_models(name)
     known = tvm.list_models()
     if name not in known:
@@ -143,15 +138,15 @@ def _torchvision(name: str, args: argparse.Namespace) -> Loaded:
     family = next((f for f in _FAMILIES if name in tvm.list_models(module=getattr(tvm, f))), "classification")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # weights=None construction warns about init defaults
-        model = _prepare(tvm.get_model(name, **_no_weights(tvm, name)), args)
-    given = _given_inputs(args)
+        model = _prepare(tvm.get_model(name, **_no_weights(tvm, name)), inputs)
+    given = _given_inputs(inputs)
     if family == "detection":
-        images = list(given) if given else [torch.rand(3, 800, 800, dtype=input_dtype(args))]
+        images = list(given) if given else [torch.rand(3, 800, 800, dtype=inputs.dtype)]
         bad = [tuple(i.shape) for i in images if len(i.shape) != 3]
         if bad:
             raise UsageError(f"detection models take images of shape C,H,W (one --input per image), got {bad[0]}")
         return Loaded(model, (images,), None, f"{name} ({len(images)} image(s) {_shape_text(images)})")
-    tensors = given or tuple(_random(s, input_dtype(args)) for s in _default_shapes(tvm, name, family, model))
+    tensors = given or tuple(_random(s, inputs.dtype) for s in _default_shapes(tvm, name, family, model))
     return Loaded(model, _as_inputs(tensors), None, f"{name} on {_shape_text(tensors)}")
 
 
@@ -226,7 +221,7 @@ def _shape_text(tensors: Sequence[Any]) -> str:
 
 
 # ----- user code --------------------------------------------------------------------------------
-def _factory(spec: str, args: argparse.Namespace) -> Loaded:
+def _factory(spec: str, options: Inputs) -> Loaded:
     target, _, attr = spec.rpartition(":")
     if not target or not attr:
         raise UsageError(f"malformed model {spec!r}: expected module.path:factory or path/file.py:factory")
@@ -241,21 +236,20 @@ def _factory(spec: str, args: argparse.Namespace) -> Loaded:
     except (Exception, SystemExit) as e:  # sys.exit in user code is its error, not the command's exit
         raise UsageError(f"{spec}() failed: {one_line(e)}") from e
     model, inputs, kwargs = _unpack(spec, made)
-    model = _prepare(model, args)
-    given = _given_inputs(args)
+    model = _prepare(model, options)
+    given = _given_inputs(options)
     if given is not None:
         inputs, kwargs = _as_inputs(given), None
     elif inputs is None:
         raise UsageError(f"{spec} returned a model without inputs: pass --input SHAPE or return (model, inputs)")
     else:  # the model was converted to --dtype: its own float inputs must follow, or the first layer fails
-        inputs, kwargs = _converted(inputs, args), _converted(kwargs, args)
+        inputs, kwargs = _converted(inputs, options.dtype), _converted(kwargs, options.dtype)
     return Loaded(model, inputs, kwargs, f"{spec}")
 
 
-def _converted(tree: Any, args: argparse.Namespace) -> Any:
+def _converted(tree: Any, dtype: torch.dtype) -> Any:
     """``tree`` (a factory's inputs or kwargs) with its floating-point tensors in a float ``--dtype``,
     as :func:`_prepare` converted the model; integer tensors (ids, indices) stay as they are."""
-    dtype = input_dtype(args)
     if not dtype.is_floating_point or dtype == torch.float32:
         return tree
 
@@ -301,7 +295,7 @@ def _unpack(spec: str, made: Any) -> tuple[nn.Module, Any, dict[str, Any] | None
 
 
 # ----- transformers -----------------------------------------------------------------------------
-def _huggingface(name: str, args: argparse.Namespace) -> Loaded:
+def _huggingface(name: str, inputs: Inputs) -> Loaded:
     try:
         import transformers
     except ImportError:
@@ -321,7 +315,7 @@ def _huggingface(name: str, args: argparse.Namespace) -> Loaded:
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise UsageError(f"unknown transformers class {name!r}: expected a config or model class name{hint}")
     where = f"hf:{name}"
-    overrides = {"use_cache": False, **hf_overrides(config_class, args.hf_config)}
+    overrides = {"use_cache": False, **hf_overrides(config_class, inputs.hf_config)}
     try:
         config = config_class(**overrides)
         check_config(config)  # a billion layers would hang the build on meta too
@@ -329,7 +323,7 @@ def _huggingface(name: str, args: argparse.Namespace) -> Loaded:
             warnings.simplefilter("ignore")  # construction warns about init defaults
             with torch.device("meta"), module_budget(where):  # no storage: counting the weights is free
                 model = build(config)
-            if not args.meta:
+            if not inputs.meta:
                 check_real_weights(where, model, "--hf-config num_hidden_layers=2")
                 model = build(config)
     except UsageError:
@@ -337,32 +331,31 @@ def _huggingface(name: str, args: argparse.Namespace) -> Loaded:
     except ImportError as e:  # a model needing an optional package (DETR: timm)
         raise UsageError(f"{where}: {one_line(e)}") from e
     except Exception as e:  # raised by the constructors on the config's values, whatever its type
-        raise invalid_config(where, args.hf_config, e) from e
-    model = _prepare(model, args)
-    given = _given_inputs(args)
+        raise invalid_config(where, inputs.hf_config, e) from e
+    model = _prepare(model, inputs)
+    given = _given_inputs(inputs)
     if given is not None:
         return Loaded(model, _as_inputs(given), None, f"{type(model).__name__} on {_shape_text(given)}")
-    with _made_on(args):
-        kwargs = _hf_inputs(model, config, args.seq_len)
+    with _made_on(inputs):
+        kwargs = _hf_inputs(model, config, inputs.seq_len)
     label = f"{type(model).__name__} on {', '.join(f'{k} {_shape_text([v])}' for k, v in kwargs.items())}"
     alternatives: list[tuple[Any, dict[str, Any] | None]] = []
     if is_causal_lm(config) and "input_ids" in kwargs:
         # transformers builds its causal mask with torch.vmap, which torch.jit.trace cannot
         # record; a ready 4-D additive mask (as the model would build) skips that step.
         n = kwargs["input_ids"].shape[-1]
-        with _made_on(args):
+        with _made_on(inputs):
             mask = torch.full((n, n), torch.finfo(torch.float32).min).triu(1)[None, None]
-        alternatives.append(((), {**kwargs, "attention_mask": mask.to(_float_dtype(args))}))
+        alternatives.append(((), {**kwargs, "attention_mask": mask.to(_float_dtype(inputs.dtype))}))
     return Loaded(model, (), kwargs, label, alternatives)
 
 
-def _made_on(args: argparse.Namespace) -> Any:
+def _made_on(inputs: Inputs) -> Any:
     """--meta: tensors made on the meta device, so that a long --seq-len costs no memory."""
-    return torch.device("meta") if getattr(args, "meta", False) else nullcontext()
+    return torch.device("meta") if inputs.meta else nullcontext()
 
 
-def _float_dtype(args: argparse.Namespace) -> torch.dtype:
-    dtype = input_dtype(args)
+def _float_dtype(dtype: torch.dtype) -> torch.dtype:
     return dtype if dtype.is_floating_point else torch.float32
 
 

@@ -1,15 +1,18 @@
-"""The ``opcount`` command's arguments: the parser, its help text, and the argument types that
-turn a flag's text into a value (a shape, a hardware spec, a list of columns).
+"""The ``opcount`` command's arguments: the parser, its help text, the argument types that
+turn a flag's text into a value (a shape, a list of columns), and :func:`parse`, which makes the
+command line, once, into the typed options everything below reads (:mod:`opcount.cli.options`).
 
 A malformed argument is refused in one line naming the flag (:class:`~opcount.cli.args.UsageError`),
-not with argparse's usage block; the checks that need several flags together are in
-:mod:`opcount.cli.args`.
+not with argparse's usage block; the checks that need several flags together
+(:mod:`opcount.cli.args`, :func:`opcount.cli.llm.check`) run in :func:`parse`, before the options
+are handed on and before anything is built. This is the only module that reads argparse's namespace.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, NoReturn
 
 from .. import report
@@ -17,8 +20,27 @@ from .._version import __version__
 from ..handles.presets import FLOP_PRESETS
 from ..ir import DTYPE_BYTES
 from . import llm as llm_command
-from .args import UsageError, natural_int, positive_int
+from .args import (
+    UsageError,
+    check_compare,
+    check_model,
+    check_output_paths,
+    check_recalibrate,
+    natural_int,
+    positive_int,
+)
 from .models import DTYPES
+from .options import (
+    Analysis,
+    CompareOptions,
+    HardwareChoice,
+    Inputs,
+    Layout,
+    LLMOptions,
+    LLMRun,
+    Options,
+    roles_for,
+)
 
 FORMATS = ("table", "tree", "json", "csv", "md", "repr", "html", "chrome-trace")
 # -o FILE's format by the file's ending, longest ending first: the formats it may hold, its default
@@ -61,6 +83,142 @@ DOCS = (
 # The flags `opcount compare` refuses (each model's totals have no depth, chart or profile): parsed,
 # so that the refusal says why, but left out of its --help.
 NOT_FOR_COMPARE = ("depth", "no_param_shapes", "profile", "repeats", "plot", *llm_command.LLM_FLAGS)
+
+
+def parse(argv: Sequence[str]) -> Options | CompareOptions:
+    """The command line as checked, typed options: ``opcount compare ...`` or ``opcount MODEL ...``."""
+    if argv[:1] == ["compare"]:  # a first word, not a subparser: `opcount resnet50` stays as it is
+        parser = build_parser(compare=True)
+        return _compare_options(parser.parse_args(attached_shapes(argv[1:])), parser.prog)
+    parser = build_parser()
+    return _options(parser.parse_args(attached_shapes(argv)), parser.prog)
+
+
+def _options(ns: argparse.Namespace, prog: str) -> Options:
+    fmt = output_format(ns)
+    hardware = _hardware(ns, prog)
+    flags = _llm_flags(ns)
+    llm = llm_command.wanted(ns.model, flags)
+    options = Options(
+        model=ns.model,
+        inputs=_inputs(ns),
+        analysis=_analysis(ns, fmt, tracer=ns.tracer, hardware=hardware is not None),
+        hardware=hardware,
+        layout=_layout(ns, fmt),
+        llm=None,
+        profile=ns.profile,
+        repeats=ns.repeats,
+        output=ns.output,
+        plot=ns.plot,
+        quiet=ns.quiet,
+        verbose=ns.verbose or ns.debug,
+        debug=ns.debug,
+    )
+    if llm:  # its own flags, checked before anything is built
+        precision = llm_command.check(flags, options)
+        check_output_paths(options.layout, options.output, options.plot)
+        if options.plot and hardware is None:
+            raise UsageError("--plot needs --hardware")
+        options = replace(options, llm=LLMRun(flags, precision))
+    else:
+        check_model(options)  # before building: a typo should not cost a model
+    check_recalibrate(hardware, ns.recalibrate)
+    return options
+
+
+def _compare_options(ns: argparse.Namespace, prog: str) -> CompareOptions:
+    fmt = output_format(ns)
+    hardware = _hardware(ns, prog)
+    options = CompareOptions(
+        models=tuple(ns.models),
+        inputs=_inputs(ns),
+        # one tracer for every model (the export states it once): jit unless --tracer dispatch or --meta
+        analysis=_analysis(
+            ns, fmt, tracer=ns.tracer or ("dispatch" if ns.meta else "jit"), hardware=hardware is not None
+        ),
+        hardware=hardware,
+        layout=_layout(ns, fmt),
+        output=ns.output,
+        quiet=ns.quiet,
+        verbose=ns.verbose or ns.debug,
+        debug=ns.debug,
+    )
+    given = {"--no-param-shapes": ns.no_param_shapes, "--profile": ns.profile, "--plot": ns.plot is not None}
+    check_compare(options, _llm_flags(ns), ns.depth, ns.repeats, given)
+    check_recalibrate(hardware, ns.recalibrate)
+    return options
+
+
+def _hardware(ns: argparse.Namespace, prog: str) -> HardwareChoice | None:
+    """``--hardware``: a preset or file read now (a typo is refused as argparse refuses a bad value),
+    or this machine, measured when the run starts."""
+    from ..hardware.lookup import LOCAL, hardware
+
+    if ns.hardware is None:
+        return None
+    key = ns.hardware.strip().lower()
+    if key == LOCAL or key.startswith(LOCAL + ":"):
+        # --profile runs on the CPU (the command builds models there): measure what it runs on
+        local = key if ":" in key or not ns.profile else f"{LOCAL}:cpu"
+        return HardwareChoice(local=local, recalibrate=ns.recalibrate)
+    try:
+        return HardwareChoice(spec=hardware(ns.hardware))
+    except (LookupError, OSError, ValueError) as e:
+        raise UsageError(f"argument --hardware: {str(e).splitlines()[0]} (see {prog} --help)") from None
+
+
+def _inputs(ns: argparse.Namespace) -> Inputs:
+    return Inputs(
+        shapes=tuple(ns.input or ()),
+        dtype_name=ns.dtype,
+        dtype=DTYPES[ns.dtype],
+        seq_len=ns.seq_len,
+        hf_config=tuple(ns.hf_config),
+        meta=ns.meta,
+    )
+
+
+def _analysis(ns: argparse.Namespace, fmt: str, tracer: str | None, hardware: bool) -> Analysis:
+    sparsity = tuple(ns.sparsity or ())
+    return Analysis(
+        preset=ns.preset,
+        flops_per_mac=ns.flops_per_mac,
+        tracer=tracer,
+        mode=ns.mode,
+        meta=ns.meta,
+        roofline_dtype=ns.roofline_dtype,
+        fuse=ns.fuse,
+        tf32=ns.tf32,
+        sparsity=sparsity,
+        roles=roles_for(ns.columns or (), fmt, hardware=hardware, sparsity=bool(sparsity)),
+    )
+
+
+def _layout(ns: argparse.Namespace, fmt: str) -> Layout:
+    return Layout(
+        format=fmt,
+        columns=None if ns.columns is None else tuple(ns.columns),
+        by_operator=ns.by_operator,
+        depth=ns.depth,
+        units=ns.units,
+        decimals=ns.decimals,
+        sig_figs=ns.sig_figs,
+        param_shapes=not ns.no_param_shapes,
+        csv_meta=ns.csv_meta,
+    )
+
+
+def _llm_flags(ns: argparse.Namespace) -> LLMOptions:
+    return LLMOptions(
+        phase=ns.phase,
+        kv_len=ns.kv_len,
+        batch=ns.batch,
+        gen_len=ns.gen_len,
+        weight_dtype=ns.weight_dtype,
+        act_dtype=ns.act_dtype,
+        kv_dtype=ns.kv_dtype,
+        sweep=tuple(ns.sweep or ()),
+    )
 
 
 def build_parser(compare: bool = False) -> argparse.ArgumentParser:
@@ -153,7 +311,6 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     g = p.add_argument_group("roofline")
     g.add_argument(
         "--hardware",
-        type=_hardware_arg,
         metavar="NAME_OR_FILE",
         help="speed-of-light time per module on a preset (h100-sxm, a100-sxm, l4, t4, rtx-4090, "
         "h200, b200, mi300x, a10g, l40s, xeon-8480-2s, ...), 'local' (this machine, measured once and cached) "
@@ -299,18 +456,6 @@ def parse_shape(text: str) -> tuple[int, ...]:
     if not shape or any(d < 0 for d in shape):
         raise argparse.ArgumentTypeError(f"malformed shape {text!r}: expected positive sizes like 1,3,224,224")
     return shape
-
-
-def _hardware_arg(text: str) -> Any:
-    from ..hardware.lookup import LOCAL, hardware
-
-    key = text.strip().lower()
-    if key == LOCAL or key.startswith(LOCAL + ":"):
-        return key  # measured by cli_analyze.local_hardware, once --recalibrate and --profile are known
-    try:
-        return hardware(text)
-    except (LookupError, OSError, ValueError) as e:
-        raise argparse.ArgumentTypeError(str(e).splitlines()[0]) from None
 
 
 def _column_list(text: str) -> list[str]:

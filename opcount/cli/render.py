@@ -6,7 +6,6 @@ follows the text formats. :func:`number_format` and :func:`write_csv_meta` are s
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,64 +14,78 @@ from typing import Any
 from .. import report
 from ..messages import one_line
 from ..report.provenance import export_meta
+from .analyze import Analyses
 from .args import UsageError
+from .options import Layout
 
 
-def render(analyses: dict[str, Any], args: argparse.Namespace) -> str:
-    """The report of ``analyses`` (role -> analysis, from :func:`~opcount.cli.analyze.analyze`);
-    with a roofline and no ``--columns``, its columns are shown by default."""
-    flops = analyses["flops"]
-    common: dict[str, Any] = {"activations": analyses.get("activations"), "memory": analyses.get("memory")}
-    rl = analyses.get("roofline")
-    sp = analyses.get("sparsity")
-    if args.format == "html":  # one page: its own columns, summary and charts
+def render(analyses: Analyses, layout: Layout, model: str) -> str:
+    """The report of ``analyses`` (``model``: the spec, named in exports) laid out as ``layout`` says;
+    with a roofline and no ``--columns``, its columns are shown by default (:func:`shown_columns`)."""
+    if layout.format == "html":  # one page: its own columns, summary and charts
         return report.html_report(
-            flops,
-            rl,
-            columns=args.columns,
-            max_depth=args.depth,
-            meta=export_meta(flops, model=args.model, roofline=rl),
-            model=args.model,
-            **common,
+            analyses.flops,
+            analyses.roofline,
+            columns=None if layout.columns is None else list(layout.columns),
+            max_depth=layout.depth,
+            meta=export_meta(analyses.flops, model=model, roofline=analyses.roofline),
+            model=model,
+            activations=analyses.activations,
+            memory=analyses.memory,
         )
-    if rl is not None:
-        common["extra"] = {"roofline": rl} if sp is None else {"roofline": rl, "sparsity": sp}
-        if args.columns is None:
-            args.columns = ["params", "flops", "time", "time_share", "bound"]
-            if args.format == "repr":  # the model string gives every additive column its share
-                args.columns.remove("time_share")
-            if sp is not None:
-                args.columns = ["params", "flops", "sparse_flops", "time", "sparse_time", "speedup", "sparsity"]
-    if args.format == "chrome-trace":
+    if layout.format == "chrome-trace":
         from ..report.trace import to_chrome_trace
 
-        if rl is None:
+        if analyses.roofline is None:
             raise UsageError("--format chrome-trace lays out the roofline's times: add --hardware NAME")
-        return json.dumps(to_chrome_trace(rl, name=args.model))
-    text = _render(flops, common, args)
-    if rl is not None and args.format not in ("json", "csv"):
+        return json.dumps(to_chrome_trace(analyses.roofline, name=model))
+    columns = shown_columns(analyses, layout)
+    text = _render(analyses, columns, layout, model)
+    rl, sp = analyses.roofline, analyses.sparsity
+    if rl is not None and layout.format not in ("json", "csv"):
         text += "\n\n" + rl.summary()
         if sp is not None:
             text += "\n" + sp.summary()
     return text
 
 
-def _render(flops: Any, common: dict[str, Any], args: argparse.Namespace) -> str:
-    fmt = args.format
+def shown_columns(analyses: Analyses, layout: Layout) -> list[str] | None:
+    """The columns the report shows: ``--columns``, or with a roofline its default columns; None:
+    the format's own default (params and flops; json and csv: every exact statistic computed)."""
+    if layout.columns is not None:
+        return list(layout.columns)
+    if layout.format == "html":  # the page picks its own from the analyses given
+        return None
+    if analyses.sparsity is not None:
+        return ["params", "flops", "sparse_flops", "time", "sparse_time", "speedup", "sparsity"]
+    if analyses.roofline is not None:
+        columns = ["params", "flops", "time", "time_share", "bound"]
+        if layout.format == "repr":  # the model string gives every additive column its share
+            columns.remove("time_share")
+        return columns
+    return None
+
+
+def _render(analyses: Analyses, shown: list[str] | None, layout: Layout, model: str) -> str:
+    flops, fmt = analyses.flops, layout.format
+    common: dict[str, Any] = {"activations": analyses.activations, "memory": analyses.memory}
+    extra = analyses.sources().extra
+    if extra:
+        common["extra"] = extra
     if fmt in ("json", "csv"):
-        meta = export_meta(flops, model=args.model, roofline=(common.get("extra") or {}).get("roofline"))
-        kw = {"columns": args.columns, "max_depth": args.depth, "meta": meta, **common}
+        meta = export_meta(flops, model=model, roofline=analyses.roofline)
+        kw = {"columns": shown, "max_depth": layout.depth, "meta": meta, **common}
         if fmt == "json":
             return report.to_json(flops, **kw)
-        write_csv_meta(args, meta)
-        return report.to_csv(flops, level="operators" if args.by_operator else "modules", **kw).rstrip("\n")
-    columns = args.columns or ["params", "flops"]
-    depth = 3 if args.depth is None else args.depth
-    numbers = number_format(args, significant=fmt in ("tree", "md", "repr"))
+        write_csv_meta(layout.csv_meta, meta)
+        return report.to_csv(flops, level="operators" if layout.by_operator else "modules", **kw).rstrip("\n")
+    columns = shown or ["params", "flops"]
+    depth = 3 if layout.depth is None else layout.depth
+    numbers = number_format(layout, significant=fmt in ("tree", "md", "repr"))
     if fmt == "md":
         return report.to_markdown(
             flops,
-            level="operators" if args.by_operator else "modules",
+            level="operators" if layout.by_operator else "modules",
             columns=columns,
             max_depth=depth,
             number_format=numbers,
@@ -82,34 +95,33 @@ def _render(flops: Any, common: dict[str, Any], args: argparse.Namespace) -> str
         return report.flop_count_str(flops, columns=columns, number_format=numbers, **common)
     if fmt == "tree":
         return report.tree_str(flops, columns=columns, max_depth=depth, number_format=numbers, **common)
-    if args.by_operator:
+    if layout.by_operator:
         cols = [c for c in columns if c != "params"] or ["flops"]
-        return report.operator_table(flops, columns=cols, max_depth=args.depth, number_format=numbers, **common)
+        return report.operator_table(flops, columns=cols, max_depth=layout.depth, number_format=numbers, **common)
     return report.module_table(
         flops,
         columns=columns,
         max_depth=depth,
         number_format=numbers,
-        show_param_shapes=not args.no_param_shapes,
+        show_param_shapes=layout.param_shapes,
         **common,
     )
 
 
-def number_format(args: argparse.Namespace, significant: bool) -> report.NumberFormat:
+def number_format(layout: Layout, significant: bool) -> report.NumberFormat:
     """``--units``, ``--decimals`` and ``--sig-figs`` as a number format; ``significant``: the
     format's default is 3 significant figures rather than 3 decimals."""
-    unit = {"1": "", None: "auto"}.get(args.units, args.units)
-    if args.sig_figs is not None:
-        return report.NumberFormat(unit, args.sig_figs, significant=True)
-    if args.decimals is not None:
-        return report.NumberFormat(unit, args.decimals)
+    unit = "auto" if layout.units is None else "" if layout.units == "1" else layout.units
+    if layout.sig_figs is not None:
+        return report.NumberFormat(unit, layout.sig_figs, significant=True)
+    if layout.decimals is not None:
+        return report.NumberFormat(unit, layout.decimals)
     return report.NumberFormat(unit, 3, significant=significant)
 
 
-def write_csv_meta(args: argparse.Namespace, meta: Mapping[str, Any]) -> None:
-    """``--csv-meta FILE``: what a CSV export was computed from (its JSON ``meta``), written as JSON
-    beside it; the CSV itself is a header and rows only, which tools read as they are."""
-    path = getattr(args, "csv_meta", None)
+def write_csv_meta(path: str | None, meta: Mapping[str, Any]) -> None:
+    """``--csv-meta FILE`` (``path``): what a CSV export was computed from (its JSON ``meta``), written
+    as JSON beside it; the CSV itself is a header and rows only, which tools read as they are."""
     if not path:
         return
     try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,10 +10,12 @@ from typing import Any
 from ..errors import OpcountError
 
 
-def save_llm_chart(points: Sequence[Any], args: argparse.Namespace, path: str | Path) -> list[Path]:
-    """One point: the phase's roofline charts (as the main command draws them). A sweep: time
-    (or time per output token) and memory against the first swept key, one curve per value of
-    the others."""
+def save_llm_chart(points: Sequence[Any], path: str | Path, *, model: str, sweep: Sequence[str] = ()) -> list[Path]:
+    """Charts of ``points`` (the analyzed phases of ``model``, a name for the title) written to ``path``.
+
+    One point: the phase's roofline charts (as the main command draws them). A sweep (``sweep``: the
+    swept keys, ``seq-len`` or ``seq_len``, in the order of the grid): time (or time per output token)
+    and memory against the first swept key, one curve per value of the others."""
     if len(points) == 1:
         from ..roofline.plot import save_charts
 
@@ -27,7 +28,7 @@ def save_llm_chart(points: Sequence[Any], args: argparse.Namespace, path: str | 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = [key.replace("-", "_") for key, _ in args.sweep]
+    keys = [key.replace("-", "_") for key in sweep]
     x_key, others = keys[0], keys[1:]
     fig, (time_ax, memory_ax) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
     curves: dict[tuple[int, ...], list[Any]] = {}
@@ -49,7 +50,7 @@ def save_llm_chart(points: Sequence[Any], args: argparse.Namespace, path: str | 
     if others:  # one legend for both panels, outside them: inside, it sat on the curves
         fig.legend(*time_ax.get_legend_handles_labels(), loc="outside right upper", fontsize=8)
     hw = points[0].phase.roofline.hardware.name
-    fig.suptitle("\n".join(textwrap.wrap(f"{args.model} on {hw}, {points[0].phase.precision.label()}", 110)))
+    fig.suptitle("\n".join(textwrap.wrap(f"{model} on {hw}, {points[0].phase.precision.label()}", 110)))
     out = Path(path)
     fig.savefig(out, dpi=120, bbox_inches="tight")  # nothing cut at the edges, whatever the labels
     plt.close(fig)

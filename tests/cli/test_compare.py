@@ -61,6 +61,13 @@ def test_json_totals(capsys: pytest.CaptureFixture[str]) -> None:
     assert "operators" not in data
 
 
+def test_meta_traces_every_model_with_the_dispatch_tracer(capsys: pytest.CaptureFixture[str]) -> None:
+    # --meta implies --tracer dispatch, as for one model; compare used to trace with jit and fail on the first
+    data = json.loads(_run(capsys, "--meta", "--format", "json", "-q"))
+    assert [(m["model"], m["total"]["flops"]) for m in data["models"]] == [(TINY, 127360), (NESTED, 1260)]
+    assert data["meta"]["tracer"] == "dispatch"
+
+
 def test_by_operator_puts_models_in_columns(capsys: pytest.CaptureFixture[str]) -> None:
     rows = _pipe_rows(_run(capsys, "--by-operator", "--units", "exact", "-q"))
     assert rows[0] == ["operator", TINY, NESTED]

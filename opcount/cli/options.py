@@ -1,0 +1,195 @@
+"""The command line as typed values: what :func:`opcount.cli.parser.parse` makes of the flags, once,
+and everything below the parser reads.
+
+:class:`Options` is ``opcount MODEL`` (or ``llm:NAME``), :class:`CompareOptions` is ``opcount
+compare``; both are frozen and made of groups, each read by one layer: :class:`Inputs` by the
+model loader, :class:`Analysis` by the analyses, :class:`Layout` by the renderer, :class:`LLMRun`
+by the LLM mode. ``--hardware`` is a :class:`HardwareChoice`: a preset or file read by the parser,
+or this machine, measured once when the run starts (:meth:`HardwareChoice.resolve`).
+
+This module holds values only: the checks that refuse a combination of flags are in
+:mod:`opcount.cli.args` and :mod:`opcount.cli.llm`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+
+from .. import report
+from ..hardware.lookup import Hardware
+from ..llm.precision import Precision
+
+# The analysis every report needs: the flop count also gives the model and its module tree.
+BASE_ROLE = "flops"
+# The columns a format shows whatever --columns says: the HTML page always has the bytes moved.
+FORMAT_COLUMNS = {"html": ("bytes",)}
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """How the model and its inputs are made: ``--input``, ``--dtype``, ``--seq-len``, ``--hf-config``, ``--meta``."""
+
+    shapes: tuple[tuple[int, ...], ...]  # empty: the model's own inputs
+    dtype_name: str  # as typed, for messages
+    dtype: torch.dtype
+    seq_len: int | None
+    hf_config: tuple[str, ...]
+    meta: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareChoice:
+    """``--hardware``: a preset or file (``spec``, read by the parser), or this machine (``local``:
+    ``local``, ``local:cpu`` or ``local:cuda``; with ``--profile`` a bare ``local`` is ``local:cpu``,
+    the device the profile runs on, so that % of speed of light is against it)."""
+
+    spec: Hardware | None = None
+    local: str | None = None
+    recalibrate: bool = False
+
+    def resolve(self, status: Callable[[str], None], note: Callable[[str], None]) -> Hardware:
+        """The hardware: the preset as read, or this machine measured (cached unless ``--recalibrate``;
+        ``note`` says which, with the measurement's description)."""
+        if self.spec is not None:
+            return self.spec
+        from ..hardware.lookup import hardware
+
+        assert self.local is not None
+        status(f"measuring this machine ({self.local})")
+        found = hardware(self.local, recalibrate=self.recalibrate)
+        # a cached calibration is reused silently otherwise: its date and spread say how far to trust it
+        cached = "" if self.recalibrate else " (cached; --recalibrate measures again)"
+        note(f"--hardware {self.local}: {found.description}{cached}")
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """What is computed: ``--preset``, ``--flops-per-mac``, ``--tracer``, ``--mode``, ``--meta``, the
+    roofline flags, ``--sparsity``, and ``roles``, the analyses the run needs (:func:`roles_for`)."""
+
+    preset: str
+    flops_per_mac: int
+    tracer: str | None  # as given; None: by the model (:meth:`tracer_for`)
+    mode: str
+    meta: bool
+    roofline_dtype: str | None
+    fuse: bool
+    tf32: bool
+    sparsity: tuple[str, ...]
+    roles: frozenset[str]
+
+    def tracer_for(self, model: str) -> str:
+        """The tracer for ``model``: ``--meta`` implies dispatch, and so do transformers models, whose
+        attention masks are built with torch.vmap, which jit tracing cannot record."""
+        if self.tracer is not None:
+            return self.tracer
+        return "dispatch" if self.meta or model.startswith(("hf:", "llm:")) else "jit"
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """How the report looks: ``--format``, ``--columns`` (None: the format's default), ``--by-operator``,
+    ``--depth``, ``--units``, ``--decimals``, ``--sig-figs``, ``--no-param-shapes``."""
+
+    format: str
+    columns: tuple[str, ...] | None
+    by_operator: bool
+    depth: int | None
+    units: str | None
+    decimals: int | None
+    sig_figs: int | None
+    param_shapes: bool
+    csv_meta: str | None  # --csv-meta FILE: where a CSV export's meta goes (the CSV is a header and rows only)
+
+
+@dataclass(frozen=True, slots=True)
+class LLMOptions:
+    """The LLM inference flags as given (None: not given)."""
+
+    phase: str | None = None
+    kv_len: int | None = None
+    batch: int | None = None
+    gen_len: int | None = None
+    weight_dtype: str | None = None
+    act_dtype: str | None = None
+    kv_dtype: str | None = None
+    sweep: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    def given(self) -> list[str]:
+        """The flags given, as typed (``--kv-len``), in the order of their help."""
+        values = (
+            ("--phase", self.phase),
+            ("--kv-len", self.kv_len),
+            ("--batch", self.batch),
+            ("--gen-len", self.gen_len),
+            ("--weight-dtype", self.weight_dtype),
+            ("--act-dtype", self.act_dtype),
+            ("--kv-dtype", self.kv_dtype),
+            ("--sweep", self.sweep or None),
+        )
+        return [flag for flag, value in values if value is not None]
+
+
+@dataclass(frozen=True, slots=True)
+class LLMRun:
+    """An LLM inference run: its flags and the dtypes they name, checked."""
+
+    flags: LLMOptions
+    precision: Precision
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """``opcount MODEL``: one model, analyzed and rendered; ``llm`` set for an LLM inference run."""
+
+    model: str
+    inputs: Inputs
+    analysis: Analysis
+    hardware: HardwareChoice | None
+    layout: Layout
+    llm: LLMRun | None
+    profile: bool
+    repeats: int
+    output: str | None
+    plot: str | None
+    quiet: bool
+    verbose: bool  # -v, or --debug: warnings with their whole lists
+    debug: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CompareOptions:
+    """``opcount compare MODEL [MODEL ...]``: the flags every model shares."""
+
+    models: tuple[str, ...]
+    inputs: Inputs
+    analysis: Analysis
+    hardware: HardwareChoice | None
+    layout: Layout
+    output: str | None
+    quiet: bool
+    verbose: bool
+    debug: bool
+
+
+def roles_for(columns: Iterable[str], format: str, hardware: bool, sparsity: bool) -> frozenset[str]:
+    """The analyses a run needs: what each column shown (``columns``, and those the ``format`` always
+    shows) declares it reads (``Column.needs``), the roofline with ``--hardware``, the sparsity
+    roofline with ``--sparsity``."""
+    shown = [*columns, *FORMAT_COLUMNS.get(format, ())]
+    roles = {BASE_ROLE, *(role for key in shown for role in report.COLUMNS[key].needs)}
+    if hardware:
+        roles.add("roofline")
+    if sparsity:
+        roles.add("sparsity")
+    return frozenset(roles)
+
+
+def columns_needing(role: str, columns: Iterable[str] | None = None) -> list[str]:
+    """The columns (of ``columns``, or of every registered one) that read the analysis ``role``."""
+    keys = report.COLUMNS if columns is None else columns
+    return [key for key in keys if role in report.COLUMNS[key].needs]
