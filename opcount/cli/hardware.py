@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
 def run(argv: Sequence[str]) -> tuple[str, str | None]:
     """The text ``opcount hardware ARGV`` prints, and the file ``-o`` names (None: stdout)."""
     args = build_parser().parse_args(list(argv))
+    if args.output is not None and not args.output.strip():  # as opcount MODEL: "" printed to the terminal
+        raise UsageError(f"-o needs a file name, got {args.output!r}")
     if args.name is None:
         if args.recalibrate:
             raise UsageError("--recalibrate applies to opcount hardware local")

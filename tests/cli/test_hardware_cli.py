@@ -47,3 +47,10 @@ def test_a_file_that_is_not_there_is_one_line(
     err = capsys.readouterr().err
     assert err.startswith("opcount: error: ") and err.count("\n") == 1
     assert said in err and "Error:" not in err
+
+
+def test_an_empty_output_name_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    # -o "" printed the table to the terminal, as if no -o were given
+    assert main(["hardware", "h100", "-o", ""]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == "opcount: error: -o needs a file name, got ''\n"
