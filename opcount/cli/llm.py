@@ -88,7 +88,12 @@ def wanted(model: str, flags: LLMOptions) -> bool:
 def check(flags: LLMOptions, options: Options) -> Precision:
     """Flag combinations, before anything is built (``options``: the run's other flags); the dtypes
     of ``--weight-dtype``, ``--act-dtype`` and ``--kv-dtype``."""
-    require_transformers(options.model)  # first: no flag is worth checking without it
+    if not options.model.startswith(("llm:", "hf:")):  # a factory's model was looked up as a transformers class
+        raise OpcountError(
+            f"--phase, --batch, --kv-len, --gen-len, --sweep and the dtype flags price LLM inference phases of "
+            f"llm: and hf: models, not {options.model}: give its inputs with --input"
+        )
+    require_transformers(options.model)  # no other flag is worth checking without it
     analysis, layout = options.analysis, options.layout
     if analysis.tracer == "jit":
         raise OpcountError("LLM phases run on the meta device with the dispatch tracer: drop --tracer jit")

@@ -186,3 +186,11 @@ def test_sweep_refuses_an_empty_value(capsys: pytest.CaptureFixture[str], values
 def test_sweep_takes_a_trailing_comma(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(capsys, "llm:gpt2", "--sweep", "batch=1,2,", "--format", "csv", "-q")
     assert status == 0 and [int(b) for b in pd.read_csv(io.StringIO(out))["batch"]] == [1, 2]
+
+
+@pytest.mark.parametrize("flags", [["--batch", "4"], ["--phase", "decode"], ["--weight-dtype", "int4"]])
+def test_llm_flags_on_another_model_say_so(capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
+    # a factory given --batch was looked up as a transformers class: "not a transformers config or model class"
+    status, out, err = run(capsys, "tests.fixtures.models:nested", *flags)
+    assert status == 2 and out == "" and err.count("\n") == 1
+    assert "price LLM inference phases of llm: and hf: models, not tests.fixtures.models:nested" in err
