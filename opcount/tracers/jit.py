@@ -38,7 +38,7 @@ from ..torch_internals import (
 )
 from .patching import exclusive, replaced
 from .state import preserved
-from .structure import FlatCall, layout_of, normalize_inputs, output_tensors, refuse_sparse
+from .structure import FlatCall, layout_of, normalize_inputs, output_tensors, refuse_sparse, refuse_sparse_kinds
 
 # TorchScript scalar type names -> torch dtype names.
 _DTYPES = {
@@ -260,8 +260,9 @@ def trace_jit(
             raise _trace_error(model, tree, e) from e
         converter = _Converter(graph, len(call.tensors), state, names)
         records = list(_records(graph, tree, marks, converter))
-        if converter.sparse:
-            for c, _ in records:
+        for c, _ in records:
+            refuse_sparse_kinds(c)
+            if converter.sparse:
                 refuse_sparse(c, converter.sparse)
         outputs = converter.outputs()
     calls = tuple(c for c, _ in records)

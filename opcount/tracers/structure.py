@@ -66,6 +66,16 @@ def refuse_sparse(call: OpCall, sparse: Mapping[int, str]) -> None:
             raise SparseLayoutError(f"operator {call.kind} in {where} takes or makes {sparse[spec.id]}: {DENSE_ONLY}")
 
 
+def refuse_sparse_kinds(call: OpCall) -> None:
+    """Raise if ``call`` is an operator on sparse tensors by its name (``to_sparse``, ``_sparse_mm``,
+    ``sparse_coo_tensor``...). The jit graph keeps no layouts, so a sparse tensor made inside the forward
+    shows only in the name of the operator that makes or takes it; the dispatch tracer sees the layout."""
+    if call.kind in SPARSE_OK or "sparse" not in call.kind.partition("::")[2]:
+        return
+    where = f"module '{call.scope[-1]}'" if call.scope[-1] else "the model"
+    raise SparseLayoutError(f"operator {call.kind} in {where} works on sparse tensors: {DENSE_ONLY}")
+
+
 DENSE_ONLY = (
     "opcount prices dense tensors only (a sparse product's cost depends on its stored values); "
     "pass x.to_dense() to count the dense computation"

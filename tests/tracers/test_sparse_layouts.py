@@ -80,6 +80,22 @@ def test_a_sparse_tensor_made_inside_the_model_is_refused_naming_the_operator(op
         trace(ToSparse(), torch.randn(4, 8), **options)
 
 
+class SparseProduct(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8, 16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sparse.mm(x.to_sparse(), self.weight)
+
+
+def test_the_jit_tracer_refuses_a_sparse_tensor_made_inside_the_model_by_its_operator() -> None:
+    # The jit graph keeps no layout: the operator's name is what says sparse (it counted 0, listing
+    # to_sparse and _sparse_mm as unsupported, where the dispatch tracer refuses the model).
+    with pytest.raises(OpcountValueError, match=r"operator aten::to_sparse in the model works on sparse tensors"):
+        trace(SparseProduct(), torch.randn(4, 8), tracer="jit")
+
+
 def test_dense_inputs_still_count() -> None:
     # Linear(8 -> 16) on [4, 8]: 4 x 8 x 16 multiply-adds (fvcore's convention).
     for options in TRACERS:
