@@ -398,7 +398,9 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     g.add_argument(
         "--csv-meta", metavar="FILE", help="csv: write what the numbers were computed from (JSON's meta) to FILE"
     )
-    g = p.add_argument_group("diagnostics")
+    # -q and -v contradict each other: argparse refuses the pair in one line
+    diagnostics = p.add_argument_group("diagnostics")
+    g = diagnostics.add_mutually_exclusive_group()
     g.add_argument("-q", "--quiet", action="store_true", help="no warnings (unsupported operators, uncalled modules)")
     g.add_argument(
         "-v",
@@ -407,7 +409,7 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
         help="warnings with their whole lists (every uncalled module, every unsupported operator), "
         "not one line per kind",
     )
-    g.add_argument("--debug", action="store_true", help="show tracebacks and every warning (implies --verbose)")
+    diagnostics.add_argument("--debug", action="store_true", help="show tracebacks and every warning (implies --verbose)")
     p.add_argument("--version", action="version", version=f"opcount {__version__}")
     if compare:
         _hide(p, NOT_FOR_COMPARE)

@@ -120,6 +120,8 @@ def test_profile_keeps_the_profilers_c_lines_off_stderr(runs) -> None:
         ([TINY, "--columns", "flops,time"], "need --hardware"),
         ([TINY, "-o", "/no-such-folder/x.txt"], "-o /no-such-folder/x.txt: no folder '/no-such-folder'"),
         ([TINY, "--hardware", "t4", "--plot", "chart.xyz"], "--plot chart.xyz: name a chart file ending in .png"),
+        ([TINY, "-q", "-v"], "argument -v/--verbose: not allowed with argument -q/--quiet"),
+        (["compare", TINY, "--quiet", "--verbose"], "argument -v/--verbose: not allowed with argument -q/--quiet"),
     ],
 )
 def test_flag_mistakes_are_refused_before_building(
