@@ -409,7 +409,9 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
         help="warnings with their whole lists (every uncalled module, every unsupported operator), "
         "not one line per kind",
     )
-    diagnostics.add_argument("--debug", action="store_true", help="show tracebacks and every warning (implies --verbose)")
+    diagnostics.add_argument(
+        "--debug", action="store_true", help="show tracebacks and every warning (implies --verbose)"
+    )
     p.add_argument("--version", action="version", version=f"opcount {__version__}")
     if compare:
         _hide(p, NOT_FOR_COMPARE)
