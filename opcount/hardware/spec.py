@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ..errors import OpcountKeyError, OpcountValueError
+from .efficiency import Efficiency
 from .sparse_support import SparseSupport
 
 TENSOR, VECTOR = "tensor", "vector"
@@ -61,6 +62,7 @@ class Hardware:
     clock_hz: float | None = None
     description: str = field(default="", compare=False)
     sparse: SparseSupport = field(default_factory=SparseSupport)
+    efficiency: Efficiency = field(default_factory=Efficiency)  # the LLM estimate's factors
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -94,6 +96,13 @@ class Hardware:
                 raise OpcountValueError(f"{self.name}: {e}") from e
         elif not isinstance(self.sparse, SparseSupport):
             raise OpcountValueError(f"{self.name}: sparse must be a SparseSupport or a table, got {self.sparse!r}")
+        if isinstance(self.efficiency, Mapping):
+            try:
+                object.__setattr__(self, "efficiency", Efficiency.from_dict(self.efficiency))
+            except (TypeError, ValueError) as e:
+                raise OpcountValueError(f"{self.name}: {e}") from e
+        elif not isinstance(self.efficiency, Efficiency):
+            raise OpcountValueError(f"{self.name}: efficiency must be a table, got {self.efficiency!r}")
 
     def __hash__(self) -> int:  # the peak tables are read-only mappings, which do not hash
         return hash((self.name, self.bandwidth, tuple((u, tuple(t.items())) for u, t in self.peak.items())))
@@ -128,12 +137,14 @@ class Hardware:
             out["description"] = self.description
         if self.sparse != SparseSupport():
             out["sparse"] = self.sparse.to_dict()
+        if self.efficiency != Efficiency():
+            out["efficiency"] = self.efficiency.to_dict()
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Hardware:
         """Build from ``{"name", "bandwidth", "peak": {unit: {dtype: FLOP/s}}, ...}``; unknown keys are errors."""
-        allowed = {"name", "peak", "bandwidth", "buffer_bytes", "clock_hz", "description", "sparse"}
+        allowed = {"name", "peak", "bandwidth", "buffer_bytes", "clock_hz", "description", "sparse", "efficiency"}
         unknown = set(data) - allowed
         if unknown:
             raise OpcountValueError(f"unknown hardware keys {sorted(unknown)}; allowed: {sorted(allowed)}")
