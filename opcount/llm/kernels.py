@@ -152,9 +152,9 @@ def plan(
             continue
         eff = hw.efficiency
         if call.kind in ATTENTION_KINDS:
-            macs, softmax = _attention(call, causal=True)
+            macs, softmax = attention_work(call, causal=True)
             if not fused:  # the eager kernel computes the whole square
-                macs, softmax = _attention(call, causal=False)
+                macs, softmax = attention_work(call, causal=False)
             vector = hw.peak_of("vector", t.layer.precision) or hw.peak_of("vector", "float32") or t.peak
             flops = FLOPS_PER_MAC * macs
             work.append((flops / t.peak, flops / (t.peak * eff.attention), softmax / vector, flops))
@@ -224,7 +224,7 @@ def plan(
     return KernelPlan(mode, hw, kernels, kernel_of, flops, flops / seconds if seconds else 1.0, compulsory)
 
 
-def _attention(call: OpCall, causal: bool) -> tuple[float, float]:
+def attention_work(call: OpCall, causal: bool) -> tuple[float, float]:
     """(multiply-adds, softmax flops) of an attention call: ``pairs x (E + Ev)`` per head and
     sequence, the softmax ``3 pairs - rows``; a causal block of ``s`` new tokens over ``S``
     positions keeps ``s S - s (s - 1) / 2`` pairs (the new tokens sit at the end)."""
@@ -335,7 +335,8 @@ def _compulsory(
 ) -> float:
     """Bytes no engine avoids: each weight and cache tensor read once (its largest read: an
     embedding table's looked-up rows, unless a tied output layer reads it all), every cache write,
-    the inputs read once and the returned outputs written once."""
+    the inputs read once and the returned outputs written once (0-d ones, counters and offsets, are
+    kernel arguments)."""
     reads: dict[object, float] = {}
     writes = 0.0
     outputs: dict[object, float] = {}
@@ -347,13 +348,14 @@ def _compulsory(
             r = root(s)
             if s is not None and s.param is not None:
                 reads[s.param] = max(reads.get(s.param, 0.0), price(a))
-            elif r is not None and r not in producer:  # a model input
+            elif r is not None and r not in producer and s is not None and s.shape:
+                # a model input; a 0-d one (a position offset) is a kernel argument, not a read
                 reads[r] = max(reads.get(r, 0.0), price(a))
         for a in t.write:
             s = a.tensor
             r = root(s)
             if s is not None and s.param is not None:
                 writes += price(a)
-            elif r is not None and r in returned:
+            elif r is not None and r in returned and s is not None and s.shape:
                 outputs[r] = max(outputs.get(r, 0.0), price(a))
     return sum(reads.values()) + writes + sum(outputs.values())
