@@ -22,20 +22,23 @@ from ..errors import OpcountError
 from ..hardware.lookup import Hardware
 from ..llm.catalogue import ARCHITECTURES
 from ..llm.catalogue import config as catalogue_config
+from ..llm.kernels import MODES
 from ..llm.limits import MAX_BATCH, MAX_POSITIONS
 from ..llm.model import is_causal_lm
+from ..llm.operators import operator_rows
 from ..llm.phases import PHASES, CausalLM, GenerationCost, PhaseCost, generation
 from ..llm.precision import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
 from ..report.provenance import export_meta
 from ..units import seconds, si, size
 from .args import check_counts, hf_overrides, invalid_config, natural_int, positive_int
+from .llm_operators import by_operator
 from .options import Analysis, Layout, LLMOptions, LLMRun, Options, columns_needing
 from .render import write_csv_meta
 
 SWEEPABLE = {"batch": "batch", "seq-len": "seq_len", "kv-len": "kv_len", "gen-len": "gen_len"}
 DEFAULT_SEQ_LEN = 128
 # The LLM flags by their argparse names (the parser hides them from opcount compare's help).
-LLM_FLAGS = ("phase", "kv_len", "batch", "gen_len", "weight_dtype", "act_dtype", "kv_dtype", "sweep")
+LLM_FLAGS = ("phase", "kv_len", "batch", "gen_len", "weight_dtype", "act_dtype", "kv_dtype", "sweep", "kernels")
 MAX_SWEEP_POINTS = 1000
 
 
@@ -59,6 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=V1,V2,...",
         type=_sweep,
         help=f"one row per point ({', '.join(SWEEPABLE)}); repeat for a grid",
+    )
+    g.add_argument(
+        "--kernels",
+        choices=MODES,
+        help="the estimate's kernels: fused as serving engines run them (default; --fuse says the same) or eager, "
+        "one per operator",
     )
 
 
@@ -118,16 +127,18 @@ def check(flags: LLMOptions, options: Options) -> Precision:
     for flag, given in (("profile", options.profile), ("sparsity", analysis.sparsity)):
         if given:
             raise OpcountError(f"--{flag} does not apply to LLM phases (the model is on the meta device)")
-    for flag, value in (("roofline-dtype", analysis.roofline_dtype), ("fuse", analysis.fuse), ("tf32", analysis.tf32)):
+    if analysis.fuse and flags.kernels == "eager":
+        raise OpcountError("--fuse and --kernels eager contradict each other: give one")
+    for flag, value in (("roofline-dtype", analysis.roofline_dtype), ("tf32", analysis.tf32)):
         if value:
             raise OpcountError(
                 f"--{flag} does not apply to LLM phases: they are priced in the dtypes of "
                 "--weight-dtype, --act-dtype and --kv-dtype"
             )
-    if layout.format in ("tree", "md", "repr", "html", "chrome-trace") or layout.by_operator:
-        raise OpcountError(
-            "LLM phases print table, json or csv (--by-operator and tree/md/repr/html/chrome-trace are for whole models)"
-        )
+    if layout.format in ("tree", "md", "repr", "html", "chrome-trace"):
+        raise OpcountError("LLM phases print table, json or csv (tree/md/repr/html/chrome-trace are for whole models)")
+    if layout.by_operator and flags.sweep:
+        raise OpcountError("--by-operator shapes one point's table, not a --sweep's rows")
     _check_columns(layout, options.hardware is not None, bool(flags.sweep))
     try:
         return Precision(flags.weight_dtype or "bfloat16", flags.act_dtype or "bfloat16", flags.kv_dtype)
@@ -265,20 +276,26 @@ def run(
     for combo in itertools.product(*(values for _, values in axes)) if axes else [()]:
         values = {**base, **{key: v for (key, _), v in zip(axes, combo, strict=True)}}
         status(f"tracing {label}: {_describe(values, flags.phase)}")
-        points.append(_point(llm, values, flags.phase, hardware, analysis))
+        points.append(_point(llm, values, flags.phase, hardware, analysis, flags.kernels or "fused"))
     if axes:
         return _sweep_report(points, options.layout, label, options.model), points
     return _single_report(llm, points[0], options.layout, label, options.model), points
 
 
 def _point(
-    llm: CausalLM, values: dict[str, int], phase: str | None, hardware: Hardware | None, analysis: Analysis
+    llm: CausalLM,
+    values: dict[str, int],
+    phase: str | None,
+    hardware: Hardware | None,
+    analysis: Analysis,
+    kernels: str = "fused",
 ) -> Point:
     common: dict[str, Any] = {
         "batch": values["batch"],
         "hardware": hardware,
         "flops_per_mac": analysis.flops_per_mac,
         "preset": analysis.preset,
+        "kernels": kernels,
     }
     if "gen_len" in values:
         gen = generation(llm, values["seq_len"], values["gen_len"], **common)
@@ -317,21 +334,30 @@ def summary(llm_label: str, point: Point, parameters: int) -> str:
         f"activations (peak) {size(m.activations)}, total {size(m.total)}"
     )
     if p.roofline is not None:
-        hw = p.roofline.hardware.name
+        hw = f"{p.roofline.hardware.name}, {p.kernels} kernels"
         if gen is not None:
-            lines.append(f"  {hw}: time to first token {seconds(gen.time_to_first_token)} ({p.bound}-bound)")
+            lines.append(
+                f"  {hw}: time to first token {seconds(gen.time_to_first_token)}, speed of light "
+                f"{seconds(gen.time_to_first_token_bound)} ({p.bound}-bound)"
+            )
             if gen.gen_len:
                 step = gen.last_step.bound if gen.last_step is not None else "?"
                 lines.append(
-                    f"  {hw}: time per output token {seconds(gen.time_per_output_token)} ({step}-bound at the last "
-                    f"step), {gen.tokens_per_s:,.1f} tokens/s, whole generation {seconds(gen.time)}"
+                    f"  {hw}: time per output token {seconds(gen.time_per_output_token)}, speed of light "
+                    f"{seconds(gen.time_per_output_token_bound)} ({step}-bound at the last step); "
+                    f"{gen.tokens_per_s:,.1f} tokens/s (at most {gen.tokens_per_s_bound:,.1f}); "
+                    f"whole generation {seconds(gen.time)} (speed of light {seconds(gen.time_bound)})"
                 )
         elif p.phase == "prefill":
             lines.append(
-                f"  {hw}: time to first token {seconds(p.time)} ({p.bound}-bound), {p.tokens_per_s:,.0f} prompt tokens/s"
+                f"  {hw}: time to first token {seconds(p.time)}, speed of light {seconds(p.time_bound)} "
+                f"({p.bound}-bound); {p.tokens_per_s:,.0f} prompt tokens/s (at most {p.tokens_per_s_bound:,.0f})"
             )
         else:
-            lines.append(f"  {hw}: {seconds(p.time)} per step ({p.bound}-bound), {p.tokens_per_s:,.1f} tokens/s")
+            lines.append(
+                f"  {hw}: {seconds(p.time)} per step, speed of light {seconds(p.time_bound)} ({p.bound}-bound); "
+                f"{p.tokens_per_s:,.1f} tokens/s (at most {p.tokens_per_s_bound:,.1f})"
+            )
     return "\n".join(lines)
 
 
@@ -345,7 +371,13 @@ def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, mode
         data = report.to_dict(p.flops, columns=given, max_depth=layout.depth, extra=extra, meta=meta)
         data["llm"] = _point_json(point, label, llm.parameters)
         data["memory"] = (p.memory if point.generation is None else point.generation.memory).as_dict()
+        if layout.by_operator:
+            data["llm"]["by_operator"] = operator_rows(p)
         return json.dumps(data, indent=2)
+    if layout.by_operator:
+        return by_operator(p, layout, meta) + (
+            "" if layout.format == "csv" else "\n\n" + summary(label, point, llm.parameters)
+        )
     columns = given or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
     depth = 3 if layout.depth is None else layout.depth
     if layout.format == "csv":
@@ -371,19 +403,30 @@ def _point_json(point: Point, label: str, parameters: int) -> dict[str, Any]:
     }
     if p.roofline is not None:
         out["hardware"] = p.roofline.hardware.name
+        out["kernels"] = p.kernels
         if gen is None:
-            out |= {"time": p.time, "bound": p.bound, "tokens_per_s": p.tokens_per_s}
+            out |= {
+                "time": p.time,
+                "time_bound": p.time_bound,
+                "bound": p.bound,
+                "tokens_per_s": p.tokens_per_s,
+                "tokens_per_s_bound": p.tokens_per_s_bound,
+            }
         else:
             out |= {
                 "time_to_first_token": gen.time_to_first_token,
+                "time_to_first_token_bound": gen.time_to_first_token_bound,
                 "time_per_output_token": gen.time_per_output_token,
+                "time_per_output_token_bound": gen.time_per_output_token_bound,
                 "tokens_per_s": gen.tokens_per_s,
+                "tokens_per_s_bound": gen.tokens_per_s_bound,
                 "time": gen.time,
+                "time_bound": gen.time_bound,
             }
     return out
 
 
-SWEEP_COLUMNS = ("flops", "weights", "kv_cache", "activations", "time", "tokens_per_s", "bound")
+SWEEP_COLUMNS = ("flops", "weights", "kv_cache", "activations", "time", "time_bound", "tokens_per_s", "bound")
 # A sweep's CSV headers with their units (the sizes are bytes, the times seconds).
 SWEEP_CSV_NAMES = {
     "weights": "weights_bytes",
@@ -391,6 +434,9 @@ SWEEP_CSV_NAMES = {
     "activations": "activations_bytes",
     "time_to_first_token": "time_to_first_token_s",
     "time_per_output_token": "time_per_output_token_s",
+    "time_bound": "time_bound_s",
+    "time_to_first_token_bound": "time_to_first_token_bound_s",
+    "time_per_output_token_bound": "time_per_output_token_bound_s",
 }
 
 
@@ -403,7 +449,11 @@ def _sweep_report(points: Sequence[Point], layout: Layout, label: str, model: st
         )
     has_time = points[0].phase.roofline is not None
     gen = points[0].generation is not None
-    time_keys = ["time_to_first_token", "time_per_output_token", "tokens_per_s"] if gen else ["time", "tokens_per_s"]
+    time_keys = (
+        [f"{k}{b}" for k in ("time_to_first_token", "time_per_output_token", "tokens_per_s") for b in ("", "_bound")]
+        if gen
+        else ["time", "time_bound", "tokens_per_s", "tokens_per_s_bound"]
+    )
     header = [*keys, "flops", "weights", "kv_cache", "activations", *(time_keys if has_time else [])]
     if has_time and not gen:
         header.append("bound")

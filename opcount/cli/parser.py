@@ -209,16 +209,8 @@ def _layout(ns: argparse.Namespace, fmt: str) -> Layout:
 
 
 def _llm_flags(ns: argparse.Namespace) -> LLMOptions:
-    return LLMOptions(
-        phase=ns.phase,
-        kv_len=ns.kv_len,
-        batch=ns.batch,
-        gen_len=ns.gen_len,
-        weight_dtype=ns.weight_dtype,
-        act_dtype=ns.act_dtype,
-        kv_dtype=ns.kv_dtype,
-        sweep=tuple(ns.sweep or ()),
-    )
+    values = {name: getattr(ns, name) for name in llm_command.LLM_FLAGS}  # as LLMOptions names them
+    return LLMOptions(**{**values, "sweep": tuple(ns.sweep or ())})
 
 
 def build_parser(compare: bool = False) -> argparse.ArgumentParser:

@@ -33,9 +33,7 @@ def time_bound(
     return max(flops / peak, compulsory_bytes / bandwidth, communication)
 
 
-def sum_of_max(
-    first: tuple[np.ndarray, np.ndarray], last: tuple[np.ndarray, np.ndarray], steps: int
-) -> np.ndarray:
+def sum_of_max(first: tuple[np.ndarray, np.ndarray], last: tuple[np.ndarray, np.ndarray], steps: int) -> np.ndarray:
     """``sum(max(a(j), b(j)) for j in range(steps))`` elementwise, ``a`` and ``b`` linear in ``j``
     from ``first = (a(0), b(0))`` to ``last = (a(steps - 1), b(steps - 1))``:
     ``max(a, b) = b + max(a - b, 0)``, an arithmetic series plus :func:`positive_part_sum`."""

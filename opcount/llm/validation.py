@@ -66,7 +66,9 @@ def evaluate(row: dict[str, str]) -> Case:
         raise OpcountValueError(f"{row['case']}: tensor parallelism is not modelled here")
     llm = CausalLM(LlamaConfig(**CONFIGS[row["model"]]), Precision(row["weight"], row["act"], row["kv"] or None))
     batch, prompt, output = int(row["batch"]), int(row["input"]), int(row["output"])
-    gen = generation(llm, prompt, output - 1 if row["metric"] == "out_tokens_per_s" else 0, batch=batch, hardware=row["hardware"])
+    gen = generation(
+        llm, prompt, output - 1 if row["metric"] == "out_tokens_per_s" else 0, batch=batch, hardware=row["hardware"]
+    )
     if row["metric"] == "out_tokens_per_s":
         measured = batch * output / float(row["measured"])
         bound, estimate = gen.time_bound, gen.time
