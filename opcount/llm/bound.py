@@ -39,10 +39,12 @@ def sum_of_max(first: tuple[np.ndarray, np.ndarray], last: tuple[np.ndarray, np.
     ``max(a, b) = b + max(a - b, 0)``, an arithmetic series plus :func:`positive_part_sum`."""
     (a0, b0), (a1, b1) = first, last
     if steps == 1:
-        return np.maximum(a0, b0)
+        out: np.ndarray = np.maximum(a0, b0)
+        return out
     db = (b1 - b0) / (steps - 1)
     da = (a1 - a0) / (steps - 1)
-    return steps * b0 + db * (steps * (steps - 1) / 2) + positive_part_sum(a0 - b0, da - db, steps)
+    total: np.ndarray = steps * b0 + db * (steps * (steps - 1) / 2) + positive_part_sum(a0 - b0, da - db, steps)
+    return total
 
 
 def positive_part_sum(start: np.ndarray, slope: np.ndarray, steps: int) -> np.ndarray:

@@ -29,7 +29,7 @@ their unit's peak, its bytes at the bandwidth times the stream efficiency
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -146,8 +146,8 @@ def plan(
     # Per call: (matmul seconds at peak, at the efficiency reached, other seconds, matmul flops)
     work: list[tuple[float, float, float, float]] = []
     for call in calls:
-        t = timed.get(id(call))
-        if t is None:
+        lt = timed.get(id(call))
+        if lt is None:
             work.append((0.0, 0.0, 0.0, 0.0))
             continue
         eff = hw.efficiency
@@ -155,20 +155,20 @@ def plan(
             macs, softmax = attention_work(call, causal=True)
             if not fused:  # the eager kernel computes the whole square
                 macs, softmax = attention_work(call, causal=False)
-            vector = hw.peak_of("vector", t.layer.precision) or hw.peak_of("vector", "float32") or t.peak
+            vector = hw.peak_of("vector", lt.layer.precision) or hw.peak_of("vector", "float32") or lt.peak
             flops = FLOPS_PER_MAC * macs
-            work.append((flops / t.peak, flops / (t.peak * eff.attention), softmax / vector, flops))
-        elif t.layer.unit == TENSOR:
+            work.append((flops / lt.peak, flops / (lt.peak * eff.attention), softmax / vector, flops))
+        elif lt.layer.unit == TENSOR:
             ck = gemm_channels(call)
             out = next(flat_tensors(call.outputs), None)
             shape = 1.0
             if ck is not None and out is not None and ck[1]:
                 shape = tile_utilization(out.numel // ck[1], ck[1])
-            work.append((t.compute_time, t.compute_time / (eff.gemm * shape), 0.0, t.layer.flops))
+            work.append((lt.compute_time, lt.compute_time / (eff.gemm * shape), 0.0, lt.layer.flops))
         else:
-            work.append((0.0, 0.0, t.compute_time, 0.0))
+            work.append((0.0, 0.0, lt.compute_time, 0.0))
 
-    groups = _group(calls, moved, root, moe_blocks) if fused else _eager(calls, moved, timed)
+    groups = _group(calls, moved, root, moe_blocks) if fused else _eager(calls, timed)
     producer: dict[int, int] = {}
     readers: dict[int, set[int]] = {}
     for i, (call, t) in enumerate(zip(calls, moved, strict=True)):
@@ -220,7 +220,7 @@ def plan(
 
     flops = sum(w[3] for w in work)
     seconds = sum(w[0] for w in work)
-    compulsory = _compulsory(calls, moved, root, producer, returned, price)
+    compulsory = _compulsory(moved, root, producer, returned, price)
     return KernelPlan(mode, hw, kernels, kernel_of, flops, flops / seconds if seconds else 1.0, compulsory)
 
 
@@ -255,7 +255,7 @@ def _kv_passes(call: OpCall, hw: Hardware) -> float:
 Group = tuple[str, str, list[int]]
 
 
-def _eager(calls: Sequence[OpCall], moved: Sequence[Traffic | None], timed: dict[int, object]) -> list[Group]:
+def _eager(calls: Sequence[OpCall], timed: Mapping[int, object]) -> list[Group]:
     """One kernel per call that moves bytes or computes (views launch nothing)."""
     out: list[Group] = []
     for i, call in enumerate(calls):
@@ -326,7 +326,6 @@ def _group(
 
 
 def _compulsory(
-    calls: Sequence[OpCall],
     moved: Sequence[Traffic | None],
     root: Callable[[TensorSpec | None], int | None],
     producer: dict[int, int],
@@ -340,7 +339,7 @@ def _compulsory(
     reads: dict[object, float] = {}
     writes = 0.0
     outputs: dict[object, float] = {}
-    for call, t in zip(calls, moved, strict=True):
+    for t in moved:
         if t is None or t.alias:
             continue
         for a in t.read:

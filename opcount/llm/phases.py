@@ -217,8 +217,10 @@ class CausalLM:
         report = plans = None
         if hw is not None:
             report = roofline(traffic, hardware=hw, dtype=self.precision.act, itemsize=self._pricing)
-            common = {"dtype": self.precision.act, "itemsize": self._pricing, "moe_blocks": blocks}
-            plans = {mode: plan(traffic, report, mode, **common) for mode in MODES}
+            plans = {
+                mode: plan(traffic, report, mode, dtype=self.precision.act, itemsize=self._pricing, moe_blocks=blocks)
+                for mode in MODES
+            }
         cost = PhaseCost(phase, batch, seq_len, kv_len, self.precision, flops, memory, report, tuple(blocks))
         cost.plans, cost.kernels = plans, kernels
         return cost

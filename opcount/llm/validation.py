@@ -3,7 +3,8 @@
 Each case names its engine, model, precision, GPU, parallelism, batch and lengths. A throughput
 case (``out_tokens_per_s``: ``batch x output`` tokens over a whole static batch) is a prefill of
 ``input`` tokens and ``output - 1`` decode steps (the prefill yields the first token); a
-``first_token_ms`` case is the prefill alone. Models are built from their published configs.
+``first_token_ms`` case is the prefill alone. Models are the catalogue's (:mod:`.catalogue`: their
+published configs).
 """
 
 from __future__ import annotations
@@ -11,25 +12,11 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..errors import OpcountValueError
+from .catalogue import config
 from .phases import CausalLM, generation
 from .precision import Precision
-
-# meta-llama/Llama-2-7b-hf, config.json on its model card
-CONFIGS: dict[str, dict[str, Any]] = {
-    "llama-2-7b": {
-        "hidden_size": 4096,
-        "intermediate_size": 11008,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 32,
-        "vocab_size": 32000,
-        "max_position_embeddings": 4096,
-        "rms_norm_eps": 1e-5,
-    },
-}
 
 
 @dataclass(frozen=True)
@@ -58,13 +45,9 @@ def load(path: str | Path) -> list[dict[str, str]]:
 
 def evaluate(row: dict[str, str]) -> Case:
     """The bound and the estimate of one measured case."""
-    from transformers import LlamaConfig
-
-    if row["model"] not in CONFIGS:
-        raise OpcountValueError(f"{row['case']}: no config for model {row['model']!r}")
     if int(row["tp"]) != 1:
         raise OpcountValueError(f"{row['case']}: tensor parallelism is not modelled here")
-    llm = CausalLM(LlamaConfig(**CONFIGS[row["model"]]), Precision(row["weight"], row["act"], row["kv"] or None))
+    llm = CausalLM(config(row["model"]), Precision(row["weight"], row["act"], row["kv"] or None))
     batch, prompt, output = int(row["batch"]), int(row["input"]), int(row["output"])
     gen = generation(
         llm, prompt, output - 1 if row["metric"] == "out_tokens_per_s" else 0, batch=batch, hardware=row["hardware"]

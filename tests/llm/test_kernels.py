@@ -14,7 +14,7 @@ from opcount.llm.bound import time_bound
 from opcount.llm.kernels import ATTENTION_KINDS, attention_work
 from opcount.llm.phases import CausalLM, PhaseCost, generation
 
-H, I, LAYERS, HEADS, KV_HEADS, VOCAB = 64, 128, 2, 4, 2, 1000
+H, FFN, LAYERS, HEADS, KV_HEADS, VOCAB = 64, 128, 2, 4, 2, 1000
 HEAD_DIM = H // HEADS  # 16
 
 
@@ -29,7 +29,7 @@ def tiny_llama() -> CausalLM:
     return CausalLM(
         LlamaConfig(
             hidden_size=H,
-            intermediate_size=I,
+            intermediate_size=FFN,
             num_hidden_layers=LAYERS,
             num_attention_heads=HEADS,
             num_key_value_heads=KV_HEADS,
@@ -54,7 +54,7 @@ def test_causal_prefill_attention_computes_the_lower_triangle() -> None:
     # per head and layer: T(T+1)/2 = 300 (query, key) pairs, each q.k and p.v over head_dim 16
     assert macs == LAYERS * batch * HEADS * (t * (t + 1) // 2) * HEAD_DIM * 2 == 2 * 2 * 4 * 300 * 32
     # the bound's FLOPs: 2 per multiply-add of every projection (one token each) and of that attention
-    per_token = H * H + 2 * H * KV_HEADS * HEAD_DIM + H * H + 3 * H * I  # q, k and v, o, gate/up/down
+    per_token = H * H + 2 * H * KV_HEADS * HEAD_DIM + H * H + 3 * H * FFN  # q, k and v, o, gate/up/down
     linear = LAYERS * batch * t * per_token + batch * H * VOCAB  # lm_head: the last token's logits only
     assert cost.plans is not None
     assert cost.plans["fused"].matmul_flops == 2 * (linear + macs)
