@@ -102,7 +102,7 @@ def test_markdown_parses_and_total_matches(runs, api) -> None:
     lines = _ok(runs["md"]).splitlines()
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     model_row = [c.strip() for c in lines[2].strip("|").split("|")]
-    assert header == ["module", "type", "#parameters", "#flops"]
+    assert header == ["module", "type", "#parameters", "#MACs"]  # the default: 1 flop per multiply-add
     assert model_row == ["`.`", "Tiny", "472", str(api.total())]  # the model is "." in every export
 
 
