@@ -20,7 +20,7 @@ import tabulate
 from .. import report
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
-from ..llm.catalogue import ARCHITECTURES
+from ..llm.catalogue import ALIASES, resolve
 from ..llm.catalogue import config as catalogue_config
 from ..llm.limits import MAX_BATCH, MAX_POSITIONS
 from ..llm.model import is_causal_lm
@@ -198,11 +198,10 @@ def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
 
     if spec.startswith("llm:"):
         name = spec[4:].lower()
-        if name not in ARCHITECTURES:
-            catalogue_config(name)  # raises, naming the choices
-        arch = ARCHITECTURES[name]
+        _, arch = resolve(name)  # raises, naming the choices
+        source = ALIASES[name][1] if name in ALIASES else arch.source
         overrides = hf_overrides(getattr(transformers, arch.config_class), items)
-        return catalogue_config(name, **overrides), f"{name} ({arch.source.split(' ')[0]})"
+        return catalogue_config(name, **overrides), f"{name} ({source.split(' ')[0]})"
     name = spec.removeprefix("hf:")
     cls: Any = getattr(transformers, name, None) if name.isidentifier() else None
     if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
