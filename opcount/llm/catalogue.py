@@ -42,4 +42,9 @@ def config(name: str, **overrides: Any) -> Any:
     _, arch = resolve(name)
     import transformers
 
-    return getattr(transformers, arch.config_class)(**{**arch.values, **overrides})
+    values = {**arch.values, **overrides}
+    layers, types = values.get("num_hidden_layers"), arch.values.get("layer_types")
+    if isinstance(layers, int) and types and "layer_types" not in overrides and layers != len(types):
+        # A shallower (or deeper) copy keeps the released layer pattern: its first layers, repeated.
+        values["layer_types"] = [types[i % len(types)] for i in range(layers)]
+    return getattr(transformers, arch.config_class)(**values)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+
 @dataclass(frozen=True)
 class Architecture:
     """A released model: its transformers config class and the values that differ from its defaults."""
