@@ -137,12 +137,16 @@ def test_roofline_reads_the_assigned_bytes() -> None:
 
 
 def test_errors_name_the_assignment() -> None:
-    with pytest.raises(WeightAssignmentError, match="no linear or expert weight of GptOssForCausalLM matches 'mlp.fc1'"):
+    with pytest.raises(
+        WeightAssignmentError, match="no linear or expert weight of GptOssForCausalLM matches 'mlp.fc1'"
+    ):
         CausalLM(gpt_oss(), Precision(weight=["mlp.fc1=int4"]))
     odd = transformers.LlamaConfig(
         hidden_size=48, intermediate_size=80, num_hidden_layers=1, num_attention_heads=4, vocab_size=64
     )
-    with pytest.raises(WeightAssignmentError, match=r"mlp=mxfp4: model.layers.0.mlp.gate_proj \[80, 48\]: .*blocks of 32"):
+    with pytest.raises(
+        WeightAssignmentError, match=r"mlp=mxfp4: model.layers.0.mlp.gate_proj \[80, 48\]: .*blocks of 32"
+    ):
         CausalLM(odd, Precision(weight=["mlp=mxfp4"]))
     CausalLM(odd, Precision(weight=["self_attn=nvfp4"]))  # 48 is three blocks of 16
 
