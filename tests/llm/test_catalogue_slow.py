@@ -26,7 +26,7 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
-from opcount.llm.catalogue import ALIASES, ARCHITECTURES, config, names  # noqa: E402
+from opcount.llm.catalogue import ALIASES, config, names  # noqa: E402
 from opcount.llm.phases import CausalLM  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -139,7 +139,7 @@ def test_total_parameters_match_the_published_figure(name: str) -> None:
 
 @pytest.mark.parametrize("name", [n for n in names() if PUBLISHED[n].active is not None])
 def test_active_parameters_match_the_published_figure(name: str) -> None:
-    total, active = _counts(_llm(name))
+    _, active = _counts(_llm(name))
     if active is None:
         pytest.skip("CausalLM.parameters does not report active parameters yet")
     if name in ROUNDED:

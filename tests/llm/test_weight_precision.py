@@ -9,7 +9,6 @@ edge blocks included) n + 4 * ceil(out/128) * ceil(in/128).
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 
@@ -63,14 +62,14 @@ def test_plan_parsing() -> None:
         WeightPlan.parse(["=int4"])
 
 
-# A GPT-OSS-shaped model: d hidden, i expert width, h heads of e, g KV heads, x experts, V vocab.
-D, I, NL, H, EH, G, X, V = 64, 96, 2, 4, 16, 2, 4, 128
+# A GPT-OSS-shaped model: d hidden, f expert width, h heads of e, g KV heads, x experts, V vocab.
+D, F, NL, H, EH, G, X, V = 64, 96, 2, 4, 16, 2, 4, 128
 
 
 def gpt_oss() -> object:
     return transformers.GptOssConfig(
         hidden_size=D,
-        intermediate_size=I,
+        intermediate_size=F,
         num_hidden_layers=NL,
         num_attention_heads=H,
         head_dim=EH,
@@ -87,8 +86,8 @@ def test_gpt_oss_footprint_mxfp4_experts_bf16_attention() -> None:
     precision = Precision(weight=["experts=mxfp4", "bfloat16"])
     llm = CausalLM(gpt_oss(), precision)
     # experts: gate_up [x, d, 2i] and down [x, i, d], each expert matrix in MXFP4
-    gate_up, down = D * 2 * I, I * D
-    experts = X * ((gate_up / 2 + gate_up / 32) + (down / 2 + down / 32)) + X * (2 * I + D) * BF16  # + biases
+    gate_up, down = D * 2 * F, F * D
+    experts = X * ((gate_up / 2 + gate_up / 32) + (down / 2 + down / 32)) + X * (2 * F + D) * BF16  # + biases
     attention = ((D * H * EH + H * EH) + 2 * (D * G * EH + G * EH) + (H * EH * D + D) + H) * BF16  # + sinks
     router = (X * D + X) * BF16
     norms = 2 * D * BF16
@@ -106,8 +105,8 @@ def test_bare_block_format_quantizes_experts_and_linears() -> None:
         return out * inner / 2 + out * inner / 16 + 4
 
     linears = nv(H * EH, D) + 2 * nv(G * EH, D) + nv(D, H * EH)
-    experts = X * (nv(2 * I, D) + nv(D, I))
-    other = (H * EH + 2 * G * EH + D + H + X * (2 * I + D) + X * D + X + 2 * D) * BF16
+    experts = X * (nv(2 * F, D) + nv(D, F))
+    other = (H * EH + 2 * G * EH + D + H + X * (2 * F + D) + X * D + X + 2 * D) * BF16
     assert footprint_weights(llm.model, precision) == NL * (linears + experts + other) + (2 * V * D + D) * BF16
 
 
@@ -138,7 +137,7 @@ def test_roofline_reads_the_assigned_bytes() -> None:
 
 def test_errors_name_the_assignment() -> None:
     with pytest.raises(
-        WeightAssignmentError, match="no linear or expert weight of GptOssForCausalLM matches 'mlp.fc1'"
+        WeightAssignmentError, match=r"no linear or expert weight of GptOssForCausalLM matches 'mlp\.fc1'"
     ):
         CausalLM(gpt_oss(), Precision(weight=["mlp.fc1=int4"]))
     odd = transformers.LlamaConfig(
@@ -180,3 +179,14 @@ def test_cli_per_module_label() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "weights mlp=mxfp4, bfloat16 elsewhere; a16" in done.stdout
+
+
+@pytest.mark.parametrize("name,gib", [("gpt-oss-120b", 60.8), ("gpt-oss-20b", 12.8)])
+def test_gpt_oss_checkpoints_mxfp4_experts(name: str, gib: float) -> None:
+    """gpt-oss ships its experts in MXFP4 and everything else in bf16; the model card (OpenAI, gpt-oss-120b &
+    gpt-oss-20b, Table 1) gives the checkpoints' sizes: 60.8 GiB and 12.8 GiB."""
+    from opcount.llm.catalogue import config
+
+    precision = Precision(weight={"experts": "mxfp4"})
+    llm = CausalLM(config(name), precision)
+    assert footprint_weights(llm.model, precision) / 2**30 == pytest.approx(gib, abs=0.05)
