@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="[PATTERN=]DTYPE",
         action=_Assignments,
         help=f"{', '.join(WEIGHT_DTYPES)} (default bfloat16); PATTERN=DTYPE for the weights under matching "
-        "modules (e.g. experts=mxfp4), repeatable; see docs/llm.md",
+        "modules (e.g. experts=mxfp4), repeatable (the LLM guide, llm.md)",
     )
     g.add_argument("--act-dtype", metavar="DTYPE", help=f"{', '.join(ACT_DTYPES)} (default bfloat16)")
     g.add_argument("--kv-dtype", metavar="DTYPE", help=f"{', '.join(KV_DTYPES)} (default: the activations')")
@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class _Assignments(argparse.Action):
     """Each ``--weight-dtype`` appended to a tuple, in the order given."""
 
-    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
         setattr(namespace, self.dest, (*(getattr(namespace, self.dest) or ()), values))
 
 
