@@ -236,7 +236,7 @@ ARCHITECTURES: dict[str, Architecture] = {
             "routed_scaling_factor": 2.827,
             "max_position_embeddings": 131072,
             "rope_theta": 50000.0,
-            "rms_norm_eps": 1e-6,
+            "rms_norm_eps": 1e-5,
         },
         "moonshotai/Kimi-K2-Instruct config.json",
     ),
