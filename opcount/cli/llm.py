@@ -32,7 +32,7 @@ from ..llm.weight_plan import WeightAssignmentError
 from ..report.provenance import export_meta
 from ..units import seconds, si, size
 from .args import check_counts, hf_overrides, invalid_config, natural_int, positive_int
-from .llm_operators import by_operator
+from .llm_times import by_operator, time_fields, time_lines
 from .options import Analysis, Layout, LLMOptions, LLMRun, Options, columns_needing
 from .render import write_csv_meta
 
@@ -350,31 +350,7 @@ def summary(llm_label: str, point: Point, parameters: int) -> str:
         f"  memory: weights {size(m.weights)}, KV cache {size(m.kv_cache)}, "
         f"activations (peak) {size(m.activations)}, total {size(m.total)}"
     )
-    if p.roofline is not None:
-        hw = f"{p.roofline.hardware.name}, {p.kernels} kernels"
-        if gen is not None:
-            lines.append(
-                f"  {hw}: time to first token {seconds(gen.time_to_first_token)}, speed of light "
-                f"{seconds(gen.time_to_first_token_bound)} ({p.bound}-bound)"
-            )
-            if gen.gen_len:
-                step = gen.last_step.bound if gen.last_step is not None else "?"
-                lines.append(
-                    f"  {hw}: time per output token {seconds(gen.time_per_output_token)}, speed of light "
-                    f"{seconds(gen.time_per_output_token_bound)} ({step}-bound at the last step); "
-                    f"{gen.tokens_per_s:,.1f} tokens/s (at most {gen.tokens_per_s_bound:,.1f}); "
-                    f"whole generation {seconds(gen.time)} (speed of light {seconds(gen.time_bound)})"
-                )
-        elif p.phase == "prefill":
-            lines.append(
-                f"  {hw}: time to first token {seconds(p.time)}, speed of light {seconds(p.time_bound)} "
-                f"({p.bound}-bound); {p.tokens_per_s:,.0f} prompt tokens/s (at most {p.tokens_per_s_bound:,.0f})"
-            )
-        else:
-            lines.append(
-                f"  {hw}: {seconds(p.time)} per step, speed of light {seconds(p.time_bound)} ({p.bound}-bound); "
-                f"{p.tokens_per_s:,.1f} tokens/s (at most {p.tokens_per_s_bound:,.1f})"
-            )
+    lines += time_lines(p, gen)
     return "\n".join(lines)
 
 
@@ -418,28 +394,7 @@ def _point_json(point: Point, label: str, parameters: int) -> dict[str, Any]:
         "flops_per_mac": p.flops.flops_per_mac,
         "memory": (p.memory if gen is None else gen.memory).as_dict(),
     }
-    if p.roofline is not None:
-        out["hardware"] = p.roofline.hardware.name
-        out["kernels"] = p.kernels
-        if gen is None:
-            out |= {
-                "time": p.time,
-                "time_bound": p.time_bound,
-                "bound": p.bound,
-                "tokens_per_s": p.tokens_per_s,
-                "tokens_per_s_bound": p.tokens_per_s_bound,
-            }
-        else:
-            out |= {
-                "time_to_first_token": gen.time_to_first_token,
-                "time_to_first_token_bound": gen.time_to_first_token_bound,
-                "time_per_output_token": gen.time_per_output_token,
-                "time_per_output_token_bound": gen.time_per_output_token_bound,
-                "tokens_per_s": gen.tokens_per_s,
-                "tokens_per_s_bound": gen.tokens_per_s_bound,
-                "time": gen.time,
-                "time_bound": gen.time_bound,
-            }
+    out |= time_fields(p, gen)
     return out
 
 
