@@ -14,8 +14,9 @@ prompt). The grouping reads module scopes and data flow, never a family's module
 
 Within a kernel a tensor produced by one member is not read back, and is not written at all
 when no call outside the kernel reads it and the model does not return it; a tensor read by
-several members is read once. Float32 intermediates (a norm's upcast) thus stay on chip unless
-they cross a kernel boundary.
+several members is read once. Float32 intermediates (a norm's upcast) thus stay on chip, and one
+that crosses a kernel boundary is priced as float32, as the model keeps it (other activations in
+the activation dtype).
 
 **Eager** (``kernels="eager"``): each operator call is its own kernel (views excepted), as
 before; attention counts the full square.
@@ -138,8 +139,15 @@ def plan(
             return None
         return roots.get(spec.id, spec).id
 
+    def stored(spec: TensorSpec) -> float | None:
+        # an activation the model computes in float32 while traced in a narrower dtype (a norm's
+        # upcast, a router's softmax) is float32 in memory if it leaves its kernel
+        if spec.param is None and spec.dtype == "float32" and traced != "float32":
+            return 4.0
+        return itemsize(spec) if itemsize is not None else None
+
     def price(a: Access) -> float:
-        return access_bytes(a, dtype, traced, itemsize)
+        return access_bytes(a, dtype, traced, stored)
 
     timed = {id(t.layer.call): t for t in report.layers if t.layer.call is not None}
     fused = mode == "fused"
