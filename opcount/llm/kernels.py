@@ -7,8 +7,8 @@ next one, those after the last as its epilogue. Matrix products reading the same
 (query, key and value projections; gate and up projections; a router and its experts) run as one
 kernel that reads it once, and the same projection of every expert of a mixture-of-experts block
 runs as one grouped GEMM. Attention is FlashAttention: scores and probabilities stay on chip,
-Q, K and V are read once (one pass over K and V per query tile when one head's K and V exceed
-the on-chip buffer), and a causal block computes only its kept (query, key) pairs,
+Q, K and V are read once (K and V once per tile of queries when one head's K and V exceed the
+on-chip buffer), and a causal block computes only its kept (query, key) pairs,
 ``s x S - s (s - 1) / 2`` for ``s`` new tokens over ``S`` positions (``T (T + 1) / 2`` for a
 prompt). The grouping reads module scopes and data flow, never a family's module names.
 
@@ -221,8 +221,11 @@ def plan(
                 if not param and r not in returned and users and users <= inside:
                     continue  # consumed on chip
                 written += price(a)
-        if kind == "attention":
-            read = {k: v * _kv_passes(calls[members[-1]], hw) for k, v in read.items()}
+        if kind == "attention":  # K and V stream past every tile of queries they do not stay on chip for
+            sdpa = calls[members[-1]]
+            kv = {root(s) for s in (sdpa.inputs[SDPA_KEY], sdpa.inputs[SDPA_VALUE]) if isinstance(s, TensorSpec)}
+            passes = _kv_passes(sdpa, hw)
+            read = {k: v * passes if k in kv else v for k, v in read.items()}
         kernel.bytes = sum(read.values()) + written
         kernels.append(kernel)
 
@@ -247,8 +250,8 @@ def attention_work(call: OpCall, causal: bool) -> tuple[float, float]:
 
 
 def _kv_passes(call: OpCall, hw: Hardware) -> float:
-    """How many times attention reads its inputs: once when one head's K and V fit the on-chip
-    buffer (every query tile finds them there), else once per tile of queries."""
+    """How many times attention reads K and V: once when one head's K and V fit the on-chip buffer
+    (every query tile finds them there), else once per tile of queries; Q is read once."""
     k, v = call.inputs[SDPA_KEY], call.inputs[SDPA_VALUE]
     if not (isinstance(k, TensorSpec) and isinstance(v, TensorSpec)) or hw.buffer_bytes is None:
         return 1.0

@@ -149,3 +149,20 @@ def test_efficiency_from_a_hardware_file_and_its_ranges() -> None:
 def test_an_unknown_kernels_mode_is_refused() -> None:
     with pytest.raises(OpcountValueError, match="unknown kernels 'graph'; choose fused or eager"):
         tiny_llama().phase("prefill", seq_len=4, kernels="graph")
+
+
+def test_k_and_v_stream_once_per_query_tile_past_the_buffer() -> None:
+    llm, t = tiny_llama(), 256
+    peaks = {"tensor": {"bfloat16": 1e15}, "vector": {"bfloat16": 1e13, "float32": 1e13}}
+    roomy = Hardware("roomy", peaks, bandwidth=1e12, buffer_bytes=1e9)
+    tiny = Hardware("tiny", peaks, bandwidth=1e12, buffer_bytes=1024)  # less than one head's K and V
+
+    def attention_bytes(hw: Hardware) -> float:
+        cost = llm.phase("prefill", seq_len=t, hardware=hw)
+        assert cost.plans is not None
+        return sum(k.bytes for k in cost.plans["fused"].kernels if k.kind == "attention")
+
+    # the static cache's keys and values, read by attention: 2 x [1, kv_heads, T, head_dim] bf16 per layer;
+    # past the buffer they are read once per tile of 128 queries, 256 / 128 = 2 times: once more
+    cache = LAYERS * 2 * KV_HEADS * t * HEAD_DIM * 2
+    assert attention_bytes(tiny) - attention_bytes(roomy) == cache
