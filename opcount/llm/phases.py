@@ -74,7 +74,9 @@ class Memory:
 @dataclass
 class PhaseCost:
     """What one phase costs: ``flops`` (the analysis: totals, per operator and module),
-    ``memory``, and with hardware its ``roofline`` (speed-of-light time per operator)."""
+    ``memory``, and with hardware its ``roofline`` (each operator's roofline as its own kernel),
+    its kernels per mode (``plans``, :mod:`.kernels`) and its two times: ``time``, the estimate
+    of the chosen mode's kernels, and ``time_bound``, the speed of light."""
 
     phase: str
     batch: int
