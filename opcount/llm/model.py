@@ -1,12 +1,7 @@
-"""An LLM ready to be traced for one inference phase: built on the meta device, a KV cache of
-named tensors, and mixture-of-experts blocks routed by expectation.
+"""An LLM ready to be traced for one inference phase: built on the meta device, its attention
+run as serving kernels run it, and mixture-of-experts blocks routed by expectation (the cache
+per layer type is :mod:`.cache`'s).
 
-- **The cache** is a transformers ``StaticCache`` of ``kv_len + seq_len`` positions whose key
-  and value tensors are registered on the model as buffers named ``kv_cache.L.keys`` /
-  ``kv_cache.L.values`` while the phase is traced, so the records know which reads and writes
-  are the cache's (priced in the KV dtype). A static cache writes the new tokens in place
-  (``index_copy_``) and attention reads the whole cache, as serving engines do; a dynamic cache
-  would copy the whole cache at every step (``torch.cat``), which no engine does.
 - **Mixture of experts**: routing real weights is data-dependent (``nonzero``, ``where``), which
   meta tensors cannot follow, and random weights route at random. Expected routing is
   deterministic instead: every token goes to ``top_k`` experts and the load is spread as evenly
@@ -109,49 +104,6 @@ def build_on_meta(config: Any, dtype: torch.dtype = torch.bfloat16) -> nn.Module
     return model.to(dtype).eval()
 
 
-@contextlib.contextmanager
-def static_cache(
-    model: nn.Module, config: Any, batch: int, kv_len: int, seq_len: int, dtype: torch.dtype
-) -> Iterator[Any]:
-    """A ``StaticCache`` holding ``kv_len`` tokens with room for ``seq_len`` more, its tensors
-    registered as the model's buffers for the block (removed afterwards)."""
-    from transformers import StaticCache
-    from transformers.cache_utils import StaticSlidingWindowLayer
-
-    geometry = kv_geometry(config)
-    total = kv_len + seq_len
-    cache = StaticCache(config=config, max_cache_len=total)
-    if len(cache.layers) != geometry.layers:
-        raise OpcountError(f"{type(config).__name__}: {len(cache.layers)} cache layers for {geometry.layers} layers")
-    holder = nn.Module()
-    layers: list[Any] = list(cache.layers)  # StaticLayer: its attributes are set here, before its lazy start
-    for index, layer in enumerate(layers):
-        if isinstance(layer, StaticSlidingWindowLayer) and layer.max_cache_len < total:
-            raise OpcountError(
-                f"{type(config).__name__} attends to a sliding window of {layer.max_cache_len} tokens, fewer than "
-                f"the {total} of this phase: opcount does not model a rolling cache"
-            )
-        shape = (batch, geometry.kv_heads, layer.max_cache_len, geometry.head_dim)
-        keys, values = (torch.empty(shape, dtype=dtype, device="meta") for _ in range(2))
-        slot = nn.Module()
-        slot.register_buffer("keys", keys, persistent=False)
-        slot.register_buffer("values", values, persistent=False)
-        holder.add_module(str(index), slot)
-        layer.max_batch_size, layer.num_heads, layer.head_dim = batch, geometry.kv_heads, geometry.head_dim
-        layer.dtype, layer.device = dtype, keys.device
-        layer.keys, layer.values = keys, values
-        layer.is_initialized = True
-        if isinstance(layer, StaticSlidingWindowLayer):
-            layer.cumulative_length = kv_len
-    if KV_PREFIX in model._modules:
-        raise OpcountError(f"the model already has a submodule named {KV_PREFIX!r}")
-    model._modules[KV_PREFIX] = holder  # named buffers, not a module the forward calls
-    try:
-        yield cache
-    finally:
-        del model._modules[KV_PREFIX]
-
-
 # ------------------------------------------------------------------------------------------------
 # Mixture of experts
 # ------------------------------------------------------------------------------------------------
@@ -237,6 +189,10 @@ def _serving_attention(
     the cache holds exactly the tokens attended to, and a prompt attends causally. transformers'
     own sdpa path would first copy each KV head once per query head it serves (``repeat_kv``)
     whenever a mask is given, which a static cache always gives."""
+    if getattr(module, "opcount_absorbed", False):  # multi-head latent attention decoding (see .latent)
+        from .latent import absorbed_attention
+
+        return absorbed_attention(module, query, key, scaling)
     new, total = query.shape[2], key.shape[2]
     out = torch.nn.functional.scaled_dot_product_attention(
         query,

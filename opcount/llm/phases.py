@@ -19,7 +19,7 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,16 +36,9 @@ from ..memory import MemoryTrafficAnalysis
 from ..roofline import RooflineReport, roofline
 from ..tracers.meta import TensorShape
 from .limits import check_phase
-from .model import (
-    KVGeometry,
-    build_on_meta,
-    expected_routing,
-    kv_geometry,
-    learned_positions,
-    serving_attention,
-    static_cache,
-    text_config,
-)
+from .cache import CachePlan, cache_argument, cache_plan, phase_cache
+from .latent import absorbed
+from .model import build_on_meta, expected_routing, learned_positions, serving_attention, text_config
 from .precision import Precision, footprint_weights, pricing_for
 
 PHASES = ("prefill", "decode")
@@ -54,19 +47,26 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Memory:
-    """Bytes resident during a phase: the weights, the KV cache (all ``kv_len + seq_len``
-    positions) and the peak working set of activations (tensors alive at once, cache excluded)."""
+    """Bytes resident during a phase: the weights, the cache (what each layer holds for ``kv_len +
+    seq_len`` positions: :mod:`.cache`) and the peak working set of activations (tensors alive at
+    once, cache excluded); ``kv_cache_by_type`` splits the cache by layer kind."""
 
     weights: int
     kv_cache: int
     activations: int
+    kv_cache_by_type: dict[str, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
         return self.weights + self.kv_cache + self.activations
 
     def as_dict(self) -> dict[str, int]:
-        return {"weights": self.weights, "kv_cache": self.kv_cache, "activations": self.activations}
+        return {
+            "weights": self.weights,
+            "kv_cache": self.kv_cache,
+            "kv_cache_by_type": dict(self.kv_cache_by_type),
+            "activations": self.activations,
+        }
 
 
 @dataclass
@@ -125,7 +125,8 @@ class CausalLM:
             model = build_on_meta(config, self.precision.traced)
         self.model: nn.Module = model
         self.config = text_config(config)
-        self.geometry: KVGeometry = kv_geometry(config)
+        self.caches: CachePlan = cache_plan(model, config)
+        self._cache_argument = cache_argument(model)
         self._weights = footprint_weights(model, self.precision)
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._pricing = pricing_for(model, self.precision)
@@ -136,15 +137,20 @@ class CausalLM:
         return sum(p.numel() for p in self.model.parameters())
 
     def kv_bytes(self, tokens: int, batch: int) -> int:
-        """``2 x layers x kv_heads x head_dim x tokens x batch x itemsize``."""
+        """Bytes of the cache holding ``tokens`` positions of ``batch`` sequences, each layer as its
+        kind holds them (a decode step's view: the last token just written), in the KV dtype."""
+        return sum(self.kv_bytes_by_type(tokens - 1, 1, batch).values()) if tokens else 0
+
+    def kv_bytes_by_type(self, kv_len: int, seq_len: int, batch: int) -> dict[str, int]:
+        """Bytes of the cache per layer kind when ``seq_len`` tokens follow ``kv_len`` cached ones."""
         from ..ir import DTYPE_BYTES
 
-        return self.geometry.elements(tokens, batch) * int(DTYPE_BYTES[self.precision.kv_dtype])
+        size = DTYPE_BYTES[self.precision.kv_dtype]
+        return {k: math.ceil(n * size) for k, n in self.caches.by_kind(kv_len, seq_len, batch).items()}
 
     def check_sizes(self, batch: int, positions: int) -> None:
         """Refuse ``batch`` sequences of ``positions`` positions over :mod:`.limits`' bounds, before tracing."""
-        g = self.geometry
-        check_phase(batch, positions, batch * g.kv_heads * positions * g.head_dim)
+        check_phase(batch, positions, self.caches.largest(positions - 1, 1, batch))
 
     def phase(
         self,
@@ -179,10 +185,12 @@ class CausalLM:
             )
         hw = lookup_hardware(hardware) if hardware is not None else None
         flops, traffic, blocks = self._trace(seq_len, kv_len, batch, flops_per_mac, preset)
+        by_type = self.kv_bytes_by_type(kv_len, seq_len, batch)
         memory = Memory(
             self._weights,
-            self.kv_bytes(kv_len + seq_len, batch),
+            sum(by_type.values()),
             peak_activations(traffic.traffic_per_call(), self._pricing),
+            by_type,
         )
         report = None
         if hw is not None:
@@ -193,11 +201,22 @@ class CausalLM:
         self, seq_len: int, kv_len: int, batch: int, flops_per_mac: int, preset: str
     ) -> tuple[FlopCountAnalysis, MemoryTrafficAnalysis, list[str]]:
         model = self.model
-        with static_cache(model, self.config, batch, kv_len, seq_len, self.precision.traced) as cache:
-            with expected_routing(model) as blocks, serving_attention(model):
+        plan, dtype = self.caches, self.precision.traced
+        with phase_cache(model, self.config, plan, batch, kv_len, seq_len, dtype) as cache:
+            latents = {i: layer.latent for i, layer in enumerate(cache.layers) if getattr(layer, "latent", None) is not None}
+            with (
+                expected_routing(model) as blocks,
+                serving_attention(model),
+                absorbed(model, latents if kv_len else {}) as changed,
+            ):
+                if changed != (len(latents) if kv_len else 0):
+                    raise OpcountError(
+                        f"{type(model).__name__}: {len(latents)} latent-attention caches but {changed} attention "
+                        "modules opcount recognises as multi-head latent attention"
+                    )
                 kwargs = {
                     "input_ids": TensorShape((batch, seq_len), dtype=torch.long),
-                    "past_key_values": cache,
+                    self._cache_argument: cache,
                     "use_cache": True,
                     "cache_position": torch.arange(kv_len, kv_len + seq_len),
                 }
@@ -276,6 +295,7 @@ class GenerationCost:
             self.prefill.memory.weights,
             last.memory.kv_cache,
             max(self.prefill.memory.activations, last.memory.activations),
+            last.memory.kv_cache_by_type,
         )
 
     @property
