@@ -312,8 +312,10 @@ def summary(llm_label: str, point: Point, parameters: int) -> str:
             f"{gen.gen_len} decode steps {si(gen.decode_flops)} ({convention})"
         )
     m = p.memory if gen is None else gen.memory
+    by_type = ", ".join(f"{kind} {size(n)}" for kind, n in m.kv_cache_by_type.items())
     lines.append(
-        f"  memory: weights {size(m.weights)}, KV cache {size(m.kv_cache)}, "
+        f"  memory: weights {size(m.weights)}, KV cache {size(m.kv_cache)}"
+        f"{f' ({by_type})' if len(m.kv_cache_by_type) > 1 else ''}, "
         f"activations (peak) {size(m.activations)}, total {size(m.total)}"
     )
     if p.roofline is not None:

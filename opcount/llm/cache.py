@@ -191,43 +191,39 @@ def _state_shapes(model: nn.Module, config: Any) -> dict[int, tuple[Shapes, Shap
 # The cache a phase is traced with
 # ------------------------------------------------------------------------------------------------
 def _attention_layer(layer: LayerCache, c: Any, batch: int, kv_len: int, seq_len: int, dtype: torch.dtype) -> Any:
+    """A transformers ``StaticLayer`` holding the tokens the layer keeps: a prefill writes its last
+    ``positions`` prompt tokens and attends over the prompt; a decode step writes its tokens and
+    attends over all held."""
     from transformers.cache_utils import StaticLayer
 
     positions = layer.positions(kv_len, seq_len)
-
-    class Held(StaticLayer):
-        """The tokens a layer holds: a prefill writes its last ``positions`` prompt tokens and
-        attends over the prompt; a decode step writes its tokens and attends over all held."""
-
-        is_sliding = layer.kind != FULL
-        latent: torch.Tensor | None = None
-
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            n = positions if kv_len == 0 else seq_len
-            index = torch.arange(n, device=self.keys.device)
-            k, v = key_states[:, :, key_states.shape[2] - n :], value_states[:, :, value_states.shape[2] - n :]
-            if self.latent is not None:  # the latent and the rope key side by side, written at once
-                self.latent.index_copy_(2, index, torch.cat([k, v], dim=-1))
-            else:
-                self.keys.index_copy_(2, index, k)
-                self.values.index_copy_(2, index, v)
-            if kv_len == 0:
-                return key_states, value_states
-            return self.keys, self.values
-
-        def get_seq_length(self) -> int:
-            return kv_len
-
-    held = Held(max_cache_len=positions)
+    held: Any = StaticLayer(max_cache_len=positions)
+    latent: torch.Tensor | None = None
     if layer.kind == LATENT:
         rank = int(c.kv_lora_rank)
-        held.latent = torch.empty((batch, 1, positions, layer.token_elements), dtype=dtype, device="meta")
-        held.keys, held.values = held.latent[..., :rank], held.latent[..., rank:]
+        latent = torch.empty((batch, 1, positions, layer.token_elements), dtype=dtype, device="meta")
+        keys, values = latent[..., :rank], latent[..., rank:]
     else:
         g = kv_geometry(c)
         shape = (batch, g.kv_heads, positions, g.head_dim)
-        held.keys, held.values = (torch.empty(shape, dtype=dtype, device="meta") for _ in range(2))
-    held.max_batch_size, held.dtype, held.device = batch, dtype, held.keys.device
+        keys, values = (torch.empty(shape, dtype=dtype, device="meta") for _ in range(2))
+
+    def update(key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        n = positions if kv_len == 0 else seq_len
+        index = torch.arange(n, device=keys.device)
+        k, v = key_states[:, :, key_states.shape[2] - n :], value_states[:, :, value_states.shape[2] - n :]
+        if latent is not None:  # the latent and the rope key side by side, written at once
+            latent.index_copy_(2, index, torch.cat([k, v], dim=-1))
+        else:
+            keys.index_copy_(2, index, k)
+            values.index_copy_(2, index, v)
+        return (key_states, value_states) if kv_len == 0 else (keys, values)
+
+    held.update = update
+    held.get_seq_length = lambda: kv_len
+    held.is_sliding = layer.kind != FULL
+    held.latent, held.keys, held.values = latent, keys, values
+    held.max_batch_size, held.dtype, held.device = batch, dtype, keys.device
     held.is_initialized = True
     return held
 
@@ -237,7 +233,7 @@ def _state_layer(shapes: tuple[Shapes, Shapes], batch: int, kv_len: int, dtype: 
 
     conv, recurrent = shapes
     states = max(len(conv), len(recurrent))
-    layer = LinearAttentionLayer(number_of_states=states)
+    layer: Any = LinearAttentionLayer(number_of_states=states)
     for i, shape in enumerate(conv):
         layer.conv_states[i] = torch.empty((batch, *shape), dtype=dtype, device="meta")
         layer.conv_kernel_size[i] = shape[-1]
@@ -259,6 +255,7 @@ def phase_cache(
     registered as the model's buffers ``kv_cache.L.*`` for the block (removed afterwards)."""
     from transformers.cache_utils import Cache, DummyLayer
 
+    dummy: Any = DummyLayer
     c = text_config(config)
     holder = nn.Module()
     layers: list[Any] = []
@@ -271,7 +268,7 @@ def phase_cache(
                 **{f"state{i}": t for i, t in made.recurrent_states.items() if t is not None},
             }
         elif layer.kind == NONE:
-            made, tensors = DummyLayer(), {}
+            made, tensors = dummy(), {}
         else:
             made = _attention_layer(layer, c, batch, kv_len, seq_len, dtype)
             tensors = {"latent": made.latent} if layer.kind == LATENT else {"keys": made.keys, "values": made.values}

@@ -43,9 +43,9 @@ def absorbed_attention(
     """Attention of ``query [b, heads, s, nope + rope]`` over ``latent [b, 1, T, rank + rope]`` in
     the absorbed form; returns ``[b, s, heads, v_head_dim]`` as the attention functions do."""
     heads, nope, rank, v_dim = module.num_heads, module.qk_nope_head_dim, module.kv_lora_rank, module.v_head_dim
-    q_nope, q_rope = query.split([nope, query.shape[-1] - nope], dim=-1)
+    q_nope, q_rope = torch.split(query, [nope, query.shape[-1] - nope], dim=-1)
     w = module.kv_b_proj.weight.view(heads, nope + v_dim, rank)
-    w_uk, w_uv = w.split([nope, v_dim], dim=1)
+    w_uk, w_uv = torch.split(w, [nope, v_dim], dim=1)
     q_latent = torch.einsum("bhsn,hnr->bhsr", q_nope, w_uk)
     q = torch.cat([q_latent, q_rope], dim=-1)
     # the latent is both keys and values (one tensor: a fused kernel reads it once); the rope
@@ -59,7 +59,9 @@ def absorbed_attention(
 def absorbed(model: nn.Module, latents: dict[int, torch.Tensor]) -> Iterator[int]:
     """For the block, every MLA module of ``model`` attends over its layer's cached latent
     (``latents`` by layer index) in the absorbed form; yields how many modules it changed."""
-    modules = [m for m in model.modules() if is_latent_attention(m) and getattr(m, "layer_idx", None) in latents]
+    modules: list[Any] = [
+        m for m in model.modules() if is_latent_attention(m) and getattr(m, "layer_idx", None) in latents
+    ]
     for m in modules:
         latent = latents[m.layer_idx]
         m.expand_kv = types.MethodType(lambda self, kv, rope, t=latent: (t, t), m)

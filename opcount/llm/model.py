@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import OpcountError, OpcountValueError
+from ..errors import OpcountValueError
 from ..messages import first_line
 from .limits import SizeError, check_config, module_budget
 

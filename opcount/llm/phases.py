@@ -35,9 +35,9 @@ from ..ir import OpCall, TensorSpec
 from ..memory import MemoryTrafficAnalysis
 from ..roofline import RooflineReport, roofline
 from ..tracers.meta import TensorShape
-from .limits import check_phase
 from .cache import CachePlan, cache_argument, cache_plan, phase_cache
 from .latent import absorbed
+from .limits import check_phase
 from .model import build_on_meta, expected_routing, learned_positions, serving_attention, text_config
 from .precision import Precision, footprint_weights, pricing_for
 
@@ -60,7 +60,7 @@ class Memory:
     def total(self) -> int:
         return self.weights + self.kv_cache + self.activations
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "weights": self.weights,
             "kv_cache": self.kv_cache,
@@ -203,7 +203,9 @@ class CausalLM:
         model = self.model
         plan, dtype = self.caches, self.precision.traced
         with phase_cache(model, self.config, plan, batch, kv_len, seq_len, dtype) as cache:
-            latents = {i: layer.latent for i, layer in enumerate(cache.layers) if getattr(layer, "latent", None) is not None}
+            latents = {
+                i: layer.latent for i, layer in enumerate(cache.layers) if getattr(layer, "latent", None) is not None
+            }
             with (
                 expected_routing(model) as blocks,
                 serving_attention(model),

@@ -1,0 +1,223 @@
+"""Caches per layer type against closed forms worked by hand on tiny configs: what each layer holds
+(the footprint), what a decode step reads and writes of it (the trace's bytes on the ``kv_cache.*``
+tensors) and the attention multiply-adds, at a cache longer than the windows.
+
+Notation: n layers, h query heads, g KV heads, e head dim, B batch, L cached tokens, one new token
+per decode step (so a full-attention layer attends to L + 1 positions), W a sliding window, C an
+attention chunk. bf16 everywhere: 2 bytes per element. Attention's products count every (query,
+key) pair once each, ``e`` multiply-adds for q.k and ``e`` for attention x v; its softmax costs
+``3 * S - 1`` flops for a row of S scores (opcount's convention, docs/operators.md).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers.cache_utils", reason="layer types need transformers 5")
+
+from opcount.errors import OpcountError  # noqa: E402
+from opcount.llm.phases import CausalLM, PhaseCost  # noqa: E402
+from opcount.memory import MemoryTrafficAnalysis  # noqa: E402
+
+D, F, H, G, E, V = 64, 128, 4, 2, 16, 100
+BF16 = 2
+ATTENTION = {
+    "hidden_size": D,
+    "intermediate_size": F,
+    "num_attention_heads": H,
+    "num_key_value_heads": G,
+    "head_dim": E,
+    "vocab_size": V,
+}
+
+
+def cache_traffic(cost: PhaseCost) -> tuple[Counter[str], Counter[str]]:
+    """Bytes read and written of each cache tensor (named ``kv_cache.L.*``) in the phase's trace."""
+    read: Counter[str] = Counter()
+    written: Counter[str] = Counter()
+    for _, t in MemoryTrafficAnalysis(cost.flops.trace()).traffic_per_call():
+        for side, into in ((t.read, read), (t.write, written)) if t is not None else ():
+            for a in side:
+                if a.tensor is not None and a.tensor.param and a.tensor.param.startswith("kv_cache."):
+                    into[a.tensor.param] += int(a.nbytes)
+    return read, written
+
+
+def attention_flops(batch: int, rows: int, *keys: int, width: int = 2 * E) -> int:
+    """Products and softmax of one query per row over ``keys`` positions in each listed layer."""
+    return sum(batch * rows * (k * width + 3 * k - 1) for k in keys)
+
+
+# ------------------------------------------------------------------------------------------------
+# Sliding window: Mistral v0.1 (every layer) and Gemma-3 (local then global)
+# ------------------------------------------------------------------------------------------------
+W, L, B = 8, 20, 2  # the cache (20) is longer than the window (8)
+
+
+def test_mistral_sliding_window_holds_and_reads_the_window() -> None:
+    llm = CausalLM(transformers.MistralConfig(**ATTENTION, num_hidden_layers=2, sliding_window=W))
+    cost = llm.phase("decode", kv_len=L, batch=B)
+    # per layer, sequence and token: keys and values of g heads of e = 2 * 2 * 16 = 64 elements
+    per_layer = B * W * 2 * G * E * BF16  # 2 * 8 * 64 * 2 = 2048 bytes: the window, not L + 1 = 21 tokens
+    assert cost.memory.kv_cache_by_type == {"sliding_attention": 2 * per_layer}
+    assert cost.memory.kv_cache == 4096
+    read, written = cache_traffic(cost)
+    assert sum(read.values()) == 2 * per_layer  # the window read once per step
+    assert sum(written.values()) == 2 * B * 1 * 2 * G * E * BF16  # the new token: 2 layers * 2 * 64 * 2 = 512
+    # h query heads over the W positions of the window: 2 * (4 * 8 * 32 + 4 * (3 * 8 - 1)) per sequence
+    assert cost.flops.by_operator()["scaled_dot_product_attention"] == attention_flops(B, H, W, W)
+    # any context length is accepted: the window is a rolling buffer
+    long = llm.phase("decode", kv_len=100_000, batch=B)
+    assert long.memory.kv_cache == 4096
+    # a prompt longer than the window leaves the window in the cache
+    assert llm.phase("prefill", seq_len=L).memory.kv_cache == 2 * W * 2 * G * E * BF16
+
+
+def test_gemma3_local_and_global_layers() -> None:
+    config = transformers.Gemma3TextConfig(
+        **ATTENTION, num_hidden_layers=2, sliding_window=W, layer_types=["sliding_attention", "full_attention"]
+    )
+    cost = CausalLM(config).phase("decode", kv_len=L, batch=B)
+    token = 2 * G * E * BF16  # 128 bytes per token per layer
+    assert cost.memory.kv_cache_by_type == {"sliding_attention": B * W * token, "full_attention": B * (L + 1) * token}
+    read, _ = cache_traffic(cost)
+    assert read["kv_cache.0.keys"] + read["kv_cache.0.values"] == B * W * token  # 2048
+    assert read["kv_cache.1.keys"] + read["kv_cache.1.values"] == B * (L + 1) * token  # 5376
+    assert cost.flops.by_operator()["scaled_dot_product_attention"] == attention_flops(B, H, W, L + 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Chunked attention: Llama-4 (a NoPE full-attention layer every 4th, chunked layers between)
+# ------------------------------------------------------------------------------------------------
+def test_llama4_chunked_layers_hold_the_current_chunk() -> None:
+    c = 8
+    config = transformers.Llama4TextConfig(
+        **ATTENTION,
+        intermediate_size_mlp=F,
+        num_hidden_layers=4,
+        attention_chunk_size=c,
+        moe_layers=[],  # dense: the experts are another test's
+    )
+    llm = CausalLM(config)
+    # Llama-4's no_rope_layer_interval (4): layers 0-2 are chunked with rope, layer 3 is global NoPE
+    assert [layer.kind for layer in llm.caches.layers] == ["chunked_attention"] * 3 + ["full_attention"]
+    cost = llm.phase("decode", kv_len=L, batch=B)
+    # the new token is position 20, in the chunk [16, 24): positions 16..20, 5 tokens
+    chunk = L + 1 - (L // c) * c
+    assert chunk == 5
+    token = 2 * G * E * BF16
+    assert cost.memory.kv_cache_by_type == {
+        "chunked_attention": 3 * B * chunk * token,
+        "full_attention": B * 21 * token,
+    }
+    read, written = cache_traffic(cost)
+    assert sum(read.values()) == B * (3 * chunk + 21) * token
+    assert sum(written.values()) == 4 * B * token
+    assert cost.flops.by_operator()["scaled_dot_product_attention"] == attention_flops(B, H, chunk, chunk, chunk, 21)
+
+
+# ------------------------------------------------------------------------------------------------
+# Multi-head latent attention: DeepSeek-V3 (dense layers only: first_k_dense_replace = layers)
+# ------------------------------------------------------------------------------------------------
+RANK, ROPE, NOPE, VH = 32, 8, 16, 16
+
+
+def deepseek_v3() -> Any:
+    return transformers.DeepseekV3Config(
+        hidden_size=D,
+        intermediate_size=F,
+        num_attention_heads=H,
+        num_key_value_heads=H,
+        vocab_size=V,
+        num_hidden_layers=2,
+        first_k_dense_replace=2,
+        q_lora_rank=16,
+        kv_lora_rank=RANK,
+        qk_rope_head_dim=ROPE,
+        qk_nope_head_dim=NOPE,
+        v_head_dim=VH,
+    )
+
+
+def test_deepseek_v3_caches_the_latent_and_decodes_absorbed() -> None:
+    cost = CausalLM(deepseek_v3()).phase("decode", kv_len=L, batch=B)
+    latent = RANK + ROPE  # 40 elements per token per layer (DeepSeek-V3's 512 + 64 = 576)
+    assert cost.memory.kv_cache_by_type == {"latent_attention": 2 * B * (L + 1) * latent * BF16}  # 6720
+    read, written = cache_traffic(cost)
+    assert sum(read.values()) == 2 * B * (L + 1) * latent * BF16  # read once per step, as keys and values at once
+    assert sum(written.values()) == 2 * B * latent * BF16  # the new token's latent and rope key
+    ops = cost.flops.by_operator()
+    # absorbed: W_UK folded into the query (h * nope * rank per token) and W_UV into the output
+    # (h * rank * v_head_dim), the h heads attending over the 40-wide latent of L + 1 = 21 positions;
+    # the latent is the values too (its rope columns computed and dropped): 2 * 40 per pair
+    assert ops["einsum"] == 2 * B * (H * NOPE * RANK + H * RANK * VH)  # 2 * 2 * (2048 + 2048) = 16384
+    assert ops["scaled_dot_product_attention"] == 2 * B * H * (21 * 2 * latent + 3 * 21 - 1)  # 2 * 2 * 4 * 1742
+
+
+def test_deepseek_v3_prefill_expanded() -> None:
+    s = 12
+    cost = CausalLM(deepseek_v3()).phase("prefill", seq_len=s)
+    assert cost.memory.kv_cache_by_type == {"latent_attention": 2 * s * (RANK + ROPE) * BF16}
+    # expanded: per head keys of nope + rope and values of v_head_dim over the s x s pairs
+    assert cost.flops.by_operator()["scaled_dot_product_attention"] == 2 * H * (
+        s * s * (NOPE + ROPE + VH) + 3 * s * s - s
+    )
+    assert "einsum" not in cost.flops.by_operator()
+
+
+# ------------------------------------------------------------------------------------------------
+# State-space and hybrid layers
+# ------------------------------------------------------------------------------------------------
+def test_mamba_state_is_constant_and_read_and_written_once() -> None:
+    config = transformers.MambaConfig(vocab_size=V, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2)
+    llm = CausalLM(config)
+    inner, conv_kernel = 2 * 32, 4  # expand * hidden; conv_kernel's default
+    # per layer and sequence: the conv state (inner x conv_kernel) and the SSM state (inner x state_size),
+    # as mamba_ssm's allocate_inference_cache and transformers store them
+    state = (inner * conv_kernel + inner * 8) * BF16  # (256 + 512) * 2 = 1536 bytes
+    short, long = (llm.phase("decode", kv_len=n, batch=B) for n in (L, 10 * L))
+    for cost in (short, long):
+        assert cost.memory.kv_cache_by_type == {"state": 2 * B * state}
+        read, written = cache_traffic(cost)
+        assert sum(read.values()) == sum(written.values()) == 2 * B * state
+    assert short.flops.total() == long.flops.total()  # nothing grows with the context
+
+
+def test_qwen3_next_hybrid_of_gated_deltanet_and_attention() -> None:
+    config = transformers.Qwen3NextConfig(
+        **ATTENTION,
+        num_hidden_layers=2,
+        layer_types=["linear_attention", "full_attention"],
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        linear_conv_kernel_dim=4,
+        num_experts=0,
+    )
+    cost = CausalLM(config).phase("decode", kv_len=L, batch=B)
+    # gated DeltaNet: a conv over q, k, v (2 * 2 * 8 + 4 * 8 = 64 channels) x 4 taps and a
+    # recurrent state per value head of k_dim x v_dim (4 * 8 * 8 = 256)
+    state = (64 * 4 + 4 * 8 * 8) * BF16  # 1024 bytes per sequence
+    token = 2 * G * E * BF16
+    assert cost.memory.kv_cache_by_type == {"state": B * state, "full_attention": B * (L + 1) * token}
+    read, written = cache_traffic(cost)
+    assert read["kv_cache.0.conv0"] + read["kv_cache.0.state0"] == B * state
+    assert written["kv_cache.0.conv0"] + written["kv_cache.0.state0"] == B * state
+    assert cost.flops.by_operator()["scaled_dot_product_attention"] == attention_flops(B, H, L + 1)
+
+
+def test_unknown_layer_type_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers.cache_utils as cache_utils
+
+    def types(config: Any) -> tuple[list[str], list[dict[str, Any]]]:
+        return ["full_attention", "heavily_compressed_attention"], [{}, {}]
+
+    monkeypatch.setattr(cache_utils, "get_layer_types_and_kwargs", types)
+    config = transformers.LlamaConfig(**ATTENTION, num_hidden_layers=2)
+    with pytest.raises(OpcountError, match="LlamaConfig: layer 1 has a cache of type 'heavily_compressed_attention'"):
+        CausalLM(config)
