@@ -43,7 +43,15 @@ FULL, SLIDING, CHUNKED, LATENT, STATE, NONE = (
     "state",
     "none",
 )
-_STATE_TYPES = ("linear_attention", "conv")
+_STATE_TYPES = ("linear_attention", "conv", "hybrid", "hybrid_sliding")
+# transformers' layer types holding keys and values, with the kind each is here
+_ATTENTION = {
+    "full_attention": FULL,
+    "sliding_attention": SLIDING,
+    "chunked_attention": CHUNKED,
+    "hybrid": FULL,
+    "hybrid_sliding": SLIDING,
+}
 
 
 @dataclass(frozen=True)
@@ -83,11 +91,15 @@ class CachePlan:
     state_shapes: tuple[tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]], ...] = ()
 
     def by_kind(self, kv_len: int, seq_len: int, batch: int) -> dict[str, int]:
-        """Elements held per layer kind, kinds in the order they first appear."""
+        """Elements held per layer kind, kinds in the order they first appear (a layer running
+        attention and a state-space mixer side by side counts in both)."""
         out: dict[str, int] = {}
         for layer in self.layers:
-            if layer.kind != NONE:
-                out[layer.kind] = out.get(layer.kind, 0) + layer.elements(kv_len, seq_len, batch)
+            if layer.token_elements:
+                tokens = batch * layer.token_elements * layer.positions(kv_len, seq_len)
+                out[layer.kind] = out.get(layer.kind, 0) + tokens
+            if layer.state_elements:
+                out[STATE] = out.get(STATE, 0) + batch * layer.state_elements
         return out
 
     def elements(self, kv_len: int, seq_len: int, batch: int) -> int:
@@ -113,6 +125,9 @@ def layer_types(config: Any) -> list[tuple[str, dict[str, Any]]]:
         types, kwargs = get_layer_types_and_kwargs(c)
     except Exception as e:  # the helper reads config fields by name, whatever the config's class
         raise OpcountError(f"{type(c).__name__}: cannot read its layer types: {first_line(e, type(e).__name__)}") from e
+    layers = getattr(c, "num_hidden_layers", None)
+    if len(types) != len(kwargs) or (isinstance(layers, int) and len(types) != layers):
+        raise OpcountError(f"{type(c).__name__}: {len(types)} layer types for {layers} layers")
     return list(zip(types, kwargs, strict=True))
 
 
@@ -124,7 +139,13 @@ def cache_plan(model: nn.Module, config: Any) -> CachePlan:
     states = _state_shapes(model, c) if any(t in _STATE_TYPES for t, _ in types) else {}
     layers: list[LayerCache] = []
     for index, (kind, kwargs) in enumerate(types):
-        if kind in ("full_attention", "sliding_attention", "chunked_attention"):
+        state = 0
+        if kind in _STATE_TYPES:
+            shapes = states.get(index)
+            if shapes is None or not (shapes[0] or shapes[1]):
+                raise OpcountError(f"{name}: layer {index} ({kind}) stored no state in a forward on meta")
+            state = sum(math.prod(s) for s in (*shapes[0], *shapes[1]))
+        if kind in _ATTENTION:
             if is_latent(c):
                 if kind != "full_attention":
                     raise OpcountError(f"{name}: layer {index} is {kind} with latent attention: not modelled")
@@ -132,18 +153,13 @@ def cache_plan(model: nn.Module, config: Any) -> CachePlan:
                 continue
             g = kv_geometry(c)
             window = int(kwargs.get("sliding_window") or 0)
-            layers.append(LayerCache(kind, 2 * g.kv_heads * g.head_dim, window=window))
+            layers.append(LayerCache(_ATTENTION[kind], 2 * g.kv_heads * g.head_dim, state, window))
         elif kind in _STATE_TYPES:
-            shapes = states.get(index)
-            if shapes is None or not (shapes[0] or shapes[1]):
-                raise OpcountError(f"{name}: layer {index} ({kind}) stored no state in a forward on meta")
-            layers.append(LayerCache(STATE, state_elements=sum(math.prod(s) for s in (*shapes[0], *shapes[1]))))
+            layers.append(LayerCache(STATE, state_elements=state))
         elif kind == "dummy":
             layers.append(LayerCache(NONE))
         else:
             raise OpcountError(f"{name}: layer {index} has a cache of type {kind!r}, which opcount does not model")
-    if isinstance(c.num_hidden_layers, int) and len(layers) != c.num_hidden_layers:
-        raise OpcountError(f"{name}: {len(layers)} layer types for {c.num_hidden_layers} layers")
     ordered = tuple(states.get(i, ((), ())) for i in range(len(layers)))
     return CachePlan(tuple(layers), ordered)
 
@@ -190,14 +206,13 @@ def _state_shapes(model: nn.Module, config: Any) -> dict[int, tuple[Shapes, Shap
 # ------------------------------------------------------------------------------------------------
 # The cache a phase is traced with
 # ------------------------------------------------------------------------------------------------
-def _attention_layer(layer: LayerCache, c: Any, batch: int, kv_len: int, seq_len: int, dtype: torch.dtype) -> Any:
-    """A transformers ``StaticLayer`` holding the tokens the layer keeps: a prefill writes its last
-    ``positions`` prompt tokens and attends over the prompt; a decode step writes its tokens and
-    attends over all held."""
-    from transformers.cache_utils import StaticLayer
-
+def _hold_tokens(
+    held: Any, layer: LayerCache, c: Any, batch: int, kv_len: int, seq_len: int, dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
+    """Make the transformers cache layer ``held`` keep the tokens the layer keeps: a prefill writes
+    its last ``positions`` prompt tokens and attends over the prompt; a decode step writes its
+    tokens and attends over all held. Returns the tensors to name."""
     positions = layer.positions(kv_len, seq_len)
-    held: Any = StaticLayer(max_cache_len=positions)
     latent: torch.Tensor | None = None
     if layer.kind == LATENT:
         rank = int(c.kv_lora_rank)
@@ -212,6 +227,12 @@ def _attention_layer(layer: LayerCache, c: Any, batch: int, kv_len: int, seq_len
         n = positions if kv_len == 0 else seq_len
         index = torch.arange(n, device=keys.device)
         k, v = key_states[:, :, key_states.shape[2] - n :], value_states[:, :, value_states.shape[2] - n :]
+        for new, held_tensor in ((k, keys), (v, values)):
+            if new.shape[:2] != held_tensor.shape[:2] or new.shape[-1] != held_tensor.shape[-1]:
+                raise OpcountError(
+                    f"{type(c).__name__}: the model caches {tuple(new.shape)} per step where its config gives "
+                    f"{tuple(held_tensor.shape)} (batch, heads, tokens, width): opcount does not know this layout"
+                )
         if latent is not None:  # the latent and the rope key side by side, written at once
             latent.index_copy_(2, index, torch.cat([k, v], dim=-1))
         else:
@@ -222,29 +243,31 @@ def _attention_layer(layer: LayerCache, c: Any, batch: int, kv_len: int, seq_len
     held.update = update
     held.get_seq_length = lambda: kv_len
     held.is_sliding = layer.kind != FULL
+    held.max_cache_len = positions
     held.latent, held.keys, held.values = latent, keys, values
     held.max_batch_size, held.dtype, held.device = batch, dtype, keys.device
     held.is_initialized = True
-    return held
+    return {"latent": latent} if latent is not None else {"keys": keys, "values": values}
 
 
-def _state_layer(shapes: tuple[Shapes, Shapes], batch: int, kv_len: int, dtype: torch.dtype) -> Any:
-    from transformers.cache_utils import LinearAttentionLayer
-
+def _hold_state(
+    layer: Any, shapes: tuple[Shapes, Shapes], batch: int, kv_len: int, dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
+    """Give the transformers linear-attention cache layer ``layer`` its conv and recurrent states
+    (with a previous state in decode). Returns the tensors to name."""
     conv, recurrent = shapes
-    states = max(len(conv), len(recurrent))
-    layer: Any = LinearAttentionLayer(number_of_states=states)
+    named: dict[str, torch.Tensor] = {}
     for i, shape in enumerate(conv):
-        layer.conv_states[i] = torch.empty((batch, *shape), dtype=dtype, device="meta")
+        named[f"conv{i}"] = layer.conv_states[i] = torch.empty((batch, *shape), dtype=dtype, device="meta")
         layer.conv_kernel_size[i] = shape[-1]
         layer.is_conv_states_initialized[i] = True
     for i, shape in enumerate(recurrent):
-        layer.recurrent_states[i] = torch.empty((batch, *shape), dtype=dtype, device="meta")
+        named[f"state{i}"] = layer.recurrent_states[i] = torch.empty((batch, *shape), dtype=dtype, device="meta")
         layer.is_recurrent_states_initialized[i] = True
-    for i in range(states):
+    for i in range(layer.number_of_states):
         layer.has_previous_state[i] = kv_len > 0
     layer.dtype, layer.device = dtype, torch.device("meta")
-    return layer
+    return named
 
 
 @contextlib.contextmanager
@@ -253,30 +276,35 @@ def phase_cache(
 ) -> Iterator[Any]:
     """A transformers ``Cache`` holding, per layer, what engines hold for this phase, its tensors
     registered as the model's buffers ``kv_cache.L.*`` for the block (removed afterwards)."""
-    from transformers.cache_utils import Cache, DummyLayer
+    from transformers import cache_utils as tc
 
-    dummy: Any = DummyLayer
+    cache_utils: Any = tc  # transformers leaves these classes' constructors unannotated
     c = text_config(config)
     holder = nn.Module()
     layers: list[Any] = []
     for index, layer in enumerate(plan.layers):
         slot = nn.Module()
-        if layer.kind == STATE:
-            made = _state_layer(plan.state_shapes[index], batch, kv_len, dtype)
-            tensors = {
-                **{f"conv{i}": t for i, t in made.conv_states.items() if t is not None},
-                **{f"state{i}": t for i, t in made.recurrent_states.items() if t is not None},
-            }
-        elif layer.kind == NONE:
-            made, tensors = dummy(), {}
+        tensors: dict[str, torch.Tensor] = {}
+        shapes = plan.state_shapes[index]
+        states = max(len(shapes[0]), len(shapes[1]))
+        made: Any
+        if layer.token_elements and layer.state_elements:  # attention beside a state-space mixer (Falcon-H1)
+            made = cache_utils.LinearAttentionAndStaticFullAttentionLayer(max_cache_len=1, number_of_states=states)
+        elif layer.state_elements:
+            made = cache_utils.LinearAttentionLayer(number_of_states=states)
+        elif layer.token_elements:
+            made = cache_utils.StaticLayer(max_cache_len=1)
         else:
-            made = _attention_layer(layer, c, batch, kv_len, seq_len, dtype)
-            tensors = {"latent": made.latent} if layer.kind == LATENT else {"keys": made.keys, "values": made.values}
+            made = cache_utils.DummyLayer()
+        if layer.token_elements:
+            tensors |= _hold_tokens(made, layer, c, batch, kv_len, seq_len, dtype)
+        if layer.state_elements:
+            tensors |= _hold_state(made, shapes, batch, kv_len, dtype)
         for name, t in tensors.items():
             slot.register_buffer(name, t, persistent=False)
         holder.add_module(str(index), slot)
         layers.append(made)
-    cache = Cache(layers=layers)
+    cache = cache_utils.Cache(layers=layers)
     if KV_PREFIX in model._modules:
         raise OpcountError(f"the model already has a submodule named {KV_PREFIX!r}")
     model._modules[KV_PREFIX] = holder  # named buffers, not a module the forward calls
