@@ -105,6 +105,12 @@ class CachePlan:
     def elements(self, kv_len: int, seq_len: int, batch: int) -> int:
         return sum(self.by_kind(kv_len, seq_len, batch).values())
 
+    def windows(self) -> dict[int, tuple[str, int]]:
+        """The sliding and chunked layers: layer index -> (kind, window or chunk)."""
+        return {
+            i: (layer.kind, layer.window) for i, layer in enumerate(self.layers) if layer.kind in (SLIDING, CHUNKED)
+        }
+
     def largest(self, kv_len: int, seq_len: int, batch: int) -> int:
         """The elements of the largest single cache tensor (for the size limits)."""
         return max((layer.elements(kv_len, seq_len, batch) for layer in self.layers), default=0)

@@ -18,6 +18,7 @@ A prefill (no cache before it) keeps the model's expanded form, as engines do fo
 from __future__ import annotations
 
 import contextlib
+import functools
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-HOOK = "opcount_absorbed"
+HOOK = "opcount_attention"  # an attention module's own attention, called by model._serving_attention
 
 
 def is_latent_attention(module: nn.Module) -> bool:
@@ -38,7 +39,7 @@ def is_latent_attention(module: nn.Module) -> bool:
 
 
 def absorbed_attention(
-    module: Any, query: torch.Tensor, latent: torch.Tensor, scaling: float | None
+    module: Any, query: torch.Tensor, latent: torch.Tensor, value: torch.Tensor, scaling: float | None
 ) -> tuple[torch.Tensor, None]:
     """Attention of ``query [b, heads, s, nope + rope]`` over ``latent [b, 1, T, rank + rope]`` in
     the absorbed form; returns ``[b, s, heads, v_head_dim]`` as the attention functions do."""
@@ -65,7 +66,7 @@ def absorbed(model: nn.Module, latents: dict[int, torch.Tensor]) -> Iterator[int
     for m in modules:
         latent = latents[m.layer_idx]
         m.expand_kv = types.MethodType(lambda self, kv, rope, t=latent: (t, t), m)
-        setattr(m, HOOK, True)
+        setattr(m, HOOK, functools.partial(absorbed_attention, m))
     try:
         yield len(modules)
     finally:

@@ -189,10 +189,9 @@ def _serving_attention(
     the cache holds exactly the tokens attended to, and a prompt attends causally. transformers'
     own sdpa path would first copy each KV head once per query head it serves (``repeat_kv``)
     whenever a mask is given, which a static cache always gives."""
-    if getattr(module, "opcount_absorbed", False):  # multi-head latent attention decoding (see .latent)
-        from .latent import absorbed_attention
-
-        return absorbed_attention(module, query, key, scaling)
+    own = module.__dict__.get("opcount_attention")  # a layer's own form: .latent, .windows
+    if own is not None:
+        return own(query, key, value, scaling)  # type: ignore[no-any-return]
     new, total = query.shape[2], key.shape[2]
     out = torch.nn.functional.scaled_dot_product_attention(
         query,

@@ -40,6 +40,7 @@ from .latent import absorbed
 from .limits import check_phase
 from .model import build_on_meta, expected_routing, learned_positions, serving_attention, text_config
 from .precision import Precision, footprint_weights, pricing_for
+from .windows import windowed_prefill
 
 PHASES = ("prefill", "decode")
 logger = logging.getLogger(__name__)
@@ -210,6 +211,7 @@ class CausalLM:
                 expected_routing(model) as blocks,
                 serving_attention(model),
                 absorbed(model, latents if kv_len else {}) as changed,
+                windowed_prefill(model, {} if kv_len else plan.windows(), seq_len),
             ):
                 if changed != (len(latents) if kv_len else 0):
                     raise OpcountError(

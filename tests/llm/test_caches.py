@@ -77,6 +77,22 @@ def test_mistral_sliding_window_holds_and_reads_the_window() -> None:
     assert llm.phase("prefill", seq_len=L).memory.kv_cache == 2 * W * 2 * G * E * BF16
 
 
+def block_flops(rows: int, keys: int, blocks: int = 1) -> int:
+    """``blocks`` attention blocks of ``rows`` queries over ``keys`` keys, per head, every pair counted."""
+    return blocks * (rows * keys * 2 * E + rows * (3 * keys - 1))
+
+
+def test_mistral_prompt_longer_than_the_window_attends_by_blocks() -> None:
+    llm = CausalLM(transformers.MistralConfig(**ATTENTION, num_hidden_layers=2, sliding_window=W))
+    cost = llm.phase("prefill", seq_len=L)
+    # 20 queries in blocks of 8: the first block causally over itself (8 x 8), the second over the
+    # block before and itself (8 x 16), the last 4 queries over the 8 + 4 keys they can reach (4 x 12):
+    # 240 pairs per head, where the whole prompt's square would be 400
+    per_head = block_flops(W, W) + block_flops(W, 2 * W) + block_flops(4, W + 4)
+    assert cost.flops.by_operator()["scaled_dot_product_attention"] == 2 * H * per_head
+    assert cost.memory.kv_cache == 2 * W * 2 * G * E * BF16  # the last window is what the cache keeps
+
+
 def test_gemma3_local_and_global_layers() -> None:
     config = transformers.Gemma3TextConfig(
         **ATTENTION, num_hidden_layers=2, sliding_window=W, layer_types=["sliding_attention", "full_attention"]
@@ -118,6 +134,12 @@ def test_llama4_chunked_layers_hold_the_current_chunk() -> None:
     assert sum(read.values()) == B * (3 * chunk + 21) * token
     assert sum(written.values()) == 4 * B * token
     assert cost.flops.by_operator()["scaled_dot_product_attention"] == attention_flops(B, H, chunk, chunk, chunk, 21)
+    # a prompt of 20: chunks [0, 8), [8, 16) and [16, 20), each causal over itself, in the 3 chunked
+    # layers; the global layer over the whole prompt (20 x 20)
+    prefill = llm.phase("prefill", seq_len=L)
+    chunked = block_flops(c, c, blocks=2) + block_flops(4, 4)
+    assert prefill.flops.by_operator()["scaled_dot_product_attention"] == H * (3 * chunked + block_flops(L, L))
+    assert prefill.memory.kv_cache_by_type == {"chunked_attention": 3 * 4 * token, "full_attention": L * token}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -221,3 +243,21 @@ def test_unknown_layer_type_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None
     config = transformers.LlamaConfig(**ATTENTION, num_hidden_layers=2)
     with pytest.raises(OpcountError, match="LlamaConfig: layer 1 has a cache of type 'heavily_compressed_attention'"):
         CausalLM(config)
+
+
+@pytest.mark.parametrize("length", [8, 20, 24, 5 + 16])
+def test_block_attention_equals_the_masked_square(length: int) -> None:
+    # the reference: one attention over the whole prompt with the layer's mask spelled out
+    import torch
+
+    from opcount.llm.windows import chunked_attention, sliding_attention
+
+    size, g = 8, torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, length, 16, generator=g)
+    k, v = (torch.randn(2, 2, length, 16, generator=g) for _ in range(2))
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    sliding_mask = (j <= i) & (j > i - size)
+    chunk_mask = (j <= i) & (j // size == i // size)
+    for run, mask in ((sliding_attention, sliding_mask), (chunked_attention, chunk_mask)):
+        expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        torch.testing.assert_close(run(size, q, k, v, None), expected)
