@@ -201,7 +201,19 @@ def _serving_attention(
         is_causal=new > 1 and new == total,
         enable_gqa=key.shape[1] != query.shape[1],
     )
+    sinks = kwargs.get("s_aux")
+    if isinstance(sinks, torch.Tensor):
+        _sink_terms(sinks, out)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _sink_terms(sinks: torch.Tensor, out: torch.Tensor) -> None:
+    """GPT-OSS's learned sink logit per head adds one term to each softmax row's denominator,
+    ``exp(sink - row max)``, and no value: a kernel (FlashAttention with sinks) does it on its
+    running max and sum, 3 flops a row (subtract, exp, add), traced here on a row-sized stand-in."""
+    batch, heads, rows = out.shape[:3]
+    running = out.new_empty((batch, heads, rows))  # the kernel's per-row max and sum
+    torch.exp(sinks.to(out.dtype).view(1, heads, 1) - running).add_(running)
 
 
 def _no_mask(*args: Any, **kwargs: Any) -> None:

@@ -106,6 +106,25 @@ def test_gemma3_local_and_global_layers() -> None:
     assert cost.flops.by_operator()["scaled_dot_product_attention"] == attention_flops(B, H, W, L + 1)
 
 
+def test_gpt_oss_sliding_layers_and_sinks() -> None:
+    config = transformers.GptOssConfig(
+        **ATTENTION,
+        num_hidden_layers=2,
+        sliding_window=W,
+        layer_types=["sliding_attention", "full_attention"],
+        num_local_experts=4,
+        num_experts_per_tok=2,
+    )
+    cost = CausalLM(config).phase("decode", kv_len=L, batch=B)
+    token = 2 * G * E * BF16
+    assert cost.memory.kv_cache_by_type == {"sliding_attention": B * W * token, "full_attention": B * (L + 1) * token}
+    ops = cost.flops.by_operator()
+    assert ops["scaled_dot_product_attention"] == attention_flops(B, H, W, L + 1)
+    # the learned sink of each head: exp(sink - row max) in each softmax row's sum, one row per
+    # (sequence, head, new token) in each of the 2 layers: 2 * 2 * 4 = 16 exponentials
+    assert ops["exp"] == 2 * B * H
+
+
 # ------------------------------------------------------------------------------------------------
 # Chunked attention: Llama-4 (a NoPE full-attention layer every 4th, chunked layers between)
 # ------------------------------------------------------------------------------------------------
