@@ -280,3 +280,21 @@ def test_block_attention_equals_the_masked_square(length: int) -> None:
     for run, mask in ((sliding_attention, sliding_mask), (chunked_attention, chunk_mask)):
         expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         torch.testing.assert_close(run(size, q, k, v, None), expected)
+
+
+def test_command_line_breaks_the_cache_down(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from opcount.cli import main
+
+    hf = ["--hf-config", "num_hidden_layers=2", "--hf-config", f"sliding_window={W}"]
+    for key, value in {**ATTENTION, "layer_types": '["sliding_attention","full_attention"]'}.items():
+        hf += ["--hf-config", f"{key}={value}"]
+    args = ["hf:Gemma3TextConfig", *hf, "--phase", "decode", "--kv-len", str(L), "--batch", str(B)]
+    assert main([*args, "--format", "json"]) == 0
+    memory = json.loads(capsys.readouterr().out)["llm"]["memory"]
+    token = 2 * G * E * BF16
+    assert memory["kv_cache_by_type"] == {"sliding_attention": B * W * token, "full_attention": B * (L + 1) * token}
+    assert memory["kv_cache"] == B * (W + L + 1) * token  # 2 * 29 * 128 = 7424
+    assert main([*args, "--depth", "0"]) == 0
+    assert "KV cache 7.42 KB (sliding_attention 2.05 KB, full_attention 5.38 KB)" in capsys.readouterr().out
