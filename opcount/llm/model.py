@@ -27,6 +27,8 @@ from torch import nn
 
 from ..errors import OpcountError, OpcountValueError
 from ..messages import first_line
+from ..tracers.meta import CLAIMED_ON_META
+from ..transformers_internals import set_cached_length
 from .limits import SizeError, check_config, module_budget
 
 KV_PREFIX = "kv_cache"
@@ -138,11 +140,11 @@ def static_cache(
         slot.register_buffer("values", values, persistent=False)
         holder.add_module(str(index), slot)
         layer.max_batch_size, layer.num_heads, layer.head_dim = batch, geometry.kv_heads, geometry.head_dim
-        layer.dtype, layer.device = dtype, keys.device
+        # the device the traced forward sees the model on: the positions the layer makes match its keys
+        layer.dtype, layer.device = dtype, CLAIMED_ON_META
         layer.keys, layer.values = keys, values
         layer.is_initialized = True
-        if isinstance(layer, StaticSlidingWindowLayer):
-            layer.cumulative_length = kv_len
+        set_cached_length(layer, kv_len)
     if KV_PREFIX in model._modules:
         raise OpcountError(f"the model already has a submodule named {KV_PREFIX!r}")
     model._modules[KV_PREFIX] = holder  # named buffers, not a module the forward calls

@@ -35,6 +35,7 @@ from ..ir import OpCall, TensorSpec
 from ..memory import MemoryTrafficAnalysis
 from ..roofline import RooflineReport, roofline
 from ..tracers.meta import TensorShape
+from ..transformers_internals import cache_keyword, takes_cache_position
 from .limits import check_phase
 from .model import (
     KVGeometry,
@@ -195,12 +196,13 @@ class CausalLM:
         model = self.model
         with static_cache(model, self.config, batch, kv_len, seq_len, self.precision.traced) as cache:
             with expected_routing(model) as blocks, serving_attention(model):
-                kwargs = {
+                kwargs: dict[str, Any] = {
                     "input_ids": TensorShape((batch, seq_len), dtype=torch.long),
-                    "past_key_values": cache,
+                    cache_keyword(model): cache,
                     "use_cache": True,
-                    "cache_position": torch.arange(kv_len, kv_len + seq_len),
                 }
+                if takes_cache_position(model):
+                    kwargs["cache_position"] = torch.arange(kv_len, kv_len + seq_len)
                 if self._keeps_logits:  # logits of the last token only, as generation asks
                     kwargs["logits_to_keep"] = 1 if kv_len == 0 else seq_len
                 flops = FlopCountAnalysis(
