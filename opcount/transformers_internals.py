@@ -10,11 +10,67 @@ never at ``import opcount``.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Any
 
 import torch
 from torch import nn
+
+from .errors import OpcountError
+
+CHECKED_ON = ("4.57.6", "5.24.0")
+
+# The names, by where the installed transformers keeps them; ``from opcount.transformers_internals
+# import StaticCache`` resolves one when it runs (module ``__getattr__``), importing transformers then.
+_NAMES = {
+    "AttentionInterface": "transformers.AttentionInterface",
+    "AttentionMaskInterface": "transformers.masking_utils.AttentionMaskInterface",
+    "AutoConfig": "transformers.AutoConfig",
+    "AutoModelForCausalLM": "transformers.AutoModelForCausalLM",
+    "CONFIG_MAPPING": "transformers.models.auto.configuration_auto.CONFIG_MAPPING",
+    "MODEL_FOR_CAUSAL_LM_MAPPING": "transformers.MODEL_FOR_CAUSAL_LM_MAPPING",
+    "MODEL_FOR_MASKED_LM_MAPPING": "transformers.MODEL_FOR_MASKED_LM_MAPPING",
+    "PretrainedConfig": "transformers.PretrainedConfig",
+    "PreTrainedModel": "transformers.PreTrainedModel",
+    "StaticCache": "transformers.StaticCache",
+    "StaticSlidingWindowLayer": "transformers.cache_utils.StaticSlidingWindowLayer",
+    "hf_logging": "transformers.utils.logging",
+}
+
+
+def __getattr__(name: str) -> Any:
+    path = _NAMES.get(name)
+    if path is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import transformers  # ImportError without it: the callers say which extra adds it
+
+    try:
+        return _resolve(path)
+    except (ImportError, AttributeError):
+        raise OpcountError(
+            f"transformers {transformers.__version__} has no {path}, which opcount uses (checked on transformers "
+            f"{' and '.join(CHECKED_ON)}); install one of those versions"
+        ) from None
+
+
+def _resolve(path: str) -> Any:
+    try:
+        return importlib.import_module(path)  # a module (transformers.utils.logging)
+    except ImportError:
+        module, _, attribute = path.rpartition(".")
+        return getattr(importlib.import_module(module), attribute)
+
+
+def attention_implementation(config: Any) -> Any:
+    """The attention implementation the config names for its model (the private slot transformers
+    reads at each forward; None where it picks its default)."""
+    return config.__dict__.get("_attn_implementation_internal")
+
+
+def set_attention_implementation(config: Any, name: Any) -> None:
+    """Make the config's model run the attention registered as ``name`` (read at each forward)."""
+    config._attn_implementation_internal = name
 
 
 def cache_keyword(model: nn.Module) -> str:

@@ -102,7 +102,7 @@ def _transformers_logger(wanted: bool) -> logging.Logger | None:
     if not wanted and "transformers" not in sys.modules:
         return None
     try:
-        from transformers.utils import logging as hf_logging
+        from ..transformers_internals import hf_logging
     except ImportError:
         return None
     found = hf_logging.get_logger()  # the first call adds its handler: now, so that it can be swapped
