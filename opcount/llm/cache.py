@@ -124,17 +124,17 @@ def is_latent(config: Any) -> bool:
 
 def layer_types(config: Any) -> list[tuple[str, dict[str, Any]]]:
     """transformers' cache layer type of each layer, with its arguments (window)."""
-    from transformers.cache_utils import get_layer_types_and_kwargs
+    from ..transformers_internals import cache_layer_types
 
     c = text_config(config)
     try:
-        types, kwargs = get_layer_types_and_kwargs(c)
+        types = cache_layer_types(c)
     except Exception as e:  # the helper reads config fields by name, whatever the config's class
         raise OpcountError(f"{type(c).__name__}: cannot read its layer types: {first_line(e, type(e).__name__)}") from e
     layers = getattr(c, "num_hidden_layers", None)
-    if len(types) != len(kwargs) or (isinstance(layers, int) and len(types) != layers):
+    if isinstance(layers, int) and len(types) != layers:
         raise OpcountError(f"{type(c).__name__}: {len(types)} layer types for {layers} layers")
-    return list(zip(types, kwargs, strict=True))
+    return types
 
 
 def cache_plan(model: nn.Module, config: Any) -> CachePlan:
@@ -170,29 +170,19 @@ def cache_plan(model: nn.Module, config: Any) -> CachePlan:
     return CachePlan(tuple(layers), ordered)
 
 
-def cache_argument(model: nn.Module) -> str:
-    """The name under which the model's forward takes its cache (``cache`` replaces ``past_key_values``
-    in recent transformers)."""
-    import inspect
-
-    parameters = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
-
-
 Shapes = tuple[tuple[int, ...], ...]
 
 
 def _state_shapes(model: nn.Module, config: Any) -> dict[int, tuple[Shapes, Shapes]]:
     """The conv and recurrent state shapes of each state layer for one sequence, as the model's
     own forward stores them in a transformers cache (one token, on meta, nothing traced)."""
-    from transformers import DynamicCache
-    from transformers.cache_utils import LinearAttentionCacheLayerMixin
+    from ..transformers_internals import DynamicCache, LinearAttentionCacheLayerMixin, cache_keyword
 
     cache = DynamicCache(config=config)
     tokens = torch.zeros((1, 1), dtype=torch.long, device="meta")
     try:
         with expected_routing(model), serving_attention(model), torch.no_grad():
-            model(input_ids=tokens, use_cache=True, **{cache_argument(model): cache})
+            model(input_ids=tokens, use_cache=True, **{cache_keyword(model): cache})
     except Exception as e:  # whatever the model's forward raises on meta
         raise OpcountError(
             f"{type(config).__name__}: its state layers' shapes could not be read from a forward on meta: "
@@ -282,9 +272,9 @@ def phase_cache(
 ) -> Iterator[Any]:
     """A transformers ``Cache`` holding, per layer, what engines hold for this phase, its tensors
     registered as the model's buffers ``kv_cache.L.*`` for the block (removed afterwards)."""
-    from transformers import cache_utils as tc
+    from .. import transformers_internals
 
-    cache_utils: Any = tc  # transformers leaves these classes' constructors unannotated
+    cache_utils: Any = transformers_internals  # transformers leaves these classes' constructors unannotated
     c = text_config(config)
     holder = nn.Module()
     layers: list[Any] = []

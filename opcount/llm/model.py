@@ -22,6 +22,7 @@ from torch import nn
 
 from ..errors import OpcountValueError
 from ..messages import first_line
+from ..transformers_internals import attention_implementation, set_attention_implementation
 from .limits import SizeError, check_config, module_budget
 
 KV_PREFIX = "kv_cache"
@@ -75,28 +76,28 @@ def learned_positions(model: nn.Module, config: Any) -> tuple[str, int] | None:
 def is_causal_lm(config: Any) -> bool:
     """Whether transformers builds a decoder-only causal LM for ``config``: BERT's config also maps
     to a causal-LM head (BertLMHeadModel) but is a masked LM, and an encoder-decoder is not one."""
-    import transformers
+    from ..transformers_internals import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_FOR_MASKED_LM_MAPPING
 
     kind = type(config)
     return (
         not getattr(config, "is_encoder_decoder", False)
-        and kind in transformers.MODEL_FOR_CAUSAL_LM_MAPPING
-        and kind not in transformers.MODEL_FOR_MASKED_LM_MAPPING
+        and kind in MODEL_FOR_CAUSAL_LM_MAPPING
+        and kind not in MODEL_FOR_MASKED_LM_MAPPING
     )
 
 
 def build_on_meta(config: Any, dtype: torch.dtype = torch.bfloat16) -> nn.Module:
     """A causal LM for ``config`` with its weights on the meta device (nothing allocated)."""
-    import transformers
+    from ..transformers_internals import MODEL_FOR_CAUSAL_LM_MAPPING, AutoModelForCausalLM
 
     name = type(config).__name__
-    if type(config) not in transformers.MODEL_FOR_CAUSAL_LM_MAPPING:
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
         raise OpcountValueError(f"transformers has no causal LM for {name}")
     check_config(config)
     try:
         with torch.device("meta"), module_budget(name):
             # transformers leaves from_config unannotated
-            model: nn.Module = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
+            model: nn.Module = AutoModelForCausalLM.from_config(config, dtype=dtype)
     except SizeError:
         raise
     except Exception as e:  # raised by the constructors on the config's values, whatever its type
@@ -223,17 +224,16 @@ def _no_mask(*args: Any, **kwargs: Any) -> None:
 @contextlib.contextmanager
 def serving_attention(model: nn.Module) -> Iterator[None]:
     """The model's attention runs :func:`_serving_attention` for the block."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
+    from ..transformers_internals import AttentionInterface, AttentionMaskInterface
 
     AttentionInterface.register(ATTENTION, _serving_attention)
     AttentionMaskInterface.register(ATTENTION, _no_mask)
     configs: dict[int, Any] = {id(c): c for c in (getattr(m, "config", None) for m in model.modules()) if c is not None}
-    saved = [(c, c.__dict__.get("_attn_implementation_internal")) for c in configs.values()]
+    saved = [(c, attention_implementation(c)) for c in configs.values()]
     for config in configs.values():
-        config._attn_implementation_internal = ATTENTION
+        set_attention_implementation(config, ATTENTION)
     try:
         yield
     finally:
         for config, value in saved:
-            config._attn_implementation_internal = value
+            set_attention_implementation(config, value)

@@ -35,7 +35,8 @@ from ..ir import OpCall, TensorSpec
 from ..memory import MemoryTrafficAnalysis
 from ..roofline import RooflineReport, roofline
 from ..tracers.meta import TensorShape
-from .cache import CachePlan, cache_argument, cache_plan, phase_cache
+from ..transformers_internals import cache_keyword, takes_cache_position
+from .cache import CachePlan, cache_plan, phase_cache
 from .latent import absorbed
 from .limits import check_phase
 from .model import build_on_meta, expected_routing, learned_positions, serving_attention, text_config
@@ -127,7 +128,6 @@ class CausalLM:
         self.model: nn.Module = model
         self.config = text_config(config)
         self.caches: CachePlan = cache_plan(model, config)
-        self._cache_argument = cache_argument(model)
         self._weights = footprint_weights(model, self.precision)
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._pricing = pricing_for(model, self.precision)
@@ -218,12 +218,13 @@ class CausalLM:
                         f"{type(model).__name__}: {len(latents)} latent-attention caches but {changed} attention "
                         "modules opcount recognises as multi-head latent attention"
                     )
-                kwargs = {
+                kwargs: dict[str, Any] = {
                     "input_ids": TensorShape((batch, seq_len), dtype=torch.long),
-                    self._cache_argument: cache,
+                    cache_keyword(model): cache,
                     "use_cache": True,
-                    "cache_position": torch.arange(kv_len, kv_len + seq_len),
                 }
+                if takes_cache_position(model):
+                    kwargs["cache_position"] = torch.arange(kv_len, kv_len + seq_len)
                 if self._keeps_logits:  # logits of the last token only, as generation asks
                     kwargs["logits_to_keep"] = 1 if kv_len == 0 else seq_len
                 flops = FlopCountAnalysis(

@@ -111,7 +111,10 @@ def test_weights_read_once_per_decode_step(llm: CausalLM) -> None:
     read = sum(t.layer.weight_bytes for t in cost.roofline.layers)
     kv = 2 * N * G * E * 2 * 9
     embedding = V * D * 2
-    assert read == params * 2 - embedding + D * 2 + kv
+    # transformers 5's rotary embedding casts its e/2 frequencies (a bf16 buffer) by the buffer's name
+    # each step; 4.x reads them through a view first, an activation's read
+    rotary = E // 2 * 2 if int(transformers.__version__.split(".")[0]) >= 5 else 0
+    assert read == params * 2 - embedding + D * 2 + kv + rotary
 
 
 def test_int4_weight_bytes() -> None:
