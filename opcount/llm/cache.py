@@ -105,6 +105,21 @@ class CachePlan:
     def elements(self, kv_len: int, seq_len: int, batch: int) -> int:
         return sum(self.by_kind(kv_len, seq_len, batch).values())
 
+    def affine_steps(self, prompt_len: int, gen_len: int) -> list[tuple[int, int]]:
+        """The decode steps ``0 .. gen_len - 1`` (step ``j`` after ``prompt_len + j`` cached tokens)
+        cut into runs over which every layer's positions are affine in the step: a sliding layer
+        grows until its window is full, then stays; a chunked layer grows within a chunk and
+        starts again at the next. Each run is ``(first, last)``, inclusive."""
+        starts = {0}
+        for layer in self.layers:
+            if layer.kind == SLIDING:  # the window is full from the step whose cache holds W tokens
+                starts.add(layer.window - prompt_len)
+            elif layer.kind == CHUNKED:  # a new chunk at every multiple of C cached tokens
+                first = -(-prompt_len // layer.window) * layer.window
+                starts.update(range(first - prompt_len, gen_len, layer.window))
+        ordered = sorted(j for j in starts if 0 <= j < gen_len)
+        return [(a, b - 1) for a, b in zip(ordered, [*ordered[1:], gen_len], strict=True)]
+
     def windows(self) -> dict[int, tuple[str, int]]:
         """The sliding and chunked layers: layer index -> (kind, window or chunk)."""
         return {

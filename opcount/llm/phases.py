@@ -286,6 +286,8 @@ class GenerationCost:
     gen_len: int
     decode_flops: float
     decode_time: float | None
+    # the traced step holding the most cache (the last, unless a chunked layer started a new chunk)
+    fullest_step: PhaseCost | None = None
 
     @property
     def flops(self) -> float:
@@ -296,11 +298,12 @@ class GenerationCost:
         """The most the generation holds: the cache at its last step (prompt + generated tokens),
         the larger activation working set of prefill and decode."""
         last = self.last_step or self.prefill
+        fullest = self.fullest_step or last
         return Memory(
             self.prefill.memory.weights,
-            last.memory.kv_cache,
+            fullest.memory.kv_cache,
             max(self.prefill.memory.activations, last.memory.activations),
-            last.memory.kv_cache_by_type,
+            fullest.memory.kv_cache_by_type,
         )
 
     @property
@@ -337,7 +340,8 @@ def generation(
     preset: str = "default",
 ) -> GenerationCost:
     """Prefill ``prompt_len`` tokens, then ``gen_len`` decode steps of one token each; step
-    ``j`` (0-based) attends to ``prompt_len + j`` cached tokens. Three traces whatever ``gen_len``."""
+    ``j`` (0-based) attends to ``prompt_len + j`` cached tokens. Three traces whatever ``gen_len``
+    (two more for each run a sliding window fills or a chunk starts: :meth:`.CachePlan.affine_steps`)."""
     if not isinstance(gen_len, int) or gen_len < 0:
         raise OpcountValueError(f"gen_len must be an integer >= 0, got {gen_len!r}")
     if isinstance(prompt_len, int) and isinstance(batch, int):  # phase() checks the types
@@ -346,14 +350,20 @@ def generation(
     prefill = llm.phase("prefill", seq_len=prompt_len, **step)
     if gen_len == 0:
         return GenerationCost(prefill, None, None, 0, 0.0, 0.0 if hardware is not None else None)
-    first = llm.phase("decode", kv_len=prompt_len, **step)
-    last = first if gen_len == 1 else llm.phase("decode", kv_len=prompt_len + gen_len - 1, **step)
-    # an arithmetic series: the mean of the first and last step, gen_len times
-    flops = (first.flops.total() + last.flops.total()) * gen_len / 2
-    time = None
-    if first.roofline is not None and last.roofline is not None:
-        time = _affine_time(first.roofline, last.roofline, gen_len)
-    return GenerationCost(prefill, first, last, gen_len, flops, time)
+    # each run of steps over which every operator's cost is affine in the cache length (a sliding
+    # window filling, a chunk): two traces a run, the sum over its steps an arithmetic series
+    flops, time, traced, opening = 0.0, 0.0 if hardware is not None else None, [], None
+    for a, b in llm.caches.affine_steps(prompt_len, gen_len):
+        first = llm.phase("decode", kv_len=prompt_len + a, **step)
+        last = first if a == b else llm.phase("decode", kv_len=prompt_len + b, **step)
+        traced.append(last)
+        flops += (first.flops.total() + last.flops.total()) * (b - a + 1) / 2
+        if time is not None and first.roofline is not None and last.roofline is not None:
+            time += _affine_time(first.roofline, last.roofline, b - a + 1)
+        if a == 0:
+            opening = first
+    fullest = max(traced, key=lambda p: p.memory.kv_cache)
+    return GenerationCost(prefill, opening, traced[-1], gen_len, flops, time, fullest)
 
 
 def _affine_time(first: RooflineReport, last: RooflineReport, steps: int) -> float:

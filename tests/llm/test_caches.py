@@ -298,3 +298,23 @@ def test_command_line_breaks_the_cache_down(capsys: pytest.CaptureFixture[str]) 
     assert memory["kv_cache"] == B * (W + L + 1) * token  # 2 * 29 * 128 = 7424
     assert main([*args, "--depth", "0"]) == 0
     assert "KV cache 7.42 KB (sliding_attention 2.05 KB, full_attention 5.38 KB)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("family", ["mistral", "llama4"])
+def test_generation_across_a_window_or_a_chunk_is_the_sum_of_its_steps(family: str) -> None:
+    # the reference: every decode step traced on its own and summed
+    from opcount.llm.phases import generation
+
+    if family == "mistral":  # the window (8) fills at the 4th of 10 steps after a prompt of 4
+        config: Any = transformers.MistralConfig(**ATTENTION, num_hidden_layers=2, sliding_window=W)
+    else:  # a chunk (8) starts at the 4th step, the cache back to 1 token in the chunked layers
+        config = transformers.Llama4TextConfig(
+            **ATTENTION, intermediate_size_mlp=F, num_hidden_layers=4, attention_chunk_size=8, moe_layers=[]
+        )
+    llm = CausalLM(config)
+    prompt, steps = 4, 10
+    gen = generation(llm, prompt, steps, hardware="h100-sxm")
+    each = [llm.phase("decode", kv_len=prompt + j, hardware="h100-sxm") for j in range(steps)]
+    assert gen.decode_flops == sum(p.flops.total() for p in each)
+    assert gen.decode_time == pytest.approx(sum(p.time or 0.0 for p in each), rel=1e-12)
+    assert gen.memory.kv_cache == max(p.memory.kv_cache for p in each)
