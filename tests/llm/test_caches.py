@@ -252,6 +252,28 @@ def test_qwen3_next_hybrid_of_gated_deltanet_and_attention() -> None:
     assert cost.flops.by_operator()["scaled_dot_product_attention"] == attention_flops(B, H, L + 1)
 
 
+def test_falcon_h1_layers_run_attention_beside_mamba2() -> None:
+    config = transformers.FalconH1Config(
+        **ATTENTION,
+        num_hidden_layers=2,
+        mamba_d_ssm=64,
+        mamba_n_heads=4,
+        mamba_d_head=16,
+        mamba_n_groups=1,
+        mamba_d_state=8,
+        mamba_d_conv=4,
+    )
+    cost = CausalLM(config).phase("decode", kv_len=L, batch=B)
+    # Mamba-2 (mamba_ssm's allocate_inference_cache): a conv state over x, B and C, 64 + 2 * 1 * 8 = 80
+    # channels x 4 taps, and an SSM state of heads x head_dim x d_state = 4 * 16 * 8 = 512, per sequence
+    state = (80 * 4 + 4 * 16 * 8) * BF16  # 1664 bytes
+    token = 2 * G * E * BF16
+    assert cost.memory.kv_cache_by_type == {"full_attention": 2 * B * (L + 1) * token, "state": 2 * B * state}
+    read, written = cache_traffic(cost)
+    assert sum(read.values()) == 2 * B * ((L + 1) * token + state)  # the tokens and the state, once
+    assert sum(written.values()) == 2 * B * (token + state)
+
+
 def test_unknown_layer_type_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     import transformers.cache_utils as cache_utils
 
