@@ -8,8 +8,9 @@ Each phase is one trace of the model on the meta device (nothing of the weights'
 allocated) with the dispatch tracer; FLOPs, bytes, the memory footprint and the roofline all
 come from its records. A generation of ``gen_len`` tokens is the prefill plus ``gen_len``
 decode steps; a step's cost per operator is affine in the cache length (linear layers do not
-depend on it, attention and the cache reads grow by one token's worth per step), so two traces,
-at the first and the last step, give every step exactly.
+depend on it, attention and the cache reads grow by one token's worth per step) over each run of
+steps in which no sliding window fills and no chunk starts (:mod:`.cache`), so two traces a run,
+at its first and last step, give every step exactly.
 """
 
 from __future__ import annotations
