@@ -27,6 +27,10 @@ import torch
 from torch import nn
 
 HOOK = "opcount_attention"  # an attention module's own attention, called by model._serving_attention
+# kv_b_proj's weight [heads x (nope + v), rank] seen per head as W_UK [heads, nope, rank] and W_UV
+# [heads, v, rank]: named buffers of the module while decoding, so the trace reads them as the
+# weight they are (priced as ``weight``, as an expert's slice of a fused stack is)
+_PARTS = ("weight[uk]", "weight[uv]")
 
 
 def is_latent_attention(module: nn.Module) -> bool:
@@ -43,10 +47,9 @@ def absorbed_attention(
 ) -> tuple[torch.Tensor, None]:
     """Attention of ``query [b, heads, s, nope + rope]`` over ``latent [b, 1, T, rank + rope]`` in
     the absorbed form; returns ``[b, s, heads, v_head_dim]`` as the attention functions do."""
-    heads, nope, rank, v_dim = module.num_heads, module.qk_nope_head_dim, module.kv_lora_rank, module.v_head_dim
+    nope, rank = module.qk_nope_head_dim, module.kv_lora_rank
     q_nope, q_rope = torch.split(query, [nope, query.shape[-1] - nope], dim=-1)
-    w = module.kv_b_proj.weight.view(heads, nope + v_dim, rank)
-    w_uk, w_uv = torch.split(w, [nope, v_dim], dim=1)
+    w_uk, w_uv = (module.kv_b_proj._buffers[name] for name in _PARTS)
     q_latent = torch.einsum("bhsn,hnr->bhsr", q_nope, w_uk)
     q = torch.cat([q_latent, q_rope], dim=-1)
     # the latent is both keys and values (one tensor: a fused kernel reads it once); the rope
@@ -67,9 +70,15 @@ def absorbed(model: nn.Module, latents: dict[int, torch.Tensor]) -> Iterator[int
         latent = latents[m.layer_idx]
         m.expand_kv = types.MethodType(lambda self, kv, rope, t=latent: (t, t), m)
         setattr(m, HOOK, functools.partial(absorbed_attention, m))
+        nope, v_dim = m.qk_nope_head_dim, m.v_head_dim
+        w = m.kv_b_proj.weight.view(m.num_heads, nope + v_dim, m.kv_lora_rank)
+        for name, part in zip(_PARTS, (w[:, :nope], w[:, nope:]), strict=True):
+            m.kv_b_proj.register_buffer(name, part, persistent=False)
     try:
         yield len(modules)
     finally:
         for m in modules:
             m.__dict__.pop("expand_kv", None)
             m.__dict__.pop(HOOK, None)
+            for name in _PARTS:
+                m.kv_b_proj._buffers.pop(name, None)

@@ -197,6 +197,14 @@ def test_deepseek_v3_caches_the_latent_and_decodes_absorbed() -> None:
     # the latent is the values too (its rope columns computed and dropped): 2 * 40 per pair
     assert ops["einsum"] == 2 * B * (H * NOPE * RANK + H * RANK * VH)  # 2 * 2 * (2048 + 2048) = 16384
     assert ops["scaled_dot_product_attention"] == 2 * B * H * (21 * 2 * latent + 3 * 21 - 1)  # 2 * 2 * 4 * 1742
+    # W_UK and W_UV are kv_b_proj's weight seen per head: read once per step, as the weight it is
+    weights = Counter[str]()
+    for _, t in MemoryTrafficAnalysis(cost.flops.trace()).traffic_per_call():
+        for a in t.read if t is not None else ():
+            if a.tensor is not None and a.tensor.param and "kv_b_proj" in a.tensor.param:
+                weights[a.tensor.param.partition("[")[0]] += int(a.nbytes)
+    kv_b_proj = H * (NOPE + VH) * RANK * BF16  # 4 * 32 * 32 * 2 = 8192 bytes per layer
+    assert weights == {f"model.layers.{i}.self_attn.kv_b_proj.weight": kv_b_proj for i in range(2)}
 
 
 def test_deepseek_v3_prefill_expanded() -> None:
