@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,7 @@ from torch import nn
 
 from ..errors import OpcountError
 from ..messages import first_line
-from .model import KV_PREFIX, expected_routing, kv_geometry, serving_attention, text_config
+from .model import KV_PREFIX, kv_geometry, serving_attention, text_config
 
 FULL, SLIDING, CHUNKED, LATENT, STATE, NONE = (
     "full_attention",
@@ -43,6 +43,7 @@ FULL, SLIDING, CHUNKED, LATENT, STATE, NONE = (
     "state",
     "none",
 )
+Routing = Callable[[nn.Module], contextlib.AbstractContextManager[Any]]
 _STATE_TYPES = ("linear_attention", "conv", "hybrid", "hybrid_sliding")
 # transformers' layer types holding keys and values, with the kind each is here
 _ATTENTION = {
@@ -152,12 +153,14 @@ def layer_types(config: Any) -> list[tuple[str, dict[str, Any]]]:
     return types
 
 
-def cache_plan(model: nn.Module, config: Any) -> CachePlan:
-    """Every layer's cache for ``config``; the state shapes are read from a one-token forward on meta."""
+def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.nullcontext) -> CachePlan:
+    """Every layer's cache for ``config``; the state shapes are read from a one-token forward on meta,
+    with ``routing(model)`` around it (the expected routing of mixture-of-experts blocks, which meta
+    tensors cannot route by their values)."""
     c = text_config(config)
     name = type(c).__name__
     types = layer_types(c)
-    states = _state_shapes(model, c) if any(t in _STATE_TYPES for t, _ in types) else {}
+    states = _state_shapes(model, c, routing) if any(t in _STATE_TYPES for t, _ in types) else {}
     layers: list[LayerCache] = []
     for index, (kind, kwargs) in enumerate(types):
         state = 0
@@ -188,7 +191,7 @@ def cache_plan(model: nn.Module, config: Any) -> CachePlan:
 Shapes = tuple[tuple[int, ...], ...]
 
 
-def _state_shapes(model: nn.Module, config: Any) -> dict[int, tuple[Shapes, Shapes]]:
+def _state_shapes(model: nn.Module, config: Any, routing: Routing) -> dict[int, tuple[Shapes, Shapes]]:
     """The conv and recurrent state shapes of each state layer for one sequence, as the model's
     own forward stores them in a transformers cache (one token, on meta, nothing traced)."""
     from ..transformers_internals import DynamicCache, LinearAttentionCacheLayerMixin, cache_keyword
@@ -196,7 +199,7 @@ def _state_shapes(model: nn.Module, config: Any) -> dict[int, tuple[Shapes, Shap
     cache = DynamicCache(config=config)
     tokens = torch.zeros((1, 1), dtype=torch.long, device="meta")
     try:
-        with expected_routing(model), serving_attention(model), torch.no_grad():
+        with routing(model), serving_attention(model), torch.no_grad():
             model(input_ids=tokens, use_cache=True, **{cache_keyword(model): cache})
     except Exception as e:  # whatever the model's forward raises on meta
         raise OpcountError(

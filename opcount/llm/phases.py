@@ -128,7 +128,7 @@ class CausalLM:
             model = build_on_meta(config, self.precision.traced)
         self.model: nn.Module = model
         self.config = text_config(config)
-        self.caches: CachePlan = cache_plan(model, config)
+        self.caches: CachePlan = cache_plan(model, config, expected_routing)
         self._weights = footprint_weights(model, self.precision)
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._pricing = pricing_for(model, self.precision)
