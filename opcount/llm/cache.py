@@ -13,6 +13,9 @@ Each layer's cache is one of (``kind``, what one sequence holds):
   per sequence whatever the context;
 - ``none``: a layer that keeps nothing of its own (an MLP-only layer, a layer reusing another's KV).
 
+A layer running attention and a state-space mixer side by side (Falcon-H1, Zamba2's ``hybrid``)
+holds both.
+
 The layer types come from transformers' own reading of the config (``layer_types``, or the
 sliding/chunk fields): a type not listed here is an error naming it. The tensors are registered
 on the model as buffers ``kv_cache.L.*`` while a phase is traced, so the records know which
