@@ -242,7 +242,7 @@ def _hold_tokens(
 
     def update(key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         n = positions if kv_len == 0 else seq_len
-        index = torch.arange(n, device=keys.device)
+        index = torch.arange(n, device=key_states.device)  # the device the traced tensors claim
         k, v = key_states[:, :, key_states.shape[2] - n :], value_states[:, :, value_states.shape[2] - n :]
         for new, held_tensor in ((k, keys), (v, values)):
             if new.shape[:2] != held_tensor.shape[:2] or new.shape[-1] != held_tensor.shape[-1]:
