@@ -39,13 +39,13 @@ from .limits import check_phase
 from .model import (
     KVGeometry,
     build_on_meta,
-    expected_routing,
     kv_geometry,
     learned_positions,
     serving_attention,
     static_cache,
     text_config,
 )
+from .moe import expected_routing
 from .precision import Precision, footprint_weights, pricing_for
 
 PHASES = ("prefill", "decode")

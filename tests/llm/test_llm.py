@@ -18,7 +18,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from opcount.errors import OpcountError  # noqa: E402
-from opcount.llm.model import expert_loads  # noqa: E402
+from opcount.llm.moe import expert_loads  # noqa: E402
 from opcount.llm.phases import CausalLM, generation  # noqa: E402
 from opcount.llm.precision import Precision, weight_bytes  # noqa: E402
 
