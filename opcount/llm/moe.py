@@ -183,6 +183,8 @@ def _expert_count(config: Any) -> int:
         return 0
     get = getattr(config, "get_text_config", None)
     text = get(decoder=True) if callable(get) else config
+    if getattr(text, "is_moe", True) is False:  # Doge keeps an expert count it does not use unless is_moe
+        return 0
     values = [getattr(text, f, None) for f in EXPERT_FIELDS]
     ffn = getattr(text, "ffn_config", None)  # Dbrx keeps them in a sub-config
     values.append(getattr(ffn, "moe_num_experts", None))
@@ -277,8 +279,15 @@ def _llama4_forward(self: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torc
     flat = hidden.reshape(-1, self.hidden_dim)
     scores, logits = self.router(flat)
     out: torch.Tensor = self.shared_expert(flat)
-    out.add_(_dispatch(self.experts, flat, scores, self.top_k, on_input=True))
+    out.add_(self.experts(flat, scores))
     return out, logits
+
+
+def _llama4_experts(top_k: int) -> Callable[..., torch.Tensor]:
+    def forward(self: nn.Module, hidden: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return _dispatch(self, hidden, scores, top_k, on_input=True)
+
+    return forward
 
 
 def _list_forward(block: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -320,6 +329,8 @@ def expected_routing(model: nn.Module) -> Iterator[list[str]]:
         for found in find_experts(model):
             experts, block = modules[found.name], modules[found.block]
             if _is_llama4(block):
+                experts.forward = types.MethodType(_llama4_experts(found.top_k), experts)  # type: ignore[method-assign]
+                patched.append(experts)
                 target, forward = block, types.MethodType(_llama4_forward, block)
             elif _is_expert_list(block):
                 target, forward = block, types.MethodType(_list_forward, block)
@@ -332,7 +343,8 @@ def expected_routing(model: nn.Module) -> Iterator[list[str]]:
             patched.append(target)
         names = {id(m): n for n, m in modules.items()}
         # the block's name: the experts' parent where the experts themselves were patched
-        yield [_parent(names[id(m)]) if any(m is s for s in sliced) else names[id(m)] for m in patched]
+        blocks = [_parent(names[id(m)]) if any(m is s for s in sliced) else names[id(m)] for m in patched]
+        yield list(dict.fromkeys(blocks))
     finally:
         for target in patched:
             target.__dict__.pop("forward", None)

@@ -45,7 +45,7 @@ from .model import (
     static_cache,
     text_config,
 )
-from .moe import expected_routing
+from .moe import active_parameters, expected_routing
 from .precision import Precision, footprint_weights, pricing_for
 
 PHASES = ("prefill", "decode")
@@ -134,6 +134,11 @@ class CausalLM:
     @property
     def parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
+
+    @property
+    def active_parameters(self) -> int:
+        """Parameters one token touches: all of them less the routed experts it does not go to (:mod:`.moe`)."""
+        return active_parameters(self.model, self.parameters, self.config)
 
     def kv_bytes(self, tokens: int, batch: int) -> int:
         """``2 x layers x kv_heads x head_dim x tokens x batch x itemsize``."""
