@@ -138,9 +138,9 @@ def find_experts(model: nn.Module, config: Any = None) -> list[Experts]:
             found.append(Experts(name, block, count, k, per_expert))
             covered.update(n for n in modules if n == name or n.startswith(name + "."))
         elif _is_expert_list(module):
-            experts: nn.ModuleList = module.experts  # type: ignore[assignment]
+            experts: Any = module.experts
             per_expert = sum(p.numel() for p in experts[0].parameters())
-            found.append(Experts(f"{name}.experts", name, len(experts), int(module.top_k), per_expert))  # type: ignore[arg-type]
+            found.append(Experts(f"{name}.experts", name, len(experts), _top_k(module, config, name), per_expert))
             covered.update(n for n in modules if n.startswith(f"{name}.experts."))
             covered.add(f"{name}.experts")
     blocks = tuple(e.block + "." for e in found)
@@ -226,7 +226,7 @@ def _project(module: nn.Module, pname: str, e: int, x: torch.Tensor, transposed:
     return torch.nn.functional.linear(x, weight, bias)
 
 
-def _run_expert(module: nn.Module, e: int, x: torch.Tensor, transposed: bool, has_gate: bool) -> torch.Tensor:
+def _run_expert(module: Any, e: int, x: torch.Tensor, transposed: bool, has_gate: bool) -> torch.Tensor:
     """One expert on its tokens ``x``: up (and gate) projection, the model's gate or activation, down."""
     up = "gate_up_proj" if has_gate else "up_proj"
     h = _project(module, up, e, x, transposed)
@@ -329,7 +329,7 @@ def expected_routing(model: nn.Module) -> Iterator[list[str]]:
         for found in find_experts(model):
             experts, block = modules[found.name], modules[found.block]
             if _is_llama4(block):
-                experts.forward = types.MethodType(_llama4_experts(found.top_k), experts)  # type: ignore[method-assign]
+                experts.forward = types.MethodType(_llama4_experts(found.top_k), experts)
                 patched.append(experts)
                 target, forward = block, types.MethodType(_llama4_forward, block)
             elif _is_expert_list(block):
@@ -339,7 +339,7 @@ def expected_routing(model: nn.Module) -> Iterator[list[str]]:
             if not _is_expert_list(block):
                 _add_slices(experts)
                 sliced.append(experts)
-            target.forward = forward  # type: ignore[method-assign]
+            target.forward = forward
             patched.append(target)
         names = {id(m): n for n, m in modules.items()}
         # the block's name: the experts' parent where the experts themselves were patched
@@ -351,4 +351,3 @@ def expected_routing(model: nn.Module) -> Iterator[list[str]]:
         for experts in sliced:
             for n in _slice_names(experts):
                 del experts._buffers[n]
-
