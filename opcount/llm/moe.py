@@ -92,6 +92,15 @@ def _is_llama4(module: nn.Module) -> bool:
     )
 
 
+def _is_dbrx(module: nn.Module) -> bool:
+    """Dbrx's experts: ``mlp.w1``, ``mlp.v1``, ``mlp.w2`` of ``[experts x ffn, width]`` each."""
+    mlp, count, width = (getattr(module, a, None) for a in ("mlp", "num_experts", "ffn_hidden_size"))
+    if type(module).__name__ != "DbrxExperts" or not isinstance(count, int) or not isinstance(width, int):
+        return False
+    weights = [getattr(mlp, w, None) for w in ("w1", "v1", "w2")]
+    return all(isinstance(w, nn.Parameter) and w.dim() == 2 and w.shape[0] == count * width for w in weights)
+
+
 def _is_expert_list(module: nn.Module) -> bool:
     """A router (``gate``) over a list of ``experts`` choosing ``top_k`` per token (transformers 4)."""
     gate, experts, top_k = (getattr(module, a, None) for a in ("gate", "experts", "top_k"))
@@ -116,6 +125,12 @@ def _top_k(block: nn.Module, config: Any, where: str) -> int:
     raise OpcountError(f"{where}: no top_k on the block, its router or the config: opcount cannot route it")
 
 
+def _count(experts: nn.Module) -> int:
+    if _is_dbrx(experts):
+        return int(getattr(experts, "num_experts"))  # noqa: B009 (nn.Module's __getattr__ is typed as a tensor)
+    return int(_fused_weights(experts)[0].shape[0])
+
+
 def _parent(name: str) -> str:
     return name.rpartition(".")[0]
 
@@ -127,11 +142,10 @@ def find_experts(model: nn.Module, config: Any = None) -> list[Experts]:
     found: list[Experts] = []
     covered: set[str] = set()
     for name, module in modules.items():
-        if _is_fused(module) or (name.endswith(".experts") and _is_llama4(modules[_parent(name)])):
-            up, down = _fused_weights(module)
-            count = int(up.shape[0])
-            if down.shape[0] != count:
-                raise OpcountError(f"{name}: {up.shape[0]} up-projections for {down.shape[0]} down-projections")
+        if _is_fused(module) or _is_dbrx(module) or (name.endswith(".experts") and _is_llama4(modules[_parent(name)])):
+            count = _count(module)
+            if not _is_dbrx(module) and _fused_weights(module)[1].shape[0] != count:
+                raise OpcountError(f"{name}: {count} up-projections for {_fused_weights(module)[1].shape[0]} down")
             block = _parent(name)
             per_expert = sum(p.numel() for p in module.parameters()) // count
             k = _top_k(modules[block], config, name)
@@ -206,15 +220,18 @@ def _slice_names(module: nn.Module) -> list[str]:
 def _add_slices(module: nn.Module) -> None:
     """Each expert's slice of the fused weights as a named buffer (``gate_up_proj[3]``), so the
     trace prices it as the weight it is and each active expert is read once."""
+    count = _count(module)
+    if _is_dbrx(module):  # [experts x ffn, width] viewed as [experts, ffn, width], on its mlp
+        module = getattr(module, "mlp")  # noqa: B009
     for pname, p in list(module._parameters.items()):
-        if p is not None and p.dim() >= 2 and p.shape[0] == _fused_weights(module)[0].shape[0]:
-            for e in range(p.shape[0]):
-                module.register_buffer(f"{pname}[{e}]", p.detach()[e], persistent=False)
+        if p is not None and p.dim() >= 2 and p.shape[0] % count == 0:
+            stack = p.detach().view(count, -1, *p.shape[1:]) if p.shape[0] != count else p.detach()
+            for e in range(count):
+                module.register_buffer(f"{pname}[{e}]", stack[e], persistent=False)
 
 
-def _slice(module: nn.Module, pname: str, e: int) -> torch.Tensor | None:
-    buf: torch.Tensor | None = module._buffers.get(f"{pname}[{e}]")
-    return buf
+def _slice(module: nn.Module, pname: str, e: int) -> Any:
+    return module._buffers.get(f"{pname}[{e}]")
 
 
 def _project(module: nn.Module, pname: str, e: int, x: torch.Tensor, transposed: bool) -> torch.Tensor:
@@ -261,6 +278,29 @@ def _dispatch(
         y = _run_expert(module, e, x * w if on_input else x, transposed, has_gate)
         out.index_add_(0, torch.arange(load, device=hidden.device), y if on_input else y * w)
     return out
+
+
+def _dbrx_expert(module: Any, e: int, x: torch.Tensor) -> torch.Tensor:
+    """Dbrx's expert: ``act(x w1ᵀ) * (x v1ᵀ)``, then ``@ w2`` (stored ``[ffn, width]``)."""
+    mlp = module.mlp
+    gate = torch.nn.functional.linear(x, _slice(mlp, "w1", e))
+    up = torch.nn.functional.linear(x, _slice(mlp, "v1", e))
+    return torch.mm(mlp.activation_fn(gate) * up, _slice(mlp, "w2", e))
+
+
+def _dbrx_forward(name: str, top_k: int) -> Callable[..., torch.Tensor]:
+    def forward(self: Any, hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> Any:
+        if top_k_index.shape[-1] != top_k:
+            raise OpcountError(f"{name}: routed {top_k_index.shape[-1]} experts per token, expected {top_k}")
+        flat = hidden.reshape(-1, self.hidden_size)
+        out = torch.zeros_like(flat)
+        for e, load in enumerate(expert_loads(flat.shape[0], top_k, self.num_experts)):
+            if load:
+                y = _dbrx_expert(self, e, flat[:load]) * top_k_weights[:load, :1]
+                out.index_add_(0, torch.arange(load, device=flat.device), y)
+        return out.view(hidden.shape[0], -1, self.hidden_size)
+
+    return forward
 
 
 def _fused_forward(name: str, top_k: int) -> Callable[..., torch.Tensor]:
@@ -334,6 +374,8 @@ def expected_routing(model: nn.Module) -> Iterator[list[str]]:
                 target, forward = block, types.MethodType(_llama4_forward, block)
             elif _is_expert_list(block):
                 target, forward = block, types.MethodType(_list_forward, block)
+            elif _is_dbrx(experts):
+                target, forward = experts, types.MethodType(_dbrx_forward(found.name, found.top_k), experts)
             else:
                 target, forward = experts, types.MethodType(_fused_forward(found.name, found.top_k), experts)
             if not _is_expert_list(block):
@@ -349,5 +391,6 @@ def expected_routing(model: nn.Module) -> Iterator[list[str]]:
         for target in patched:
             target.__dict__.pop("forward", None)
         for experts in sliced:
-            for n in _slice_names(experts):
-                del experts._buffers[n]
+            holder = getattr(experts, "mlp") if _is_dbrx(experts) else experts  # noqa: B009
+            for n in _slice_names(holder):
+                del holder._buffers[n]

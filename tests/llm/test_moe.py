@@ -180,6 +180,27 @@ def test_deepseek_v3_grouped_router_shared_dense_first(batch: int, seq: int) -> 
     assert llm.parameters - llm.active_parameters == 2 * 6 * EXPERT
 
 
+def test_dbrx_flat_expert_weights() -> None:
+    """Dbrx: w1, v1, w2 of [E x F, D] each, viewed per expert; its router's softmax top-k as written."""
+    config = transformers.DbrxConfig(
+        d_model=D,
+        n_heads=4,
+        n_layers=N,
+        max_seq_len=128,
+        vocab_size=V,
+        attn_config={"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
+        ffn_config={"ffn_hidden_size": F, "moe_num_experts": E, "moe_top_k": 2},
+    )
+    llm = CausalLM(config)
+    for phase, tokens in (("decode", 1), ("prefill", 5)):
+        cost = llm.phase(phase, seq_len=tokens, kv_len=4 if phase == "decode" else 0)
+        assert cost.moe_blocks == ("transformer.blocks.0.ffn", "transformer.blocks.1.ffn")
+        ops = cost.flops.by_operator("transformer.blocks.0.ffn.experts")
+        assert ops["linear"] + ops["mm"] == tokens * 2 * EXPERT  # gate and up (linear), down (mm)
+        assert cost.flops.unsupported_ops() == {}
+    assert llm.parameters - llm.active_parameters == N * (E - 2) * EXPERT
+
+
 def test_dense_model_active_equals_total() -> None:
     llm = CausalLM(transformers.LlamaConfig(**ATTENTION, intermediate_size=F, num_hidden_layers=N))
     assert llm.active_parameters == llm.parameters
