@@ -242,3 +242,18 @@ def test_config_with_experts_but_no_block_is_an_error() -> None:
         layer.mlp = nn.Identity()
     with pytest.raises(OpcountError, match="config has 4 experts but opcount recognises no mixture-of-experts"):
         CausalLM(model).phase("decode", kv_len=4)
+
+
+def test_command_reports_total_and_active(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from opcount.cli import main
+
+    fields = {"hidden_size": D, "intermediate_size": F, "num_hidden_layers": N, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "vocab_size": V, "num_local_experts": E, "num_experts_per_tok": 2}  # fmt: skip
+    args = ["hf:MixtralConfig", *(a for k, v in fields.items() for a in ("--hf-config", f"{k}={v}"))]
+    assert main([*args, "--phase", "decode", "--kv-len", "8", "--format", "json", "-q"]) == 0
+    parameters = json.loads(capsys.readouterr().out)["llm"]["parameters"]
+    assert parameters["total"] - parameters["active"] == N * (E - 2) * EXPERT  # 24,576
+    assert main([*args, "--phase", "decode", "--kv-len", "8", "-q"]) == 0
+    assert f"({round(parameters['active'] / 1e3, 1)}K active)" in capsys.readouterr().out
