@@ -171,7 +171,7 @@ def find_experts(model: nn.Module, config: Any = None) -> list[Experts]:
                 f"{name} ({type(module).__name__}) looks like a mixture-of-experts block that opcount does not "
                 "recognise: its cost on meta tensors would not be the experts' routed work"
             )
-    if not found and _expert_count(config) > 1:
+    if not found and _expert_count(config) > 1 and _sparse_layers_built(config):
         raise OpcountError(
             f"{type(model).__name__}: its config has {_expert_count(config)} experts but opcount recognises no "
             "mixture-of-experts block in it"
@@ -190,6 +190,26 @@ def _looks_like_experts(name: str, module: nn.Module) -> bool:
     return any(p.dim() == 3 and p.is_floating_point() for p in module.parameters(recurse=False)) and bool(
         _EXPERTS_NAME.search(kind)
     )
+
+
+def _sparse_layers_built(config: Any) -> bool:
+    """Whether the config puts experts in one of the layers built, by the layer selectors transformers'
+    MoE families use (dense first layers, a per-layer kind, a sparse step); without one, every layer."""
+    get = getattr(config, "get_text_config", None)
+    text = get(decoder=True) if callable(get) else config
+    layers = getattr(text, "num_hidden_layers", None)
+    if not isinstance(layers, int):
+        return True
+    first_dense = getattr(text, "first_k_dense_replace", None)
+    if isinstance(first_dense, int) and layers <= first_dense:
+        return False
+    kinds = getattr(text, "mlp_layer_types", None)
+    if isinstance(kinds, list) and kinds and all(k == "dense" for k in kinds[:layers]):
+        return False
+    step, dense = getattr(text, "decoder_sparse_step", None), getattr(text, "mlp_only_layers", None) or []
+    if isinstance(step, int) and step > 0:
+        return any((i + 1) % step == 0 and i not in dense for i in range(layers))
+    return True
 
 
 def _expert_count(config: Any) -> int:

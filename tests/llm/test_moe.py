@@ -201,6 +201,16 @@ def test_dbrx_flat_expert_weights() -> None:
     assert llm.parameters - llm.active_parameters == N * (E - 2) * EXPERT
 
 
+def test_only_dense_layers_built_is_no_error() -> None:
+    """DeepSeek-V3 cut to its dense first layer (first_k_dense_replace = 1, one layer): no MoE block
+    is built, which its config explains, so it is a dense model, not a block opcount missed."""
+    config = deepseek_v3()
+    config.num_hidden_layers = 1
+    llm = CausalLM(config)
+    assert find_experts(llm.model) == []
+    assert llm.active_parameters == llm.parameters
+
+
 def test_dense_model_active_equals_total() -> None:
     llm = CausalLM(transformers.LlamaConfig(**ATTENTION, intermediate_size=F, num_hidden_layers=N))
     assert llm.active_parameters == llm.parameters
