@@ -245,9 +245,10 @@ def _add_slices(module: nn.Module) -> None:
         module = getattr(module, "mlp")  # noqa: B009
     for pname, p in list(module._parameters.items()):
         if p is not None and p.dim() >= 2 and p.shape[0] % count == 0:
-            stack = p.detach().view(count, -1, *p.shape[1:]) if p.shape[0] != count else p.detach()
-            for e in range(count):
-                module.register_buffer(f"{pname}[{e}]", stack[e], persistent=False)
+            with torch.enable_grad():  # a training step's gradient flows from each slice into its stack
+                stack = p.view(count, -1, *p.shape[1:]) if p.shape[0] != count else p
+                for e in range(count):
+                    module.register_buffer(f"{pname}[{e}]", stack[e], persistent=False)
 
 
 def _slice(module: nn.Module, pname: str, e: int) -> Any:

@@ -267,3 +267,21 @@ def test_command_reports_total_and_active(capsys: pytest.CaptureFixture[str]) ->
     assert parameters["total"] - parameters["active"] == N * (E - 2) * EXPERT  # 24,576
     assert main([*args, "--phase", "decode", "--kv-len", "8", "-q"]) == 0
     assert f"({round(parameters['active'] / 1e3, 1)}K active)" in capsys.readouterr().out
+
+
+def test_training_step_differentiates_each_expert_slice(capsys: pytest.CaptureFixture[str]) -> None:
+    """A training step of the routed experts: the backward computes the input's and the weight's
+    gradient of each product, twice the forward's 16 tokens x 2 experts x 6,144 MACs."""
+    import json
+
+    from opcount.cli import main
+
+    fields = {"hidden_size": D, "intermediate_size": F, "num_hidden_layers": 1, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "vocab_size": V, "num_local_experts": E, "num_experts_per_tok": 2}  # fmt: skip
+    args = ["hf:MixtralForCausalLM", *(a for k, v in fields.items() for a in ("--hf-config", f"{k}={v}"))]
+    for meta in (["--meta"], []):
+        assert main([*args, "--seq-len", "16", "--mode", "train", *meta, "--format", "json", "-q"]) == 0
+        rows = json.loads(capsys.readouterr().out)["operators"]
+        ops = {r["operator"]: r["flops"] for r in rows if r["module"] == "model.layers.0.mlp.experts"}
+        assert ops["linear"] == 16 * 2 * EXPERT
+        assert ops["mm"] == 2 * 16 * 2 * EXPERT
