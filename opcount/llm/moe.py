@@ -19,8 +19,9 @@ Recognised layouts:
 - **Llama 4** (``Llama4TextMoe``): transposed fused experts, weighted on their input, plus a shared expert;
 - **a list of experts** (``gate: nn.Linear`` + ``experts: nn.ModuleList`` + ``top_k``: transformers 4).
 
-Anything else that looks like experts (an ``experts`` attribute, a module named ``*Experts``, a 3-D
-weight with one slice per expert) is an :class:`~opcount.errors.OpcountError` naming the module.
+Anything else that looks like experts (an ``experts`` attribute, a module named ``*Experts``,
+``*MoE`` or ``*Router`` outside a recognised block, a 3-D weight with one slice per expert) is an
+:class:`~opcount.errors.OpcountError` naming the module.
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ def find_experts(model: nn.Module, config: Any = None) -> list[Experts]:
 def _looks_like_experts(name: str, module: nn.Module) -> bool:
     leaf = name.rpartition(".")[2]
     kind = type(module).__name__
-    if leaf == "experts" or kind.endswith(("Experts", "Expert")) or kind.endswith(("MoE", "Moe", "MoA")):
+    if leaf == "experts" or kind.endswith(("Experts", "Expert", "MoE", "Moe", "MoA", "Router", "TopKGating")):
         return True
     if isinstance(getattr(module, "experts", None), nn.Module):
         return True
