@@ -285,3 +285,20 @@ def test_training_step_differentiates_each_expert_slice(capsys: pytest.CaptureFi
         ops = {r["operator"]: r["flops"] for r in rows if r["module"] == "model.layers.0.mlp.experts"}
         assert ops["linear"] == 16 * 2 * EXPERT
         assert ops["mm"] == 2 * 16 * 2 * EXPERT
+
+
+def test_expert_slices_read_in_their_stack_format() -> None:
+    """gpt-oss with its experts in mxfp4 (blocks of 32 weights sharing an 8-bit scale: 4.25 bits a
+    weight), the rest bf16: decode at batch 1 reads 2 experts a layer, each gate_up 64 x 128 and
+    down 64 x 64 = 12,288 weights -> 6,144 + 384 bytes, and its biases 128 + 64 in bf16 -> 384 bytes."""
+    from opcount.llm.precision import Precision
+
+    config = transformers.GptOssConfig(
+        **ATTENTION, head_dim=16, num_hidden_layers=N, intermediate_size=D, num_local_experts=E,
+        num_experts_per_tok=2, layer_types=["full_attention"] * N,
+    )  # fmt: skip
+    llm = CausalLM(config, Precision(weight=["experts=mxfp4", "bf16"]))
+    cost = llm.phase("decode", kv_len=8, hardware="h100-sxm")
+    assert cost.roofline is not None
+    read = sum(t.layer.weight_bytes for t in cost.roofline.layers if ".mlp.experts" in t.layer.name)
+    assert read == N * 2 * (12288 // 2 + 12288 // 32 + (128 + 64) * 2)  # 27,648
