@@ -1,18 +1,11 @@
 """An LLM ready to be traced for one inference phase: built on the meta device, its attention
-run as serving kernels run it, and mixture-of-experts blocks routed by expectation (the cache
-per layer type is :mod:`.cache`'s).
-
-- **Mixture of experts**: routing real weights is data-dependent (``nonzero``, ``where``), which
-  meta tensors cannot follow, and random weights route at random. Expected routing is
-  deterministic instead: every token goes to ``top_k`` experts and the load is spread as evenly
-  as integers allow (expert ``e`` of ``E`` gets ``T*k // E`` tokens, one more while ``e <
-  T*k % E``), so the experts' FLOPs are ``tokens x top_k x`` one expert's per-token FLOPs.
+run as serving kernels run it (mixture-of-experts blocks: :mod:`.moe`; the cache per layer type:
+:mod:`.cache`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -103,70 +96,6 @@ def build_on_meta(config: Any, dtype: torch.dtype = torch.bfloat16) -> nn.Module
     except Exception as e:  # raised by the constructors on the config's values, whatever its type
         raise OpcountValueError(f"{name}: invalid config: {first_line(e, type(e).__name__)}") from e
     return model.to(dtype).eval()
-
-
-# ------------------------------------------------------------------------------------------------
-# Mixture of experts
-# ------------------------------------------------------------------------------------------------
-def is_moe_block(module: nn.Module) -> bool:
-    """A router (``gate``) over a list of ``experts`` choosing ``top_k`` per token: the block of
-    Mixtral, Qwen-MoE and their kin in transformers."""
-    gate, experts, top_k = (getattr(module, a, None) for a in ("gate", "experts", "top_k"))
-    return (
-        isinstance(gate, nn.Linear)
-        and isinstance(experts, nn.ModuleList)
-        and isinstance(top_k, int)
-        and gate.out_features == len(experts)
-    )
-
-
-def expert_loads(tokens: int, top_k: int, experts: int) -> list[int]:
-    """Tokens per expert under expected routing: ``tokens * top_k`` spread as evenly as integers allow."""
-    share, extra = divmod(tokens * top_k, experts)
-    return [share + (1 if e < extra else 0) for e in range(experts)]
-
-
-def _expected_forward(block: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The block's forward with expected routing: the router, softmax and top-k run as in the
-    model; expert ``e`` then runs on its share of the tokens, weighted and summed back."""
-    batch, seq, width = hidden.shape
-    flat = hidden.view(-1, width)
-    logits = block.gate(flat)
-    weights = torch.softmax(logits, dim=1, dtype=torch.float)
-    weights, _ = torch.topk(weights, block.top_k, dim=-1)
-    if getattr(block, "norm_topk_prob", True):
-        weights = weights / weights.sum(dim=-1, keepdim=True)
-    weights = weights.to(hidden.dtype)
-    out = torch.zeros_like(flat)
-    experts: nn.ModuleList = block.experts
-    for expert, load in zip(experts, expert_loads(flat.shape[0], block.top_k, len(experts)), strict=True):
-        if load == 0:
-            continue
-        rows = torch.arange(load, device=flat.device)
-        y = expert(flat[:load]) * weights[:load, :1]
-        out.index_add_(0, rows, y)
-    shared = getattr(block, "shared_expert", None)
-    if isinstance(shared, nn.Module):
-        y = shared(flat)
-        gate = getattr(block, "shared_expert_gate", None)
-        if isinstance(gate, nn.Module):
-            y = torch.sigmoid(gate(flat)) * y
-        out = out + y
-    return out.view(batch, seq, width), logits
-
-
-@contextlib.contextmanager
-def expected_routing(model: nn.Module) -> Iterator[list[str]]:
-    """Every mixture-of-experts block of ``model`` routes by expectation for the block; yields
-    their module names."""
-    blocks = [(name, m) for name, m in model.named_modules() if is_moe_block(m)]
-    for _, block in blocks:
-        block.forward = types.MethodType(_expected_forward, block)
-    try:
-        yield [name for name, _ in blocks]
-    finally:
-        for _, block in blocks:
-            block.__dict__.pop("forward", None)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -40,7 +40,8 @@ from ..transformers_internals import cache_keyword, takes_cache_position
 from .cache import CachePlan, cache_plan, phase_cache
 from .latent import absorbed
 from .limits import check_phase
-from .model import build_on_meta, expected_routing, learned_positions, serving_attention, text_config
+from .model import build_on_meta, learned_positions, serving_attention, text_config
+from .moe import active_parameters, expected_routing
 from .precision import Precision, footprint_weights, pricing_for
 from .windows import windowed_prefill
 
@@ -137,6 +138,11 @@ class CausalLM:
     @property
     def parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
+
+    @property
+    def active_parameters(self) -> int:
+        """Parameters one token touches: all of them less the routed experts it does not go to (:mod:`.moe`)."""
+        return active_parameters(self.model, self.parameters, self.config)
 
     def kv_bytes(self, tokens: int, batch: int) -> int:
         """Bytes of the cache holding ``tokens`` positions of ``batch`` sequences, each layer as its

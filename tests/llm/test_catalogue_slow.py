@@ -125,7 +125,7 @@ def _counts(llm: CausalLM) -> tuple[int, int | None]:
     """(total, active) from ``CausalLM.parameters``: an int today, total and active once MoE routing reports them."""
     value: Any = llm.parameters
     if isinstance(value, int):
-        return value, None
+        return value, getattr(llm, "active_parameters", None)
     if isinstance(value, Mapping):
         return int(value["total"]), int(value["active"])
     return int(value.total), int(value.active)
