@@ -30,6 +30,7 @@ their unit's peak, its bytes at the bandwidth times the stream efficiency
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -224,6 +225,15 @@ def plan(
         if kind == "attention":  # K and V stream past every tile of queries they do not stay on chip for
             sdpa = calls[members[-1]]
             kv = {root(s) for s in (sdpa.inputs[SDPA_KEY], sdpa.inputs[SDPA_VALUE]) if isinstance(s, TensorSpec)}
+            made = [r for r in kv if r is not None and producer.get(r) in inside]
+            while made:  # K made in the kernel (rotary): what it is made from streams past each tile
+                t_made = moved[producer[made.pop()]]
+                for a in t_made.read if t_made is not None else ():
+                    r = root(a.tensor)
+                    if r is not None and r not in kv:
+                        kv.add(r)
+                        if producer.get(r) in inside:
+                            made.append(r)
             passes = _kv_passes(sdpa, hw)
             read = {k: v * passes if k in kv else v for k, v in read.items()}
         kernel.bytes = sum(read.values()) + written
@@ -286,9 +296,9 @@ def _group(
     groups: list[Group] = []
     pending: list[int] = []
     by_input: dict[int, int] = {}  # activation read -> the GEMM kernel reading it
-    by_expert: dict[tuple[str, str, tuple[int, ...]], int] = {}
+    by_expert: dict[tuple[str, str, tuple[int, ...]], int] = {}  # an experts' projection -> its grouped GEMM
     last = -1  # the kernel most recently given a call
-    experts = tuple(f"{b}.experts." for b in moe_blocks)
+    experts = tuple(f"{b}.experts" for b in moe_blocks)
     for i, call in enumerate(calls):
         handle = FLOPS.handles.get(call.kind)
         if not getattr(handle, "macs", False):
@@ -300,14 +310,9 @@ def _group(
             continue
         tensors = list(flat_tensors(call.inputs))
         acts = [t for t in tensors if t.param is None]
-        weight = next((t.shape for t in tensors if t.param is not None), ())
+        weight = next((t for t in tensors if t.param is not None), None)
         source = root(acts[0]) if len(acts) == 1 else None
-        scope = next((s for s in reversed(call.scope) if s.startswith(experts)), None)
-        expert_key = None
-        if scope is not None:
-            block = next(b for b in experts if scope.startswith(b))
-            member = scope[len(block) :].partition(".")[2]  # the projection within the expert
-            expert_key = (block, member, weight)
+        expert_key = _expert_key(call, weight, experts)
         target = by_input.get(source) if source is not None else None
         if target is None and expert_key is not None:
             target = by_expert.get(expert_key)
@@ -334,6 +339,25 @@ def _group(
     for _, _, members in groups:
         members.sort()
     return groups
+
+
+def _expert_key(
+    call: OpCall, weight: TensorSpec | None, experts: Sequence[str]
+) -> tuple[str, str, tuple[int, ...]] | None:
+    """(experts module, projection, weight shape) of a matrix product run by the experts of a
+    mixture-of-experts block, None for any other: the same projection of every expert runs as one
+    grouped GEMM. The projection is the weight's name within the experts without the expert's
+    index, whether the experts are a module list (``experts.3.w2.weight``) or one module holding
+    every expert's weights (``experts.down_proj[3]``)."""
+    if weight is None or weight.param is None:
+        return None
+    inside = [s for s in call.scope if any(s == e or s.startswith(e + ".") for e in experts)]
+    if not inside:
+        return None
+    block = next(e for e in experts if inside[-1] == e or inside[-1].startswith(e + "."))
+    member = re.sub(r"\[\d+\]$", "", weight.param.removeprefix(block))  # one module's stacked weights
+    member = re.sub(r"^\.\d+\.", ".", member)  # a module list's expert index
+    return block, member, weight.shape
 
 
 def _compulsory(

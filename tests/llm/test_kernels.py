@@ -6,7 +6,7 @@ import warnings
 from collections.abc import Iterator
 
 import pytest
-from transformers import GPT2Config, LlamaConfig
+from transformers import GPT2Config, LlamaConfig, MixtralConfig
 
 from opcount.errors import OpcountValueError
 from opcount.hardware.spec import Hardware
@@ -40,6 +40,21 @@ def tiny_llama() -> CausalLM:
 
 def tiny_gpt2() -> CausalLM:
     return CausalLM(GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=1000, n_positions=256))
+
+
+def tiny_mixtral() -> CausalLM:
+    return CausalLM(
+        MixtralConfig(
+            hidden_size=H,
+            intermediate_size=FFN,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS,
+            num_key_value_heads=KV_HEADS,
+            vocab_size=VOCAB,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+        )
+    )
 
 
 def attention_calls(cost: PhaseCost) -> list[int]:
@@ -96,7 +111,7 @@ def test_decode_bound_bytes_by_hand() -> None:
     assert cost.plans["fused"].compulsory_bytes == weights + rotary + kv_read + kv_written + io
 
 
-@pytest.mark.parametrize("make", [tiny_llama, tiny_gpt2])
+@pytest.mark.parametrize("make", [tiny_llama, tiny_gpt2, tiny_mixtral])
 @pytest.mark.parametrize("hw", ["h100-sxm", "a100-sxm"])
 def test_bound_below_fused_below_eager(make: object, hw: str) -> None:
     llm = make()  # type: ignore[operator]
@@ -162,7 +177,27 @@ def test_k_and_v_stream_once_per_query_tile_past_the_buffer() -> None:
         assert cost.plans is not None
         return sum(k.bytes for k in cost.plans["fused"].kernels if k.kind == "attention")
 
-    # the static cache's keys and values, read by attention: 2 x [1, kv_heads, T, head_dim] bf16 per layer;
-    # past the buffer they are read once per tile of 128 queries, 256 / 128 = 2 times: once more
-    cache = LAYERS * 2 * KV_HEADS * t * HEAD_DIM * 2
-    assert attention_bytes(tiny) - attention_bytes(roomy) == cache
+    # a prompt attends to its own keys and values: V [1, kv_heads, T, head_dim] as the projection wrote
+    # it, K made in the kernel by rotary from the projection's K and the cos and sin tables [1, T,
+    # head_dim]; past the buffer what K and V are read from streams once per tile of 128 queries,
+    # 256 / 128 = 2 times: once more, per layer
+    k_and_v = 2 * KV_HEADS * t * HEAD_DIM * 2
+    cos_and_sin = 2 * t * HEAD_DIM * 2
+    assert attention_bytes(tiny) - attention_bytes(roomy) == LAYERS * (k_and_v + cos_and_sin)
+
+
+def test_experts_run_as_grouped_gemms() -> None:
+    cost = tiny_mixtral().phase("decode", kv_len=8, batch=2, hardware="h100-sxm")
+    assert cost.plans is not None
+    calls = cost.flops.trace().calls
+    kernels = cost.plans["fused"].kernels
+    grouped = [k for k in kernels if k.kind == "grouped_gemm"]
+    # per layer: the router with every expert's gate/up projection (one input read once), and every
+    # expert's down projection; 2 tokens x top-2 over 4 experts: each expert runs once
+    assert len(grouped) == 2 * LAYERS
+    for k in grouped:
+        products = [calls[i] for i in k.calls if calls[i].kind == "aten::linear"]
+        assert len(products) in (1 + 4, 4)
+    experts = [i for i, c in enumerate(calls) if c.kind == "aten::linear" and ".experts" in c.scope[-1]]
+    assert len(experts) == LAYERS * 4 * 2
+    assert all(kernels[cost.plans["fused"].kernel_of[i]].kind == "grouped_gemm" for i in experts)
