@@ -107,6 +107,20 @@ class Layout:
 
 
 @dataclass(frozen=True, slots=True)
+class TrainingOptions:
+    """The training flags as given (None: not given): ``--optimizer``, ``--recompute``, ``--zero``,
+    ``--tokens`` (:mod:`opcount.cli.training`)."""
+
+    optimizer: str | None = None
+    recompute: str | None = None
+    zero: int | None = None
+    tokens: int | None = None
+
+    def given(self) -> list[str]:
+        return [f"--{n}" for n in ("optimizer", "recompute", "zero", "tokens") if getattr(self, n) is not None]
+
+
+@dataclass(frozen=True, slots=True)
 class LLMOptions:
     """The LLM inference flags as given (None: not given)."""
 
@@ -159,6 +173,7 @@ class Options:
     quiet: bool
     verbose: bool  # -v, or --debug: warnings with their whole lists
     debug: bool
+    training: TrainingOptions = TrainingOptions()
 
 
 @dataclass(frozen=True, slots=True)

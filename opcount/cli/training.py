@@ -1,0 +1,215 @@
+"""The command line's training flags (``--optimizer``, ``--recompute``, ``--zero``, ``--tokens``,
+with ``--mode train``): their checks, the LLM training step's report (``opcount llm:NAME --mode
+train``) and the training memory added to a whole model's (``opcount MODEL --mode train``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from .. import report
+from ..errors import OpcountError
+from ..hardware.lookup import Hardware
+from ..llm.training import TrainingCost, train_step
+from ..report.provenance import export_meta
+from ..training.saved import RECOMPUTE, SavedActivations
+from ..training.states import OPTIMIZERS, ModelStates
+from ..training.step import Throughput
+from ..units import seconds, si, size
+from .options import TrainingOptions
+
+# The flags by their argparse names (opcount compare's help hides them, as the LLM flags).
+TRAINING_FLAGS = ("optimizer", "recompute", "zero", "tokens")
+DEFAULT_OPTIMIZER = "adamw"
+MAX_TOKENS = 10**16  # tokens of a run: far above any published one (Llama 3: 15T)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The training flags, in their own help group."""
+    g = parser.add_argument_group("training (with --mode train; per device memory, step time, MFU: training.md)")
+    g.add_argument(
+        "--optimizer", choices=OPTIMIZERS, help=f"whose states are counted (default {DEFAULT_OPTIMIZER})"
+    )
+    g.add_argument(
+        "--recompute",
+        choices=RECOMPUTE,
+        help="activation recomputation: none (default), selective (the attention core), full (each layer)",
+    )
+    g.add_argument(
+        "--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage over the --dp devices (default 0: none)"
+    )
+    g.add_argument("--tokens", type=_tokens, metavar="N", help="llm: tokens to train on: the run's time (and cost with --price)")
+
+
+def _tokens(text: str) -> int:
+    try:
+        number = float(text)
+    except ValueError:
+        number = float("nan")
+    if not number.is_integer():  # nan and inf too
+        raise argparse.ArgumentTypeError(f"expected a number of tokens such as 2000000000 or 2e9, got {text!r}")
+    if not 1 <= number <= MAX_TOKENS:
+        raise argparse.ArgumentTypeError(f"expected 1 to {MAX_TOKENS:.0e} tokens, got {text}")
+    return int(number)
+
+
+def options(ns: Mapping[str, Any]) -> TrainingOptions:
+    """The training flags of the parsed command line (argparse's names -> values)."""
+    return TrainingOptions(**{name: ns.get(name) for name in TRAINING_FLAGS})
+
+
+def check(flags: TrainingOptions, mode: str, llm: bool, dp: int, hardware: bool, price: bool) -> None:
+    """Combinations refused before anything is built: each names its flag."""
+    given = flags.given()
+    if mode != "train":
+        if given:
+            raise OpcountError(f"{given[0]} applies to a training step: add --mode train")
+        return
+    if flags.tokens is not None and not llm:
+        raise OpcountError("--tokens counts the tokens of an LLM's run: llm: and causal hf: models")
+    if flags.tokens is not None and not hardware:
+        raise OpcountError("--tokens needs --hardware (the step's time)")
+    if price and flags.tokens is None:
+        raise OpcountError("--price with --mode train prices a run: give --tokens")
+    if flags.zero and dp == 1:
+        raise OpcountError(
+            f"--zero {flags.zero} partitions the model states over data-parallel devices: give --dp N with N > 1"
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# The LLM path
+# ------------------------------------------------------------------------------------------------
+def run_llm(
+    llm: Any, flags: TrainingOptions, seq_len: int, batch: int, dp: int, hardware: Hardware | None, analysis: Any
+) -> TrainingCost:
+    """One training step of ``llm`` as the flags say."""
+    return train_step(
+        llm,
+        seq_len=seq_len,
+        batch=batch,
+        optimizer=flags.optimizer or DEFAULT_OPTIMIZER,
+        zero=flags.zero or 0,
+        dp=dp,
+        recompute=flags.recompute or "none",
+        hardware=hardware,
+        flops_per_mac=analysis.flops_per_mac,
+        preset=analysis.preset,
+    )
+
+
+def llm_report(
+    cost: TrainingCost, layout: Any, label: str, model: str, parameters: int, tokens: int | None, price: float | None
+) -> str:
+    """The step's module table and summary, or its JSON (``memory`` with ``per_device``, ``training``)."""
+    extra = {"roofline": cost.roofline} if cost.roofline is not None else None
+    given = list(layout.columns) if layout.columns is not None else None
+    meta = export_meta(cost.flops, model=model, roofline=cost.roofline)
+    if layout.format == "json":
+        data = report.to_dict(cost.flops, columns=given, max_depth=layout.depth, extra=extra, meta=meta)
+        data["llm"] = {
+            "model": label,
+            "phase": "train",
+            "batch": cost.batch,
+            "seq_len": cost.seq_len,
+            "precision": {"weight": cost.precision.weight, "act": cost.precision.act},
+            "parameters": parameters,
+            "flops": cost.flops.total(),
+            "flops_per_mac": cost.flops.flops_per_mac,
+        }
+        data["memory"] = {"per_device": cost.memory()}
+        data["training"] = training_json(cost, tokens, price)
+        return json.dumps(data, indent=2)
+    columns = given or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
+    if layout.format == "csv":
+        return report.to_csv(cost.flops, columns=columns, max_depth=layout.depth, extra=extra).rstrip("\n")
+    depth = 3 if layout.depth is None else layout.depth
+    table = report.module_table(
+        cost.flops, columns=columns, max_depth=depth, extra=extra, show_param_shapes=layout.param_shapes
+    )
+    return table + "\n\n" + "\n".join(llm_summary(cost, label, parameters, tokens, price))
+
+
+def llm_summary(cost: TrainingCost, label: str, parameters: int, tokens: int | None, price: float | None) -> list[str]:
+    convention = f"1 multiply-add = {cost.flops.flops_per_mac} flop{'s' if cost.flops.flops_per_mac > 1 else ''}"
+    lines = [
+        f"{label}: training step, batch {cost.batch} x {cost.seq_len} tokens per device, {cost.precision.label()}",
+        f"  parameters {si(parameters)}, FLOPs {si(cost.flops.total())} per device (forward and backward; {convention})",
+        *memory_lines(cost.states, cost.saved, cost.recompute, cost.optimizer),
+    ]
+    step, rate = cost.step, cost.throughput
+    if step is not None and rate is not None and cost.roofline is not None:
+        lines.extend(_time_lines(cost, rate, tokens, price))
+    return lines
+
+
+def memory_lines(states: ModelStates, saved: SavedActivations, recompute: str, optimizer: str) -> list[str]:
+    """Per device: the model states and the saved activations, and the conventions they follow."""
+    activations = saved.kept(recompute)
+    total = states.total + activations
+    zero = f", ZeRO-{states.zero} over {states.dp} devices" if states.zero else (
+        f", replicated on {states.dp} devices" if states.dp > 1 else ""
+    )
+    return [
+        f"  memory per device: weights {size(states.weights)}, gradients {size(states.gradients)}, "
+        f"optimizer {size(states.optimizer)} ({optimizer}{zero}), activations {size(activations)} "
+        f"(saved for backward, recompute {recompute}), total {size(total)}"
+    ]
+
+
+def _time_lines(cost: TrainingCost, rate: Throughput, tokens: int | None, price: float | None) -> list[str]:
+    step = cost.step
+    assert step is not None and cost.roofline is not None
+    hw = cost.roofline.hardware.name
+    parts = f"compute {seconds(step.compute)}"
+    if step.recompute:
+        parts += f" + recompute {seconds(step.recompute)}"
+    if cost.dp > 1:
+        parts += f"; data-parallel collectives {seconds(step.communication)} (overlapped)"
+    lines = [
+        f"  {hw}: step {seconds(step.time)} ({parts}), {rate.tokens_per_s:,.0f} tokens/s on {cost.dp} "
+        f"device{'s' if cost.dp > 1 else ''}, MFU {rate.mfu:.1%}"
+    ]
+    if tokens is not None:
+        run = f"  {si(tokens)} tokens: {_duration(rate.time_to_train(tokens))}"
+        if price is not None:
+            run += f", ${rate.cost(tokens, price):,.0f} at ${price:g} per device-hour"
+        lines.append(run)
+    return lines
+
+
+def _duration(s: float) -> str:
+    if s < 3600:
+        return seconds(s)
+    if s < 86400 * 2:
+        return f"{s / 3600:,.1f} hours"
+    return f"{s / 86400:,.1f} days"
+
+
+def training_json(cost: TrainingCost, tokens: int | None, price: float | None) -> dict[str, Any]:
+    """``optimizer``, ``zero``, ``dp``, ``recompute``, and with hardware ``step_time``, ``tokens_per_s``,
+    ``mfu``, ``time_to_train`` and ``cost`` (None where not asked)."""
+    out: dict[str, Any] = {
+        "optimizer": cost.optimizer,
+        "zero": cost.zero,
+        "dp": cost.dp,
+        "recompute": cost.recompute,
+        "tokens_per_step": cost.tokens,
+    }
+    step, rate = cost.step, cost.throughput
+    if step is not None and rate is not None:
+        out |= {
+            "step_time": step.time,
+            "compute_time": step.compute,
+            "recompute_time": step.recompute,
+            "communication_time": step.communication,
+            "tokens_per_s": rate.tokens_per_s,
+            "mfu": rate.mfu,
+            "tokens": tokens,
+            "time_to_train": None if tokens is None else rate.time_to_train(tokens),
+            "cost": None if tokens is None or price is None else rate.cost(tokens, price),
+        }
+    return out
+
