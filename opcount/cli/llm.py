@@ -28,6 +28,7 @@ from ..llm.phases import PHASES, CausalLM, GenerationCost, PhaseCost, generation
 from ..llm.precision import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
 from ..report.provenance import export_meta
 from ..units import seconds, si, size
+from . import deploy
 from .args import check_counts, hf_overrides, invalid_config, natural_int, positive_int
 from .options import Analysis, Layout, LLMOptions, LLMRun, Options, columns_needing
 from .render import write_csv_meta
@@ -35,7 +36,18 @@ from .render import write_csv_meta
 SWEEPABLE = {"batch": "batch", "seq-len": "seq_len", "kv-len": "kv_len", "gen-len": "gen_len"}
 DEFAULT_SEQ_LEN = 128
 # The LLM flags by their argparse names (the parser hides them from opcount compare's help).
-LLM_FLAGS = ("phase", "kv_len", "batch", "gen_len", "weight_dtype", "act_dtype", "kv_dtype", "sweep")
+LLM_FLAGS = (
+    "phase",
+    "kv_len",
+    "batch",
+    "gen_len",
+    "weight_dtype",
+    "act_dtype",
+    "kv_dtype",
+    "sweep",
+    *deploy.DEPLOY_FLAGS,
+)
+deploy_options = deploy.options
 MAX_SWEEP_POINTS = 1000
 
 
@@ -60,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_sweep,
         help=f"one row per point ({', '.join(SWEEPABLE)}); repeat for a grid",
     )
+    deploy.add_arguments(parser)
 
 
 def _sweep(text: str) -> tuple[str, tuple[int, ...]]:

@@ -218,6 +218,7 @@ def _llm_flags(ns: argparse.Namespace) -> LLMOptions:
         act_dtype=ns.act_dtype,
         kv_dtype=ns.kv_dtype,
         sweep=tuple(ns.sweep or ()),
+        deploy=llm_command.deploy_options(vars(ns)),
     )
 
 
