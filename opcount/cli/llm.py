@@ -29,6 +29,7 @@ from ..llm.precision import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
 from ..report.provenance import export_meta
 from ..units import seconds, si, size
 from . import deploy
+from . import training as training_cli
 from .args import check_counts, hf_overrides, invalid_config, natural_int, positive_int
 from .options import Analysis, Layout, LLMOptions, LLMRun, Options, columns_needing
 from .render import write_csv_meta
@@ -46,8 +47,11 @@ LLM_FLAGS = (
     "kv_dtype",
     "sweep",
     *deploy.DEPLOY_FLAGS,
+    *training_cli.TRAINING_FLAGS,
 )
 deploy_options = deploy.options
+training_options = training_cli.options
+check_training = training_cli.check_options
 MAX_SWEEP_POINTS = 1000
 
 
@@ -73,6 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"one row per point ({', '.join(SWEEPABLE)}); repeat for a grid",
     )
     deploy.add_arguments(parser)
+    training_cli.add_arguments(parser)
 
 
 def _sweep(text: str) -> tuple[str, tuple[int, ...]]:
@@ -110,8 +115,8 @@ def check(flags: LLMOptions, options: Options) -> Precision:
     analysis, layout = options.analysis, options.layout
     if analysis.tracer == "jit":
         raise OpcountError("LLM phases run on the meta device with the dispatch tracer: drop --tracer jit")
-    if analysis.mode != "eval":
-        raise OpcountError("--mode train applies to whole models, not to LLM inference phases")
+    if analysis.mode == "train":  # one training step instead of an inference phase
+        training_cli.check_llm(flags, options.model)
     if options.inputs.shapes:
         raise OpcountError("LLM phases take --seq-len, --batch and --kv-len, not --input shapes")
     phase = flags.phase or "prefill"
@@ -265,6 +270,8 @@ def run(
         if not items:
             raise
         raise OpcountError(f"{options.model} with --hf-config {', '.join(items)}: {e}") from None
+    if options.analysis.mode == "train":  # one training step (opcount.cli.training)
+        return training_cli.run(llm, options, flags, label, hardware, status), []
     base = {
         "batch": flags.batch or 1,
         "seq_len": options.inputs.seq_len or (1 if flags.phase == "decode" else DEFAULT_SEQ_LEN),

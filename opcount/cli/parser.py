@@ -113,6 +113,7 @@ def _options(ns: argparse.Namespace, prog: str) -> Options:
         quiet=ns.quiet,
         verbose=ns.verbose or ns.debug,
         debug=ns.debug,
+        training=llm_command.training_options(vars(ns)),
     )
     if llm:  # its own flags, checked before anything is built
         precision = llm_command.check(flags, options)
@@ -123,6 +124,7 @@ def _options(ns: argparse.Namespace, prog: str) -> Options:
     else:
         check_model(options)  # before building: a typo should not cost a model
     check_recalibrate(hardware, ns.recalibrate)
+    llm_command.check_training(options)
     return options
 
 

@@ -6,41 +6,43 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import report
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
-from ..llm.training import TrainingCost, train_step
+from ..llm.phases import CausalLM
+from ..llm.precision import ALIASES
+from ..llm.training import TRAINABLE_DTYPES, TrainingCost, train_step
 from ..report.provenance import export_meta
 from ..training.saved import RECOMPUTE, SavedActivations
 from ..training.states import OPTIMIZERS, ModelStates
 from ..training.step import Throughput
 from ..units import seconds, si, size
-from .options import TrainingOptions
+from .options import LLMOptions, Options, TrainingOptions
 
 # The flags by their argparse names (opcount compare's help hides them, as the LLM flags).
 TRAINING_FLAGS = ("optimizer", "recompute", "zero", "tokens")
 DEFAULT_OPTIMIZER = "adamw"
-MAX_TOKENS = 10**16  # tokens of a run: far above any published one (Llama 3: 15T)
+MAX_TOKENS = 10**16
+DEFAULT_SEQ_LEN = 128  # as a prefill's
+Status = Callable[[str], None]  # tokens of a run: far above any published one (Llama 3: 15T)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The training flags, in their own help group."""
     g = parser.add_argument_group("training (with --mode train; per device memory, step time, MFU: training.md)")
-    g.add_argument(
-        "--optimizer", choices=OPTIMIZERS, help=f"whose states are counted (default {DEFAULT_OPTIMIZER})"
-    )
+    g.add_argument("--optimizer", choices=OPTIMIZERS, help=f"whose states are counted (default {DEFAULT_OPTIMIZER})")
     g.add_argument(
         "--recompute",
         choices=RECOMPUTE,
         help="activation recomputation: none (default), selective (the attention core), full (each layer)",
     )
+    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage over the --dp devices (default 0: none)")
     g.add_argument(
-        "--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage over the --dp devices (default 0: none)"
+        "--tokens", type=_tokens, metavar="N", help="llm: tokens to train on: the run's time (and cost with --price)"
     )
-    g.add_argument("--tokens", type=_tokens, metavar="N", help="llm: tokens to train on: the run's time (and cost with --price)")
 
 
 def _tokens(text: str) -> int:
@@ -60,44 +62,75 @@ def options(ns: Mapping[str, Any]) -> TrainingOptions:
     return TrainingOptions(**{name: ns.get(name) for name in TRAINING_FLAGS})
 
 
-def check(flags: TrainingOptions, mode: str, llm: bool, dp: int, hardware: bool, price: bool) -> None:
-    """Combinations refused before anything is built: each names its flag."""
+def check_options(options: Options) -> None:
+    """Combinations refused before anything is built, each naming its flag (``options``: the run's)."""
+    flags, mode = options.training, options.analysis.mode
     given = flags.given()
     if mode != "train":
         if given:
             raise OpcountError(f"{given[0]} applies to a training step: add --mode train")
         return
-    if flags.tokens is not None and not llm:
+    deploy = options.llm.flags.deploy if options.llm is not None else None
+    dp = (deploy.dp if deploy is not None else None) or 1
+    price = deploy.price if deploy is not None else None
+    if flags.tokens is not None and options.llm is None:
         raise OpcountError("--tokens counts the tokens of an LLM's run: llm: and causal hf: models")
-    if flags.tokens is not None and not hardware:
+    if flags.tokens is not None and options.hardware is None:
         raise OpcountError("--tokens needs --hardware (the step's time)")
-    if price and flags.tokens is None:
+    if price is not None and flags.tokens is None:
         raise OpcountError("--price with --mode train prices a run: give --tokens")
     if flags.zero and dp == 1:
         raise OpcountError(
             f"--zero {flags.zero} partitions the model states over data-parallel devices: give --dp N with N > 1"
         )
+    if options.plot:
+        raise OpcountError("--plot draws inference phases and whole models' rooflines, not an LLM training step")
+
+
+def check_llm(flags: LLMOptions, model: str) -> None:
+    """``--mode train`` on the LLM path: one step of ``--batch`` x ``--seq-len`` tokens, no inference flag."""
+    inference = [f for f in flags.given() if f in ("--phase", "--kv-len", "--gen-len", "--kv-dtype", "--sweep")]
+    if inference:
+        raise OpcountError(
+            f"{inference[0]} is for inference phases: --mode train traces one training step of --batch x --seq-len tokens"
+        )
+    layout = [f for f in flags.deploy.given() if f in ("--tp", "--pp", "--ep", "--micro-batches", "--max-batch")]
+    if layout:
+        raise OpcountError(
+            f"{layout[0]}: --mode train prices data parallelism (--dp, --zero); tensor, pipeline and expert "
+            "parallel training are not modelled"
+        )
+    for flag, dtype in (("--weight-dtype", flags.weight_dtype), ("--act-dtype", flags.act_dtype)):
+        if dtype is not None and ALIASES.get(dtype.lower(), dtype.lower()) not in TRAINABLE_DTYPES:
+            raise OpcountError(
+                f"{flag} {dtype}: --mode train trains {', '.join(TRAINABLE_DTYPES)} weights and activations"
+            )
 
 
 # ------------------------------------------------------------------------------------------------
 # The LLM path
 # ------------------------------------------------------------------------------------------------
-def run_llm(
-    llm: Any, flags: TrainingOptions, seq_len: int, batch: int, dp: int, hardware: Hardware | None, analysis: Any
-) -> TrainingCost:
-    """One training step of ``llm`` as the flags say."""
-    return train_step(
+def run(
+    llm: CausalLM, options: Options, flags: LLMOptions, label: str, hardware: Hardware | None, status: Status
+) -> str:
+    """One training step of ``llm`` as the flags say, rendered."""
+    train, deploy = options.training, flags.deploy
+    seq_len = options.inputs.seq_len or DEFAULT_SEQ_LEN
+    batch = flags.batch or 1
+    status(f"tracing {label}: training step, batch {batch}, {seq_len} tokens")
+    cost = train_step(
         llm,
         seq_len=seq_len,
         batch=batch,
-        optimizer=flags.optimizer or DEFAULT_OPTIMIZER,
-        zero=flags.zero or 0,
-        dp=dp,
-        recompute=flags.recompute or "none",
+        optimizer=train.optimizer or DEFAULT_OPTIMIZER,
+        zero=train.zero or 0,
+        dp=deploy.dp or 1,
+        recompute=train.recompute or "none",
         hardware=hardware,
-        flops_per_mac=analysis.flops_per_mac,
-        preset=analysis.preset,
+        flops_per_mac=options.analysis.flops_per_mac,
+        preset=options.analysis.preset,
     )
+    return llm_report(cost, options.layout, label, options.model, llm.parameters, train.tokens, deploy.price)
 
 
 def llm_report(
@@ -149,8 +182,10 @@ def memory_lines(states: ModelStates, saved: SavedActivations, recompute: str, o
     """Per device: the model states and the saved activations, and the conventions they follow."""
     activations = saved.kept(recompute)
     total = states.total + activations
-    zero = f", ZeRO-{states.zero} over {states.dp} devices" if states.zero else (
-        f", replicated on {states.dp} devices" if states.dp > 1 else ""
+    zero = (
+        f", ZeRO-{states.zero} over {states.dp} devices"
+        if states.zero
+        else (f", replicated on {states.dp} devices" if states.dp > 1 else "")
     )
     return [
         f"  memory per device: weights {size(states.weights)}, gradients {size(states.gradients)}, "
@@ -212,4 +247,3 @@ def training_json(cost: TrainingCost, tokens: int | None, price: float | None) -
             "cost": None if tokens is None or price is None else rate.cost(tokens, price),
         }
     return out
-

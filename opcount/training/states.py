@@ -40,9 +40,7 @@ def optimizer_state_bytes(optimizer: str, shapes: Iterable[tuple[int, ...]]) -> 
         return _PER_ELEMENT[optimizer] * sum(math.prod(s) for s in shapes)
     if optimizer == "adafactor":
         # a [..., rows, cols] tensor keeps a row and a column vector per matrix; a vector its full second moment
-        return 4 * sum(
-            math.prod(s[:-2]) * (s[-2] + s[-1]) if len(s) >= 2 else math.prod(s) for s in shapes
-        )
+        return 4 * sum(math.prod(s[:-2]) * (s[-2] + s[-1]) if len(s) >= 2 else math.prod(s) for s in shapes)
     raise OpcountValueError(f"unknown optimizer {optimizer!r}; choose {', '.join(OPTIMIZERS)}")
 
 
@@ -79,7 +77,9 @@ def model_states(
     if not isinstance(dp, int) or isinstance(dp, bool) or dp < 1:
         raise OpcountValueError(f"dp must be an integer >= 1, got {dp!r}")
     if weight_itemsize not in (2, 4):
-        raise OpcountValueError(f"training needs float32, bfloat16 or float16 weights, got {weight_itemsize} bytes each")
+        raise OpcountValueError(
+            f"training needs float32, bfloat16 or float16 weights, got {weight_itemsize} bytes each"
+        )
     elements = sum(math.prod(s) for s in shapes)
     gradients = elements * int(weight_itemsize)
     master = MASTER_BYTES * elements if weight_itemsize < MASTER_BYTES else 0
