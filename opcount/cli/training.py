@@ -16,9 +16,9 @@ from ..llm.phases import CausalLM
 from ..llm.precision import ALIASES
 from ..llm.training import TRAINABLE_DTYPES, TrainingCost, train_step
 from ..report.provenance import export_meta
-from ..training.saved import RECOMPUTE, SavedActivations
-from ..training.states import OPTIMIZERS, ModelStates
-from ..training.step import Throughput
+from ..training.saved import RECOMPUTE, SavedActivations, effective, layers_of, measure
+from ..training.states import OPTIMIZERS, ModelStates, model_states
+from ..training.step import Throughput, forward_calls, recompute_time
 from ..units import seconds, si, size
 from .options import LLMOptions, Options, TrainingOptions
 
@@ -247,3 +247,82 @@ def training_json(cost: TrainingCost, tokens: int | None, price: float | None) -
             "cost": None if tokens is None or price is None else rate.cost(tokens, price),
         }
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# A whole model (opcount MODEL --mode train)
+# ------------------------------------------------------------------------------------------------
+def whole_model(analyses: Any, options: Options, text: str) -> str:
+    """The training memory of the model traced in ``analyses`` (one device), added to its report
+    ``text``: lines under a table or tree, ``memory.per_device`` and ``training`` in JSON; a CSV
+    is left as it is (rows of modules)."""
+    trace = analyses.flops.trace()
+    model = trace.model
+    flags = options.training
+    optimizer, recompute = flags.optimizer or DEFAULT_OPTIMIZER, flags.recompute or "none"
+    seq_len = (options.inputs.seq_len or HF_SEQ_LEN) if options.model.startswith("hf:") else None
+    if recompute == "selective" and seq_len is None:
+        raise OpcountError(
+            "--recompute selective finds the attention scores by the sequence length: hf: models (--seq-len)"
+        )
+    states = whole_model_states(model, optimizer)
+    saved = measure(model, _as_tuple(trace.inputs), dict(trace.kwargs or {}), seq_len=seq_len)
+    activations = saved.kept(recompute)  # refuses full recomputation without layers
+    memory = {
+        "weights": states.weights,
+        "activations": activations,
+        "gradients": states.gradients,
+        "optimizer": states.optimizer,
+        "total": states.total + activations,
+    }
+    training: dict[str, Any] = {"optimizer": optimizer, "zero": 0, "dp": 1, "recompute": recompute}
+    lines = memory_lines(states, saved, recompute, optimizer)
+    report_ = analyses.roofline
+    if report_ is not None:
+        found = layers_of(model)
+        layers = [f"{found[0]}.{i}" for i in range(len(found[1]))] if found is not None else []
+        extra = recompute_time(report_, trace.calls, forward_calls(trace), layers, effective(saved, recompute), seq_len)
+        step = report_.total_time + extra
+        training |= {"step_time": step, "compute_time": report_.total_time, "recompute_time": extra}
+        lines.append(
+            f"  {report_.hardware.name}: step {seconds(step)} (compute {seconds(report_.total_time)}"
+            + (f" + recompute {seconds(extra)})" if extra else ")")
+        )
+    if options.layout.format == "json":
+        data = json.loads(text)
+        data.setdefault("memory", {})["per_device"] = memory
+        data["training"] = training
+        return json.dumps(data, indent=2)
+    if options.layout.format == "csv":
+        return text
+    return text + "\n\n" + f"training step ({options.model}), one device:\n" + "\n".join(lines)
+
+
+HF_SEQ_LEN = 128  # an hf: model's default --seq-len (opcount.cli.models)
+
+
+def whole_model_states(model: Any, optimizer: str) -> ModelStates:
+    """One device's model states: every parameter's bytes as stored, gradients and optimizer
+    states for those that require grad (shared ones once), in their dtype."""
+    params = list(model.parameters())
+    trainable = [p for p in params if p.requires_grad]
+    sizes = {p.element_size() for p in trainable}
+    if len(sizes) > 1:
+        raise OpcountError(
+            f"--mode train: the trainable parameters mix dtypes of {sorted(sizes)} bytes; give --dtype to convert the model"
+        )
+    itemsize = sizes.pop() if sizes else 4
+    if itemsize not in (2, 4):
+        raise OpcountError(
+            f"--mode train: parameters of {itemsize} bytes cannot be trained (float32, bfloat16, float16)"
+        )
+    weights = sum(p.numel() * p.element_size() for p in params)
+    frozen = weights - sum(p.numel() * p.element_size() for p in trainable)
+    states = model_states(
+        [tuple(p.shape) for p in trainable], weights - frozen, optimizer=optimizer, weight_itemsize=itemsize
+    )
+    return ModelStates(states.weights + frozen, states.gradients, states.optimizer, 0, 1)
+
+
+def _as_tuple(inputs: Any) -> tuple[Any, ...]:
+    return inputs if isinstance(inputs, tuple) else (inputs,)

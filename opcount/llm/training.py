@@ -26,7 +26,7 @@ from ..ir import DTYPE_BYTES
 from ..memory import MemoryTrafficAnalysis
 from ..roofline import RooflineReport, roofline
 from ..tracers.meta import TensorShape
-from ..training.saved import RECOMPUTE, SavedActivations, layers_of, measure
+from ..training.saved import RECOMPUTE, SavedActivations, effective, layers_of, measure
 from ..training.states import OPTIMIZERS, ModelStates, model_states
 from ..training.step import StepTime, Throughput, forward_calls, gradient_sync, recompute_time
 from .model import expected_routing, learned_positions
@@ -145,10 +145,10 @@ def train_step(
     trace = flops.trace()
     found = layers_of(model)
     layers = [f"{found[0]}.{i}" for i in range(len(found[1]))] if found is not None else []
-    extra = recompute_time(report, trace.calls, forward_calls(trace), layers, recompute, seq_len)
+    extra = recompute_time(report, trace.calls, forward_calls(trace), layers, effective(saved, recompute), seq_len)
     whole = model_states(shapes, weight_bytes, optimizer=optimizer, weight_itemsize=itemsize)
     collectives = gradient_sync(whole.gradients, whole.weights, zero, dp, getattr(hw, "interconnect", None))
-    step = StepTime(report.total_time, extra, sum(c.time for c in collectives))
+    step = StepTime(report.total_time, extra, float(sum(c.time for c in collectives)))
     peak = hw.peak_of("tensor", llm.precision.act) or max(
         (p for u in hw.units if (p := hw.peak_of(u, llm.precision.act)) is not None), default=0.0
     )

@@ -81,6 +81,12 @@ class SavedActivations:
         raise OpcountError(f"--recompute {recompute}: choose {', '.join(RECOMPUTE)}")
 
 
+def effective(saved: SavedActivations, recompute: str) -> str:
+    """``recompute``, or ``none`` where selective recomputation drops nothing (no score matrix was
+    saved: a fused attention kernel), so that nothing is run again."""
+    return "none" if recompute == "selective" and saved.kept("selective") == saved.total else recompute
+
+
 def layers_of(model: nn.Module) -> tuple[str, nn.ModuleList] | None:
     """The model's longest ``nn.ModuleList`` (the first of equal length), by name; None when it has none."""
     best: tuple[str, nn.ModuleList] | None = None

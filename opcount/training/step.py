@@ -6,7 +6,9 @@ priced by the roofline (:mod:`opcount.roofline`): that is the step's compute tim
 device. Recomputation adds the forward operators it runs again: ``full`` every forward
 operator of the checkpointed layers, ``selective`` those of the attention core (the operators
 that read or write a ``[batch, heads, query, key]`` score matrix: ``QK^T``, its softmax and
-dropout, the product with the values). Data parallelism adds its collectives
+dropout, the product with the values; or ``scaled_dot_product_attention``, all of them in one),
+when the measured saved activations hold score matrices to drop (a fused kernel saves none, and
+there is nothing to recompute). Data parallelism adds its collectives
 (:func:`gradient_sync`), which engines overlap with the backward pass (DeepSpeed, PyTorch
 FSDP): the step's time at the bound is the larger of its compute and its communication.
 
@@ -71,6 +73,8 @@ def recompute_time(
 
 
 def _scores(call: OpCall, seq_len: int | None) -> bool:
+    if "scaled_dot_product" in call.kind:  # the whole attention core in one operator
+        return True
     return seq_len is not None and any(
         isinstance(s, TensorSpec) and len(s.shape) >= 4 and tuple(s.shape[-2:]) == (seq_len, seq_len)
         for s in (*call.inputs, *call.outputs)
