@@ -14,8 +14,9 @@ Models"):
 
 - ``full``: each layer (the modules of the model's longest ``nn.ModuleList``, the decoder
   layers of a transformer) is checkpointed: only its input is kept, and in the backward pass one
-  layer's activations are rematerialised at a time. Saved = what lies outside the layers + every
-  layer's input + the largest layer's saved tensors.
+  layer's activations are rematerialised at a time. Held at the peak (the backward pass of the
+  last layer, every checkpoint still kept) = what lies outside the layers + every layer's input +
+  the largest layer's saved tensors other than the layers' inputs (counted once, as checkpoints).
 - ``selective``: the attention core is recomputed: the tensors of a layer that are
   ``[batch, heads, query, key]`` score matrices (``QK^T``, its softmax, the softmax's dropout
   mask), the ``5 a s^2 b`` term of the paper, are dropped; the queries, keys and values stay. A
@@ -48,6 +49,7 @@ class Saved:
     nbytes: int
     layer: int | None
     scores: bool
+    key: int = 0  # the storage's identity, while the measurement runs
 
 
 @dataclass
@@ -57,6 +59,7 @@ class SavedActivations:
     saved: list[Saved]
     layer_inputs: list[int] = field(default_factory=list)
     layers_name: str | None = None
+    input_keys: frozenset[int] = frozenset()  # the storages of the layers' inputs
 
     @property
     def total(self) -> int:
@@ -72,10 +75,11 @@ class SavedActivations:
         if recompute == "full":
             if self.layers_name is None:
                 raise OpcountError("--recompute full: the model has no layers (an nn.ModuleList) to checkpoint")
-            outside = sum(s.nbytes for s in self.saved if s.layer is None)
+            # a layer input saved by an operator is the checkpoint itself: counted once, with the inputs
+            outside = sum(s.nbytes for s in self.saved if s.layer is None and s.key not in self.input_keys)
             per_layer = [0] * len(self.layer_inputs)
             for s in self.saved:
-                if s.layer is not None:
+                if s.layer is not None and s.key not in self.input_keys:
                     per_layer[s.layer] += s.nbytes
             return outside + sum(self.layer_inputs) + max(per_layer, default=0)
         raise OpcountError(f"--recompute {recompute}: choose {', '.join(RECOMPUTE)}")
@@ -134,7 +138,10 @@ def measure(
                     if t.requires_grad:
                         t.sum()
     return SavedActivations(
-        list(recorder.saved.values()), recorder.inputs, None if found is None else found[0] or type(model).__name__
+        list(recorder.saved.values()),
+        recorder.inputs,
+        None if found is None else found[0] or type(model).__name__,
+        frozenset(recorder.input_keys),
     )
 
 
@@ -149,6 +156,7 @@ class _Recorder:
         self.seq_len = seq_len
         self.saved: dict[int, Saved] = {}
         self.inputs: list[int] = []
+        self.input_keys: set[int] = set()
         self._excluded: set[int] = set()
         self._keep: list[torch.Tensor] = []  # alive until the end: a storage's key is never reused
         self._layer: int | None = None
@@ -166,7 +174,7 @@ class _Recorder:
             # [batch, heads, query, key]: four dimensions at least, so that a [batch, seq, hidden] tensor
             # whose hidden size equals the sequence length is not taken for one
             scores = s is not None and t.dim() >= 4 and tuple(t.shape[-2:]) == (s, s)
-            self.saved[key] = Saved(t.untyped_storage().nbytes(), self._layer, scores)
+            self.saved[key] = Saved(t.untyped_storage().nbytes(), self._layer, scores, key)
         return t
 
     @contextlib.contextmanager
@@ -187,7 +195,10 @@ class _Recorder:
             self._layer = index
             first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
             # a checkpointed layer keeps its input (the hidden states) for the recomputation
-            self.inputs[index] = 0 if first is None else first.untyped_storage().nbytes()
+            if first is not None:
+                self.inputs[index] = first.untyped_storage().nbytes()
+                self.input_keys.add(_key(first))
+                self._keep.append(first)
 
         return hook
 
