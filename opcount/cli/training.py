@@ -152,7 +152,13 @@ def llm_report(
             "flops": cost.flops.total(),
             "flops_per_mac": cost.flops.flops_per_mac,
         }
-        data["memory"] = {"per_device": cost.memory()}
+        capacity = _capacity(cost)
+        total = cost.memory()["total"]
+        data["memory"] = {
+            "per_device": cost.memory(),
+            "capacity": capacity,
+            "fits": None if capacity is None else total <= capacity,
+        }
         data["training"] = training_json(cost, tokens, price)
         return json.dumps(data, indent=2)
     columns = given or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
@@ -172,10 +178,21 @@ def llm_summary(cost: TrainingCost, label: str, parameters: int, tokens: int | N
         f"  parameters {si(parameters)}, FLOPs {si(cost.flops.total())} per device (forward and backward; {convention})",
         *memory_lines(cost.states, cost.saved, cost.recompute, cost.optimizer),
     ]
+    capacity = _capacity(cost)
+    if capacity is not None:
+        total = cost.memory()["total"]
+        verdict = "fits" if total <= capacity else f"does not fit ({size(total)} > {size(capacity)})"
+        lines.append(f"  capacity: {size(capacity)} per device: {verdict}")
     step, rate = cost.step, cost.throughput
     if step is not None and rate is not None and cost.roofline is not None:
         lines.extend(_time_lines(cost, rate, tokens, price))
     return lines
+
+
+def _capacity(cost: TrainingCost) -> int | None:
+    """The device's memory (the whole of it: a training step has no serving engine's reserve)."""
+    memory = None if cost.roofline is None else cost.roofline.hardware.memory_bytes
+    return None if memory is None else int(memory)
 
 
 def memory_lines(states: ModelStates, saved: SavedActivations, recompute: str, optimizer: str) -> list[str]:
