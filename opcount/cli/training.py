@@ -7,11 +7,13 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from typing import Any
 
 from .. import report
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
+from ..llm.model import expected_routing
 from ..llm.phases import CausalLM
 from ..llm.precision import ALIASES
 from ..llm.training import TRAINABLE_DTYPES, TrainingCost, train_step
@@ -21,6 +23,7 @@ from ..training.states import OPTIMIZERS, ModelStates, model_states
 from ..training.step import Throughput, forward_calls, recompute_time
 from ..units import seconds, si, size
 from .options import LLMOptions, Options, TrainingOptions
+from .render import write_csv_meta
 
 # The flags by their argparse names (opcount compare's help hides them, as the LLM flags).
 TRAINING_FLAGS = ("optimizer", "recompute", "zero", "tokens")
@@ -163,6 +166,7 @@ def llm_report(
         return json.dumps(data, indent=2)
     columns = given or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
     if layout.format == "csv":
+        write_csv_meta(layout.csv_meta, meta)
         return report.to_csv(cost.flops, columns=columns, max_depth=layout.depth, extra=extra).rstrip("\n")
     depth = 3 if layout.depth is None else layout.depth
     table = report.module_table(
@@ -283,7 +287,10 @@ def whole_model(analyses: Any, options: Options, text: str) -> str:
             "--recompute selective finds the attention scores by the sequence length: hf: models (--seq-len)"
         )
     states = whole_model_states(model, optimizer)
-    saved = measure(model, _as_tuple(trace.inputs), dict(trace.kwargs or {}), seq_len=seq_len)
+    # mixture-of-experts blocks route by expectation, as the trace did (opcount.cli.main)
+    routing = expected_routing(model) if options.model.startswith("hf:") else nullcontext()
+    with routing:
+        saved = measure(model, _as_tuple(trace.inputs), dict(trace.kwargs or {}), seq_len=seq_len)
     activations = saved.kept(recompute)  # refuses full recomputation without layers
     memory = {
         "weights": states.weights,

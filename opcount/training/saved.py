@@ -27,7 +27,7 @@ Models"):
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,8 @@ import torch
 from torch import nn
 
 from ..errors import OpcountError
-from ..torch_internals import FakeTensorMode
+from ..messages import first_line
+from ..torch_internals import FakeTensorMode, pytree
 from ..tracers.meta import CPU, META, device_of, fake_state, materialize
 
 RECOMPUTE = ("none", "selective", "full")
@@ -127,22 +128,33 @@ def measure(
         stack.enter_context(torch.enable_grad())
         stack.enter_context(torch.autograd.graph.saved_tensors_hooks(recorder.pack, _unpack))
         recorder.exclude(state.values())
-        output = torch.func.functional_call(model, state, fake_args, fake_kwargs, tie_weights=True, strict=False)
-        if loss_fn is not None:
-            loss_fn(output)
-        else:
-            own = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
-            if own is None:
-                leaves = [t for t in torch.utils._pytree.tree_leaves(output) if isinstance(t, torch.Tensor)]
-                for t in leaves:
-                    if t.requires_grad:
-                        t.sum()
+        try:
+            output = torch.func.functional_call(model, state, fake_args, fake_kwargs, tie_weights=True, strict=False)
+            _loss(output, loss_fn)
+        except Exception as e:  # a model that reads a value (data-dependent control flow) cannot run on fake tensors
+            raise OpcountError(
+                f"{type(model).__name__}: the activations saved for backward are measured on fake tensors, and the "
+                f"forward failed there: {type(e).__name__}: {first_line(e)}"
+            ) from e
     return SavedActivations(
         list(recorder.saved.values()),
         recorder.inputs,
         None if found is None else found[0] or type(model).__name__,
         frozenset(recorder.input_keys),
     )
+
+
+def _loss(output: Any, loss_fn: Callable[[Any], torch.Tensor] | None) -> None:
+    """The loss as the training trace computes it (opcount.tracers.training.Step.loss): ``loss_fn``,
+    the output's own ``loss``, or the sum of the outputs that require grad."""
+    if loss_fn is not None:
+        loss_fn(output)
+        return
+    own = output.get("loss") if isinstance(output, Mapping) else None
+    if own is None:
+        for t in pytree.tree_leaves(output):
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                t.sum()
 
 
 def _unpack(t: torch.Tensor) -> torch.Tensor:

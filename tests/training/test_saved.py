@@ -105,3 +105,18 @@ def test_the_model_is_left_as_it_was() -> None:
     assert not model.training and not any(m.training for m in model.modules())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert not model.layers[0]._forward_hooks and not model.layers[0]._forward_pre_hooks
+
+
+class ReadsAValue(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        return y if bool(y.sum() > 0) else -y  # data-dependent: fake tensors hold no values
+
+
+def test_a_model_that_reads_a_value_is_named() -> None:
+    with pytest.raises(OpcountError, match="ReadsAValue: the activations saved for backward are measured on fake"):
+        measure(ReadsAValue(), (torch.randn(2, 4),), {})
