@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
-from ..llm.deploy import DEFAULT_RESERVE, MAX_PRICE, Deployment, deploy
+from ..llm.deploy import DEFAULT_RESERVE, MAX_PRICE, Deployment, Placement, deploy
 from ..llm.parallel import Parallel
 from ..llm.phases import CausalLM, GenerationCost, PhaseCost
 from ..units import seconds, size
@@ -117,11 +117,21 @@ def check(flags: LLMOptions, hardware_given: bool, hardware: Hardware | None) ->
         layout(d, {key: value})
     multi = not parallel.single or any(v > 1 for v in largest.values())
     if multi and hardware is not None and hardware.interconnect is None:
-        given = [f for f in d.given() if f in ("--tp", "--pp", "--ep", "--dp")] or ["--sweep"]
+        given = [f"--{k} {getattr(d, k)}" for k in SWEEPABLE if (getattr(d, k) or 1) > 1] or ["--sweep"]
         raise OpcountError(
             f"{' '.join(given)}: {hardware.name} has no interconnect figures to price the communication "
             "(a hardware file can give them: hardware.md)"
         )
+
+
+def check_model(llm: CausalLM, flags: LLMOptions) -> None:
+    """Every layout of the run against the model (heads, layers, experts), before anything is traced."""
+    d = flags.deploy
+    swept = [(k, v) for k, values in flags.sweep if k in SWEEPABLE for v in values]
+    if not d.given() and not swept:
+        return
+    for values in [{}, *({k: v} for k, v in swept)]:
+        Placement(llm.model, llm.config, llm.precision, layout(d, values))
 
 
 def deployment(

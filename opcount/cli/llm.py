@@ -268,6 +268,7 @@ def run(
         if not items:
             raise
         raise OpcountError(f"{options.model} with --hf-config {', '.join(items)}: {e}") from None
+    deploy.check_model(llm, flags)  # a layout the model cannot run, before anything is traced
     base = {
         "batch": flags.batch or 1,
         "seq_len": options.inputs.seq_len or (1 if flags.phase == "decode" else DEFAULT_SEQ_LEN),

@@ -90,8 +90,13 @@ class Deployment:
 
     @property
     def needs(self) -> int | None:
-        """Devices at least, if the layout's bytes were spread evenly over them."""
-        return None if not self.capacity else math.ceil(self.model_bytes / self.capacity)
+        """Devices a replica needs at least: its bytes spread evenly over them, and more than this
+        layout's when it does not fit."""
+        if not self.capacity:
+            return None
+        devices = self.parallel.tp * self.parallel.pp
+        even = math.ceil(self.model_bytes / self.capacity)
+        return even if self.fits else max(even, devices + 1)
 
     @property
     def time(self) -> float | None:
@@ -373,6 +378,22 @@ def deploy(
     if max_batch and capacity is not None:
         d.max_batch = largest_batch(stages, steps[-1].batch, capacity)
     return d
+
+
+def on_layout(
+    llm: CausalLM, cost: PhaseCost | GenerationCost, parallel: Parallel | None = None, **options: Any
+) -> Deployment:
+    """:func:`deploy` of a phase or a whole generation (its prefill, first and last decode steps)."""
+    from .phases import GenerationCost
+
+    parallel = parallel or Parallel()
+    hw = cost.prefill.roofline.hardware if isinstance(cost, GenerationCost) and cost.prefill.roofline else None
+    if not isinstance(cost, GenerationCost) and cost.roofline is not None:
+        hw = cost.roofline.hardware
+    options.setdefault("hardware", hw)
+    if isinstance(cost, GenerationCost):
+        return deploy(llm, cost.prefill, parallel, generation=cost, **options)
+    return deploy(llm, cost, parallel, **options)
 
 
 def largest_batch(stages: Sequence[DeviceMemory], batch: int, capacity: float) -> int:

@@ -189,6 +189,13 @@ class CausalLM:
             report = roofline(traffic, hardware=hw, dtype=self.precision.act, itemsize=self._pricing)
         return PhaseCost(phase, batch, seq_len, kv_len, self.precision, flops, memory, report, tuple(blocks))
 
+    def deploy(self, cost: PhaseCost | GenerationCost, parallel: Any = None, **options: Any) -> Any:
+        """``cost`` (a phase or a generation of this model) on a parallel layout: per-device memory,
+        fit, communication, time and cost (:func:`opcount.llm.deploy.deploy`, its options)."""
+        from .deploy import on_layout
+
+        return on_layout(self, cost, parallel, **options)
+
     def _trace(
         self, seq_len: int, kv_len: int, batch: int, flops_per_mac: int, preset: str
     ) -> tuple[FlopCountAnalysis, MemoryTrafficAnalysis, list[str]]:
