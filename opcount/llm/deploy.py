@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeAlias
 
 from torch import nn
 
@@ -32,8 +32,11 @@ from .model import KV_PREFIX
 from .parallel import Parallel, Sharding, check_layout, kv_heads_per_device
 from .precision import Precision, quantized_weights, weight_bytes
 
-if TYPE_CHECKING:
-    from .phases import CausalLM, GenerationCost, PhaseCost
+# A phase, a generation and the model are opcount.llm.phases' PhaseCost, GenerationCost and CausalLM,
+# typed Any here: phases imports this module (CausalLM.deploy), which does not import it back.
+PhaseCost: TypeAlias = Any
+GenerationCost: TypeAlias = Any
+CausalLM: TypeAlias = Any
 
 DEFAULT_RESERVE = 0.1  # of a device's memory, for the engine: vLLM's gpu_memory_utilization defaults to 0.9
 MAX_PRICE = 1e4  # dollars per device-hour: above any rental price
@@ -384,16 +387,12 @@ def on_layout(
     llm: CausalLM, cost: PhaseCost | GenerationCost, parallel: Parallel | None = None, **options: Any
 ) -> Deployment:
     """:func:`deploy` of a phase or a whole generation (its prefill, first and last decode steps)."""
-    from .phases import GenerationCost
-
-    parallel = parallel or Parallel()
-    hw = cost.prefill.roofline.hardware if isinstance(cost, GenerationCost) and cost.prefill.roofline else None
-    if not isinstance(cost, GenerationCost) and cost.roofline is not None:
-        hw = cost.roofline.hardware
-    options.setdefault("hardware", hw)
-    if isinstance(cost, GenerationCost):
-        return deploy(llm, cost.prefill, parallel, generation=cost, **options)
-    return deploy(llm, cost, parallel, **options)
+    prefill = getattr(cost, "prefill", None)  # a GenerationCost
+    phase = prefill if prefill is not None else cost
+    options.setdefault("hardware", phase.roofline.hardware if phase.roofline is not None else None)
+    if prefill is not None:
+        return deploy(llm, prefill, parallel or Parallel(), generation=cost, **options)
+    return deploy(llm, cost, parallel or Parallel(), **options)
 
 
 def largest_batch(stages: Sequence[DeviceMemory], batch: int, capacity: float) -> int:

@@ -158,7 +158,7 @@ def test_bad_layouts_name_their_flag(llm: CausalLM, layout: Parallel, message: s
 
 
 def test_ep_must_cover_the_devices_of_a_stage() -> None:
-    with pytest.raises(OpcountError, match="--ep 4: .* must be 1 or --tp x --dp \\(2\\)"):
+    with pytest.raises(OpcountError, match=r"--ep 4: .* must be 1 or --tp x --dp \(2\)"):
         Parallel(tp=2, ep=4)
     with pytest.raises(OpcountError, match="--tp: expected a whole number"):
         Parallel(tp=0)
