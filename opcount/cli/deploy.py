@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
-from ..llm.deploy import DEFAULT_RESERVE, MAX_PRICE, Deployment
+from ..llm.deploy import DEFAULT_RESERVE, MAX_PRICE, Deployment, Placement, deploy
 from ..llm.parallel import Parallel
+from ..llm.phases import CausalLM, GenerationCost, PhaseCost
 from ..units import seconds, size
 from .args import positive_int
-from .options import DeployOptions
+from .options import DeployOptions, LLMOptions
 
 # The flags by their argparse names (opcount compare's help hides them, as the other LLM flags).
 DEPLOY_FLAGS = ("tp", "pp", "ep", "dp", "micro_batches", "price", "max_batch", "reserve")
@@ -93,29 +94,80 @@ def layout(flags: DeployOptions, values: Mapping[str, int]) -> Parallel:
         raise OpcountError(str(e)) from None
 
 
-def wanted(flags: DeployOptions, swept: bool) -> bool:
-    """Whether the run reports a deployment: a deployment flag given or a layout key swept."""
-    return bool(flags.given()) or swept
-
-
-def check(flags: DeployOptions, hardware: Hardware | None, gen_len: int | None, phase: str | None) -> None:
-    """Combinations refused before anything is built."""
-    if flags.micro_batches is not None and (flags.pp or 1) == 1:
+def check(flags: LLMOptions, hardware_given: bool, hardware: Hardware | None) -> None:
+    """Combinations refused before anything is built (``hardware``: the preset or file given, None
+    for this machine, measured later)."""
+    d = flags.deploy
+    swept = {k for k, _ in flags.sweep} & set(SWEEPABLE)
+    if d.micro_batches is not None and (d.pp or 1) == 1 and "pp" not in swept:
         raise OpcountError("--micro-batches applies to a pipeline: give --pp")
-    for name, value in (("price", flags.price), ("max-batch", flags.max_batch or None)):
-        if value is not None and hardware is None:
-            raise OpcountError(f"--{name} needs --hardware (the time per token, the device's memory)")
-    if flags.max_batch and hardware is not None and hardware.memory_bytes is None:
-        raise OpcountError(f"--max-batch: {hardware.name} does not say its memory (memory_bytes)")
-    try:
-        parallel = layout(flags, {})
-    except OpcountError:
-        raise
-    if not parallel.single and hardware is not None and hardware.interconnect is None:
+    if d.micro_batches is not None and flags.gen_len is not None:
+        raise OpcountError("--micro-batches prices one phase: drop --gen-len (or --micro-batches)")
+    if d.micro_batches is not None and (flags.batch or 1) % d.micro_batches:
+        raise OpcountError(f"--micro-batches {d.micro_batches}: does not divide --batch {flags.batch or 1}")
+    for name, value in (("price", d.price), ("max-batch", d.max_batch or None)):
+        if value is not None and not hardware_given:
+            raise OpcountError(f"--{name} needs --hardware (the time per step, the device's memory)")
+    if d.max_batch and hardware is not None and hardware.memory_bytes is None:
+        raise OpcountError(f"--max-batch: {hardware.name} does not say its memory (memory_bytes in a hardware file)")
+    swept_values = dict(flags.sweep)
+    largest = {k: max(v) for k, v in swept_values.items() if k in SWEEPABLE}
+    parallel = layout(d, {})
+    for key, value in largest.items():  # each swept degree within bounds, before anything is built
+        layout(d, {key: value})
+    multi = not parallel.single or any(v > 1 for v in largest.values())
+    if multi and hardware is not None and hardware.interconnect is None:
+        given = [f"--{k} {getattr(d, k)}" for k in SWEEPABLE if (getattr(d, k) or 1) > 1] or ["--sweep"]
         raise OpcountError(
-            f"{' '.join(f for f in flags.given() if f in ('--tp', '--pp', '--ep', '--dp'))}: {hardware.name} has no "
-            "interconnect figures to price the communication (a hardware file can give them: hardware.md)"
+            f"{' '.join(given)}: {hardware.name} has no interconnect figures to price the communication "
+            "(a hardware file can give them: hardware.md)"
         )
+
+
+def check_model(llm: CausalLM, flags: LLMOptions) -> None:
+    """Every layout of the run against the model (heads, layers, experts), before anything is traced."""
+    d = flags.deploy
+    swept = [(k, v) for k, values in flags.sweep if k in SWEEPABLE for v in values]
+    if not d.given() and not swept:
+        return
+    for values in [{}, *({k: v} for k, v in swept)]:
+        Placement(llm.model, llm.config, llm.precision, layout(d, values))
+
+
+def deployment(
+    llm: CausalLM,
+    phase: PhaseCost,
+    generation: GenerationCost | None,
+    values: Mapping[str, int],
+    flags: LLMOptions,
+    hardware: Hardware | None,
+) -> Deployment | None:
+    """The point's deployment, when a deployment flag is given or a layout swept; None otherwise."""
+    d = flags.deploy
+    if not d.given() and not set(values) & set(SWEEPABLE):
+        return None
+    parallel = layout(d, values)
+    micro = None
+    if parallel.micro_batches > 1:
+        micro = llm.phase(
+            phase.phase,
+            seq_len=phase.seq_len,
+            kv_len=phase.kv_len,
+            batch=phase.batch // parallel.micro_batches,
+            hardware=hardware,
+            flops_per_mac=phase.flops.flops_per_mac,
+        )
+    return deploy(
+        llm,
+        phase,
+        parallel,
+        hardware=hardware,
+        price=d.price,
+        reserve=DEFAULT_RESERVE if d.reserve is None else d.reserve,
+        micro=micro,
+        max_batch=d.max_batch,
+        generation=generation,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -149,19 +201,67 @@ def summary_lines(d: Deployment) -> list[str]:
     return lines
 
 
-def json_fields(d: Deployment) -> dict[str, Any]:
-    """The deployment's JSON: ``parallel``, ``memory`` per device, ``communication``, ``cost``, ``max_batch``."""
-    out: dict[str, Any] = {
-        "parallel": d.parallel.as_dict(),
-        "per_device": d.per_device.as_dict(),
-        "capacity": d.capacity,
-        "fits": d.fits,
-        "communication": {"bytes_per_device": d.communication_bytes, "time": d.communication_time},
-    }
+def add_json(out: dict[str, Any], d: Deployment | None) -> None:
+    """The deployment's JSON into a point's: ``parallel``; ``memory`` gains ``per_device``,
+    ``capacity`` and ``fits``; ``communication``, ``time_per_device``, ``cost``, ``max_batch``."""
+    if d is None:
+        return
+    out["parallel"] = d.parallel.as_dict()
+    memory = out.setdefault("memory", {})
+    memory |= {"per_device": d.per_device.as_dict(), "capacity": d.capacity, "fits": d.fits}
+    out["communication"] = {"bytes_per_device": d.communication_bytes, "time": d.communication_time}
     if d.time is not None:
         out["time_per_device"] = {"compute": d.compute_time, "communication": d.communication_time, "total": d.time}
+        out["tokens_per_s_all_devices"] = d.tokens_per_s
     if d.cost is not None:
-        out["cost"] = {"per_million_tokens": d.cost, "usd_per_device_hour": d.price}
+        out["cost"] = {"per_million_tokens": d.cost, "usd_per_device_hour": d.price, "devices": d.parallel.devices}
     if d.max_batch is not None:
         out["max_batch"] = d.max_batch
-    return out
+
+
+# A sweep's extra columns, how a table cell shows each, and their CSV names (units: bytes, seconds, dollars).
+SWEEP_CELLS: dict[str, Callable[[Any], str]] = {
+    "devices": str,
+    "per_device": size,
+    "fits": lambda v: "yes" if v else "no",
+    "communication_time": seconds,
+    "step_time": seconds,
+    "tokens_per_s_all_devices": lambda v: f"{v:,.1f}",
+    "usd_per_1m_tokens": lambda v: f"{v:,.4g}",
+    "max_batch": str,
+}
+SWEEP_CSV_NAMES = {
+    "per_device": "per_device_bytes",
+    "communication_time": "communication_time_s",
+    "step_time": "step_time_s",
+}
+
+
+def sweep_header(d: Deployment | None) -> list[str]:
+    if d is None:
+        return []
+    keys = ["devices", "per_device", "fits"]
+    if d.time is not None:
+        keys += ["communication_time", "step_time", "tokens_per_s_all_devices"]
+    if d.cost is not None:
+        keys.append("usd_per_1m_tokens")
+    if d.max_batch is not None:
+        keys.append("max_batch")
+    return keys
+
+
+def sweep_row(d: Deployment | None) -> dict[str, Any]:
+    """One sweep row's deployment cells (a generation's cost: per generated token)."""
+    if d is None:
+        return {}
+    cost = None if d.cost is None else d.cost.get("generated", d.cost.get("prompt"))
+    return {
+        "devices": d.parallel.devices,
+        "per_device": d.per_device.total,
+        "fits": d.fits,
+        "communication_time": d.communication_time,
+        "step_time": d.time,
+        "tokens_per_s_all_devices": d.tokens_per_s,
+        "usd_per_1m_tokens": cost,
+        "max_batch": d.max_batch,
+    }

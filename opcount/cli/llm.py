@@ -12,7 +12,7 @@ import itertools
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import tabulate
@@ -20,6 +20,7 @@ import tabulate
 from .. import report
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
+from ..llm import deploy as deploy_lib
 from ..llm.catalogue import ARCHITECTURES
 from ..llm.catalogue import config as catalogue_config
 from ..llm.limits import MAX_BATCH, MAX_POSITIONS
@@ -34,7 +35,7 @@ from .args import check_counts, hf_overrides, invalid_config, natural_int, posit
 from .options import Analysis, Layout, LLMOptions, LLMRun, Options, columns_needing
 from .render import write_csv_meta
 
-SWEEPABLE = {"batch": "batch", "seq-len": "seq_len", "kv-len": "kv_len", "gen-len": "gen_len"}
+SWEEPABLE = {"batch": "batch", "seq-len": "seq_len", "kv-len": "kv_len", "gen-len": "gen_len", **deploy.SWEEPABLE}
 DEFAULT_SEQ_LEN = 128
 # The LLM flags by their argparse names (the parser hides them from opcount compare's help).
 LLM_FLAGS = (
@@ -147,6 +148,7 @@ def check(flags: LLMOptions, options: Options) -> Precision:
             "LLM phases print table, json or csv (--by-operator and tree/md/repr/html/chrome-trace are for whole models)"
         )
     _check_columns(layout, options.hardware is not None, bool(flags.sweep))
+    deploy.check(flags, options.hardware is not None, options.hardware.spec if options.hardware else None)
     try:
         return Precision(flags.weight_dtype or "bfloat16", flags.act_dtype or "bfloat16", flags.kv_dtype)
     except OpcountError as e:
@@ -253,6 +255,7 @@ class Point:
     values: dict[str, int]
     phase: PhaseCost
     generation: GenerationCost | None = None
+    deployment: deploy_lib.Deployment | None = None
 
 
 def run(
@@ -270,6 +273,7 @@ def run(
         if not items:
             raise
         raise OpcountError(f"{options.model} with --hf-config {', '.join(items)}: {e}") from None
+    deploy.check_model(llm, flags)  # a layout the model cannot run, before anything is traced
     if options.analysis.mode == "train":  # one training step (opcount.cli.training)
         return training_cli.run(llm, options, flags, label, hardware, status), []
     base = {
@@ -282,10 +286,16 @@ def run(
     axes = [(SWEEPABLE[k], v) for k, v in flags.sweep]
     analysis = options.analysis
     points: list[Point] = []
+    phases: dict[tuple[tuple[str, int], ...], Point] = {}
     for combo in itertools.product(*(values for _, values in axes)) if axes else [()]:
         values = {**base, **{key: v for (key, _), v in zip(axes, combo, strict=True)}}
         status(f"tracing {label}: {_describe(values, flags.phase)}")
-        points.append(_point(llm, values, flags.phase, hardware, analysis))
+        traced = tuple((k, v) for k, v in values.items() if k not in deploy.SWEEPABLE)
+        if traced not in phases:  # a layout is arithmetic on the same trace
+            phases[traced] = _point(llm, values, flags.phase, hardware, analysis)
+        point = replace(phases[traced], values=values)
+        point.deployment = deploy.deployment(llm, point.phase, point.generation, values, flags, hardware)
+        points.append(point)
     if axes:
         return _sweep_report(points, options.layout, label, options.model), points
     return _single_report(llm, points[0], options.layout, label, options.model), points
@@ -352,6 +362,8 @@ def summary(llm_label: str, point: Point, parameters: int) -> str:
             )
         else:
             lines.append(f"  {hw}: {seconds(p.time)} per step ({p.bound}-bound), {p.tokens_per_s:,.1f} tokens/s")
+    if point.deployment is not None:
+        lines += deploy.summary_lines(point.deployment)
     return "\n".join(lines)
 
 
@@ -365,6 +377,7 @@ def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, mode
         data = report.to_dict(p.flops, columns=given, max_depth=layout.depth, extra=extra, meta=meta)
         data["llm"] = _point_json(point, label, llm.parameters)
         data["memory"] = (p.memory if point.generation is None else point.generation.memory).as_dict()
+        deploy.add_json(data, point.deployment)
         return json.dumps(data, indent=2)
     columns = given or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
     depth = 3 if layout.depth is None else layout.depth
@@ -400,6 +413,7 @@ def _point_json(point: Point, label: str, parameters: int) -> dict[str, Any]:
                 "tokens_per_s": gen.tokens_per_s,
                 "time": gen.time,
             }
+    deploy.add_json(out, point.deployment)
     return out
 
 
@@ -427,12 +441,17 @@ def _sweep_report(points: Sequence[Point], layout: Layout, label: str, model: st
     header = [*keys, "flops", "weights", "kv_cache", "activations", *(time_keys if has_time else [])]
     if has_time and not gen:
         header.append("bound")
-    flat = [{**r, **r["memory"]} for r in rows]
+    header += deploy.sweep_header(points[0].deployment)
+    flat = [{**r, **r["memory"], **deploy.sweep_row(pt.deployment)} for r, pt in zip(rows, points, strict=True)]
     if layout.format == "csv":  # a missing value (None) is an empty cell, as in every CSV export
         write_csv_meta(
             layout.csv_meta, export_meta(points[0].phase.flops, model=model, roofline=points[0].phase.roofline)
         )
-        names = {**report.csv_fields(header, points[0].phase.flops.flops_per_mac), **SWEEP_CSV_NAMES}
+        names = {
+            **report.csv_fields(header, points[0].phase.flops.flops_per_mac),
+            **SWEEP_CSV_NAMES,
+            **deploy.SWEEP_CSV_NAMES,
+        }
         return report.csv_rows(header, flat, names=names).rstrip("\n")
     cells = [[_cell(h, r.get(h)) for h in header] for r in flat]
     return _pipe(header, cells) + f"\n\n{label}: {len(points)} points, {points[0].phase.precision.label()}"
@@ -441,6 +460,8 @@ def _sweep_report(points: Sequence[Point], layout: Layout, label: str, model: st
 def _cell(key: str, value: Any) -> str:
     if value is None:
         return ""
+    if key in deploy.SWEEP_CELLS:
+        return deploy.SWEEP_CELLS[key](value)
     if key in ("weights", "kv_cache", "activations"):
         return size(value)
     if key.startswith("time"):

@@ -17,10 +17,9 @@ Per device, from the phase's single-device trace (:mod:`.parallel` says what is 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from torch import nn
 
@@ -28,11 +27,16 @@ from ..errors import OpcountError, OpcountValueError
 from ..hardware.interconnect import Collective, all_gather, all_reduce, all_to_all, send_recv
 from ..hardware.lookup import Hardware
 from ..ir import DTYPE_BYTES, OpCall
-from ..roofline.report import LayerTime
 from .limits import MAX_BATCH
 from .model import KV_PREFIX
 from .parallel import Parallel, Sharding, check_layout, kv_heads_per_device
 from .precision import Precision, quantized_weights, weight_bytes
+
+# A phase, a generation and the model are opcount.llm.phases' PhaseCost, GenerationCost and CausalLM,
+# typed Any here: phases imports this module (CausalLM.deploy), which does not import it back.
+PhaseCost: TypeAlias = Any
+GenerationCost: TypeAlias = Any
+CausalLM: TypeAlias = Any
 
 DEFAULT_RESERVE = 0.1  # of a device's memory, for the engine: vLLM's gpu_memory_utilization defaults to 0.9
 MAX_PRICE = 1e4  # dollars per device-hour: above any rental price
@@ -89,8 +93,13 @@ class Deployment:
 
     @property
     def needs(self) -> int | None:
-        """Devices at least, if the layout's bytes were spread evenly over them."""
-        return None if not self.capacity else math.ceil(self.model_bytes / self.capacity)
+        """Devices a replica needs at least: its bytes spread evenly over them, and more than this
+        layout's when it does not fit."""
+        if not self.capacity:
+            return None
+        devices = self.parallel.tp * self.parallel.pp
+        even = math.ceil(self.model_bytes / self.capacity)
+        return even if self.fits else max(even, devices + 1)
 
     @property
     def time(self) -> float | None:
@@ -116,7 +125,7 @@ class Placement:
     """A model's layout: its sharding, its decoder layers' stages, each parameter's bytes."""
 
     def __init__(self, model: nn.Module, config: Any, precision: Precision, parallel: Parallel) -> None:
-        self.parallel = parallel
+        self.parallel, self.config = parallel, config
         self.sharding = Sharding.of(model)
         check_layout(model, config, parallel, self.sharding)
         self.layers = int(getattr(config, "num_hidden_layers", 1))
@@ -135,7 +144,8 @@ class Placement:
             else:
                 dtype = precision.stored if p.is_floating_point() else str(p.dtype).removeprefix("torch.")
                 self.param_bytes[name] = p.numel() * int(DTYPE_BYTES[dtype])
-        self.kv_heads = int(getattr(config, "num_key_value_heads", None) or getattr(config, "num_attention_heads", 1))
+        heads = getattr(config, "num_key_value_heads", None) or getattr(config, "num_attention_heads", None)
+        self.kv_heads = heads if isinstance(heads, int) else 1
 
     def stage(self, owners: Sequence[str]) -> int:
         """The pipeline stage running a module scope: its decoder layer's, else the first stage
@@ -192,3 +202,211 @@ def _touches_cache(call: OpCall) -> bool:
         for t in (*call.inputs, *call.outputs)
         if hasattr(t, "param")
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# Time and communication per step
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class _Step:
+    """One traced phase on the layout, per stage: compute/memory seconds, collectives."""
+
+    compute: list[float]
+    collectives: list[list[Collective]]
+    p2p: Collective | None
+
+    def communication(self, stage: int) -> float:
+        return sum(c.time for c in self.collectives[stage])
+
+    def sent(self, stage: int) -> float:
+        return sum(c.sent for c in self.collectives[stage])
+
+
+def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _Step:
+    p, s = placement.parallel, placement.sharding
+    calls = cost.flops.trace().calls
+    kv_share = placement.kv_share(calls)
+    compute = [0.0] * p.pp
+    if cost.roofline is not None:
+        for lt in cost.roofline.layers:
+            layer = lt.layer
+            flops_share, weight_share = _shares(placement, layer.owners)
+            if layer.call is not None and _touches_cache(layer.call):
+                weight_share = kv_share
+            nbytes = (layer.ifmap_bytes + layer.ofmap_bytes) * flops_share + layer.weight_bytes * weight_share
+            compute[placement.stage(layer.owners)] += max(
+                layer.flops * flops_share / lt.peak, nbytes / cost.roofline.hardware.bandwidth
+            )
+    link = hardware.interconnect if hardware is not None else None
+    collectives: list[list[Collective]] = [[] for _ in range(p.pp)]
+    act = float(DTYPE_BYTES[cost.precision.act])
+    last: dict[str, OpCall] = {}
+    for call in calls:
+        for owner in call.scope:
+            if owner in s.reduced or owner in s.experts:
+                last[owner] = call
+    for module, call in last.items():
+        payload = _numel(call) * act
+        stage = placement.stage(call.scope)
+        if module in s.experts and p.ep > 1:
+            top_k = int(getattr(placement.config, "num_experts_per_tok", 1))
+            routed = payload * top_k * p.dp / p.ep  # this device's share of the tokens, each to top_k experts
+            collectives[stage] += [_priced(all_to_all, routed, p.ep, link) for _ in ("dispatch", "combine")]
+        elif module in s.reduced and p.tp > 1:
+            kind = all_gather if s.reduced[module] == "all_gather" else all_reduce
+            collectives[stage].append(_priced(kind, payload, p.tp, link))
+    p2p = None
+    if p.pp > 1:
+        hidden = int(getattr(placement.config, "hidden_size", 0))
+        payload = cost.tokens * hidden * act
+        p2p = (
+            send_recv(payload, link, across_nodes=p.devices > link.devices_per_node)
+            if link is not None
+            else Collective("send_recv", 2, payload, payload, 1, math.nan)
+        )
+    return _Step(compute, collectives, p2p)
+
+
+def _priced(kind: Any, payload: float, devices: int, link: Any) -> Collective:
+    if link is None:  # no hardware: the bytes, no time
+        n = devices
+        fraction = {"all_reduce": 2 * (n - 1) / n}.get(kind.__name__, (n - 1) / n)
+        return Collective(kind.__name__, n, payload, fraction * payload, 0, math.nan)
+    result: Collective = kind(payload, devices, link)
+    return result
+
+
+def _numel(call: OpCall) -> int:
+    out = call.outputs[0] if call.outputs else None
+    shape = getattr(out, "shape", None)
+    if shape is None:
+        raise OpcountError(f"{call.kind} in {call.scope[-1]}: no output tensor to communicate")
+    return math.prod(shape)
+
+
+def _shares(placement: Placement, owners: Sequence[str]) -> tuple[float, float]:
+    """(share of the activations and FLOPs, share of the weights) a device runs of an operator."""
+    p, s = placement.parallel, placement.sharding
+    if p.ep > 1 and s.expert_block(owners) is not None:
+        return p.dp / p.ep, 1 / p.ep
+    if s.in_region(owners) is not None:
+        return 1 / p.tp, 1 / p.tp
+    return 1.0, 1.0
+
+
+# ------------------------------------------------------------------------------------------------
+# A phase, a generation
+# ------------------------------------------------------------------------------------------------
+def _timing(step: _Step, micro: int) -> tuple[float, float, float]:
+    """(compute, communication, bytes sent per device) of a whole step: every stage once, then
+    ``micro - 1`` more micro-batches through the slowest stage (the pipeline's bubble)."""
+    pp = len(step.compute)
+    totals = [step.compute[i] + step.communication(i) for i in range(pp)]
+    slowest = max(range(pp), key=totals.__getitem__)
+    compute = sum(step.compute) + (micro - 1) * step.compute[slowest]
+    hops = pp - 1 + micro - 1 if pp > 1 else 0
+    p2p_time = step.p2p.time if step.p2p is not None else 0.0
+    p2p_sent = step.p2p.sent if step.p2p is not None else 0.0
+    communication = sum(step.communication(i) for i in range(pp)) + (micro - 1) * step.communication(slowest)
+    communication += hops * p2p_time
+    sent = max(step.sent(i) for i in range(pp)) * micro + (micro if pp > 1 else 0) * p2p_sent
+    return compute, communication, sent
+
+
+def _memory(placement: Placement, cost: PhaseCost, kv_cache: float, activations: float) -> list[DeviceMemory]:
+    kv_share = placement.kv_share(cost.flops.trace().calls)
+    layers = placement.stage_layers()
+    return [
+        DeviceMemory(w, kv_cache * kv_share * n / placement.layers, activations)
+        for w, n in zip(placement.weights_per_stage(), layers, strict=True)
+    ]
+
+
+def deploy(
+    llm: CausalLM,
+    cost: PhaseCost,
+    parallel: Parallel,
+    *,
+    hardware: Hardware | None = None,
+    price: float | None = None,
+    reserve: float = DEFAULT_RESERVE,
+    micro: PhaseCost | None = None,
+    max_batch: bool = False,
+    generation: GenerationCost | None = None,
+) -> Deployment:
+    """``cost`` (a phase, or with ``generation`` its prefill) on ``parallel``: ``micro`` is the phase
+    traced at one micro-batch (``batch / micro_batches`` sequences), needed when micro-batches > 1."""
+    if not 0 <= reserve < 1:
+        raise OpcountValueError(f"reserve must be a fraction from 0 to below 1, got {reserve!r}")
+    if price is not None and not (math.isfinite(price) and 0 < price <= MAX_PRICE):
+        raise OpcountValueError(f"price must be dollars per device-hour above 0 and up to {MAX_PRICE:g}, got {price!r}")
+    if parallel.micro_batches > 1 and (micro is None or micro.batch * parallel.micro_batches != cost.batch):
+        raise OpcountValueError(
+            f"--micro-batches {parallel.micro_batches}: needs the phase traced at batch / micro-batches "
+            f"(--batch {cost.batch} must be a multiple of it)"
+        )
+    placement = Placement(llm.model, llm.config, llm.precision, parallel)
+    steps = [cost] if generation is None else [s for s in (generation.first_step, generation.last_step) if s]
+    memory_of = cost.memory if generation is None else generation.memory
+    stages = _memory(placement, steps[-1], memory_of.kv_cache, memory_of.activations)
+    per_device = max(stages, key=lambda m: m.total)
+    timed = [_timing(_step(placement, micro or s, hardware), parallel.micro_batches) for s in steps]
+    compute = sum(t[0] for t in timed) / len(timed)  # a generation: the mean of its first and last step
+    communication = sum(t[1] for t in timed) / len(timed)
+    capacity = None if hardware is None or hardware.memory_bytes is None else hardware.memory_bytes * (1 - reserve)
+    timed_ok = hardware is not None and cost.roofline is not None
+    d = Deployment(
+        parallel,
+        hardware.name if hardware is not None else None,
+        per_device,
+        float(memory_of.total),
+        reserve,
+        capacity,
+        max(t[2] for t in timed),
+        communication if timed_ok else None,
+        compute if timed_ok else None,
+        steps[-1].tokens,
+        price,
+    )
+    if price is not None and d.time:
+        per_token_s = parallel.tp * parallel.pp * price / 3600  # one replica's devices, dollars a second
+        if generation is None:
+            d.cost = {"prompt" if cost.phase == "prefill" else "generated": per_token_s * d.time / d.tokens * 1e6}
+        else:
+            prefill = _timing(_step(placement, cost, hardware), 1)
+            d.cost = {
+                "prompt": per_token_s * (prefill[0] + prefill[1]) / cost.tokens * 1e6,
+                "generated": per_token_s * d.time / d.tokens * 1e6,
+            }
+    if max_batch and capacity is not None:
+        d.max_batch = largest_batch(stages, steps[-1].batch, capacity)
+    return d
+
+
+def on_layout(
+    llm: CausalLM, cost: PhaseCost | GenerationCost, parallel: Parallel | None = None, **options: Any
+) -> Deployment:
+    """:func:`deploy` of a phase or a whole generation (its prefill, first and last decode steps)."""
+    prefill = getattr(cost, "prefill", None)  # a GenerationCost
+    phase = prefill if prefill is not None else cost
+    options.setdefault("hardware", phase.roofline.hardware if phase.roofline is not None else None)
+    if prefill is not None:
+        return deploy(llm, prefill, parallel or Parallel(), generation=cost, **options)
+    return deploy(llm, cost, parallel or Parallel(), **options)
+
+
+def largest_batch(stages: Sequence[DeviceMemory], batch: int, capacity: float) -> int:
+    """The most sequences each stage's device holds: weights fixed, KV cache and activations
+    linear in the batch (scaled from the ``batch`` traced); 0 when the weights alone do not fit."""
+    best = MAX_BATCH
+    for m in stages:
+        per_sequence = (m.kv_cache + m.activations) / batch
+        room = capacity - m.weights
+        if room < per_sequence:
+            return 0
+        best = min(best, math.floor(room / per_sequence) if per_sequence else MAX_BATCH)
+    return best
+
+
+def fits(memory: DeviceMemory, capacity: float) -> bool:
+    return memory.total <= capacity

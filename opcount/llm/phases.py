@@ -35,6 +35,7 @@ from ..ir import OpCall, TensorSpec
 from ..memory import MemoryTrafficAnalysis
 from ..roofline import RooflineReport, roofline
 from ..tracers.meta import TensorShape
+from .deploy import Deployment, on_layout
 from .limits import check_phase
 from .model import (
     KVGeometry,
@@ -46,6 +47,7 @@ from .model import (
     static_cache,
     text_config,
 )
+from .parallel import Parallel
 from .precision import Precision, footprint_weights, pricing_for
 
 PHASES = ("prefill", "decode")
@@ -188,6 +190,11 @@ class CausalLM:
         if hw is not None:
             report = roofline(traffic, hardware=hw, dtype=self.precision.act, itemsize=self._pricing)
         return PhaseCost(phase, batch, seq_len, kv_len, self.precision, flops, memory, report, tuple(blocks))
+
+    def deploy(self, cost: PhaseCost | GenerationCost, parallel: Parallel | None = None, **options: Any) -> Deployment:
+        """``cost`` (a phase or a generation of this model) on a parallel layout: per-device memory,
+        fit, communication, time and cost (:func:`opcount.llm.deploy.deploy`, its options)."""
+        return on_layout(self, cost, parallel, **options)
 
     def _trace(
         self, seq_len: int, kv_len: int, batch: int, flops_per_mac: int, preset: str
