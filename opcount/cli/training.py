@@ -86,7 +86,11 @@ def check_options(options: Options) -> None:
         raise OpcountError(
             f"--zero {flags.zero} partitions the model states over data-parallel devices: give --dp N with N > 1"
         )
-    if options.plot:
+    if flags.recompute == "selective" and not options.model.startswith(("llm:", "hf:")):
+        raise OpcountError(
+            "--recompute selective finds the attention scores by the sequence length: llm: and hf: models (--seq-len)"
+        )
+    if options.plot and options.llm is not None:
         raise OpcountError("--plot draws inference phases and whole models' rooflines, not an LLM training step")
 
 
@@ -282,10 +286,6 @@ def whole_model(analyses: Any, options: Options, text: str) -> str:
     flags = options.training
     optimizer, recompute = flags.optimizer or DEFAULT_OPTIMIZER, flags.recompute or "none"
     seq_len = (options.inputs.seq_len or HF_SEQ_LEN) if options.model.startswith("hf:") else None
-    if recompute == "selective" and seq_len is None:
-        raise OpcountError(
-            "--recompute selective finds the attention scores by the sequence length: hf: models (--seq-len)"
-        )
     states = whole_model_states(model, optimizer)
     # mixture-of-experts blocks route by expectation, as the trace did (opcount.cli.main)
     routing = expected_routing(model) if options.model.startswith("hf:") else nullcontext()

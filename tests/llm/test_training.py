@@ -101,3 +101,18 @@ def test_whole_model_training_memory(capsys: pytest.CaptureFixture[str]) -> None
     params = data["total"]["params"]
     assert (per["weights"], per["gradients"], per["optimizer"]) == (4 * params, 4 * params, 8 * params)
     assert data["training"] == {"optimizer": "adamw", "zero": 0, "dp": 1, "recompute": "none"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--tokens", "1e9"], "--tokens counts the tokens of an LLM's run"),
+        (["--recompute", "selective"], "--recompute selective finds the attention scores by the sequence length"),
+        (["--recompute", "full"], "--recompute full: the model has no layers (an nn.ModuleList) to checkpoint"),
+    ],
+)
+def test_whole_model_bad_input(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(["resnet18", "--mode", "train", "--tracer", "dispatch", "--meta", *argv], capsys)
+    assert status == 2 and not out
+    lines = [line for line in err.splitlines() if line.startswith("opcount: error")]
+    assert len(lines) == 1 and lines[0].startswith(f"opcount: error: {message}"), err
