@@ -107,11 +107,19 @@ def check_llm(flags: LLMOptions, model: str) -> None:
             f"{layout[0]}: --mode train prices data parallelism (--dp, --zero); tensor, pipeline and expert "
             "parallel training are not modelled"
         )
+    names = {}
     for flag, dtype in (("--weight-dtype", flags.weight_dtype), ("--act-dtype", flags.act_dtype)):
-        if dtype is not None and ALIASES.get(dtype.lower(), dtype.lower()) not in TRAINABLE_DTYPES:
+        names[flag] = ALIASES.get((dtype or "bfloat16").lower(), (dtype or "bfloat16").lower())
+        if names[flag] not in TRAINABLE_DTYPES:
             raise OpcountError(
                 f"{flag} {dtype}: --mode train trains {', '.join(TRAINABLE_DTYPES)} weights and activations"
             )
+    if names["--weight-dtype"] != names["--act-dtype"]:
+        raise OpcountError(
+            f"--weight-dtype {names['--weight-dtype']} with --act-dtype {names['--act-dtype']}: a training step "
+            "computes in its weights' dtype (mixed precision keeps a float32 master copy with the optimizer): "
+            "give them alike"
+        )
 
 
 # ------------------------------------------------------------------------------------------------

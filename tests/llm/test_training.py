@@ -78,6 +78,7 @@ def test_summary_and_recompute(capsys: pytest.CaptureFixture[str]) -> None:
         (["--mode", "train", "--zero", "2"], "--zero 2 partitions the model states over data-parallel devices"),
         (["--mode", "train", "--phase", "decode"], "--phase is for inference phases"),
         (["--mode", "train", "--weight-dtype", "int4"], "--weight-dtype int4: --mode train trains"),
+        (["--mode", "train", "--weight-dtype", "float32"], "--weight-dtype float32 with --act-dtype bfloat16"),
         (["--mode", "train", "--optimizer", "rmsprop"], "argument --optimizer: invalid choice: 'rmsprop'"),
         (["--mode", "train", "--tokens", "1e20"], "argument --tokens: expected 1 to 1e+16 tokens"),
         (["--mode", "train", "--tokens", "1e9"], "--tokens needs --hardware"),
