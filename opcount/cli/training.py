@@ -11,7 +11,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from .. import report
-from ..errors import OpcountError
+from ..errors import OpcountError, OpcountValueError
 from ..hardware.lookup import Hardware
 from ..llm.model import expected_routing
 from ..llm.phases import CausalLM
@@ -19,7 +19,7 @@ from ..llm.precision import ALIASES
 from ..llm.training import TRAINABLE_DTYPES, TrainingCost, train_step
 from ..report.provenance import export_meta
 from ..training.saved import RECOMPUTE, SavedActivations, effective, layers_of, measure
-from ..training.states import OPTIMIZERS, ModelStates, model_states
+from ..training.states import OPTIMIZERS, ModelStates, states_of
 from ..training.step import Throughput, forward_calls, recompute_time
 from ..units import seconds, si, size
 from .options import LLMOptions, Options, TrainingOptions
@@ -294,7 +294,10 @@ def whole_model(analyses: Any, options: Options, text: str) -> str:
     flags = options.training
     optimizer, recompute = flags.optimizer or DEFAULT_OPTIMIZER, flags.recompute or "none"
     seq_len = (options.inputs.seq_len or HF_SEQ_LEN) if options.model.startswith("hf:") else None
-    states = whole_model_states(model, optimizer)
+    try:
+        states = states_of(model, optimizer)
+    except OpcountValueError as e:
+        raise OpcountError(f"--mode train: {e}") from None
     # mixture-of-experts blocks route by expectation, as the trace did (opcount.cli.main)
     routing = expected_routing(model) if options.model.startswith("hf:") else nullcontext()
     with routing:
@@ -331,29 +334,6 @@ def whole_model(analyses: Any, options: Options, text: str) -> str:
 
 
 HF_SEQ_LEN = 128  # an hf: model's default --seq-len (opcount.cli.models)
-
-
-def whole_model_states(model: Any, optimizer: str) -> ModelStates:
-    """One device's model states: every parameter's bytes as stored, gradients and optimizer
-    states for those that require grad (shared ones once), in their dtype."""
-    params = list(model.parameters())
-    trainable = [p for p in params if p.requires_grad]
-    sizes = {p.element_size() for p in trainable}
-    if len(sizes) > 1:
-        raise OpcountError(
-            f"--mode train: the trainable parameters mix dtypes of {sorted(sizes)} bytes; give --dtype to convert the model"
-        )
-    itemsize = sizes.pop() if sizes else 4
-    if itemsize not in (2, 4):
-        raise OpcountError(
-            f"--mode train: parameters of {itemsize} bytes cannot be trained (float32, bfloat16, float16)"
-        )
-    weights = sum(p.numel() * p.element_size() for p in params)
-    frozen = weights - sum(p.numel() * p.element_size() for p in trainable)
-    states = model_states(
-        [tuple(p.shape) for p in trainable], weights - frozen, optimizer=optimizer, weight_itemsize=itemsize
-    )
-    return ModelStates(states.weights + frozen, states.gradients, states.optimizer, 0, 1)
 
 
 def _as_tuple(inputs: Any) -> tuple[Any, ...]:

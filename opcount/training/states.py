@@ -25,6 +25,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from torch import nn
+
 from ..errors import OpcountValueError
 
 # bytes of float32 state per parameter element, for optimizers whose states do not depend on shapes
@@ -89,3 +91,21 @@ def model_states(
         return -(-total // dp) if zero >= stage else total
 
     return ModelStates(share(weight_bytes, 3), share(gradients, 2), share(optimizer_bytes, 1), zero, dp)
+
+
+def states_of(model: nn.Module, optimizer: str = "adamw", *, zero: int = 0, dp: int = 1) -> ModelStates:
+    """The model states per device of any ``model``: every parameter's bytes as stored (shared ones
+    once), gradients and optimizer states for those that require grad, in their own dtype
+    (float32: no master copy; bfloat16 or float16: mixed precision). Frozen parameters are
+    weights only, partitioned by ZeRO-3 with the others."""
+    params = list(model.parameters())
+    trainable = [p for p in params if p.requires_grad]
+    sizes = {p.element_size() for p in trainable if p.is_floating_point()}
+    if len(sizes) > 1 or any(not p.is_floating_point() for p in trainable):
+        raise OpcountValueError(
+            f"the trainable parameters of {type(model).__name__} mix dtypes; convert the model to one float dtype"
+        )
+    itemsize = sizes.pop() if sizes else 4
+    weights = sum(p.numel() * p.element_size() for p in params)
+    shapes = [tuple(p.shape) for p in trainable]
+    return model_states(shapes, weights, optimizer=optimizer, weight_itemsize=itemsize, zero=zero, dp=dp)

@@ -79,3 +79,18 @@ def test_bad_values_are_refused() -> None:
         states(4, 8)
     with pytest.raises(OpcountValueError, match="dp must be"):
         states(1, 0)
+
+
+def test_states_of_any_model() -> None:
+    import torch
+    from torch import nn
+
+    from opcount.training.states import states_of
+
+    model = nn.Sequential(nn.Linear(10, 20), nn.Linear(20, 5))  # 220 + 105 = 325 parameters, float32
+    model[1].weight.requires_grad_(False)  # 100 frozen: weights only
+    s = states_of(model, "adamw")
+    assert (s.weights, s.gradients, s.optimizer) == (4 * 325, 4 * 225, 8 * 225)  # float32: no master copy
+    half = states_of(model.to(torch.bfloat16), "sgd-momentum", zero=3, dp=5)
+    # bfloat16: 2-byte weights and gradients, momentum + master copy 4 + 4; ZeRO-3 over 5 devices
+    assert (half.weights, half.gradients, half.optimizer) == (2 * 325 // 5, 2 * 225 // 5, 8 * 225 // 5)
