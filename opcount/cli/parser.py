@@ -146,6 +146,7 @@ def _compare_options(ns: argparse.Namespace, prog: str) -> CompareOptions:
         debug=ns.debug,
     )
     given = {"--no-param-shapes": ns.no_param_shapes, "--profile": ns.profile, "--plot": ns.plot is not None}
+    given |= dict.fromkeys(llm_command.training_options(vars(ns)).given(), True)  # one model's training step
     check_compare(options, _llm_flags(ns), ns.depth, ns.repeats, given)
     check_recalibrate(hardware, ns.recalibrate)
     return options

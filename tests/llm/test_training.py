@@ -117,3 +117,9 @@ def test_whole_model_bad_input(argv: list[str], message: str, capsys: pytest.Cap
     assert status == 2 and not out
     lines = [line for line in err.splitlines() if line.startswith("opcount: error")]
     assert len(lines) == 1 and lines[0].startswith(f"opcount: error: {message}"), err
+
+
+def test_compare_refuses_training_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(["compare", "resnet18", "resnet34", "--recompute", "full"], capsys)
+    assert status == 2 and not out
+    assert "--recompute applies to one model's report" in err
