@@ -177,7 +177,7 @@ def summary_lines(d: Deployment) -> list[str]:
     """The deployment in a few lines: layout, memory per device against capacity, communication, time, cost."""
     m = d.per_device
     lines = [
-        f"  layout: {d.parallel.label()}; per device: weights {size(m.weights)}, KV cache {size(m.kv_cache)}, "
+        f"  layout: {d.parallel.label()} (the lines above: one device); per device: weights {size(m.weights)}, KV cache {size(m.kv_cache)}, "
         f"activations {size(m.activations)}, total {size(m.total)}"
     ]
     if d.capacity is not None:
@@ -191,8 +191,12 @@ def summary_lines(d: Deployment) -> list[str]:
         )
     if d.time is not None:
         lines.append(
-            f"  per step: compute/memory {seconds(d.compute_time)} + communication {seconds(d.communication_time)} "
+            f"  per device and {'output token' if d.generated else 'step'}: compute/memory {seconds(d.compute_time)} + communication {seconds(d.communication_time)} "
             f"= {seconds(d.time)}, {d.tokens_per_s:,.1f} tokens/s on {d.parallel.devices} devices"
+        )
+    if d.prefill_time is not None:
+        lines.append(
+            f"  per device: time to first token {seconds(d.prefill_time)}, whole generation {seconds(d.generation_time)}"
         )
     if d.cost is not None:
         lines.append("  cost: " + ", ".join(f"${v:,.4g} per 1M {k} tokens" for k, v in d.cost.items()))
@@ -212,6 +216,8 @@ def add_json(out: dict[str, Any], d: Deployment | None) -> None:
     out["communication"] = {"bytes_per_device": d.communication_bytes, "time": d.communication_time}
     if d.time is not None:
         out["time_per_device"] = {"compute": d.compute_time, "communication": d.communication_time, "total": d.time}
+        if d.prefill_time is not None:
+            out["time_per_device"] |= {"time_to_first_token": d.prefill_time, "generation": d.generation_time}
         out["tokens_per_s_all_devices"] = d.tokens_per_s
     if d.cost is not None:
         out["cost"] = {"per_million_tokens": d.cost, "usd_per_device_hour": d.price, "devices": d.parallel.devices}

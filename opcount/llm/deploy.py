@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from torch import nn
@@ -85,7 +85,15 @@ class Deployment:
     price: float | None = None
     cost: dict[str, float] | None = None
     max_batch: int | None = None
-    collectives: list[Collective] = field(default_factory=list)
+    prefill_time: float | None = None  # a generation: the time to first token per device
+    generated: int = 0  # a generation: its decode steps
+
+    @property
+    def generation_time(self) -> float | None:
+        """A generation per device: the prefill, then its steps at the mean step time."""
+        if self.prefill_time is None or self.time is None:
+            return None
+        return self.prefill_time + self.generated * self.time
 
     @property
     def fits(self) -> bool | None:
@@ -239,7 +247,9 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
             )
     link = hardware.interconnect if hardware is not None else None
     collectives: list[list[Collective]] = [[] for _ in range(p.pp)]
-    act = float(DTYPE_BYTES[cost.precision.act])
+    # the residual stream is communicated in the dtype the model computes it in (bfloat16 under
+    # 8-bit activations: NCCL reduces no 8-bit floats), the traced one
+    act = float(DTYPE_BYTES[str(cost.precision.traced).removeprefix("torch.")])
     last: dict[str, OpCall] = {}
     for call in calls:
         for owner in call.scope:
@@ -368,16 +378,17 @@ def deploy(
         steps[-1].tokens,
         price,
     )
+    if generation is not None and timed_ok:
+        prefill = _timing(_step(placement, cost, hardware), 1)
+        d.prefill_time, d.generated = step_time(prefill[0], prefill[1]), generation.gen_len
     if price is not None and d.time:
-        per_token_s = parallel.tp * parallel.pp * price / 3600  # one replica's devices, dollars a second
+        per_second = parallel.tp * parallel.pp * price / 3600  # one replica's devices, dollars a second
         if generation is None:
-            d.cost = {"prompt" if cost.phase == "prefill" else "generated": per_token_s * d.time / d.tokens * 1e6}
+            d.cost = {"prompt" if cost.phase == "prefill" else "generated": per_second * d.time / d.tokens * 1e6}
         else:
-            prefill = _timing(_step(placement, cost, hardware), 1)
-            d.cost = {
-                "prompt": per_token_s * (prefill[0] + prefill[1]) / cost.tokens * 1e6,
-                "generated": per_token_s * d.time / d.tokens * 1e6,
-            }
+            d.cost = {"generated": per_second * d.time / d.tokens * 1e6}
+            if d.prefill_time:
+                d.cost = {"prompt": per_second * d.prefill_time / cost.tokens * 1e6, **d.cost}
     if max_batch and capacity is not None:
         d.max_batch = largest_batch(stages, steps[-1].batch, capacity)
     return d
