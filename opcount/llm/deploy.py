@@ -30,7 +30,7 @@ from ..ir import DTYPE_BYTES, OpCall
 from .limits import MAX_BATCH
 from .model import KV_PREFIX
 from .parallel import Parallel, Sharding, check_layout, kv_heads_per_device
-from .precision import Precision, quantized_weights, weight_bytes
+from .precision import Precision, weight_formats
 
 # A phase, a generation and the model are opcount.llm.phases' PhaseCost, GenerationCost and CausalLM,
 # typed Any here: phases imports this module (CausalLM.deploy), which does not import it back.
@@ -144,11 +144,11 @@ class Placement:
         for index, name in enumerate(stack[1] if stack else ()):
             for sub, _ in model.get_submodule(name).named_modules(prefix=name):
                 self.stage_of[sub] = index * parallel.pp // self.layers
-        quantized = quantized_weights(model)
+        formats = weight_formats(model, precision)  # each weight's bytes as the footprint counts them
         self.param_bytes: dict[str, int] = {}
         for name, p in model.named_parameters():
-            if name in quantized:
-                self.param_bytes[name] = weight_bytes(tuple(p.shape), precision.weight)
+            if name in formats:
+                self.param_bytes[name] = formats[name][1]
             else:
                 dtype = precision.stored if p.is_floating_point() else str(p.dtype).removeprefix("torch.")
                 self.param_bytes[name] = p.numel() * int(DTYPE_BYTES[dtype])
