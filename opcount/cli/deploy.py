@@ -5,6 +5,7 @@ checks, and the lines and JSON fields they add to a report (:mod:`opcount.llm.de
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -110,12 +111,8 @@ def check(flags: LLMOptions, hardware_given: bool, hardware: Hardware | None) ->
             raise OpcountError(f"--{name} needs --hardware (the time per step, the device's memory)")
     if d.max_batch and hardware is not None and hardware.memory_bytes is None:
         raise OpcountError(f"--max-batch: {hardware.name} does not say its memory (memory_bytes in a hardware file)")
-    swept_values = dict(flags.sweep)
-    largest = {k: max(v) for k, v in swept_values.items() if k in SWEEPABLE}
-    parallel = layout(d, {})
-    for key, value in largest.items():  # each swept degree within bounds, before anything is built
-        layout(d, {key: value})
-    multi = not parallel.single or any(v > 1 for v in largest.values())
+    layouts = [layout(d, values) for values in _swept_layouts(flags)]  # each within bounds, before building
+    multi = any(not p.single for p in layouts)
     if multi and hardware is not None and hardware.interconnect is None:
         given = [f"--{k} {getattr(d, k)}" for k in SWEEPABLE if (getattr(d, k) or 1) > 1] or ["--sweep"]
         raise OpcountError(
@@ -127,11 +124,16 @@ def check(flags: LLMOptions, hardware_given: bool, hardware: Hardware | None) ->
 def check_model(llm: CausalLM, flags: LLMOptions) -> None:
     """Every layout of the run against the model (heads, layers, experts), before anything is traced."""
     d = flags.deploy
-    swept = [(k, v) for k, values in flags.sweep if k in SWEEPABLE for v in values]
-    if not d.given() and not swept:
+    if not d.given() and not any(k in SWEEPABLE for k, _ in flags.sweep):
         return
-    for values in [{}, *({k: v} for k, v in swept)]:
+    for values in _swept_layouts(flags):
         Placement(llm.model, llm.config, llm.precision, layout(d, values))
+
+
+def _swept_layouts(flags: LLMOptions) -> list[dict[str, int]]:
+    """Every combination of the swept layout keys (one empty one without a sweep of them)."""
+    axes = [(k, v) for k, v in flags.sweep if k in SWEEPABLE]
+    return [dict(zip([k for k, _ in axes], combo, strict=True)) for combo in itertools.product(*(v for _, v in axes))]
 
 
 def deployment(

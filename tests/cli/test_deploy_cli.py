@@ -83,6 +83,7 @@ def test_a_sweep_over_tp_has_a_row_a_layout(capsys: pytest.CaptureFixture[str]) 
         (["--pp", "2", "--micro-batches", "3"], "--micro-batches 3: does not divide --batch 2"),
         (["--max-batch", "--hardware", "xeon-8480-2s"], "--max-batch: xeon-8480-2s does not say its memory"),
         (["--sweep", "tp=1,3"], "--tp 3: does not divide"),
+        (["--sweep", "tp=1,2", "--sweep", "ep=1,2"], "--ep 2: expert parallelism"),  # tp 1 with ep 2
     ],
 )
 def test_bad_layouts_exit_2_in_one_line_naming_the_flag(
