@@ -5,6 +5,7 @@ checks, and the lines and JSON fields they add to a report (:mod:`opcount.llm.de
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -110,12 +111,8 @@ def check(flags: LLMOptions, hardware_given: bool, hardware: Hardware | None) ->
             raise OpcountError(f"--{name} needs --hardware (the time per step, the device's memory)")
     if d.max_batch and hardware is not None and hardware.memory_bytes is None:
         raise OpcountError(f"--max-batch: {hardware.name} does not say its memory (memory_bytes in a hardware file)")
-    swept_values = dict(flags.sweep)
-    largest = {k: max(v) for k, v in swept_values.items() if k in SWEEPABLE}
-    parallel = layout(d, {})
-    for key, value in largest.items():  # each swept degree within bounds, before anything is built
-        layout(d, {key: value})
-    multi = not parallel.single or any(v > 1 for v in largest.values())
+    layouts = [layout(d, values) for values in _swept_layouts(flags)]  # each within bounds, before building
+    multi = any(not p.single for p in layouts)
     if multi and hardware is not None and hardware.interconnect is None:
         given = [f"--{k} {getattr(d, k)}" for k in SWEEPABLE if (getattr(d, k) or 1) > 1] or ["--sweep"]
         raise OpcountError(
@@ -127,11 +124,16 @@ def check(flags: LLMOptions, hardware_given: bool, hardware: Hardware | None) ->
 def check_model(llm: CausalLM, flags: LLMOptions) -> None:
     """Every layout of the run against the model (heads, layers, experts), before anything is traced."""
     d = flags.deploy
-    swept = [(k, v) for k, values in flags.sweep if k in SWEEPABLE for v in values]
-    if not d.given() and not swept:
+    if not d.given() and not any(k in SWEEPABLE for k, _ in flags.sweep):
         return
-    for values in [{}, *({k: v} for k, v in swept)]:
+    for values in _swept_layouts(flags):
         Placement(llm.model, llm.config, llm.precision, layout(d, values))
+
+
+def _swept_layouts(flags: LLMOptions) -> list[dict[str, int]]:
+    """Every combination of the swept layout keys (one empty one without a sweep of them)."""
+    axes = [(k, v) for k, v in flags.sweep if k in SWEEPABLE]
+    return [dict(zip([k for k, _ in axes], combo, strict=True)) for combo in itertools.product(*(v for _, v in axes))]
 
 
 def deployment(
@@ -177,7 +179,7 @@ def summary_lines(d: Deployment) -> list[str]:
     """The deployment in a few lines: layout, memory per device against capacity, communication, time, cost."""
     m = d.per_device
     lines = [
-        f"  layout: {d.parallel.label()}; per device: weights {size(m.weights)}, KV cache {size(m.kv_cache)}, "
+        f"  layout: {d.parallel.label()} (the lines above: one device); per device: weights {size(m.weights)}, KV cache {size(m.kv_cache)}, "
         f"activations {size(m.activations)}, total {size(m.total)}"
     ]
     if d.capacity is not None:
@@ -191,8 +193,12 @@ def summary_lines(d: Deployment) -> list[str]:
         )
     if d.time is not None:
         lines.append(
-            f"  per step: compute/memory {seconds(d.compute_time)} + communication {seconds(d.communication_time)} "
+            f"  per device and {'output token' if d.generated else 'step'}: compute/memory {seconds(d.compute_time)} + communication {seconds(d.communication_time)} "
             f"= {seconds(d.time)}, {d.tokens_per_s:,.1f} tokens/s on {d.parallel.devices} devices"
+        )
+    if d.prefill_time is not None:
+        lines.append(
+            f"  per device: time to first token {seconds(d.prefill_time)}, whole generation {seconds(d.generation_time)}"
         )
     if d.cost is not None:
         lines.append("  cost: " + ", ".join(f"${v:,.4g} per 1M {k} tokens" for k, v in d.cost.items()))
@@ -212,6 +218,8 @@ def add_json(out: dict[str, Any], d: Deployment | None) -> None:
     out["communication"] = {"bytes_per_device": d.communication_bytes, "time": d.communication_time}
     if d.time is not None:
         out["time_per_device"] = {"compute": d.compute_time, "communication": d.communication_time, "total": d.time}
+        if d.prefill_time is not None:
+            out["time_per_device"] |= {"time_to_first_token": d.prefill_time, "generation": d.generation_time}
         out["tokens_per_s_all_devices"] = d.tokens_per_s
     if d.cost is not None:
         out["cost"] = {"per_million_tokens": d.cost, "usd_per_device_hour": d.price, "devices": d.parallel.devices}

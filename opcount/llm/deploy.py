@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from torch import nn
@@ -30,7 +30,7 @@ from ..ir import DTYPE_BYTES, OpCall
 from .limits import MAX_BATCH
 from .model import KV_PREFIX
 from .parallel import Parallel, Sharding, check_layout, kv_heads_per_device
-from .precision import Precision, quantized_weights, weight_bytes
+from .precision import Precision, weight_formats
 
 # A phase, a generation and the model are opcount.llm.phases' PhaseCost, GenerationCost and CausalLM,
 # typed Any here: phases imports this module (CausalLM.deploy), which does not import it back.
@@ -85,7 +85,15 @@ class Deployment:
     price: float | None = None
     cost: dict[str, float] | None = None
     max_batch: int | None = None
-    collectives: list[Collective] = field(default_factory=list)
+    prefill_time: float | None = None  # a generation: the time to first token per device
+    generated: int = 0  # a generation: its decode steps
+
+    @property
+    def generation_time(self) -> float | None:
+        """A generation per device: the prefill, then its steps at the mean step time."""
+        if self.prefill_time is None or self.time is None:
+            return None
+        return self.prefill_time + self.generated * self.time
 
     @property
     def fits(self) -> bool | None:
@@ -136,11 +144,11 @@ class Placement:
         for index, name in enumerate(stack[1] if stack else ()):
             for sub, _ in model.get_submodule(name).named_modules(prefix=name):
                 self.stage_of[sub] = index * parallel.pp // self.layers
-        quantized = quantized_weights(model)
+        formats = weight_formats(model, precision)  # each weight's bytes as the footprint counts them
         self.param_bytes: dict[str, int] = {}
         for name, p in model.named_parameters():
-            if name in quantized:
-                self.param_bytes[name] = weight_bytes(tuple(p.shape), precision.weight)
+            if name in formats:
+                self.param_bytes[name] = formats[name][1]
             else:
                 dtype = precision.stored if p.is_floating_point() else str(p.dtype).removeprefix("torch.")
                 self.param_bytes[name] = p.numel() * int(DTYPE_BYTES[dtype])
@@ -239,7 +247,9 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
             )
     link = hardware.interconnect if hardware is not None else None
     collectives: list[list[Collective]] = [[] for _ in range(p.pp)]
-    act = float(DTYPE_BYTES[cost.precision.act])
+    # the residual stream is communicated in the dtype the model computes it in (bfloat16 under
+    # 8-bit activations: NCCL reduces no 8-bit floats), the traced one
+    act = float(DTYPE_BYTES[str(cost.precision.traced).removeprefix("torch.")])
     last: dict[str, OpCall] = {}
     for call in calls:
         for owner in call.scope:
@@ -368,16 +378,17 @@ def deploy(
         steps[-1].tokens,
         price,
     )
+    if generation is not None and timed_ok:
+        prefill = _timing(_step(placement, cost, hardware), 1)
+        d.prefill_time, d.generated = step_time(prefill[0], prefill[1]), generation.gen_len
     if price is not None and d.time:
-        per_token_s = parallel.tp * parallel.pp * price / 3600  # one replica's devices, dollars a second
+        per_second = parallel.tp * parallel.pp * price / 3600  # one replica's devices, dollars a second
         if generation is None:
-            d.cost = {"prompt" if cost.phase == "prefill" else "generated": per_token_s * d.time / d.tokens * 1e6}
+            d.cost = {"prompt" if cost.phase == "prefill" else "generated": per_second * d.time / d.tokens * 1e6}
         else:
-            prefill = _timing(_step(placement, cost, hardware), 1)
-            d.cost = {
-                "prompt": per_token_s * (prefill[0] + prefill[1]) / cost.tokens * 1e6,
-                "generated": per_token_s * d.time / d.tokens * 1e6,
-            }
+            d.cost = {"generated": per_second * d.time / d.tokens * 1e6}
+            if d.prefill_time:
+                d.cost = {"prompt": per_second * d.prefill_time / cost.tokens * 1e6, **d.cost}
     if max_batch and capacity is not None:
         d.max_batch = largest_batch(stages, steps[-1].batch, capacity)
     return d

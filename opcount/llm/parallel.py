@@ -73,7 +73,8 @@ class Parallel:
 
     def label(self) -> str:
         parts = [f"{k}{v}" for k, v in (("tp", self.tp), ("pp", self.pp), ("ep", self.ep), ("dp", self.dp)) if v > 1]
-        return " x ".join(parts) + f" = {self.devices} devices" if parts else "1 device"
+        micro = f", {self.micro_batches} micro-batches" if self.micro_batches > 1 else ""
+        return " x ".join(parts) + f" = {self.devices} devices{micro}" if parts else "1 device"
 
 
 def flag(name: str) -> str:

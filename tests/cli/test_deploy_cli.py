@@ -55,8 +55,8 @@ def test_json_has_the_layout_per_device_memory_communication_and_cost(capsys: py
 def test_the_summary_shows_memory_fit_communication_and_time(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = run(capsys, *DECODE, "--tp", "2", "--hardware", "h100-sxm", "--depth", "0")
     assert status == 0, err
-    assert "layout: tp2 = 2 devices; per device: weights" in out
-    assert ": fits" in out and "communication:" in out and "per step: compute/memory" in out
+    assert "layout: tp2 = 2 devices (the lines above: one device); per device: weights" in out
+    assert ": fits" in out and "communication:" in out and "per device and step: compute/memory" in out
 
 
 def test_a_sweep_over_tp_has_a_row_a_layout(capsys: pytest.CaptureFixture[str]) -> None:
@@ -83,6 +83,7 @@ def test_a_sweep_over_tp_has_a_row_a_layout(capsys: pytest.CaptureFixture[str]) 
         (["--pp", "2", "--micro-batches", "3"], "--micro-batches 3: does not divide --batch 2"),
         (["--max-batch", "--hardware", "xeon-8480-2s"], "--max-batch: xeon-8480-2s does not say its memory"),
         (["--sweep", "tp=1,3"], "--tp 3: does not divide"),
+        (["--sweep", "tp=1,2", "--sweep", "ep=1,2"], "--ep 2: expert parallelism"),  # tp 1 with ep 2
     ],
 )
 def test_bad_layouts_exit_2_in_one_line_naming_the_flag(

@@ -54,6 +54,14 @@ def test_tensor_parallel_splits_the_planned_weights_and_replicates_the_norms(llm
     assert d.per_device.kv_cache == kv_bytes(2, 8) / 2
 
 
+def test_one_device_holds_the_footprint(llm: CausalLM) -> None:
+    cost = llm.phase("decode", kv_len=7, batch=2, hardware=DEVICE)
+    d = llm.deploy(cost, Parallel())
+    assert (d.per_device.weights, d.per_device.kv_cache) == (cost.memory.weights, cost.memory.kv_cache)
+    assert d.per_device.weights == ((2 * V * D + N * LAYER) + NORMS * D) * BYTES
+    assert d.communication_bytes == 0 and d.time == pytest.approx(cost.time)
+
+
 def test_tensor_parallel_above_the_kv_heads_copies_them(llm: CausalLM) -> None:
     # tp 4 > g 2: each device holds one KV head (copied on 2 devices, as vLLM does): 1/2 of the cache, not 1/4
     cost = llm.phase("decode", kv_len=7, hardware=DEVICE)
