@@ -15,7 +15,7 @@ from ..errors import OpcountError, OpcountValueError
 from ..hardware.lookup import Hardware
 from ..llm.model import expected_routing
 from ..llm.phases import CausalLM
-from ..llm.precision import ALIASES
+from ..llm.weight_formats import ALIASES
 from ..llm.training import TRAINABLE_DTYPES, TrainingCost, train_step
 from ..report.provenance import export_meta
 from ..training.saved import RECOMPUTE, SavedActivations, effective, layers_of, measure
@@ -107,9 +107,12 @@ def check_llm(flags: LLMOptions, model: str) -> None:
             f"{layout[0]}: --mode train prices data parallelism (--dp, --zero); tensor, pipeline and expert "
             "parallel training are not modelled"
         )
-    names = {}
-    for flag, dtype in (("--weight-dtype", flags.weight_dtype), ("--act-dtype", flags.act_dtype)):
-        names[flag] = ALIASES.get((dtype or "bfloat16").lower(), (dtype or "bfloat16").lower())
+    # --weight-dtype may be repeated, per module: one plain dtype here
+    weight = None if flags.weight_dtype is None else ",".join(flags.weight_dtype)
+    names: dict[str, str] = {}
+    for flag, dtype in (("--weight-dtype", weight), ("--act-dtype", flags.act_dtype)):
+        text = (dtype or "bfloat16").strip().lower()
+        names[flag] = ALIASES.get(text, text)
         if names[flag] not in TRAINABLE_DTYPES:
             raise OpcountError(
                 f"{flag} {dtype}: --mode train trains {', '.join(TRAINABLE_DTYPES)} weights and activations"
