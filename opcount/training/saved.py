@@ -21,7 +21,8 @@ Models"):
   ``[batch, heads, query, key]`` score matrices (``QK^T``, its softmax, the softmax's dropout
   mask), the ``5 a s^2 b`` term of the paper, are dropped; the queries, keys and values stay. A
   fused attention kernel (``scaled_dot_product_attention``'s flash path, which transformers'
-  ``sdpa`` takes) saves no score matrix: there selective keeps what none keeps.
+  ``sdpa`` takes without attention dropout) saves no score matrix: there selective keeps what none
+  keeps.
 """
 
 from __future__ import annotations
