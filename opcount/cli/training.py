@@ -177,6 +177,10 @@ def llm_report(
             "capacity": capacity,
             "fits": None if capacity is None else total <= capacity,
         }
+        data["parallel"] = {"tp": 1, "pp": 1, "ep": 1, "dp": cost.dp, "devices": cost.dp}
+        if cost.step is not None:  # the data-parallel collectives of one step, as a deployment reports its own
+            sent = sum(c.sent for c in cost.collectives)
+            data["communication"] = {"bytes_per_device": sent, "time": cost.step.communication}
         data["training"] = training_json(cost, tokens, price)
         return json.dumps(data, indent=2)
     columns = given or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
