@@ -12,8 +12,8 @@ parameters and buffers are excluded: they are the model's state, counted as weig
 Recomputation (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
 Models"):
 
-- ``full``: each layer (the modules of the model's longest ``nn.ModuleList``, the decoder
-  layers of a transformer) is checkpointed: only its input is kept, and in the backward pass one
+- ``full``: each layer (the modules of the ``nn.ModuleList`` holding the most parameters, the
+  decoder layers of a transformer) is checkpointed: only its input is kept, and in the backward pass one
   layer's activations are rematerialised at a time. Held at the peak (the backward pass of the
   last layer, every checkpoint still kept) = what lies outside the layers + every layer's input +
   the largest layer's saved tensors other than the layers' inputs (counted once, as checkpoints).
@@ -94,11 +94,16 @@ def effective(saved: SavedActivations, recompute: str) -> str:
 
 
 def layers_of(model: nn.Module) -> tuple[str, nn.ModuleList] | None:
-    """The model's longest ``nn.ModuleList`` (the first of equal length), by name; None when it has none."""
+    """The model's layers: of its ``nn.ModuleList`` s, the one holding the most parameters (the
+    decoder layers, not the experts' list inside one of them, however many experts it has), the
+    first of equal ones; None when it has none."""
     best: tuple[str, nn.ModuleList] | None = None
+    most = -1
     for name, module in model.named_modules():
-        if isinstance(module, nn.ModuleList) and len(module) and (best is None or len(module) > len(best[1])):
-            best = (name, module)
+        if isinstance(module, nn.ModuleList) and len(module):
+            held = sum(p.numel() for p in module.parameters())
+            if held > most:
+                best, most = (name, module), held
     return best
 
 

@@ -120,3 +120,20 @@ class ReadsAValue(nn.Module):
 def test_a_model_that_reads_a_value_is_named() -> None:
     with pytest.raises(OpcountError, match="ReadsAValue: the activations saved for backward are measured on fake"):
         measure(ReadsAValue(), (torch.randn(2, 4),), {})
+
+
+def test_the_layers_are_the_list_holding_most_parameters() -> None:
+    """Two decoder-like layers, each with a list of eight small experts: the layers are the
+    two-element list, not a longer list of experts."""
+    from opcount.training.saved import layers_of
+
+    class Layer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = nn.Linear(16, 16)
+            self.experts = nn.ModuleList(nn.Linear(16, 2) for _ in range(8))
+
+    model = nn.Module()
+    model.layers = nn.ModuleList(Layer() for _ in range(2))
+    found = layers_of(model)
+    assert found is not None and found[0] == "layers"
