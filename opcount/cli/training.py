@@ -15,8 +15,8 @@ from ..errors import OpcountError, OpcountValueError
 from ..hardware.lookup import Hardware
 from ..llm.model import expected_routing
 from ..llm.phases import CausalLM
-from ..llm.weight_formats import ALIASES
 from ..llm.training import TRAINABLE_DTYPES, TrainingCost, train_step
+from ..llm.weight_formats import ALIASES
 from ..report.provenance import export_meta
 from ..training.saved import RECOMPUTE, SavedActivations, effective, layers_of, measure
 from ..training.states import OPTIMIZERS, ModelStates, states_of
@@ -28,9 +28,9 @@ from .render import write_csv_meta
 # The flags by their argparse names (opcount compare's help hides them, as the LLM flags).
 TRAINING_FLAGS = ("optimizer", "recompute", "zero", "tokens")
 DEFAULT_OPTIMIZER = "adamw"
-MAX_TOKENS = 10**16
+MAX_TOKENS = 10**16  # tokens of a run: far above any published one (Llama 3: 15T)
 DEFAULT_SEQ_LEN = 128  # as a prefill's
-Status = Callable[[str], None]  # tokens of a run: far above any published one (Llama 3: 15T)
+Status = Callable[[str], None]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,10 +50,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _tokens(text: str) -> int:
     try:
-        number = float(text)
+        number: float = int(text)  # exact, however large
     except ValueError:
-        number = float("nan")
-    if not number.is_integer():  # nan and inf too
+        try:
+            number = float(text)  # 2e9
+        except ValueError:
+            number = float("nan")
+    if not float(number).is_integer():  # nan and inf too
         raise argparse.ArgumentTypeError(f"expected a number of tokens such as 2000000000 or 2e9, got {text!r}")
     if not 1 <= number <= MAX_TOKENS:
         raise argparse.ArgumentTypeError(f"expected 1 to {MAX_TOKENS:.0e} tokens, got {text}")
