@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from typing import Any
 
+import torch
+
 from .. import report
 from ..errors import OpcountError, OpcountValueError
 from ..hardware.lookup import Hardware
@@ -18,6 +20,7 @@ from ..llm.phases import CausalLM
 from ..llm.training import TRAINABLE_DTYPES, TrainingCost, train_step
 from ..llm.weight_formats import ALIASES
 from ..report.provenance import export_meta
+from ..torch_internals import pytree
 from ..training.saved import RECOMPUTE, SavedActivations, effective, layers_of, measure
 from ..training.states import OPTIMIZERS, ModelStates, states_of
 from ..training.step import Throughput, forward_calls, recompute_time
@@ -303,7 +306,7 @@ def whole_model(analyses: Any, options: Options, text: str) -> str:
     model = trace.model
     flags = options.training
     optimizer, recompute = flags.optimizer or DEFAULT_OPTIMIZER, flags.recompute or "none"
-    seq_len = (options.inputs.seq_len or HF_SEQ_LEN) if options.model.startswith("hf:") else None
+    seq_len = _sequence_length(trace.inputs, trace.kwargs) if options.model.startswith("hf:") else None
     try:
         states = states_of(model, optimizer)
     except OpcountValueError as e:
@@ -343,7 +346,12 @@ def whole_model(analyses: Any, options: Options, text: str) -> str:
     return text + "\n\n" + f"training step ({options.model}), one device:\n" + "\n".join(lines)
 
 
-HF_SEQ_LEN = 128  # an hf: model's default --seq-len (opcount.cli.models)
+def _sequence_length(inputs: Any, kwargs: Any) -> int | None:
+    """An hf: model's sequence length: the last size of its first [batch, tokens] input (token ids)."""
+    for t in pytree.tree_leaves((inputs, kwargs)):
+        if isinstance(t, torch.Tensor) and t.dim() == 2:
+            return int(t.shape[-1])
+    return None
 
 
 def _as_tuple(inputs: Any) -> tuple[Any, ...]:
