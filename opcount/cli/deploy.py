@@ -187,10 +187,9 @@ def summary_lines(d: Deployment) -> list[str]:
         lines.append(
             f"  capacity: {size(d.capacity)} per device ({d.reserve:g} kept for the engine's workspace): {verdict}"
         )
-    if d.communication_time is not None:
-        lines.append(
-            f"  communication: {size(d.communication_bytes)} sent per device per step, {seconds(d.communication_time)}"
-        )
+    if d.communication_time is not None or d.communication_bytes:
+        timed = f", {seconds(d.communication_time)}" if d.communication_time is not None else ""
+        lines.append(f"  communication: {size(d.communication_bytes)} sent per device per step{timed}")
     if d.time is not None:
         lines.append(
             f"  per device and {'output token' if d.generated else 'step'}: compute/memory {seconds(d.compute_time)} + communication {seconds(d.communication_time)} "
