@@ -255,19 +255,25 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
         for owner in call.scope:
             if owner in s.reduced or owner in s.experts:
                 last[owner] = call
+    hidden = getattr(placement.config, "hidden_size", None)
+    if (p.pp > 1 or p.ep > 1) and not (isinstance(hidden, int) and hidden > 0):
+        raise OpcountError(
+            f"{type(placement.config).__name__} does not say its hidden size: the stages' and experts' traffic"
+        )
+    hidden = hidden or 0
     for module, call in last.items():
         payload = _numel(call) * act
         stage = placement.stage(call.scope)
         if module in s.experts and p.ep > 1:
+            # each token's hidden state to its top_k experts: this device's dp / ep share of the tokens
             top_k = int(getattr(placement.config, "num_experts_per_tok", 1))
-            routed = payload * top_k * p.dp / p.ep  # this device's share of the tokens, each to top_k experts
+            routed = cost.tokens * hidden * act * top_k * p.dp / p.ep
             collectives[stage] += [_priced(all_to_all, routed, p.ep, link) for _ in ("dispatch", "combine")]
         elif module in s.reduced and p.tp > 1:
             kind = all_gather if s.reduced[module] == "all_gather" else all_reduce
             collectives[stage].append(_priced(kind, payload, p.tp, link))
     p2p = None
     if p.pp > 1:
-        hidden = int(getattr(placement.config, "hidden_size", 0))
         payload = cost.tokens * hidden * act
         p2p = (
             send_recv(payload, link, across_nodes=p.devices > link.devices_per_node)
