@@ -27,10 +27,12 @@ from ..errors import OpcountError, OpcountValueError
 from ..hardware.interconnect import Collective, all_gather, all_reduce, all_to_all, send_recv
 from ..hardware.lookup import Hardware
 from ..ir import DTYPE_BYTES, OpCall
+from ..memory import MemoryTrafficAnalysis
+from .device_activations import peaks_per_stage
 from .limits import MAX_BATCH
 from .model import KV_PREFIX
 from .parallel import Parallel, Sharding, check_layout, kv_heads_per_device
-from .precision import Precision, weight_formats
+from .precision import Precision, pricing_for, weight_formats
 
 # A phase, a generation and the model are opcount.llm.phases' PhaseCost, GenerationCost and CausalLM,
 # typed Any here: phases imports this module (CausalLM.deploy), which does not import it back.
@@ -144,6 +146,7 @@ class Placement:
         for index, name in enumerate(stack[1] if stack else ()):
             for sub, _ in model.get_submodule(name).named_modules(prefix=name):
                 self.stage_of[sub] = index * parallel.pp // self.layers
+        self.pricing = pricing_for(model, precision)  # bytes per element by role, as the phase prices them
         formats = weight_formats(model, precision)  # each weight's bytes as the footprint counts them
         self.param_bytes: dict[str, int] = {}
         for name, p in model.named_parameters():
@@ -329,13 +332,28 @@ def _timing(step: _Step, micro: int) -> tuple[float, float, float]:
     return compute, communication, sent
 
 
-def _memory(placement: Placement, cost: PhaseCost, kv_cache: float, activations: float) -> list[DeviceMemory]:
-    kv_share = placement.kv_share(cost.flops.trace().calls)
+def _memory(placement: Placement, steps: Sequence[PhaseCost], kv_cache: float) -> list[DeviceMemory]:
+    """Each stage's device: its weights, its layers' share of the cache (``kv_cache`` at the last of
+    ``steps``), the largest working set of its share of any of ``steps``' operators."""
+    kv_share = placement.kv_share(steps[-1].flops.trace().calls)
     layers = placement.stage_layers()
+    activations = [max(values) for values in zip(*(_activations(placement, s) for s in steps), strict=True)]
     return [
-        DeviceMemory(w, kv_cache * kv_share * n / placement.layers, activations)
-        for w, n in zip(placement.weights_per_stage(), layers, strict=True)
+        DeviceMemory(w, kv_cache * kv_share * n / placement.layers, a)
+        for w, n, a in zip(placement.weights_per_stage(), layers, activations, strict=True)
     ]
+
+
+def _activations(placement: Placement, cost: PhaseCost) -> list[float]:
+    traffic = MemoryTrafficAnalysis(cost.flops.trace())  # the phase's own trace: no second forward
+    traffic.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+    return peaks_per_stage(
+        traffic.traffic_per_call(),
+        placement.pricing,
+        lambda call: placement.stage(call.scope),
+        lambda call: _shares(placement, call.scope)[0],
+        placement.parallel.pp,
+    )
 
 
 def deploy(
@@ -364,7 +382,8 @@ def deploy(
     placement = Placement(llm.model, llm.config, llm.precision, parallel)
     steps = [cost] if generation is None else [s for s in (generation.first_step, generation.last_step) if s]
     memory_of = cost.memory if generation is None else generation.memory
-    stages = _memory(placement, steps[-1], memory_of.kv_cache, memory_of.activations)
+    held = [micro or cost] if generation is None else [cost, *steps[-1:]]  # a generation: prefill and last step
+    stages = _memory(placement, held, memory_of.kv_cache)
     per_device = max(stages, key=lambda m: m.total)
     timed = [_timing(_step(placement, micro or s, hardware), parallel.micro_batches) for s in steps]
     compute = sum(t[0] for t in timed) / len(timed)  # a generation: the mean of its first and last step

@@ -60,6 +60,14 @@ def test_one_device_holds_the_footprint(llm: CausalLM) -> None:
     assert (d.per_device.weights, d.per_device.kv_cache) == (cost.memory.weights, cost.memory.kv_cache)
     assert d.per_device.weights == ((2 * V * D + N * LAYER) + NORMS * D) * BYTES
     assert d.communication_bytes == 0 and d.time == pytest.approx(cost.time)
+    assert d.per_device.activations == cost.memory.activations  # the same working set, the same liveness
+
+
+def test_a_split_device_holds_less_of_the_working_set(llm: CausalLM) -> None:
+    # a prompt of 64 tokens: the peak is inside the MLP (B*s*f wide), split in 2; the residual stream is not
+    cost = llm.phase("prefill", seq_len=64, batch=2, hardware=DEVICE)
+    one, two = llm.deploy(cost, Parallel()).per_device, llm.deploy(cost, Parallel(tp=2)).per_device
+    assert cost.memory.activations / 2 <= two.activations < one.activations
 
 
 def test_tensor_parallel_above_the_kv_heads_copies_them(llm: CausalLM) -> None:
@@ -145,6 +153,7 @@ def test_a_generation_prices_prompt_and_generated_tokens(llm: CausalLM) -> None:
     assert d.cost is not None and set(d.cost) == {"prompt", "generated"}
     # the KV cache at the last step: 16 + 4 positions, half on each device
     assert d.per_device.kv_cache == kv_bytes(2, 20) / 2
+    assert llm.deploy(gen).per_device.activations == gen.memory.activations  # the larger of prefill and decode
 
 
 @pytest.mark.parametrize(
