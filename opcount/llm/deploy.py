@@ -7,7 +7,8 @@ Per device, from the phase's single-device trace (:mod:`.parallel` says what is 
   expert's ``1 / ep`` under expert parallelism; a pipeline stage holds its layers (the first stage
   also what runs before them, the last what runs after); the device holding the most is reported;
 - **KV cache**: ``kv_heads / tp`` heads a device (one when ``tp`` exceeds them, copied as vLLM
-  does), the stage's layers; **activations**: the whole phase's peak working set (an upper bound);
+  does), the stage's layers; **activations**: the stage's peak working set, each tensor at the
+  device's share of the operator writing it (:mod:`.device_activations`);
 - **time**: each operator's FLOPs and bytes divided as its region is (``1 / tp`` in a split
   attention or MLP, ``dp / ep`` of the experts' tokens and ``1 / ep`` of their weights), priced at
   the roofline, plus the collectives, which do not overlap the compute: a bound, as the roofline is.
