@@ -112,7 +112,7 @@ def check(flags: LLMOptions, hardware_given: bool, hardware: Hardware | None) ->
     if d.max_batch and hardware is not None and hardware.memory_bytes is None:
         raise OpcountError(f"--max-batch: {hardware.name} does not say its memory (memory_bytes in a hardware file)")
     layouts = [layout(d, values) for values in _swept_layouts(flags)]  # each within bounds, before building
-    multi = any(not p.single for p in layouts)
+    multi = any(p.tp > 1 or p.pp > 1 or p.ep > 1 for p in layouts)  # replicas alone communicate nothing
     if multi and hardware is not None and hardware.interconnect is None:
         given = [f"--{k} {getattr(d, k)}" for k in SWEEPABLE if (getattr(d, k) or 1) > 1] or ["--sweep"]
         raise OpcountError(
@@ -187,10 +187,9 @@ def summary_lines(d: Deployment) -> list[str]:
         lines.append(
             f"  capacity: {size(d.capacity)} per device ({d.reserve:g} kept for the engine's workspace): {verdict}"
         )
-    if d.communication_time is not None:
-        lines.append(
-            f"  communication: {size(d.communication_bytes)} sent per device per step, {seconds(d.communication_time)}"
-        )
+    if d.communication_time is not None or d.communication_bytes:
+        timed = f", {seconds(d.communication_time)}" if d.communication_time is not None else ""
+        lines.append(f"  communication: {size(d.communication_bytes)} sent per device per step{timed}")
     if d.time is not None:
         lines.append(
             f"  per device and {'output token' if d.generated else 'step'}: compute/memory {seconds(d.compute_time)} + communication {seconds(d.communication_time)} "

@@ -7,7 +7,8 @@ Per device, from the phase's single-device trace (:mod:`.parallel` says what is 
   expert's ``1 / ep`` under expert parallelism; a pipeline stage holds its layers (the first stage
   also what runs before them, the last what runs after); the device holding the most is reported;
 - **KV cache**: ``kv_heads / tp`` heads a device (one when ``tp`` exceeds them, copied as vLLM
-  does), the stage's layers; **activations**: the whole phase's peak working set (an upper bound);
+  does), the stage's layers; **activations**: the stage's peak working set, each tensor at the
+  device's share of the operator writing it (:mod:`.device_activations`);
 - **time**: each operator's FLOPs and bytes divided as its region is (``1 / tp`` in a split
   attention or MLP, ``dp / ep`` of the experts' tokens and ``1 / ep`` of their weights), priced at
   the roofline, plus the collectives, which do not overlap the compute: a bound, as the roofline is.
@@ -27,10 +28,12 @@ from ..errors import OpcountError, OpcountValueError
 from ..hardware.interconnect import Collective, all_gather, all_reduce, all_to_all, send_recv
 from ..hardware.lookup import Hardware
 from ..ir import DTYPE_BYTES, OpCall
+from ..memory import MemoryTrafficAnalysis
+from .device_activations import peaks_per_stage
 from .limits import MAX_BATCH
 from .model import KV_PREFIX
 from .parallel import Parallel, Sharding, check_layout, kv_heads_per_device
-from .precision import Precision, weight_formats
+from .precision import Precision, pricing_for, weight_formats
 
 # A phase, a generation and the model are opcount.llm.phases' PhaseCost, GenerationCost and CausalLM,
 # typed Any here: phases imports this module (CausalLM.deploy), which does not import it back.
@@ -144,6 +147,7 @@ class Placement:
         for index, name in enumerate(stack[1] if stack else ()):
             for sub, _ in model.get_submodule(name).named_modules(prefix=name):
                 self.stage_of[sub] = index * parallel.pp // self.layers
+        self.pricing = pricing_for(model, precision)  # bytes per element by role, as the phase prices them
         formats = weight_formats(model, precision)  # each weight's bytes as the footprint counts them
         self.param_bytes: dict[str, int] = {}
         for name, p in model.named_parameters():
@@ -255,19 +259,25 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
         for owner in call.scope:
             if owner in s.reduced or owner in s.experts:
                 last[owner] = call
+    hidden = getattr(placement.config, "hidden_size", None)
+    if (p.pp > 1 or p.ep > 1) and not (isinstance(hidden, int) and hidden > 0):
+        raise OpcountError(
+            f"{type(placement.config).__name__} does not say its hidden size: the stages' and experts' traffic"
+        )
+    hidden = hidden or 0
     for module, call in last.items():
         payload = _numel(call) * act
         stage = placement.stage(call.scope)
         if module in s.experts and p.ep > 1:
+            # each token's hidden state to its top_k experts: this device's dp / ep share of the tokens
             top_k = int(getattr(placement.config, "num_experts_per_tok", 1))
-            routed = payload * top_k * p.dp / p.ep  # this device's share of the tokens, each to top_k experts
+            routed = cost.tokens * hidden * act * top_k * p.dp / p.ep
             collectives[stage] += [_priced(all_to_all, routed, p.ep, link) for _ in ("dispatch", "combine")]
         elif module in s.reduced and p.tp > 1:
             kind = all_gather if s.reduced[module] == "all_gather" else all_reduce
             collectives[stage].append(_priced(kind, payload, p.tp, link))
     p2p = None
     if p.pp > 1:
-        hidden = int(getattr(placement.config, "hidden_size", 0))
         payload = cost.tokens * hidden * act
         p2p = (
             send_recv(payload, link, across_nodes=p.devices > link.devices_per_node)
@@ -323,13 +333,28 @@ def _timing(step: _Step, micro: int) -> tuple[float, float, float]:
     return compute, communication, sent
 
 
-def _memory(placement: Placement, cost: PhaseCost, kv_cache: float, activations: float) -> list[DeviceMemory]:
-    kv_share = placement.kv_share(cost.flops.trace().calls)
+def _memory(placement: Placement, steps: Sequence[PhaseCost], kv_cache: float) -> list[DeviceMemory]:
+    """Each stage's device: its weights, its layers' share of the cache (``kv_cache`` at the last of
+    ``steps``), the largest working set of its share of any of ``steps``' operators."""
+    kv_share = placement.kv_share(steps[-1].flops.trace().calls)
     layers = placement.stage_layers()
+    activations = [max(values) for values in zip(*(_activations(placement, s) for s in steps), strict=True)]
     return [
-        DeviceMemory(w, kv_cache * kv_share * n / placement.layers, activations)
-        for w, n in zip(placement.weights_per_stage(), layers, strict=True)
+        DeviceMemory(w, kv_cache * kv_share * n / placement.layers, a)
+        for w, n, a in zip(placement.weights_per_stage(), layers, activations, strict=True)
     ]
+
+
+def _activations(placement: Placement, cost: PhaseCost) -> list[float]:
+    traffic = MemoryTrafficAnalysis(cost.flops.trace())  # the phase's own trace: no second forward
+    traffic.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+    return peaks_per_stage(
+        traffic.traffic_per_call(),
+        placement.pricing,
+        lambda call: placement.stage(call.scope),
+        lambda call: _shares(placement, call.scope)[0],
+        placement.parallel.pp,
+    )
 
 
 def deploy(
@@ -358,7 +383,8 @@ def deploy(
     placement = Placement(llm.model, llm.config, llm.precision, parallel)
     steps = [cost] if generation is None else [s for s in (generation.first_step, generation.last_step) if s]
     memory_of = cost.memory if generation is None else generation.memory
-    stages = _memory(placement, steps[-1], memory_of.kv_cache, memory_of.activations)
+    held = [micro or cost] if generation is None else [cost, *steps[-1:]]  # a generation: prefill and last step
+    stages = _memory(placement, held, memory_of.kv_cache)
     per_device = max(stages, key=lambda m: m.total)
     timed = [_timing(_step(placement, micro or s, hardware), parallel.micro_batches) for s in steps]
     compute = sum(t[0] for t in timed) / len(timed)  # a generation: the mean of its first and last step

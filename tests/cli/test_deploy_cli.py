@@ -93,3 +93,18 @@ def test_bad_layouts_exit_2_in_one_line_naming_the_flag(
     assert status == 2
     assert out == ""
     assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_replicas_alone_need_no_links_and_a_sweep_csv_has_the_layout_columns(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = run(capsys, *DECODE, "--sweep", "dp=1,4", "--hardware", "l4", "--price", "1", "--format", "csv")
+    assert status == 0, err
+    header, one, four = out.strip().splitlines()
+    columns = header.split(",")
+    assert {"devices", "per_device_bytes", "fits", "step_time_s", "usd_per_1m_tokens"} <= set(columns)
+    row1, row4 = dict(zip(columns, one.split(","), strict=True)), dict(zip(columns, four.split(","), strict=True))
+    assert (row1["devices"], row4["devices"]) == ("1", "4")
+    # 4 replicas: 4 times the tokens a second on 4 times the devices, the same cost per token
+    assert float(row4["tokens_per_s_all_devices"]) == pytest.approx(4 * float(row1["tokens_per_s_all_devices"]))
+    assert float(row4["usd_per_1m_tokens"]) == pytest.approx(float(row1["usd_per_1m_tokens"]))

@@ -60,6 +60,14 @@ def test_one_device_holds_the_footprint(llm: CausalLM) -> None:
     assert (d.per_device.weights, d.per_device.kv_cache) == (cost.memory.weights, cost.memory.kv_cache)
     assert d.per_device.weights == ((2 * V * D + N * LAYER) + NORMS * D) * BYTES
     assert d.communication_bytes == 0 and d.time == pytest.approx(cost.time)
+    assert d.per_device.activations == cost.memory.activations  # the same working set, the same liveness
+
+
+def test_a_split_device_holds_less_of_the_working_set(llm: CausalLM) -> None:
+    # a prompt of 64 tokens: the peak is inside the MLP (B*s*f wide), split in 2; the residual stream is not
+    cost = llm.phase("prefill", seq_len=64, batch=2, hardware=DEVICE)
+    one, two = llm.deploy(cost, Parallel()).per_device, llm.deploy(cost, Parallel(tp=2)).per_device
+    assert cost.memory.activations / 2 <= two.activations < one.activations
 
 
 def test_tensor_parallel_above_the_kv_heads_copies_them(llm: CausalLM) -> None:
@@ -145,6 +153,7 @@ def test_a_generation_prices_prompt_and_generated_tokens(llm: CausalLM) -> None:
     assert d.cost is not None and set(d.cost) == {"prompt", "generated"}
     # the KV cache at the last step: 16 + 4 positions, half on each device
     assert d.per_device.kv_cache == kv_bytes(2, 20) / 2
+    assert llm.deploy(gen).per_device.activations == gen.memory.activations  # the larger of prefill and decode
 
 
 @pytest.mark.parametrize(
@@ -206,3 +215,16 @@ def test_expert_parallel_spreads_the_experts() -> None:
     # device: 512 sent, dispatch and combine, each layer: 2 * 2 * 512; plus attention's all-reduces and
     # the embedding's (3 of 1024 bytes, 2(n-1)/n = 1) and the logits gathered (4000 / 2)
     assert d.communication_bytes == N * 2 * 512 + 3 * 1024 + 2000
+
+
+def test_llama_3_8b_tensor_parallel_communication_is_megatrons() -> None:
+    # meta-llama/Meta-Llama-3-8B config.json: 32 layers, hidden 4096, vocab 128256. Decode, one
+    # sequence, tp 8: 2 all-reduces a layer + the embedding's = 65 of 4096 x 2 bytes, each sending
+    # 2 x 7 / 8 of it; the logits 128256 x 2 bytes gathered, 7 / 8 of them sent.
+    from opcount.llm.catalogue import config
+
+    llm = CausalLM(config("llama-3-8b"))
+    d = llm.deploy(llm.phase("decode", kv_len=16, hardware=DEVICE), Parallel(tp=8))
+    assert d.communication_bytes == pytest.approx(65 * 4096 * 2 * 2 * 7 / 8 + 128256 * 2 * 7 / 8)
+    # 65 all-reduces of 2 x 7 = 14 steps and a gather of 7, 1 us each, beside the bytes at 100 GB/s
+    assert d.communication_time == pytest.approx(d.communication_bytes / 100e9 + (65 * 14 + 7) * 1e-6)
