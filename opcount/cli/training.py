@@ -15,7 +15,7 @@ import torch
 from .. import report
 from ..errors import OpcountError, OpcountValueError
 from ..hardware.lookup import Hardware
-from ..llm.model import expected_routing
+from ..llm.moe import expected_routing
 from ..llm.phases import CausalLM
 from ..llm.training import TRAINABLE_DTYPES, TrainingCost, train_step
 from ..llm.weight_formats import ALIASES

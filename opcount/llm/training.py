@@ -29,7 +29,8 @@ from ..tracers.meta import TensorShape
 from ..training.saved import RECOMPUTE, SavedActivations, effective, layers_of, measure
 from ..training.states import OPTIMIZERS, ModelStates, model_states
 from ..training.step import StepTime, Throughput, forward_calls, gradient_sync, recompute_time
-from .model import expected_routing, learned_positions
+from .model import learned_positions
+from .moe import expected_routing
 from .phases import CausalLM
 from .precision import Precision, footprint_weights
 
