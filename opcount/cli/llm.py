@@ -339,21 +339,25 @@ def _describe(values: dict[str, int], phase: str | None) -> str:
 # ------------------------------------------------------------------------------------------------
 # Reports
 # ------------------------------------------------------------------------------------------------
-def summary(llm_label: str, point: Point, parameters: int) -> str:
-    """The phase in a few lines: what was analyzed, FLOPs, memory, speed of light."""
+def summary(llm_label: str, point: Point, parameters: int, active: int | None = None) -> str:
+    """The phase in a few lines: what was analyzed, parameters (those one token touches where a
+    mixture of experts routes it), FLOPs, memory, speed of light."""
     p, gen = point.phase, point.generation
+    counted = si(parameters) if active in (None, parameters) else f"{si(parameters)} ({si(active)} active)"
     lines = [f"{llm_label}: {_describe(point.values, p.phase if gen is None else None)}, {p.precision.label()}"]
     convention = f"1 multiply-add = {p.flops.flops_per_mac} flop{'s' if p.flops.flops_per_mac > 1 else ''}"
     if gen is None:
-        lines.append(f"  parameters {si(parameters)}, FLOPs {si(p.flops.total())} ({convention})")
+        lines.append(f"  parameters {counted}, FLOPs {si(p.flops.total())} ({convention})")
     else:  # the table above is the prefill's; the generation adds its decode steps
         lines.append(
-            f"  parameters {si(parameters)}, FLOPs {si(gen.flops)}: prefill {si(p.flops.total())} (the table), "
+            f"  parameters {counted}, FLOPs {si(gen.flops)}: prefill {si(p.flops.total())} (the table), "
             f"{gen.gen_len} decode steps {si(gen.decode_flops)} ({convention})"
         )
     m = p.memory if gen is None else gen.memory
+    by_type = ", ".join(f"{kind} {size(n)}" for kind, n in m.kv_cache_by_type.items())
     lines.append(
-        f"  memory: weights {size(m.weights)}, KV cache {size(m.kv_cache)}, "
+        f"  memory: weights {size(m.weights)}, KV cache {size(m.kv_cache)}"
+        f"{f' ({by_type})' if len(m.kv_cache_by_type) > 1 else ''}, "
         f"activations (peak) {size(m.activations)}, total {size(m.total)}"
     )
     if p.roofline is not None:
@@ -385,7 +389,7 @@ def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, mode
     meta = export_meta(p.flops, model=model, roofline=p.roofline)
     if layout.format == "json":
         data = report.to_dict(p.flops, columns=given, max_depth=layout.depth, extra=extra, meta=meta)
-        data["llm"] = _point_json(point, label, llm.parameters)
+        data["llm"] = _point_json(point, label, llm.parameters, llm.active_parameters)
         data["memory"] = (p.memory if point.generation is None else point.generation.memory).as_dict()
         deploy.add_json(data, point.deployment)
         return json.dumps(data, indent=2)
@@ -397,17 +401,17 @@ def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, mode
     table = report.module_table(
         p.flops, columns=columns, max_depth=depth, extra=extra, show_param_shapes=layout.param_shapes
     )
-    return table + "\n\n" + summary(label, point, llm.parameters)
+    return table + "\n\n" + summary(label, point, llm.parameters, llm.active_parameters)
 
 
-def _point_json(point: Point, label: str, parameters: int) -> dict[str, Any]:
+def _point_json(point: Point, label: str, parameters: int, active: int = 0) -> dict[str, Any]:
     p, gen = point.phase, point.generation
     out: dict[str, Any] = {
         "model": label,
         "phase": "generation" if gen is not None else p.phase,
         **point.values,
         "precision": {"weight": p.precision.weight, "act": p.precision.act, "kv": p.precision.kv_dtype},
-        "parameters": parameters,
+        "parameters": {"total": parameters, "active": active},
         "flops": p.flops.total() if gen is None else gen.flops,
         "flops_per_mac": p.flops.flops_per_mac,
         "memory": (p.memory if gen is None else gen.memory).as_dict(),

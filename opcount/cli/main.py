@@ -31,7 +31,7 @@ import torch
 
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
-from ..llm.model import expected_routing
+from ..llm.moe import expected_routing
 from ..messages import one_line
 from . import llm as llm_command
 from . import models as cli_models
