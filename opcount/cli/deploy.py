@@ -187,13 +187,13 @@ def summary_lines(d: Deployment) -> list[str]:
         lines.append(
             f"  capacity: {size(d.capacity)} per device ({d.reserve:g} kept for the engine's workspace): {verdict}"
         )
-    if d.communication_time is not None or d.communication_bytes:
+    if d.parallel.tp * d.parallel.pp * d.parallel.ep > 1:  # a layout that communicates
         timed = f", {seconds(d.communication_time)}" if d.communication_time is not None else ""
         lines.append(f"  communication: {size(d.communication_bytes)} sent per device per step{timed}")
     if d.time is not None:
         lines.append(
             f"  per device and {'output token' if d.generated else 'step'}: compute/memory {seconds(d.compute_time)} + communication {seconds(d.communication_time)} "
-            f"= {seconds(d.time)}, {d.tokens_per_s:,.1f} tokens/s on {d.parallel.devices} devices"
+            f"= {seconds(d.time)}, {d.tokens_per_s:,.1f} tokens/s on {d.parallel.devices} device{'s' if d.parallel.devices > 1 else ''}"
         )
     if d.prefill_time is not None:
         lines.append(
