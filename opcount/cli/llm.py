@@ -12,7 +12,7 @@ import itertools
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import tabulate
@@ -20,9 +20,9 @@ import tabulate
 from .. import report
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
+from ..llm import deploy as deploy_lib
 from ..llm.catalogue import ALIASES, resolve
 from ..llm.catalogue import config as catalogue_config
-from ..llm.kernels import MODES
 from ..llm.limits import MAX_BATCH, MAX_POSITIONS
 from ..llm.model import is_causal_lm
 from ..llm.operators import operator_rows
@@ -31,15 +31,32 @@ from ..llm.precision import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
 from ..llm.weight_plan import WeightAssignmentError
 from ..report.provenance import export_meta
 from ..units import seconds, si, size
+from . import deploy
+from . import training as training_cli
 from .args import check_counts, hf_overrides, invalid_config, natural_int, positive_int
-from .llm_times import by_operator, time_fields, time_lines
+from .llm_times import add_kernels_argument, by_operator, time_fields, time_lines
 from .options import Analysis, Layout, LLMOptions, LLMRun, Options, columns_needing
 from .render import write_csv_meta
 
-SWEEPABLE = {"batch": "batch", "seq-len": "seq_len", "kv-len": "kv_len", "gen-len": "gen_len"}
+SWEEPABLE = {"batch": "batch", "seq-len": "seq_len", "kv-len": "kv_len", "gen-len": "gen_len", **deploy.SWEEPABLE}
 DEFAULT_SEQ_LEN = 128
 # The LLM flags by their argparse names (the parser hides them from opcount compare's help).
-LLM_FLAGS = ("phase", "kv_len", "batch", "gen_len", "weight_dtype", "act_dtype", "kv_dtype", "sweep", "kernels")
+LLM_FLAGS = (
+    "phase",
+    "kv_len",
+    "batch",
+    "gen_len",
+    "weight_dtype",
+    "act_dtype",
+    "kv_dtype",
+    "sweep",
+    "kernels",
+    *deploy.DEPLOY_FLAGS,
+    *training_cli.TRAINING_FLAGS,
+)
+deploy_options = deploy.options
+training_options = training_cli.options
+check_training = training_cli.check_options
 MAX_SWEEP_POINTS = 1000
 
 
@@ -70,12 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_sweep,
         help=f"one row per point ({', '.join(SWEEPABLE)}); repeat for a grid",
     )
-    g.add_argument(
-        "--kernels",
-        choices=MODES,
-        help="the estimate's kernels: fused as serving engines run them (default; --fuse says the same) or eager, "
-        "one per operator",
-    )
+    add_kernels_argument(g)
+    deploy.add_arguments(parser)
+    training_cli.add_arguments(parser)
 
 
 class _Assignments(argparse.Action):
@@ -120,8 +134,8 @@ def check(flags: LLMOptions, options: Options) -> Precision:
     analysis, layout = options.analysis, options.layout
     if analysis.tracer == "jit":
         raise OpcountError("LLM phases run on the meta device with the dispatch tracer: drop --tracer jit")
-    if analysis.mode != "eval":
-        raise OpcountError("--mode train applies to whole models, not to LLM inference phases")
+    if analysis.mode == "train":  # one training step instead of an inference phase
+        training_cli.check_llm(flags, options.model)
     if options.inputs.shapes:
         raise OpcountError("LLM phases take --seq-len, --batch and --kv-len, not --input shapes")
     phase = flags.phase or "prefill"
@@ -154,6 +168,7 @@ def check(flags: LLMOptions, options: Options) -> Precision:
     if layout.by_operator and flags.sweep:
         raise OpcountError("--by-operator shapes one point's table, not a --sweep's rows")
     _check_columns(layout, options.hardware is not None, bool(flags.sweep))
+    deploy.check(flags, options.hardware is not None, options.hardware.spec if options.hardware else None)
     try:
         return Precision(flags.weight_dtype or "bfloat16", flags.act_dtype or "bfloat16", flags.kv_dtype)
     except WeightAssignmentError as e:
@@ -261,6 +276,7 @@ class Point:
     values: dict[str, int]
     phase: PhaseCost
     generation: GenerationCost | None = None
+    deployment: deploy_lib.Deployment | None = None
 
 
 def run(
@@ -280,6 +296,9 @@ def run(
         if not items:
             raise
         raise OpcountError(f"{options.model} with --hf-config {', '.join(items)}: {e}") from None
+    deploy.check_model(llm, flags)  # a layout the model cannot run, before anything is traced
+    if options.analysis.mode == "train":  # one training step (opcount.cli.training)
+        return training_cli.run(llm, options, flags, label, hardware, status), []
     base = {
         "batch": flags.batch or 1,
         "seq_len": options.inputs.seq_len or (1 if flags.phase == "decode" else DEFAULT_SEQ_LEN),
@@ -290,10 +309,16 @@ def run(
     axes = [(SWEEPABLE[k], v) for k, v in flags.sweep]
     analysis = options.analysis
     points: list[Point] = []
+    phases: dict[tuple[tuple[str, int], ...], Point] = {}
     for combo in itertools.product(*(values for _, values in axes)) if axes else [()]:
         values = {**base, **{key: v for (key, _), v in zip(axes, combo, strict=True)}}
         status(f"tracing {label}: {_describe(values, flags.phase)}")
-        points.append(_point(llm, values, flags.phase, hardware, analysis, flags.kernels or "fused"))
+        traced = tuple((k, v) for k, v in values.items() if k not in deploy.SWEEPABLE)
+        if traced not in phases:  # a layout is arithmetic on the same trace
+            phases[traced] = _point(llm, values, flags.phase, hardware, analysis, flags.kernels or "fused")
+        point = replace(phases[traced], values=values)
+        point.deployment = deploy.deployment(llm, point.phase, point.generation, values, flags, hardware)
+        points.append(point)
     if axes:
         return _sweep_report(points, options.layout, label, options.model), points
     return _single_report(llm, points[0], options.layout, label, options.model), points
@@ -355,6 +380,8 @@ def summary(llm_label: str, point: Point, parameters: int, active: int | None = 
         f"activations (peak) {size(m.activations)}, total {size(m.total)}"
     )
     lines += time_lines(p, gen)
+    if point.deployment is not None:
+        lines += deploy.summary_lines(point.deployment)
     return "\n".join(lines)
 
 
@@ -370,6 +397,7 @@ def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, mode
         data["memory"] = (p.memory if point.generation is None else point.generation.memory).as_dict()
         if layout.by_operator:
             data["llm"]["by_operator"] = operator_rows(p)
+        deploy.add_json(data, point.deployment)
         return json.dumps(data, indent=2)
     if layout.by_operator:
         return by_operator(p, layout, meta) + (
@@ -399,6 +427,7 @@ def _point_json(point: Point, label: str, parameters: int, active: int = 0) -> d
         "memory": (p.memory if gen is None else gen.memory).as_dict(),
     }
     out |= time_fields(p, gen)
+    deploy.add_json(out, point.deployment)
     return out
 
 
@@ -433,12 +462,17 @@ def _sweep_report(points: Sequence[Point], layout: Layout, label: str, model: st
     header = [*keys, "flops", "weights", "kv_cache", "activations", *(time_keys if has_time else [])]
     if has_time and not gen:
         header.append("bound")
-    flat = [{**r, **r["memory"]} for r in rows]
+    header += deploy.sweep_header(points[0].deployment)
+    flat = [{**r, **r["memory"], **deploy.sweep_row(pt.deployment)} for r, pt in zip(rows, points, strict=True)]
     if layout.format == "csv":  # a missing value (None) is an empty cell, as in every CSV export
         write_csv_meta(
             layout.csv_meta, export_meta(points[0].phase.flops, model=model, roofline=points[0].phase.roofline)
         )
-        names = {**report.csv_fields(header, points[0].phase.flops.flops_per_mac), **SWEEP_CSV_NAMES}
+        names = {
+            **report.csv_fields(header, points[0].phase.flops.flops_per_mac),
+            **SWEEP_CSV_NAMES,
+            **deploy.SWEEP_CSV_NAMES,
+        }
         return report.csv_rows(header, flat, names=names).rstrip("\n")
     cells = [[_cell(h, r.get(h)) for h in header] for r in flat]
     return _pipe(header, cells) + f"\n\n{label}: {len(points)} points, {points[0].phase.precision.label()}"
@@ -447,6 +481,8 @@ def _sweep_report(points: Sequence[Point], layout: Layout, label: str, model: st
 def _cell(key: str, value: Any) -> str:
     if value is None:
         return ""
+    if key in deploy.SWEEP_CELLS:
+        return deploy.SWEEP_CELLS[key](value)
     if key in ("weights", "kv_cache", "activations"):
         return size(value)
     if key.startswith("time"):

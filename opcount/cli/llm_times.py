@@ -11,6 +11,7 @@ import tabulate
 
 from .. import report
 from ..errors import OpcountError
+from ..llm.kernels import MODES
 from ..llm.operators import operator_rows
 from ..llm.phases import GenerationCost, PhaseCost
 from ..units import seconds, si, size
@@ -18,6 +19,16 @@ from .options import Layout
 from .render import write_csv_meta
 
 FIELDS = ("operator", "calls", "flops", "bytes", "time", "kernels")
+
+
+def add_kernels_argument(group: Any) -> None:
+    """``--kernels``, in the LLM flags' help group."""
+    group.add_argument(
+        "--kernels",
+        choices=MODES,
+        help="the estimate's kernels: fused as serving engines run them (default; --fuse says the same) or eager, "
+        "one per operator",
+    )
 
 
 def by_operator(cost: PhaseCost, layout: Layout, meta: Mapping[str, Any]) -> str:

@@ -204,6 +204,9 @@ def _sparse_layers_built(config: Any) -> bool:
     first_dense = getattr(text, "first_k_dense_replace", None)
     if isinstance(first_dense, int) and layers <= first_dense:
         return False
+    moe_layers = getattr(text, "moe_layers", None)  # Llama 4: the indices of its MoE layers
+    if isinstance(moe_layers, list) and not any(isinstance(i, int) and i < layers for i in moe_layers):
+        return False
     kinds = getattr(text, "mlp_layer_types", None)
     if isinstance(kinds, list) and kinds and all(k == "dense" for k in kinds[:layers]):
         return False

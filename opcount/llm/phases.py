@@ -39,11 +39,13 @@ from ..tracers.meta import TensorShape
 from ..transformers_internals import cache_keyword, takes_cache_position
 from .bound import positive_part_sum, sum_of_max, time_bound
 from .cache import CachePlan, cache_plan, phase_cache
+from .deploy import Deployment, on_layout
 from .kernels import MODES, KernelPlan, plan
 from .latent import absorbed
 from .limits import check_phase
 from .model import build_on_meta, learned_positions, serving_attention, text_config
 from .moe import active_parameters, expected_routing
+from .parallel import Parallel
 from .precision import Precision, footprint_weights, pricing_for
 from .windows import windowed_prefill
 
@@ -242,6 +244,11 @@ class CausalLM:
         cost = PhaseCost(phase, batch, seq_len, kv_len, self.precision, flops, memory, report, tuple(blocks))
         cost.plans, cost.kernels = plans, kernels
         return cost
+
+    def deploy(self, cost: PhaseCost | GenerationCost, parallel: Parallel | None = None, **options: Any) -> Deployment:
+        """``cost`` (a phase or a generation of this model) on a parallel layout: per-device memory,
+        fit, communication, time and cost (:func:`opcount.llm.deploy.deploy`, its options)."""
+        return on_layout(self, cost, parallel, **options)
 
     def _trace(
         self, seq_len: int, kv_len: int, batch: int, flops_per_mac: int, preset: str
