@@ -259,6 +259,7 @@ SWEEP_CELLS: dict[str, Callable[[Any], str]] = {
     "step_time_bound": seconds,
     "tokens_per_s_all_devices": lambda v: f"{v:,.1f}",
     "usd_per_1m_tokens": lambda v: f"{v:,.4g}",
+    "usd_per_1m_tokens_bound": lambda v: f"{v:,.4g}",
     "max_batch": str,
 }
 SWEEP_CSV_NAMES = {
@@ -276,7 +277,7 @@ def sweep_header(d: Deployment | None) -> list[str]:
     if d.time is not None:
         keys += ["communication_time", "step_time", "step_time_bound", "tokens_per_s_all_devices"]
     if d.cost is not None:
-        keys.append("usd_per_1m_tokens")
+        keys += ["usd_per_1m_tokens", "usd_per_1m_tokens_bound"]
     if d.max_batch is not None:
         keys.append("max_batch")
     return keys
@@ -287,6 +288,7 @@ def sweep_row(d: Deployment | None) -> dict[str, Any]:
     if d is None:
         return {}
     cost = None if d.cost is None else d.cost.get("generated", d.cost.get("prompt"))
+    bound = None if d.cost_bound is None else d.cost_bound.get("generated", d.cost_bound.get("prompt"))
     return {
         "devices": d.parallel.devices,
         "per_device": d.per_device.total,
@@ -296,5 +298,6 @@ def sweep_row(d: Deployment | None) -> dict[str, Any]:
         "step_time_bound": d.time_bound,
         "tokens_per_s_all_devices": d.tokens_per_s,
         "usd_per_1m_tokens": cost,
+        "usd_per_1m_tokens_bound": bound,
         "max_batch": d.max_batch,
     }
