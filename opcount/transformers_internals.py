@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 from typing import Any
 
 import torch
@@ -90,7 +91,9 @@ def set_cached_length(layer: Any, tokens: int) -> None:
     """Tell a static cache layer that ``tokens`` positions are already written, in the type its
     transformers keeps the count: a tensor on 5.x's ``StaticLayer`` (CPU, a value read as an
     offset, never one of the traced tensors), a Python int beside it on its sliding layer and on
-    4.x's."""
+    4.x's. The layer answers ``get_seq_length()`` with that int: 4.x counts the non-zero keys and
+    5.x returns its tensor, values a forward then branches on or slices with (``past_length != 0``,
+    ``position_ids[:, past:]``), which a meta trace has not."""
     count = getattr(layer, "cumulative_length", None)
     if isinstance(count, torch.Tensor):
         layer.cumulative_length = torch.tensor(tokens, dtype=count.dtype)
@@ -98,3 +101,13 @@ def set_cached_length(layer: Any, tokens: int) -> None:
         layer.cumulative_length = tokens
     if hasattr(layer, "cumulative_length_int"):
         layer.cumulative_length_int = tokens
+    layer.get_seq_length = lambda: tokens  # an instance attribute: this layer, this phase
+
+
+def runs_attention_interface(model: nn.Module) -> bool:
+    """Whether the model's attention goes through transformers' registry of attention functions
+    (``ALL_ATTENTION_FUNCTIONS``, what ``AttentionInterface.register`` adds to): its modeling module
+    looks the function up there. Some (MPT, Bloom, Falcon, GPT-Neo) compute attention in their own
+    code, with a mask they need as a tensor."""
+    modules = {type(m).__module__ for m in model.modules()}
+    return any("ALL_ATTENTION_FUNCTIONS" in vars(sys.modules[name]) for name in modules if name in sys.modules)

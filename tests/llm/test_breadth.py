@@ -1,0 +1,103 @@
+"""Every decoder-only causal LM of the installed transformers, built from its default config made
+small (tests/llm/small_configs.py: 2 layers, or one of each layer type) on meta: a prompt of 16
+tokens and one decode step run, and the step's multiply-adds are at least those of the weights one
+token must touch.
+
+The lower bound: a token goes through every linear layer of the decoder and the output projection
+once (``in x out`` multiply-adds each, transformers' ``Conv1D`` alike), experts left out (a token
+reaches only ``top_k`` of them, so none is a bound that holds), and so are a multimodal model's
+other encoders and its cross-attention to them (a text-only phase runs neither). What the decoder
+runs besides (attention, recurrent state) only adds. Models that do not run yet are listed in :data:`KNOWN`
+with the reason, as docs/llm.md lists them; an entry that starts to run fails the test (strict
+xfail), so that the list is kept true.
+"""
+
+from __future__ import annotations
+
+import pytest
+from torch import nn
+
+transformers = pytest.importorskip("transformers")
+
+from opcount.llm.phases import CausalLM  # noqa: E402
+from tests.llm.small_configs import causal_lm_config_classes, small  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+MLA = "multi-head latent attention: its cache holds a latent and a rotary key, not heads x head_dim"
+LINEAR = "linear-attention or state-space layers: their recurrent state is a cache opcount does not model yet"
+STATE = "a recurrent model without attention heads: its state is a cache opcount does not model yet"
+DEFAULTS = "transformers cannot build a model from this config's defaults (the same error without opcount)"
+PER_LAYER = "per-layer configs (heads and head size vary by layer): opcount reads one KV geometry per model"
+KV_SHARE = "layers that reuse another layer's KV cache: opcount's cache has one slot per layer"
+HEAD_DIMS = "keys and values of different head sizes: opcount's cache has one head size for both"
+ROUTER = "a mixture-of-experts router that reads routing values (.tolist()), which meta tensors have not"
+GEOMETRY = "KV heads or head sizes that differ by layer type or are not where opcount reads them"
+KNOWN: dict[str, str] = {}  # filled below, by class name
+
+
+def _known(reason: str, *names: str) -> None:
+    KNOWN.update(dict.fromkeys(names, reason))
+
+
+_known(MLA, "AXK1Config", "AXK2Config", "DeepseekV2Config", "DeepseekV3Config", "DeepseekV32Config",
+       "Glm4MoeLiteConfig", "GlmMoeDsaConfig", "HYV4Config", "LongcatFlashConfig", "MiniCPM3Config",
+       "SarvamMLAConfig", "YoutuConfig")  # fmt: skip
+_known(LINEAR, "BailingHybridConfig", "BambaConfig", "GraniteMoeHybridConfig", "JambaConfig", "KimiLinearConfig",
+       "LaraMiniConfig", "Lfm3Config", "MiniMaxConfig", "NemotronHConfig", "OlmoHybridConfig", "Qwen3_5Config",
+       "Qwen3_5MoeConfig", "Qwen3_5MoeTextConfig", "Qwen3_5TextConfig", "Qwen3NextConfig", "RecurrentGemmaConfig",
+       "Zamba2Config")  # fmt: skip
+_known(STATE, "FalconMambaConfig", "MambaConfig", "Mamba2Config", "RwkvConfig", "xLSTMConfig")
+_known(DEFAULTS, "CohereCompassTextConfig", "DbrxConfig", "Dots1Config", "Gemma4AssistantConfig",
+       "HunYuanDenseV1Config", "HunYuanMoEV1Config", "Lfm2MoeConfig", "MinistralConfig", "NemotronConfig",
+       "Qwen4ExpConfig", "Qwen4ExpTextConfig")  # fmt: skip
+_known(PER_LAYER, "Dots3NoteConfig", "Dots3NoteTextConfig", "Gemma4Config", "Gemma4TextConfig", "Gemma4UnifiedConfig",
+       "Gemma4UnifiedTextConfig")  # fmt: skip
+_known(KV_SHARE, "Gemma3nTextConfig", "Gemma4UnifiedAssistantConfig")
+_known(ROUTER, "JetMoeConfig")
+_known(HEAD_DIMS, "MiMoV2FlashConfig")
+_known(GEOMETRY, "FalconConfig", "InklingTextConfig")  # multi_query's one KV head; sliding layers' own KV heads
+_known("a cache layer type opcount does not know ('heavily_compressed_attention')", "DeepseekV4Config")
+_known("byte-level: three transformers (local encoder, global, local decoder), heads kept per part", "BltConfig")
+_known("prepends prompt_length learned tokens to every input: more positions than the phase's cache", "CpmAntConfig")
+_known("the multimodal wrapper builds a timm vision tower (timm is not a dependency)", "Gemma3nConfig")
+_known("a Mamba hybrid whose shared attention block is tied across layers: 2 layers do not build", "ZambaConfig")
+
+
+# what a text token of a decoder-only phase need not run: another modality's encoder and the
+# cross-attention to it (run only with images or audio), and experts (a token reaches top_k of them)
+_NOT_RUN_BY_TEXT = ("experts", "vision", "visual", "image", "audio", "cross", "encoder_attn")
+
+
+def token_macs_lower_bound(model: nn.Module) -> int:
+    """``in x out`` of every linear layer (transformers' ``Conv1D`` alike) a text token must run,
+    each module once however many names it has."""
+    from transformers.pytorch_utils import Conv1D
+
+    get_decoder = getattr(model, "get_decoder", None)
+    decoder = get_decoder() if callable(get_decoder) else model  # a multimodal model's text decoder
+    head = model.get_output_embeddings()
+    named = [*decoder.named_modules(), *([("lm_head", head)] if head is not None else [])]
+    layers = {
+        id(m): m
+        for name, m in named
+        if isinstance(m, (nn.Linear, Conv1D)) and not any(part in name for part in _NOT_RUN_BY_TEXT)
+    }
+    return sum(m.weight.shape[0] * m.weight.shape[1] for m in layers.values())
+
+
+def _cases() -> list[object]:
+    return [
+        pytest.param(cls, id=cls.__name__, marks=[pytest.mark.xfail(reason=KNOWN[cls.__name__], strict=True)])
+        if cls.__name__ in KNOWN
+        else pytest.param(cls, id=cls.__name__)
+        for cls in causal_lm_config_classes()
+    ]
+
+
+@pytest.mark.parametrize("cls", _cases())
+def test_a_prompt_and_a_decode_step_run(cls: type) -> None:
+    llm = CausalLM(small(cls))
+    llm.phase("prefill", seq_len=16)
+    step = llm.phase("decode", kv_len=16, preset="macs")
+    assert step.flops.total() >= token_macs_lower_bound(llm.model) > 0
