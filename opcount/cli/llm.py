@@ -23,6 +23,7 @@ from ..hardware.lookup import Hardware
 from ..llm.catalogue import ARCHITECTURES
 from ..llm.catalogue import config as catalogue_config
 from ..llm.limits import MAX_BATCH, MAX_POSITIONS
+from ..llm.local_config import looks_local, read_config, with_values
 from ..llm.model import is_causal_lm
 from ..llm.phases import PHASES, CausalLM, GenerationCost, PhaseCost, generation
 from ..llm.precision import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
@@ -204,6 +205,13 @@ def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
         overrides = hf_overrides(getattr(transformers, arch.config_class), items)
         return catalogue_config(name, **overrides), f"{name} ({arch.source.split(' ')[0]})"
     name = spec.removeprefix("hf:")
+    if looks_local(name):  # a config.json or a downloaded model's folder
+        config = read_config(name)
+        overrides = hf_overrides(type(config), items)
+        try:
+            return with_values(config, overrides), f"{name} ({type(config).__name__})"
+        except Exception as e:  # any constructor failure is a bad config value
+            raise invalid_config(spec, items, e) from None
     cls: Any = getattr(transformers, name, None) if name.isidentifier() else None
     if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
         cls = cls.config_class
