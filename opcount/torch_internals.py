@@ -17,9 +17,11 @@ call per module would cost a frame: its container dicts (``_parameters``, ``_buf
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import operator
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -231,6 +233,19 @@ def alias_fake(fake: FakeTensorMode, meta: torch.Tensor, stand_in: Any) -> None:
     """Make ``fake`` answer ``stand_in`` wherever the meta tensor ``meta`` reaches it as an input
     (its converter's memo, which it reads before making a new fake)."""
     fake.fake_tensor_converter.set_tensor_memo(meta, stand_in)
+
+
+@contextlib.contextmanager
+def quiet_fake_tensors() -> Iterator[None]:
+    """Fake tensors without their own error log: a meta kernel that fails logs the whole traceback
+    at ERROR before raising, and the tracer reports the raised error in one line."""
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    disabled = log.disabled
+    log.disabled = True
+    try:
+        yield
+    finally:
+        log.disabled = disabled
 
 
 # ----- operators ----------------------------------------------------------------------------------

@@ -29,6 +29,13 @@ _NAMES = {
     "AttentionMaskInterface": "transformers.masking_utils.AttentionMaskInterface",
     "AutoConfig": "transformers.AutoConfig",
     "AutoModelForCausalLM": "transformers.AutoModelForCausalLM",
+    "Cache": "transformers.cache_utils.Cache",
+    "DummyLayer": "transformers.cache_utils.DummyLayer",
+    "DynamicCache": "transformers.DynamicCache",
+    "LinearAttentionAndStaticFullAttentionLayer": "transformers.cache_utils.LinearAttentionAndStaticFullAttentionLayer",
+    "LinearAttentionCacheLayerMixin": "transformers.cache_utils.LinearAttentionCacheLayerMixin",
+    "LinearAttentionLayer": "transformers.cache_utils.LinearAttentionLayer",
+    "StaticLayer": "transformers.cache_utils.StaticLayer",
     "CONFIG_MAPPING": "transformers.models.auto.configuration_auto.CONFIG_MAPPING",
     "MODEL_FOR_CAUSAL_LM_MAPPING": "transformers.MODEL_FOR_CAUSAL_LM_MAPPING",
     "MODEL_FOR_MASKED_LM_MAPPING": "transformers.MODEL_FOR_MASKED_LM_MAPPING",
@@ -111,3 +118,24 @@ def runs_attention_interface(model: nn.Module) -> bool:
     code, with a mask they need as a tensor."""
     modules = {type(m).__module__ for m in model.modules()}
     return any("ALL_ATTENTION_FUNCTIONS" in vars(sys.modules[name]) for name in modules if name in sys.modules)
+
+
+def cache_layer_types(config: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Each layer's cache type as transformers reads it from a decoder config, with the arguments
+    its cache layer takes (``sliding_window``: a window or a chunk). 5.x reads them per layer
+    (``get_layer_types_and_kwargs``: linear-attention, conv, hybrid and dummy layers too); 4.x's
+    static cache knew full, sliding and chunked attention only, read as it read them."""
+    from transformers import cache_utils
+
+    read = getattr(cache_utils, "get_layer_types_and_kwargs", None)  # None on 4.x
+    if read is not None:
+        types, kwargs = read(config)
+        return list(zip(types, kwargs, strict=False))  # the caller checks the counts
+    layers = int(config.num_hidden_layers)
+    types = getattr(config, "layer_types", None)
+    if types is None:
+        fallback = "sliding_attention" if getattr(config, "sliding_window", None) is not None else None
+        fallback = fallback or ("chunked_attention" if getattr(config, "attention_chunk_size", None) else None)
+        types = [fallback or "full_attention"] * layers
+    window = {"sliding_attention": "sliding_window", "chunked_attention": "attention_chunk_size"}
+    return [(t, {"sliding_window": getattr(config, window[t])} if t in window else {}) for t in types]

@@ -53,7 +53,8 @@ def test_decode_json(capsys: pytest.CaptureFixture[str]) -> None:
     softmax = N * 2 * H * (3 * 21 - 1)  # inside sdpa: 21 scores per query and head, 3 * 21 - 1 flops
     assert data["llm"]["flops"] - _elementwise(data) == decode_macs(2, 20) + rotary + softmax
     assert data["memory"]["kv_cache"] == 2 * N * G * E * 21 * 2 * 2  # keys and values, 21 tokens, batch 2, bf16
-    assert set(data["memory"]) == {"weights", "kv_cache", "activations"}
+    assert set(data["memory"]) == {"weights", "kv_cache", "kv_cache_by_type", "activations"}
+    assert data["memory"]["kv_cache_by_type"] == {"full_attention": data["memory"]["kv_cache"]}
     assert data["llm"]["bound"] == "memory"
     assert data["llm"]["tokens_per_s"] == pytest.approx(2 / data["llm"]["time"])
 
