@@ -15,7 +15,6 @@ import inspect
 import sys
 from typing import Any
 
-import torch
 from torch import nn
 
 from .errors import OpcountError
@@ -92,23 +91,6 @@ def takes_cache_position(model: nn.Module) -> bool:
     """Whether the forward names ``cache_position`` (transformers 4.x; 5.x's static cache layers
     count their own positions)."""
     return "cache_position" in inspect.signature(model.forward).parameters
-
-
-def set_cached_length(layer: Any, tokens: int) -> None:
-    """Tell a static cache layer that ``tokens`` positions are already written, in the type its
-    transformers keeps the count: a tensor on 5.x's ``StaticLayer`` (CPU, a value read as an
-    offset, never one of the traced tensors), a Python int beside it on its sliding layer and on
-    4.x's. The layer answers ``get_seq_length()`` with that int: 4.x counts the non-zero keys and
-    5.x returns its tensor, values a forward then branches on or slices with (``past_length != 0``,
-    ``position_ids[:, past:]``), which a meta trace has not."""
-    count = getattr(layer, "cumulative_length", None)
-    if isinstance(count, torch.Tensor):
-        layer.cumulative_length = torch.tensor(tokens, dtype=count.dtype)
-    elif count is not None:
-        layer.cumulative_length = tokens
-    if hasattr(layer, "cumulative_length_int"):
-        layer.cumulative_length_int = tokens
-    layer.get_seq_length = lambda: tokens  # an instance attribute: this layer, this phase
 
 
 def runs_attention_interface(model: nn.Module) -> bool:
