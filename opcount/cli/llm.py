@@ -240,21 +240,15 @@ def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
         overrides = hf_overrides(getattr(transformers, arch.config_class), items)
         return catalogue_config(name, **overrides), f"{name} ({source.split(' ')[0]})"
     name = spec.removeprefix("hf:")
-    if looks_local(name):  # a config.json or a downloaded model's folder
-        config = read_config(name)
-        overrides = hf_overrides(type(config), items)
-        try:
-            return with_values(config, overrides), f"{name} ({type(config).__name__})"
-        except Exception as e:  # any constructor failure is a bad config value
-            raise invalid_config(spec, items, e) from None
-    cls: Any = getattr(transformers, name, None) if name.isidentifier() else None
+    base = read_config(name) if looks_local(name) else None  # a config.json or a downloaded model's folder
+    cls: Any = type(base) if base is not None else getattr(transformers, name, None) if name.isidentifier() else None
     if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
         cls = cls.config_class
     if not (isinstance(cls, type) and issubclass(cls, transformers.PretrainedConfig)):
         raise OpcountError(f"{spec}: not a transformers config or model class")
     overrides = hf_overrides(cls, items)
     try:
-        return cls(**overrides), name
+        return (with_values(base, overrides) if base is not None else cls(**overrides)), name
     except Exception as e:  # any constructor failure is a bad config value
         raise invalid_config(spec, items, e) from None
 
