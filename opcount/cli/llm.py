@@ -24,6 +24,7 @@ from ..llm import deploy as deploy_lib
 from ..llm.catalogue import ALIASES, resolve
 from ..llm.catalogue import config as catalogue_config
 from ..llm.limits import MAX_BATCH, MAX_POSITIONS
+from ..llm.local_config import looks_local, read_config, with_values
 from ..llm.model import is_causal_lm
 from ..llm.operators import operator_rows
 from ..llm.phases import PHASES, CausalLM, GenerationCost, PhaseCost, generation
@@ -245,14 +246,15 @@ def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
         overrides = hf_overrides(getattr(transformers, arch.config_class), items)
         return catalogue_config(name, **overrides), f"{name} ({source.split(' ')[0]})"
     name = spec.removeprefix("hf:")
-    cls: Any = getattr(transformers, name, None) if name.isidentifier() else None
+    base = read_config(name) if looks_local(name) else None  # a config.json or a downloaded model's folder
+    cls: Any = type(base) if base is not None else getattr(transformers, name, None) if name.isidentifier() else None
     if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
         cls = cls.config_class
     if not (isinstance(cls, type) and issubclass(cls, transformers.PretrainedConfig)):
         raise OpcountError(f"{spec}: not a transformers config or model class")
     overrides = hf_overrides(cls, items)
     try:
-        return cls(**overrides), name
+        return (with_values(base, overrides) if base is not None else cls(**overrides)), name
     except Exception as e:  # any constructor failure is a bad config value
         raise invalid_config(spec, items, e) from None
 

@@ -3,7 +3,8 @@
 Each case names its engine, model, precision, GPU, parallelism, batch and lengths. A throughput
 case (``out_tokens_per_s``: ``batch x output`` tokens over a whole static batch) is a prefill of
 ``input`` tokens and ``output - 1`` decode steps (the prefill yields the first token); a
-``first_token_ms`` case is the prefill alone. Models are the catalogue's (:mod:`.catalogue`: their
+``first_token_ms`` case is the prefill alone; a ``decode_step_ms`` case is one decode step of
+``batch`` sequences with ``input`` tokens cached. Models are the catalogue's (:mod:`.catalogue`: their
 published configs).
 """
 
@@ -49,6 +50,10 @@ def evaluate(row: dict[str, str]) -> Case:
         raise OpcountValueError(f"{row['case']}: tensor parallelism is not modelled here")
     llm = CausalLM(config(row["model"]), Precision(row["weight"], row["act"], row["kv"] or None))
     batch, prompt, output = int(row["batch"]), int(row["input"]), int(row["output"])
+    if row["metric"] == "decode_step_ms":
+        step = llm.phase("decode", kv_len=prompt, batch=batch, hardware=row["hardware"])
+        assert step.time_bound is not None and step.time is not None  # hardware was given
+        return Case(row, float(row["measured"]) / 1e3, step.time_bound, step.time)
     gen = generation(
         llm, prompt, output - 1 if row["metric"] == "out_tokens_per_s" else 0, batch=batch, hardware=row["hardware"]
     )
