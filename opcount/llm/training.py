@@ -155,22 +155,26 @@ def train_step(
     compute, memory = kernels.compute_memory()
     seconds = np.maximum(compute, memory) + hw.efficiency.launch_s
     extra = float(sum(seconds[kernels.kernel_of[i]] for i in again if i in kernels.kernel_of))
-    matmul = kernels.matmul_flops + sum(kernels.call_flops[i] for i in again)
-    # compulsory: the trace's (weights read once, inputs, the loss), and every gradient written once
-    compulsory = kernels.compulsory_bytes + whole.gradients
-    step = StepTime(
-        float(seconds.sum()),
-        extra,
-        float(sum(c.time for c in collectives)),
-        matmul / kernels.matmul_peak,
-        compulsory / hw.bandwidth,
-    )
     peak = hw.peak_of("tensor", llm.precision.act) or max(
         (p for u in hw.units if (p := hw.peak_of(u, llm.precision.act)) is not None), default=0.0
     )
     if not peak:
         raise OpcountValueError(f"{hw.name} has no peak for {llm.precision.act}: MFU needs one")
     model_flops = flops.total() * 2 / flops_per_mac
+    # the bound's compute: the matrix products at their peak, and no less than the FLOPs MFU counts
+    # (every FLOP of the step, recomputed ones added) at the tensor peak, so MFU at the bound <= 1
+    again_ids = {id(trace.calls[i]) for i in again}
+    recomputed_flops = sum(t.layer.flops for t in report.layers if id(t.layer.call) in again_ids)
+    matmul = (kernels.matmul_flops + sum(kernels.call_flops[i] for i in again)) / kernels.matmul_peak
+    # compulsory: the trace's (weights read once, inputs, the loss), and every gradient written once
+    compulsory = kernels.compulsory_bytes + whole.gradients
+    step = StepTime(
+        float(seconds.sum()),
+        extra,
+        float(sum(c.time for c in collectives)),
+        max(matmul, (model_flops + recomputed_flops) / peak),
+        compulsory / hw.bandwidth,
+    )
     throughput = Throughput(batch * seq_len * dp, step.time, dp, model_flops * dp, peak * dp, step.time_bound)
     cost.roofline, cost.step, cost.collectives, cost.throughput = report, step, collectives, throughput
     saved.kept(recompute)

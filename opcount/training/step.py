@@ -5,9 +5,10 @@ The step's operators (forward, loss, backward: one dispatch trace in ``mode="tra
 one kernel each (:mod:`opcount.llm.kernels`, eager). Its **estimate** (``time``): each kernel's
 ``max(compute, memory)`` with the efficiency factors (:mod:`opcount.hardware.efficiency`) plus
 its launch, the recomputed kernels again, and the data-parallel collectives where they outlast
-the compute they overlap. Its **bound** (``time_bound``, the speed of light): ``max(matrix-product
+the compute they overlap. Its **bound** (``time_bound``, the speed of light): ``max(the step's
 FLOPs, recomputed ones included, at the tensor peak; compulsory bytes (each weight read once,
-every gradient written once, the inputs and the loss) at the bandwidth; the collectives)``.
+every gradient written once, the inputs and the loss) at the bandwidth; the collectives)``, the
+FLOPs those MFU counts (every FLOP, not only the matrix products', so MFU at the bound is at most 1).
 Recomputation adds the forward operators it runs again: ``full`` every forward
 operator of the checkpointed layers, ``selective`` those of the attention core (the operators
 that read or write a ``[batch, heads, query, key]`` score matrix: ``QK^T``, its softmax and
