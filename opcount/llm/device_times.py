@@ -74,7 +74,7 @@ def stage_times(
                 anchor, most = i, lt.flops
         bytes_share = moved_share / moved if moved else share[anchor][1]
         flops_share = work / flops if flops else bytes_share
-        out.estimate[stage(calls[anchor])] += max(compute[k] * flops_share, memory[k] * bytes_share)
+        out.estimate[stage(calls[anchor])] += float(max(compute[k] * flops_share, memory[k] * bytes_share))
         out.estimate[stage(calls[anchor])] += plan.hardware.efficiency.launch_s
     for i, call in enumerate(calls):
         s = stage(call)
