@@ -200,6 +200,7 @@ def _state_shapes(model: nn.Module, config: Any, routing: Routing) -> dict[int, 
     from ..transformers_internals import DynamicCache, LinearAttentionCacheLayerMixin, cache_keyword
 
     cache = DynamicCache(config=config)
+    _known_length(cache, 0)
     tokens = torch.zeros((1, 1), dtype=torch.long, device="meta")
     try:
         with routing(model), serving_attention(model), torch.no_grad():
@@ -218,6 +219,18 @@ def _state_shapes(model: nn.Module, config: Any, routing: Routing) -> dict[int, 
             )
             shapes[index] = (conv, recurrent)
     return shapes
+
+
+def _known_length(cache: Any, kv_len: int) -> None:
+    """A cache of state layers only (a Bamba or Granite-4 whose layers are all Mamba) answers
+    ``kv_len`` positions seen and no mask to build: transformers reads both from an attention layer
+    and raises when there is none, though the positions are known here."""
+    from ..transformers_internals import CacheLayerMixin
+
+    if any(isinstance(layer, CacheLayerMixin) for layer in cache.layers):
+        return
+    cache.get_seq_length = lambda layer_idx=0: kv_len
+    cache.get_mask_sizes = lambda query_length, layer_idx=0: (kv_len + query_length, 0)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -322,6 +335,7 @@ def phase_cache(
         holder.add_module(str(index), slot)
         layers.append(made)
     cache = cache_utils.Cache(layers=layers)
+    _known_length(cache, kv_len)
     if KV_PREFIX in model._modules:
         raise OpcountError(f"the model already has a submodule named {KV_PREFIX!r}")
     model._modules[KV_PREFIX] = holder  # named buffers, not a module the forward calls
