@@ -36,6 +36,7 @@ from torch import nn
 
 from ..errors import OpcountError
 from ..messages import first_line
+from .lightning import lightning_cache, lightning_states
 from .model import KV_PREFIX, kv_geometry, serving_attention, text_config
 
 FULL, SLIDING, CHUNKED, LATENT, STATE, NONE = (
@@ -199,6 +200,9 @@ def _state_shapes(model: nn.Module, config: Any, routing: Routing) -> dict[int, 
     own forward stores them in a transformers cache (one token, on meta, nothing traced)."""
     from ..transformers_internals import DynamicCache, LinearAttentionCacheLayerMixin, cache_keyword
 
+    found = lightning_states(model)
+    if found:  # MiniMax keeps its state outside the cache's layers
+        return found
     cache = DynamicCache(config=config)
     _known_length(cache, 0)
     tokens = torch.zeros((1, 1), dtype=torch.long, device="meta")
@@ -334,7 +338,7 @@ def phase_cache(
             slot.register_buffer(name, t, persistent=False)
         holder.add_module(str(index), slot)
         layers.append(made)
-    cache = cache_utils.Cache(layers=layers)
+    cache = lightning_cache(model, layers, kv_len) or cache_utils.Cache(layers=layers)
     _known_length(cache, kv_len)
     if KV_PREFIX in model._modules:
         raise OpcountError(f"the model already has a submodule named {KV_PREFIX!r}")
