@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import OpcountError
+
 Shapes = tuple[tuple[int, ...], ...]
 
 
@@ -24,6 +26,7 @@ def lightning_layers(model: nn.Module) -> dict[int, Any]:
     """The lightning-attention modules of ``model`` by layer index: a module with a decay
     (``slope_rate``), a block size and ``qkv_proj``, as transformers' MiniMax has."""
     found: dict[int, Any] = {}
+    m: Any  # a module read by its attributes' names
     for m in model.modules():
         if (
             callable(getattr(m, "get_slope_rate", None))
@@ -36,9 +39,7 @@ def lightning_layers(model: nn.Module) -> dict[int, Any]:
 
 def lightning_states(model: nn.Module) -> dict[int, tuple[Shapes, Shapes]]:
     """Each lightning layer's state shapes for one sequence: no conv state, one recurrent state."""
-    return {
-        i: ((), ((m.num_attention_heads, m.head_dim, m.head_dim),)) for i, m in lightning_layers(model).items()
-    }
+    return {i: ((), ((m.num_attention_heads, m.head_dim, m.head_dim),)) for i, m in lightning_layers(model).items()}
 
 
 def lightning_cache(model: nn.Module, layers: list[Any], kv_len: int) -> Any | None:
@@ -51,8 +52,6 @@ def lightning_cache(model: nn.Module, layers: list[Any], kv_len: int) -> Any | N
     module = sys.modules[type(next(iter(found.values()))).__module__]
     kinds = [k for k in vars(module).values() if isinstance(k, type) and callable(getattr(k, "set_linear_cache", None))]
     if len(kinds) != 1:
-        from ..errors import OpcountError
-
         raise OpcountError(f"{module.__name__}: lightning attention without one cache class holding its state")
     cache: Any = kinds[0]()
     cache.layers = layers
