@@ -38,6 +38,7 @@ from ..errors import OpcountError
 from ..messages import first_line
 from .lightning import lightning_cache, lightning_states
 from .model import KV_PREFIX, kv_geometry, serving_attention, text_config
+from .xlstm import xlstm_cache, xlstm_states
 
 FULL, SLIDING, CHUNKED, LATENT, STATE, NONE = (
     "full_attention",
@@ -163,6 +164,10 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
     tensors cannot route by their values)."""
     c = text_config(config)
     name = type(c).__name__
+    recurrent = xlstm_states(model, c)
+    if recurrent:  # a recurrent model whose config gives no layer types
+        elements = [sum(math.prod(s) for s in shapes[1]) for shapes in recurrent.values()]
+        return CachePlan(tuple(LayerCache(STATE, state_elements=n) for n in elements), tuple(recurrent.values()))
     types = layer_types(c)
     states = _state_shapes(model, c, routing) if any(t in _STATE_TYPES for t, _ in types) else {}
     layers: list[LayerCache] = []
@@ -338,7 +343,11 @@ def phase_cache(
             slot.register_buffer(name, t, persistent=False)
         holder.add_module(str(index), slot)
         layers.append(made)
-    cache = lightning_cache(model, layers, kv_len) or cache_utils.Cache(layers=layers)
+    cache = (
+        lightning_cache(model, layers, kv_len)
+        or xlstm_cache(model, c, layers, kv_len)
+        or cache_utils.Cache(layers=layers)
+    )
     _known_length(cache, kv_len)
     if KV_PREFIX in model._modules:
         raise OpcountError(f"the model already has a submodule named {KV_PREFIX!r}")

@@ -73,3 +73,18 @@ def test_bamba_of_mamba_layers_only() -> None:
         assert sum(read.values()) == sum(written.values()) == 2 * B * state
     assert short.flops.total() == long.flops.total()  # nothing grows with the context
     llm.phase("prefill", seq_len=16)  # a prompt runs too (no cached position to read back)
+
+
+def test_xlstm_keeps_matrix_memory_normalizer_and_stabilizer() -> None:
+    config = transformers.xLSTMConfig(vocab_size=V, hidden_size=128, num_heads=H, num_hidden_layers=2)
+    llm = CausalLM(config)
+    # per mLSTM layer and head: C of qk x v, n of qk, m of 1, with qk = 128 * 0.5 / 4 = 16 and
+    # v = 128 * 1.0 / 4 = 32 (qk_dim_factor, v_dim_factor): 4 * (16 * 32 + 16 + 1) = 2116 elements
+    state = H * (16 * 32 + 16 + 1) * BF16  # 4232 bytes per layer and sequence
+    short, long = (llm.phase("decode", kv_len=n, batch=B) for n in (L, 10 * L))
+    for cost in (short, long):
+        assert cost.memory.kv_cache_by_type == {"state": 2 * B * state}
+        read, written = cache_traffic(cost)
+        assert read["kv_cache.0.state0"] == written["kv_cache.0.state0"] == B * H * 16 * 32 * BF16  # C, once
+        assert sum(read.values()) == sum(written.values()) == 2 * B * state
+    assert short.flops.total() == long.flops.total()  # nothing grows with the context
