@@ -31,7 +31,8 @@ def xlstm_states(model: nn.Module, config: Any) -> dict[int, tuple[Shapes, Shape
         return {}
     # the widths the layers are built with (the config's qk_head_dim rounds up to 64 where they do not)
     heads = int(config.num_heads)
-    widths = [(m.qk_dim // heads, m.v_dim // heads) for m in model.modules() if _is_mlstm(m)]
+    layers: list[Any] = [m for m in model.modules() if _is_mlstm(m)]
+    widths = [(int(m.qk_dim) // heads, int(m.v_dim) // heads) for m in layers]
     return {i: ((), ((heads, qk, v), (heads, qk), (heads, 1))) for i, (qk, v) in enumerate(widths)}
 
 
