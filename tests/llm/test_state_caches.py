@@ -45,6 +45,8 @@ def test_minimax_lightning_layer_keeps_one_matrix_per_head() -> None:
     for cost in (short, long):
         assert cost.flops.by_operator()["matmul"] == 2 * B * H * E * E
     assert short.flops.by_operator()["scaled_dot_product_attention"] == attention_flops(B, H, L + 1)
+    read, written = cache_traffic(llm.phase("prefill", seq_len=16, batch=B))
+    assert (read["kv_cache.0.state0"], written["kv_cache.0.state0"]) == (0, B * state)  # a prompt starts from none
 
 
 def test_bamba_of_mamba_layers_only() -> None:
