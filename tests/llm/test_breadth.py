@@ -50,9 +50,7 @@ _known(MOE, "DeepseekV2Config", "JetMoeConfig", "LongcatFlashConfig")
 _known(STATE, "BambaConfig", "GraniteMoeHybridConfig", "MiniMaxConfig", "RecurrentGemmaConfig", "Zamba2Config")
 _known(NO_HEADS, "RwkvConfig", "xLSTMConfig")
 _known(GEOMETRY, "FalconConfig", "InklingTextConfig", "MiMoV2FlashConfig")
-_known(DEFAULTS, "CohereCompassTextConfig", "DbrxConfig", "Dots1Config", "Gemma4AssistantConfig",
-       "HunYuanDenseV1Config", "HunYuanMoEV1Config", "Lfm2MoeConfig", "MinistralConfig", "NemotronConfig",
-       "Qwen4ExpConfig", "Qwen4ExpTextConfig")  # fmt: skip
+_known(DEFAULTS, "Gemma4AssistantConfig", "Qwen4ExpConfig", "Qwen4ExpTextConfig")
 _known(PER_LAYER, "Gemma4Config", "Gemma4TextConfig", "Gemma4UnifiedConfig", "Gemma4UnifiedTextConfig")
 _known(KV_SHARE, "Gemma3nTextConfig", "Gemma4UnifiedAssistantConfig")
 _known("a cache layer type opcount does not know ('heavily_compressed_attention')", "DeepseekV4Config")
