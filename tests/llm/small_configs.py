@@ -65,6 +65,7 @@ def small(cls: type) -> Any:
         values["num_hidden_layers"] = next(n for n in range(2, len(kinds) + 1) if set(kinds[:n]) == set(kinds))
     elif field is not None and _settable(text, field):
         values[field] = kinds[:1] * 2
+    values |= _kv_sharing(text, values)
     try:
         if text is config:
             return cls(**{**_DEFAULTS_FIXED.get(cls.__name__, {}), **values})
@@ -74,6 +75,22 @@ def small(cls: type) -> Any:
         for name, value in values.items():
             setattr(text, name, value)
         return config
+
+
+def _kv_sharing(text: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """Where the last ``num_kv_shared_layers`` layers reuse the KV of the last earlier layer of
+    their type (Gemma 3n), the layers chosen twice: the first of each type producing, the second
+    reusing; a per-layer list of the config's (Gemma 3n's ``activation_sparsity_pattern``) cut to
+    the new depth."""
+    shared, layers, field = getattr(text, "num_kv_shared_layers", 0), text.num_hidden_layers, "layer_types"
+    if not (isinstance(shared, int) and 0 < shared < layers and isinstance(values.get(field), list)):
+        return {}
+    kinds = values[field]
+    out: dict[str, Any] = {field: kinds * 2, "num_hidden_layers": 2 * len(kinds), "num_kv_shared_layers": len(kinds)}
+    for name, value in text.to_dict().items():
+        if isinstance(value, list) and len(value) == layers and name != field:
+            out[name] = value[: 2 * len(kinds)]
+    return out
 
 
 def _layer_kinds(text: Any) -> tuple[list[Any], str | None]:
