@@ -21,6 +21,9 @@ _DEFAULTS_FIXED: dict[str, dict[str, Any]] = {
     "DbrxConfig": {"attn_config": {"rope_theta": 500000.0, "clip_qkv": 8.0}},
     # the experts' counts default to None (dots.llm1's config.json: 128 routed, 2 shared, top 6)
     "Dots1Config": {"n_routed_experts": 128, "n_shared_experts": 2, "num_experts_per_tok": 6},
+    # num_experts_per_tok defaults to None, which the router's topk cannot take (DeepSeek-V2-Lite's
+    # config.json, whose 64 routed and 2 shared experts are the defaults: 6)
+    "DeepseekV2Config": {"num_experts_per_tok": 6},
     # head_dim defaults to None, which the attention raises to a power (hidden_size / heads: 128)
     "HunYuanDenseV1Config": {"head_dim": 128},
     "HunYuanMoEV1Config": {"head_dim": 128},

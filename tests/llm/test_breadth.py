@@ -44,7 +44,7 @@ _known(
     "GlmMoeDsaConfig",
     "HYV4Config",
 )
-_known(MOE, "DeepseekV2Config", "JetMoeConfig", "LongcatFlashConfig")
+_known(MOE, "JetMoeConfig", "LongcatFlashConfig")
 _known(STATE, "BambaConfig", "GraniteMoeHybridConfig", "MiniMaxConfig", "RecurrentGemmaConfig", "Zamba2Config")
 _known(NO_HEADS, "RwkvConfig", "xLSTMConfig")
 _known(DEFAULTS, "Qwen4ExpConfig", "Qwen4ExpTextConfig")
