@@ -51,8 +51,13 @@ class ForwardLayout:
 def forward_layout(model: nn.Module, config: Any, routing: Routing) -> ForwardLayout:
     """Run one token on meta into a transformers cache (``routing(model)`` around it: meta tensors
     cannot route a mixture-of-experts block by their values) and read what each layer stored."""
-    from ..transformers_internals import DynamicCache, LinearAttentionCacheLayerMixin, cache_keyword
+    from .. import transformers_internals
+    from ..transformers_internals import DynamicCache, cache_keyword
 
+    try:  # transformers 4 has no state layers in its cache
+        stateful: Any = transformers_internals.LinearAttentionCacheLayerMixin
+    except OpcountError:
+        stateful = ()
     tokens = torch.zeros((1, 1), dtype=torch.long, device="meta")
     try:
         cache = DynamicCache(config=config)  # raises on a layer type transformers does not know
@@ -74,7 +79,7 @@ def forward_layout(model: nn.Module, config: Any, routing: Routing) -> ForwardLa
                     f"{values.shape[1]} value heads: opcount does not know this layout"
                 )
             kv[index] = KVShape(int(keys.shape[1]), int(keys.shape[3]), int(values.shape[3]))
-        if isinstance(layer, LinearAttentionCacheLayerMixin):
+        if isinstance(layer, stateful):
             conv, recurrent = (
                 tuple(tuple(t.shape[1:]) for t in found.values() if isinstance(t, torch.Tensor))
                 for found in (layer.conv_states, layer.recurrent_states)
