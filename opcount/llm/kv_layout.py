@@ -48,9 +48,12 @@ class ForwardLayout:
     states: dict[int, tuple[Shapes, Shapes]]
 
 
-def forward_layout(model: nn.Module, config: Any, routing: Routing) -> ForwardLayout:
-    """Run one token on meta into a transformers cache (``routing(model)`` around it: meta tensors
-    cannot route a mixture-of-experts block by their values) and read what each layer stored."""
+def forward_layout(
+    model: nn.Module, config: Any, routing: Routing, prepare: Callable[[Any], None] | None = None
+) -> ForwardLayout:
+    """Run one token on meta into a transformers cache (``prepare(cache)`` first; ``routing(model)``
+    around it: meta tensors cannot route a mixture-of-experts block by their values) and read what
+    each layer stored."""
     from .. import transformers_internals
     from ..transformers_internals import DynamicCache, cache_keyword
 
@@ -61,6 +64,8 @@ def forward_layout(model: nn.Module, config: Any, routing: Routing) -> ForwardLa
     tokens = torch.zeros((1, 1), dtype=torch.long, device="meta")
     try:
         cache = DynamicCache(config=config)  # raises on a layer type transformers does not know
+        if prepare is not None:
+            prepare(cache)
         with routing(model), serving_attention(model), torch.no_grad():
             model(input_ids=tokens, use_cache=True, **{cache_keyword(model): cache})
     except Exception as e:  # whatever the model's forward raises on meta
