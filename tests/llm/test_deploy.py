@@ -156,6 +156,18 @@ def test_a_generation_prices_prompt_and_generated_tokens(llm: CausalLM) -> None:
     assert llm.deploy(gen).per_device.activations == gen.memory.activations  # the larger of prefill and decode
 
 
+def test_a_generation_of_no_token_is_its_prefill(llm: CausalLM) -> None:
+    from opcount.llm.phases import generation
+
+    # gen_len 0: no decode step (a mean over no step divided by zero); the prompt's 2 x 16 tokens are
+    # priced as the prefill alone: 2 devices x $0.001 a second x its step time / 32 tokens, x 1e6
+    gen = generation(llm, 16, 0, batch=2, hardware=DEVICE)
+    d = llm.deploy(gen, Parallel(tp=2), price=3.6)
+    assert d.time is not None and d.cost == {"prompt": pytest.approx(2 * 0.001 * d.time / 32 * 1e6)}
+    assert d.per_device.kv_cache == kv_bytes(2, 16) / 2  # the prompt's 16 positions, half on each device
+    assert d == llm.deploy(gen.prefill, Parallel(tp=2), price=3.6)
+
+
 @pytest.mark.parametrize(
     ("layout", "message"),
     [
