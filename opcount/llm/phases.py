@@ -37,8 +37,10 @@ from ..memory import MemoryTrafficAnalysis
 from ..roofline import RooflineReport, roofline
 from ..tracers.meta import TensorShape
 from ..transformers_internals import cache_keyword, takes_cache_position
+from .bound import positive_part_sum, sum_of_max, time_bound
 from .cache import CachePlan, cache_plan, phase_cache
 from .deploy import Deployment, on_layout
+from .kernels import MODES, KernelPlan, plan
 from .latent import absorbed
 from .limits import check_phase
 from .model import build_on_meta, learned_positions, serving_attention, text_config
@@ -78,7 +80,9 @@ class Memory:
 @dataclass
 class PhaseCost:
     """What one phase costs: ``flops`` (the analysis: totals, per operator and module),
-    ``memory``, and with hardware its ``roofline`` (speed-of-light time per operator)."""
+    ``memory``, and with hardware its ``roofline`` (each operator's roofline as its own kernel),
+    its kernels per mode (``plans``, :mod:`.kernels`) and its two times: ``time``, the estimate
+    of the chosen mode's kernels, and ``time_bound``, the speed of light."""
 
     phase: str
     batch: int
@@ -89,6 +93,8 @@ class PhaseCost:
     memory: Memory
     roofline: RooflineReport | None = None
     moe_blocks: tuple[str, ...] = ()
+    plans: dict[str, KernelPlan] | None = None  # with hardware: the kernels of each mode (kernels.py)
+    kernels: str = "fused"
 
     @property
     def tokens(self) -> int:
@@ -96,9 +102,22 @@ class PhaseCost:
         return self.batch * self.seq_len
 
     @property
+    def plan(self) -> KernelPlan | None:
+        """The kernels of the chosen mode (None without hardware)."""
+        return None if self.plans is None else self.plans[self.kernels]
+
+    @property
     def time(self) -> float | None:
-        """Speed-of-light seconds (None without hardware)."""
-        return None if self.roofline is None else self.roofline.total_time
+        """The estimate: seconds of the phase's kernels as an engine runs them (None without hardware)."""
+        return None if self.plan is None else self.plan.time
+
+    @property
+    def time_bound(self) -> float | None:
+        """The speed of light: no engine runs the phase faster (:func:`.bound.time_bound`)."""
+        if self.plan is None:
+            return None
+        p = self.plan
+        return time_bound(p.matmul_flops, p.matmul_peak, p.compulsory_bytes, p.hardware.bandwidth)
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -106,8 +125,17 @@ class PhaseCost:
         return None if not time else self.tokens / time
 
     @property
+    def tokens_per_s_bound(self) -> float | None:
+        time = self.time_bound
+        return None if not time else self.tokens / time
+
+    @property
     def bound(self) -> str | None:
-        return None if self.roofline is None else self.roofline.total().bound
+        """What binds the speed of light: ``compute`` or ``memory``."""
+        if self.plan is None:
+            return None
+        compute, memory = self.plan.bound_terms()
+        return "compute" if compute >= memory else "memory"
 
 
 class CausalLM:
@@ -172,10 +200,14 @@ class CausalLM:
         hardware: Hardware | str | None = None,
         flops_per_mac: int = 1,
         preset: str = "default",
+        kernels: str = "fused",
     ) -> PhaseCost:
-        """The cost of one phase; ``seq_len`` defaults to 1 for decode and is required for prefill."""
+        """The cost of one phase; ``seq_len`` defaults to 1 for decode and is required for prefill.
+        ``kernels``: ``fused`` (as serving engines run them) or ``eager`` (one kernel per operator)."""
         if phase not in PHASES:
             raise OpcountValueError(f"unknown phase {phase!r}; choose prefill or decode")
+        if kernels not in MODES:
+            raise OpcountValueError(f"unknown kernels {kernels!r}; choose {' or '.join(MODES)}")
         if seq_len is None:
             if phase == "prefill":
                 raise OpcountValueError("prefill needs seq_len (the prompt's tokens)")
@@ -202,10 +234,16 @@ class CausalLM:
             peak_activations(traffic.traffic_per_call(), self._pricing),
             by_type,
         )
-        report = None
+        report = plans = None
         if hw is not None:
             report = roofline(traffic, hardware=hw, dtype=self.precision.act, itemsize=self._pricing)
-        return PhaseCost(phase, batch, seq_len, kv_len, self.precision, flops, memory, report, tuple(blocks))
+            plans = {
+                mode: plan(traffic, report, mode, dtype=self.precision.act, itemsize=self._pricing, moe_blocks=blocks)
+                for mode in MODES
+            }
+        cost = PhaseCost(phase, batch, seq_len, kv_len, self.precision, flops, memory, report, tuple(blocks))
+        cost.plans, cost.kernels = plans, kernels
+        return cost
 
     def deploy(self, cost: PhaseCost | GenerationCost, parallel: Parallel | None = None, **options: Any) -> Deployment:
         """``cost`` (a phase or a generation of this model) on a parallel layout: per-device memory,
@@ -302,6 +340,7 @@ class GenerationCost:
     decode_time: float | None
     # the traced step holding the most cache (the last, unless a chunked layer started a new chunk)
     fullest_step: PhaseCost | None = None
+    decode_time_bound: float | None = None
 
     @property
     def flops(self) -> float:
@@ -327,8 +366,18 @@ class GenerationCost:
         return self.prefill.time + self.decode_time
 
     @property
+    def time_bound(self) -> float | None:
+        if self.prefill.time_bound is None or self.decode_time_bound is None:
+            return None
+        return self.prefill.time_bound + self.decode_time_bound
+
+    @property
     def time_to_first_token(self) -> float | None:
         return self.prefill.time
+
+    @property
+    def time_to_first_token_bound(self) -> float | None:
+        return self.prefill.time_bound
 
     @property
     def time_per_output_token(self) -> float | None:
@@ -337,9 +386,20 @@ class GenerationCost:
         return self.decode_time / self.gen_len
 
     @property
+    def time_per_output_token_bound(self) -> float | None:
+        if self.decode_time_bound is None or not self.gen_len:
+            return None
+        return self.decode_time_bound / self.gen_len
+
+    @property
     def tokens_per_s(self) -> float | None:
         """Generated tokens per second in the decode phase, over the whole batch."""
         tpot = self.time_per_output_token
+        return None if not tpot else self.prefill.batch / tpot
+
+    @property
+    def tokens_per_s_bound(self) -> float | None:
+        tpot = self.time_per_output_token_bound
         return None if not tpot else self.prefill.batch / tpot
 
 
@@ -352,6 +412,7 @@ def generation(
     hardware: Hardware | str | None = None,
     flops_per_mac: int = 1,
     preset: str = "default",
+    kernels: str = "fused",
 ) -> GenerationCost:
     """Prefill ``prompt_len`` tokens, then ``gen_len`` decode steps of one token each; step
     ``j`` (0-based) attends to ``prompt_len + j`` cached tokens. Three traces whatever ``gen_len``
@@ -360,24 +421,47 @@ def generation(
         raise OpcountValueError(f"gen_len must be an integer >= 0, got {gen_len!r}")
     if isinstance(prompt_len, int) and isinstance(batch, int):  # phase() checks the types
         llm.check_sizes(batch, prompt_len + gen_len)  # the last step's, before the prefill is traced
-    step: dict[str, Any] = {"batch": batch, "hardware": hardware, "flops_per_mac": flops_per_mac, "preset": preset}
+    step: dict[str, Any] = {
+        "batch": batch,
+        "hardware": hardware,
+        "flops_per_mac": flops_per_mac,
+        "preset": preset,
+        "kernels": kernels,
+    }
     prefill = llm.phase("prefill", seq_len=prompt_len, **step)
     if gen_len == 0:
-        return GenerationCost(prefill, None, None, 0, 0.0, 0.0 if hardware is not None else None)
+        zero = 0.0 if hardware is not None else None
+        return GenerationCost(prefill, None, None, 0, 0.0, zero, None, zero)
     # each run of steps over which every operator's cost is affine in the cache length (a sliding
     # window filling, a chunk): two traces a run, the sum over its steps an arithmetic series
-    flops, time, traced, opening = 0.0, 0.0 if hardware is not None else None, [], None
+    flops, traced, opening = 0.0, [], None
+    time = bound = 0.0 if hardware is not None else None
     for a, b in llm.caches.affine_steps(prompt_len, gen_len):
         first = llm.phase("decode", kv_len=prompt_len + a, **step)
         last = first if a == b else llm.phase("decode", kv_len=prompt_len + b, **step)
         traced.append(last)
         flops += (first.flops.total() + last.flops.total()) * (b - a + 1) / 2
-        if time is not None and first.roofline is not None and last.roofline is not None:
-            time += _affine_time(first.roofline, last.roofline, b - a + 1)
+        if time is not None and bound is not None and first.plan is not None and last.plan is not None:
+            run_time, run_bound = decode_times(first.plan, last.plan, b - a + 1)
+            time, bound = time + run_time, bound + run_bound
         if a == 0:
             opening = first
     fullest = max(traced, key=lambda p: p.memory.kv_cache)
-    return GenerationCost(prefill, opening, traced[-1], gen_len, flops, time, fullest)
+    return GenerationCost(prefill, opening, traced[-1], gen_len, flops, time, fullest, bound)
+
+
+def decode_times(first: KernelPlan, last: KernelPlan, steps: int) -> tuple[float, float]:
+    """(estimate, bound) summed over ``steps`` decode steps, each kernel's and the bound's figures
+    interpolated linearly between the first and the last step, in closed form (:func:`.bound.sum_of_max`)."""
+    if len(first.kernels) != len(last.kernels) or any(
+        a.calls != b.calls for a, b in zip(first.kernels, last.kernels, strict=True)
+    ):
+        raise OpcountError("internal error: decode steps at two cache lengths ran different kernels")
+    estimate = float(sum_of_max(first.compute_memory(), last.compute_memory(), steps).sum())
+    estimate += steps * first.launch_s
+    (c0, m0), (c1, m1) = first.bound_terms(), last.bound_terms()
+    one = (np.array([c0]), np.array([m0])), (np.array([c1]), np.array([m1]))
+    return estimate, float(sum_of_max(*one, steps).sum())
 
 
 def _affine_time(first: RooflineReport, last: RooflineReport, steps: int) -> float:
@@ -402,21 +486,3 @@ def _affine_time(first: RooflineReport, last: RooflineReport, steps: int) -> flo
     memory = steps * m0 + dm * (steps * (steps - 1) / 2)
     # max(compute, memory) = memory + max(compute - memory, 0)
     return float((memory + positive_part_sum(c0 - m0, dc - dm, steps)).sum())
-
-
-def positive_part_sum(start: np.ndarray, slope: np.ndarray, steps: int) -> np.ndarray:
-    """``sum(max(start + slope * j, 0) for j in range(steps))`` elementwise, in closed form: the
-    terms are positive on one interval of j (a suffix when the slope is positive, a prefix when it
-    is negative), an arithmetic series there. Where a term is near 0 at the interval's end,
-    counting it or not changes the sum by that near-0 term only."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        root = np.where(slope != 0, -start / np.where(slope != 0, slope, 1), 0.0)  # where the term is 0
-    rising = slope > 0
-    falling = slope < 0
-    # the first and last positive j of 0..steps-1
-    lo = np.where(rising, np.clip(np.ceil(root), 0, steps), 0)
-    hi = np.where(falling, np.clip(np.floor(root), -1, steps - 1), steps - 1)
-    flat = slope == 0
-    lo = np.where(flat & (start <= 0), steps, lo)  # a constant term that is never positive: no steps
-    count = np.maximum(hi - lo + 1, 0)
-    return np.where(count > 0, count * start + slope * (lo + hi) * count / 2, 0.0)
