@@ -489,7 +489,7 @@ def _cell(key: str, value: Any) -> str:
         return size(value)
     if key.startswith("time"):
         return seconds(value)
-    if key == "tokens_per_s":
+    if key.startswith("tokens_per_s"):  # and its _bound
         return f"{value:,.1f}"
     if key == "flops":
         return si(value)

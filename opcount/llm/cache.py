@@ -36,7 +36,9 @@ from torch import nn
 
 from ..errors import OpcountError
 from ..messages import first_line
+from .lightning import lightning_cache, lightning_states
 from .model import KV_PREFIX, kv_geometry, serving_attention, text_config
+from .xlstm import xlstm_cache, xlstm_states
 
 FULL, SLIDING, CHUNKED, LATENT, STATE, NONE = (
     "full_attention",
@@ -162,6 +164,10 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
     tensors cannot route by their values)."""
     c = text_config(config)
     name = type(c).__name__
+    recurrent = xlstm_states(model, c)
+    if recurrent:  # a recurrent model whose config gives no layer types
+        elements = [sum(math.prod(s) for s in shapes[1]) for shapes in recurrent.values()]
+        return CachePlan(tuple(LayerCache(STATE, state_elements=n) for n in elements), tuple(recurrent.values()))
     types = layer_types(c)
     states = _state_shapes(model, c, routing) if any(t in _STATE_TYPES for t, _ in types) else {}
     layers: list[LayerCache] = []
@@ -199,7 +205,11 @@ def _state_shapes(model: nn.Module, config: Any, routing: Routing) -> dict[int, 
     own forward stores them in a transformers cache (one token, on meta, nothing traced)."""
     from ..transformers_internals import DynamicCache, LinearAttentionCacheLayerMixin, cache_keyword
 
+    found = lightning_states(model)
+    if found:  # MiniMax keeps its state outside the cache's layers
+        return found
     cache = DynamicCache(config=config)
+    _known_length(cache, 0)
     tokens = torch.zeros((1, 1), dtype=torch.long, device="meta")
     try:
         with routing(model), serving_attention(model), torch.no_grad():
@@ -218,6 +228,18 @@ def _state_shapes(model: nn.Module, config: Any, routing: Routing) -> dict[int, 
             )
             shapes[index] = (conv, recurrent)
     return shapes
+
+
+def _known_length(cache: Any, kv_len: int) -> None:
+    """A cache of state layers only (a Bamba or Granite-4 whose layers are all Mamba) answers
+    ``kv_len`` positions seen and no mask to build: transformers reads both from an attention layer
+    and raises when there is none, though the positions are known here."""
+    from ..transformers_internals import CacheLayerMixin
+
+    if any(isinstance(layer, CacheLayerMixin) for layer in cache.layers):
+        return
+    cache.get_seq_length = lambda layer_idx=0: kv_len
+    cache.get_mask_sizes = lambda query_length, layer_idx=0: (kv_len + query_length, 0)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -321,7 +343,12 @@ def phase_cache(
             slot.register_buffer(name, t, persistent=False)
         holder.add_module(str(index), slot)
         layers.append(made)
-    cache = cache_utils.Cache(layers=layers)
+    cache = (
+        lightning_cache(model, layers, kv_len)
+        or xlstm_cache(model, c, layers, kv_len)
+        or cache_utils.Cache(layers=layers)
+    )
+    _known_length(cache, kv_len)
     if KV_PREFIX in model._modules:
         raise OpcountError(f"the model already has a submodule named {KV_PREFIX!r}")
     model._modules[KV_PREFIX] = holder  # named buffers, not a module the forward calls

@@ -37,6 +37,8 @@ def small(cls: type) -> Any:
     text = config.get_text_config(decoder=True)
     kinds, field = _layer_kinds(text)
     values: dict[str, Any] = {"num_hidden_layers": 2}
+    if field is not None:  # an alias given as an argument is set after the config derives from the field
+        field = getattr(text, "attribute_map", {}).get(field, field)  # (Zamba2's hybrid_layer_ids)
     if len(set(kinds)) > 1 and field is not None and _settable(text, field):
         values[field] = list(dict.fromkeys(kinds))  # one layer of each kind, in their first order
         values["num_hidden_layers"] = len(values[field])

@@ -24,8 +24,8 @@ from tests.llm.small_configs import causal_lm_config_classes, small  # noqa: E40
 
 INDEXED = "a cache of type 'indexed_attention' (DeepSeek sparse attention's indexer keys), which opcount does not model"
 MOE = "a mixture-of-experts block opcount does not recognise (its routing cannot be followed on meta)"
-STATE = "recurrent state whose shapes opcount cannot read from a forward on meta"
-NO_HEADS = "a recurrent model without attention heads (RWKV, xLSTM): opcount reads one KV geometry per model"
+STATE = "keeps its recurrent state in its modules (conv1d_state, recurrent_states), outside transformers' cache"
+NO_HEADS = "RWKV-4 passes its state outside transformers' cache (a state list, three of its five parts in float32)"
 GEOMETRY = "the model caches other KV heads or head sizes than its config says where opcount reads them"
 DEFAULTS = "transformers cannot build a model from this config's defaults (the same error without opcount)"
 PER_LAYER = "per-layer configs (heads and head size vary by layer): opcount reads one KV geometry per model"
@@ -47,8 +47,8 @@ _known(
     "HYV4Config",
 )
 _known(MOE, "DeepseekV2Config", "JetMoeConfig", "LongcatFlashConfig")
-_known(STATE, "BambaConfig", "GraniteMoeHybridConfig", "MiniMaxConfig", "RecurrentGemmaConfig", "Zamba2Config")
-_known(NO_HEADS, "RwkvConfig", "xLSTMConfig")
+_known(STATE, "RecurrentGemmaConfig")
+_known(NO_HEADS, "RwkvConfig")
 _known(GEOMETRY, "FalconConfig", "InklingTextConfig", "MiMoV2FlashConfig")
 _known(DEFAULTS, "CohereCompassTextConfig", "DbrxConfig", "Dots1Config", "Gemma4AssistantConfig",
        "HunYuanDenseV1Config", "HunYuanMoEV1Config", "Lfm2MoeConfig", "MinistralConfig", "NemotronConfig",
