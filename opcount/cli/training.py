@@ -107,7 +107,13 @@ def check_llm(flags: LLMOptions, model: str) -> None:
         raise OpcountError(
             f"{inference[0]} is for inference phases: --mode train traces one training step of --batch x --seq-len tokens"
         )
-    layout = [f for f in flags.deploy.given() if f in ("--tp", "--pp", "--ep", "--micro-batches", "--max-batch")]
+    serving = [f for f in flags.deploy.given() if f in ("--max-batch", "--reserve")]
+    if serving:  # a serving engine's figures: a training step's capacity is the device's whole memory
+        raise OpcountError(
+            f"{serving[0]} applies to inference (a serving engine's batch and workspace): --mode train fits the "
+            "device's whole memory"
+        )
+    layout = [f for f in flags.deploy.given() if f in ("--tp", "--pp", "--ep", "--micro-batches")]
     if layout:
         raise OpcountError(
             f"{layout[0]}: --mode train prices data parallelism (--dp, --zero); tensor, pipeline and expert "

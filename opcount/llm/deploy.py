@@ -406,6 +406,8 @@ def deploy(
             f"--micro-batches {parallel.micro_batches}: needs the phase traced at batch / micro-batches "
             f"(--batch {cost.batch} must be a multiple of it)"
         )
+    if generation is not None and generation.first_step is None:  # --gen-len 0: no decode step, its prefill alone
+        generation = None
     placement = Placement(llm.model, llm.config, llm.precision, parallel)
     steps = [cost] if generation is None else [s for s in (generation.first_step, generation.last_step) if s]
     memory_of = cost.memory if generation is None else generation.memory

@@ -94,6 +94,9 @@ def test_summary_and_recompute(capsys: pytest.CaptureFixture[str]) -> None:
         (["--mode", "train", "--tokens", "1e20"], "argument --tokens: expected 1 to 1e+16 tokens"),
         (["--mode", "train", "--tokens", "1e9"], "--tokens needs --hardware"),
         (["--mode", "train", "--tp", "2"], "--tp: --mode train prices data parallelism"),
+        # --reserve was accepted and ignored (the capacity stayed the whole 80 GB): refused instead
+        (["--mode", "train", "--reserve", "0.5", "--hardware", "h100-sxm"], "--reserve applies to inference"),
+        (["--mode", "train", "--max-batch", "--hardware", "h100-sxm"], "--max-batch applies to inference"),
         (["--mode", "train", "--seq-len", "2048"], "exceeds the 1024 rows of the learned position table"),
     ],
 )
