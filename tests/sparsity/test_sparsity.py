@@ -318,7 +318,7 @@ def test_tables_columns_and_charts(tmp_path) -> None:  # type: ignore[no-untyped
     text = module_table(
         flops, columns=["flops", "sparse_flops", "sparse_time", "speedup", "sparsity"], extra={"sparsity": report}
     )
-    assert "#sparse flops" in text and "1.37x" in text and "50.0%" in text
+    assert "#sparse MACs" in text and "1.37x" in text and "50.0%" in text
 
     points = [
         report.point(accuracy=70.0, label="2:4"),
@@ -379,7 +379,7 @@ def test_cli_sparsity_option(capsys: pytest.CaptureFixture[str]) -> None:
         == 0
     )
     out = capsys.readouterr().out
-    assert "#sparse flops" in out and "speedup" in out and "2:4:" in out
+    assert "#sparse MACs" in out and "speedup" in out and "2:4:" in out
     assert main(["tests.fixtures.report_models:tiny", "--sparsity", "2:4"]) == 2
     assert main(["tests.fixtures.report_models:tiny", "--hardware", "h100", "--sparsity", "2:5:x"]) == 2
     assert "--sparsity: cannot read sparsity" in capsys.readouterr().err

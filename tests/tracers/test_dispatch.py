@@ -89,11 +89,15 @@ def test_gpt2_parity_on_real_and_meta_tensors() -> None:
 
 
 def test_bert_parity_but_for_the_attention_mask_transformers_expands_only_under_jit() -> None:
-    # transformers skips an all-ones attention mask unless torch.jit.is_tracing(): under jit it
+    # transformers 4 skips an all-ones attention mask unless torch.jit.is_tracing(): under jit it
     # builds the [b, 1, L, L] additive mask with one subtraction per element (1 * 16 * 16 = 256).
+    # transformers 5 builds the mask the same way under both tracers: full parity.
+    import transformers
+
     model, ids = _bert(), torch.randint(0, 1000, (1, 16))
     jit, dispatch = _both(model, (), {"input_ids": ids, "attention_mask": torch.ones_like(ids)})
-    assert jit.by_operator() - dispatch.by_operator() == Counter({"sub": 256})
+    jit_only = Counter() if int(transformers.__version__.split(".")[0]) >= 5 else Counter({"sub": 256})
+    assert jit.by_operator() - dispatch.by_operator() == jit_only
     assert dispatch.by_operator() - jit.by_operator() == Counter()
     assert {m: c for m, c in dispatch.by_module_and_operator().items() if m} == {
         m: c for m, c in jit.by_module_and_operator().items() if m
