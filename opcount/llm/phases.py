@@ -146,18 +146,19 @@ class CausalLM:
         g = self.geometry
         check_phase(batch, positions, batch * g.kv_heads * positions * g.head_dim)
 
-    def phase(
-        self,
-        phase: str = "prefill",
-        *,
-        seq_len: int | None = None,
-        kv_len: int = 0,
-        batch: int = 1,
-        hardware: Hardware | str | None = None,
-        flops_per_mac: int = 1,
-        preset: str = "default",
-    ) -> PhaseCost:
-        """The cost of one phase; ``seq_len`` defaults to 1 for decode and is required for prefill."""
+    def validate_generation(self, prompt_len: int, gen_len: int, *, batch: int = 1) -> None:
+        """Refuse a generation :func:`generation` would refuse, before tracing it."""
+        if not isinstance(gen_len, int) or gen_len < 0:
+            raise OpcountValueError(f"gen_len must be an integer >= 0, got {gen_len!r}")
+        if isinstance(prompt_len, int) and isinstance(batch, int):  # phase() checks the types
+            self.check_sizes(batch, prompt_len + gen_len)  # the last step's, before the prefill is traced
+        self.validate("prefill", seq_len=prompt_len, batch=batch)
+        if gen_len:
+            self.validate("decode", kv_len=prompt_len, batch=batch)
+            self.validate("decode", kv_len=prompt_len + gen_len - 1, batch=batch)
+
+    def validate(self, phase: str, *, seq_len: int | None = None, kv_len: int = 0, batch: int = 1) -> int:
+        """Refuse a phase :meth:`phase` would refuse, before tracing it; returns its ``seq_len``."""
         if phase not in PHASES:
             raise OpcountValueError(f"unknown phase {phase!r}; choose prefill or decode")
         if seq_len is None:
@@ -177,6 +178,21 @@ class CausalLM:
                 f"{kv_len + seq_len} positions (kv_len {kv_len} + seq_len {seq_len}) exceed the {rows} rows of "
                 f"{type(self.model).__name__}'s learned position table '{name}'"
             )
+        return seq_len
+
+    def phase(
+        self,
+        phase: str = "prefill",
+        *,
+        seq_len: int | None = None,
+        kv_len: int = 0,
+        batch: int = 1,
+        hardware: Hardware | str | None = None,
+        flops_per_mac: int = 1,
+        preset: str = "default",
+    ) -> PhaseCost:
+        """The cost of one phase; ``seq_len`` defaults to 1 for decode and is required for prefill."""
+        seq_len = self.validate(phase, seq_len=seq_len, kv_len=kv_len, batch=batch)
         hw = lookup_hardware(hardware) if hardware is not None else None
         flops, traffic, blocks = self._trace(seq_len, kv_len, batch, flops_per_mac, preset)
         memory = Memory(
@@ -313,10 +329,7 @@ def generation(
 ) -> GenerationCost:
     """Prefill ``prompt_len`` tokens, then ``gen_len`` decode steps of one token each; step
     ``j`` (0-based) attends to ``prompt_len + j`` cached tokens. Three traces whatever ``gen_len``."""
-    if not isinstance(gen_len, int) or gen_len < 0:
-        raise OpcountValueError(f"gen_len must be an integer >= 0, got {gen_len!r}")
-    if isinstance(prompt_len, int) and isinstance(batch, int):  # phase() checks the types
-        llm.check_sizes(batch, prompt_len + gen_len)  # the last step's, before the prefill is traced
+    llm.validate_generation(prompt_len, gen_len, batch=batch)
     step: dict[str, Any] = {"batch": batch, "hardware": hardware, "flops_per_mac": flops_per_mac, "preset": preset}
     prefill = llm.phase("prefill", seq_len=prompt_len, **step)
     if gen_len == 0:
@@ -341,12 +354,21 @@ def _affine_time(first: RooflineReport, last: RooflineReport, steps: int) -> flo
         raise OpcountError("internal error: decode steps at two cache lengths ran different operators")
     if steps == 1:
         return first.total_time
-    bandwidth = first.hardware.bandwidth
-    peak = np.array([t.peak for t in a], dtype=np.float64)
-    c0 = np.array([t.layer.flops for t in a], dtype=np.float64) / peak  # compute time at the first step
-    c1 = np.array([t.layer.flops for t in b], dtype=np.float64) / peak
-    m0 = np.array([t.layer.bytes for t in a], dtype=np.float64) / bandwidth  # memory time
-    m1 = np.array([t.layer.bytes for t in b], dtype=np.float64) / bandwidth
+    arrays = [
+        tuple(np.array(v, dtype=np.float64) for v in zip(*((t.peak, t.layer.flops, t.layer.bytes) for t in r)))
+        for r in (a, b)
+    ]
+    return affine_sum(arrays[0], arrays[1], first.hardware.bandwidth, steps)
+
+
+def affine_sum(first: Sequence[np.ndarray], last: Sequence[np.ndarray], bandwidth: float, steps: int) -> float:
+    """:func:`_affine_time` of two steps given as arrays of each layer's (peak FLOP/s, flops, bytes)."""
+    peak, f0, b0 = first
+    _, f1, b1 = last
+    c0 = f0 / peak  # compute time at the first step
+    c1 = f1 / peak
+    m0 = b0 / bandwidth  # memory time
+    m1 = b1 / bandwidth
     # step j of 0..steps-1 is at j / (steps - 1) of the way: time(j) = start + slope * j
     dm = (m1 - m0) / (steps - 1)
     dc = (c1 - c0) / (steps - 1)

@@ -1,0 +1,426 @@
+"""Many points of an LLM phase or generation at the cost of a few traces.
+
+The records of a phase are fitted once per region as polynomials in batch, tokens and cache
+length (:mod:`.symbolic`), checked against one more trace, and rebuilt at every other point.
+A point's FLOPs, bytes, roofline time and activation peak are then those of its rebuilt records,
+computed by the same analyses as a traced phase (:class:`~opcount.analysis.FlopCountAnalysis`,
+:class:`~opcount.memory.MemoryTrafficAnalysis`, :func:`~opcount.roofline.roofline`), run once on
+the records that differ (the layers of a decoder repeat one another's) for all points together.
+The points that were traced keep their traced figures, and every rebuilt figure is checked
+against them; where a fit is refused the points are traced one by one, as the reason is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..analysis import FlopCountAnalysis
+from ..hardware.lookup import Hardware
+from ..hardware.lookup import hardware as lookup_hardware
+from ..ir import OpCall, Spec, TensorSpec
+from ..memory import MemoryTrafficAnalysis
+from ..roofline import roofline
+from ..tracing import Trace
+from .model import is_moe_block, text_config
+from .phases import CausalLM, Memory, PhaseCost, affine_sum
+from .precision import Precision
+from .symbolic import (
+    FitError,
+    Point,
+    Poly,
+    Structure,
+    Template,
+    affine_design,
+    check_point,
+    corner_design,
+    fit,
+    flatten,
+    monomials,
+    region,
+    verify,
+)
+
+logger = logging.getLogger(__name__)
+Layers = tuple[np.ndarray, np.ndarray, np.ndarray]  # each layer's peak FLOP/s, flops, bytes
+
+
+@dataclass(frozen=True)
+class PhasePoint:
+    """The figures of one phase at one point, traced or rebuilt from a fit (``traced``)."""
+
+    phase: str
+    batch: int
+    seq_len: int
+    kv_len: int
+    precision: Precision
+    flops: int | float
+    flops_per_mac: int
+    memory: Memory
+    hardware: Hardware | None
+    time: float | None
+    bound: str | None
+    traced: bool
+    layers: Layers | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq_len
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        time = self.time
+        return None if not time else self.tokens / time
+
+    @classmethod
+    def of(cls, cost: PhaseCost) -> PhasePoint:
+        """The figures of a traced phase."""
+        r = cost.roofline
+        layers = None
+        if r is not None:
+            layers = (
+                np.array([t.peak for t in r.layers], dtype=np.float64),
+                np.array([t.layer.flops for t in r.layers], dtype=np.float64),
+                np.array([t.layer.bytes for t in r.layers], dtype=np.float64),
+            )
+        hw = None if r is None else r.hardware
+        return cls(
+            cost.phase, cost.batch, cost.seq_len, cost.kv_len, cost.precision, cost.flops.total(),
+            cost.flops.flops_per_mac, cost.memory, hw, cost.time, cost.bound, True, layers,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GenerationPoint:
+    """A generation's figures (see :class:`~opcount.llm.phases.GenerationCost`) from its phases' points."""
+
+    prefill: PhasePoint
+    first_step: PhasePoint | None
+    last_step: PhasePoint | None
+    gen_len: int
+    decode_flops: float
+    decode_time: float | None
+
+    @property
+    def flops(self) -> float:
+        return self.prefill.flops + self.decode_flops
+
+    @property
+    def memory(self) -> Memory:
+        last = self.last_step or self.prefill
+        return Memory(
+            self.prefill.memory.weights,
+            last.memory.kv_cache,
+            max(self.prefill.memory.activations, last.memory.activations),
+        )
+
+    @property
+    def time(self) -> float | None:
+        if self.prefill.time is None or self.decode_time is None:
+            return None
+        return self.prefill.time + self.decode_time
+
+    @property
+    def time_to_first_token(self) -> float | None:
+        return self.prefill.time
+
+    @property
+    def time_per_output_token(self) -> float | None:
+        if self.decode_time is None or not self.gen_len:
+            return None
+        return self.decode_time / self.gen_len
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        tpot = self.time_per_output_token
+        return None if not tpot else self.prefill.batch / tpot
+
+
+@dataclass(frozen=True)
+class _Run:
+    llm: CausalLM
+    phase: str
+    hardware: Hardware | None
+    flops_per_mac: int
+    preset: str
+
+    def trace(self, point: Point) -> PhaseCost:
+        batch, tokens, cache = point
+        return self.llm.phase(
+            self.phase, seq_len=tokens, kv_len=cache, batch=batch, hardware=self.hardware,
+            flops_per_mac=self.flops_per_mac, preset=self.preset,
+        )  # fmt: skip
+
+
+def structure_of(llm: CausalLM) -> Structure:
+    """The windows and expert blocks that cut ``llm``'s points into regions (:func:`.symbolic.region`)."""
+    config = text_config(llm.config)
+    windows = {
+        w
+        for key in ("sliding_window", "attention_chunk_size", "chunk_size")
+        if isinstance(w := getattr(config, key, None), int) and not isinstance(w, bool) and w > 0
+    }
+    experts = {(m.top_k, len(m.experts)) for m in llm.model.modules() if is_moe_block(m)}
+    return Structure(tuple(sorted(windows)), tuple(sorted(experts)))
+
+
+def phase_points(
+    llm: CausalLM,
+    phase: str,
+    points: Sequence[Point],
+    *,
+    hardware: Hardware | str | None = None,
+    flops_per_mac: int = 1,
+    preset: str = "default",
+) -> list[PhasePoint]:
+    """The figures of ``phase`` at each ``(batch, seq_len, kv_len)`` point: equal to
+    ``PhasePoint.of(llm.phase(...))`` at each, from a few traces per region."""
+    for batch, tokens, cache in points:
+        llm.validate(phase, seq_len=tokens, kv_len=cache, batch=batch)
+    run = _Run(llm, phase, lookup_hardware(hardware) if hardware is not None else None, flops_per_mac, preset)
+    structure = structure_of(llm)
+    groups: dict[Any, list[Point]] = {}
+    for p in dict.fromkeys(points):
+        groups.setdefault(region(structure, p), []).append(p)
+    found: dict[Point, PhasePoint] = {}
+    for group in groups.values():
+        found.update(_region(run, group))
+    return [found[p] for p in points]
+
+
+def _region(run: _Run, points: list[Point]) -> dict[Point, PhasePoint]:
+    traced: dict[Point, PhaseCost] = {}
+
+    def trace(p: Point) -> PhaseCost:
+        if p not in traced:
+            traced[p] = run.trace(p)
+        return traced[p]
+
+    try:
+        template = _fit(points, trace)
+        if template is not None:
+            rest = [p for p in points if p not in traced]
+            return {**{p: PhasePoint.of(c) for p, c in traced.items()}, **_evaluate(run, template, rest, traced)}
+    except FitError as e:
+        logger.info("%s: tracing each of %d points instead of fitting them: %s", run.phase, len(points), e)
+    return {p: PhasePoint.of(trace(p)) for p in points}
+
+
+def _fit(points: list[Point], trace: Callable[[Point], PhaseCost]) -> Template | None:
+    """The region's template, checked; None when tracing every point costs no more."""
+    swept, design = affine_design(points)
+    multilinear = len(swept) >= 3  # a three-way product could cancel at one check point: fit every corner
+    while True:
+        if multilinear:
+            design = corner_design(points, swept)
+        if len(points) <= len(design) + 1:
+            return None
+        costs = [trace(p) for p in design]
+        template = fit([c.flops.trace() for c in costs], design, monomials(swept, multilinear))
+        check = check_point(points, design, swept)
+        if check is None:
+            return None
+        try:
+            verify(template, trace(check).flops.trace(), check)
+            return template
+        except FitError:
+            if multilinear or len(swept) < 2:
+                raise
+            multilinear = True  # a product of two variables (batch x tokens): fit the corners
+
+
+# ------------------------------------------------------------------------------------------------
+# The figures of rebuilt points
+# ------------------------------------------------------------------------------------------------
+def _key(call: OpCall, polys: list[Poly], pricing: Callable[[TensorSpec], float | None]) -> Any:
+    """What decides a record's costs: its structure and sizes, without the names a layer differs by."""
+    structure, _ = flatten(call)
+    kind, _, within, inputs, outputs = structure
+    roles = tuple(
+        (s.param is None, pricing(s)) for s in _tensors((*call.inputs, *call.outputs))
+    )
+    strip = _strip_names
+    return kind, within, strip(inputs), strip(outputs), roles, tuple(polys)
+
+
+def _strip_names(parts: Any) -> Any:
+    if isinstance(parts, tuple) and parts and parts[0] == "T":
+        return ("T", parts[1], parts[2])
+    if isinstance(parts, tuple):
+        return tuple(_strip_names(p) for p in parts)
+    return parts
+
+
+def _tensors(specs: Sequence[Spec]) -> list[TensorSpec]:
+    out: list[TensorSpec] = []
+    for s in specs:
+        if isinstance(s, TensorSpec):
+            out.append(s)
+        elif hasattr(s, "items"):
+            out.extend(_tensors(s.items))
+    return out
+
+
+def _evaluate(run: _Run, template: Template, rest: list[Point], traced: dict[Point, PhaseCost]) -> dict[Point, PhasePoint]:
+    """The figures at ``rest``, and at the traced points to check them."""
+    llm = run.llm
+    pricing = llm._pricing
+    checked = list(traced)
+    points = checked + rest
+    index: dict[Any, int] = {}
+    which = [index.setdefault(_key(c, ps, pricing), len(index)) for c, ps in zip(template.calls, template.polys, strict=True)]
+    unique = [0] * len(index)
+    for r, u in reversed(list(enumerate(which))):
+        unique[u] = r  # the first record of each kind, so the first parameter read stays first
+    counts = np.bincount(np.array(which), minlength=len(unique))
+    calls = [template.rebuilt(r, p) for p in points for r in unique]
+    trace = Trace(template.trace.tree, tuple(calls), template.trace.called, (), "dispatch", template.trace.mode)
+    flops = FlopCountAnalysis(trace, flops_per_mac=run.flops_per_mac, preset=run.preset)
+    flops.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+    values = [v for _, v in flops.per_call()]
+    per_call = [0 if v is None else sum(v.values()) for v in values]
+    if any(type(x) is not int for x in per_call):
+        raise FitError("an operator's FLOPs are not a whole number")
+    n = len(unique)
+    flop_grid = np.array(per_call, dtype=object).reshape(len(points), n)
+    totals = [int(sum(int(c) * x for c, x in zip(counts, row, strict=True))) for row in flop_grid]
+    times = _times(run, trace, which, unique, len(points)) if run.hardware is not None else None
+    activations = _activations(llm, template, points)
+    out: dict[Point, PhasePoint] = {}
+    for k, p in enumerate(points):
+        batch, tokens, cache = p
+        memory = Memory(llm._weights, llm.kv_bytes(cache + tokens, batch), activations[k])
+        time = bound = layers = None
+        if times is not None:
+            time, bound, layers = times[k]
+        out[p] = PhasePoint(
+            run.phase, batch, tokens, cache, llm.precision, totals[k], run.flops_per_mac, memory, run.hardware,
+            time, bound, False, layers,
+        )  # fmt: skip
+    for p, cost in traced.items():
+        got, want = out[p], PhasePoint.of(cost)
+        if (got.flops, got.memory, got.time, got.bound) != (want.flops, want.memory, want.time, want.bound):
+            raise FitError(f"the rebuilt records' costs at {p} differ from its trace's")
+    return {p: out[p] for p in rest}
+
+
+def _times(
+    run: _Run, trace: Trace, which: list[int], unique: list[int], n_points: int
+) -> list[tuple[float, str, Layers]]:
+    """Each point's roofline time, bound and layers, summed in the order a traced phase sums them."""
+    llm = run.llm
+    memory = MemoryTrafficAnalysis(trace)
+    memory.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+    report = roofline(memory, hardware=run.hardware, dtype=llm.precision.act, itemsize=llm._pricing)
+    of_call: dict[int, list[Any]] = {}
+    for t in report.layers:
+        of_call.setdefault(id(t.layer.call), []).append(t)
+    n = len(unique)
+    per = [[of_call.get(id(c), []) for c in trace.calls[k * n : (k + 1) * n]] for k in range(n_points)]
+    widths = [len(ts) for ts in per[0]]
+    if any([len(ts) for ts in row] != widths for row in per):
+        raise FitError("an operator makes roofline layers at some points and not at others")
+    starts = np.cumsum([0, *widths])
+    order = np.array([s for u in which for s in range(starts[u], starts[u + 1])], dtype=np.int64)
+    slots = [t for row in per for ts in row for t in ts]
+    grid = np.array(
+        [(t.effective_time, t.time, t.compute_time >= t.memory_time, t.peak, t.layer.flops, t.layer.bytes) for t in slots],
+        dtype=np.float64,
+    ).reshape(n_points, int(starts[-1]), 6)
+    effective, time, compute, peak, flops, nbytes = (grid[:, :, i] for i in range(6))
+    bound_c = np.zeros(n_points)
+    bound_m = np.zeros(n_points)
+    for s in order:  # in sequence, as a traced phase's summary adds them
+        bound_c += np.where(compute[:, s] == 1, time[:, s], 0.0)
+        bound_m += np.where(compute[:, s] == 1, 0.0, time[:, s])
+    out = []
+    for k in range(n_points):
+        total = sum(effective[k, order].tolist())
+        bound = "" if not len(order) else ("compute" if bound_c[k] >= bound_m[k] else "memory")
+        out.append((total, bound, (peak[k, order], flops[k, order], nbytes[k, order])))
+    return out
+
+
+def _activations(llm: CausalLM, template: Template, points: list[Point]) -> list[int]:
+    """Each point's peak of activations alive at once, as :func:`~opcount.llm.phases.peak_activations`
+    walks a traced phase: the same births and deaths, the sizes of each point."""
+    memory = MemoryTrafficAnalysis(template.trace)
+    memory.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+    traffic = [t for _, t in memory.traffic_per_call()]
+    shapes = template.tensor_shapes()
+    last: dict[int, int] = {}
+    specs: dict[int, TensorSpec] = {}
+    for i, t in enumerate(traffic):
+        for a in (*t.read, *t.write) if t is not None else ():
+            s = a.tensor
+            if s is not None and s.param is None and s.id is not None:
+                last[s.id] = i
+                specs.setdefault(s.id, s)
+    grid = np.array(points, dtype=np.int64)
+    sizes: dict[int, np.ndarray] = {}
+    for uid, s in specs.items():
+        known = shapes.get(uid)
+        if known is None or known[0].shape != s.shape:
+            raise FitError(f"tensor {uid} is read or written at a size no record gives it")
+        numel = np.ones(len(points), dtype=np.int64)
+        for poly in known[1]:
+            numel = numel * poly.over(grid)
+        size = llm._pricing(s)
+        sizes[uid] = np.ceil(numel * (size if size is not None else s.itemsize)).astype(np.int64)
+    ends: dict[int, list[int]] = {}
+    for uid, i in last.items():
+        ends.setdefault(i, []).append(uid)
+    born: set[int] = set()
+    live = np.zeros(len(points), dtype=np.int64)
+    peak = np.zeros(len(points), dtype=np.int64)
+    for i, t in enumerate(traffic):
+        grew = False
+        for a in t.write if t is not None else ():
+            s = a.tensor
+            if s is not None and s.param is None and s.id is not None and s.id not in born:
+                born.add(s.id)
+                live = live + sizes[s.id]
+                grew = True
+        if grew:
+            peak = np.maximum(peak, live)
+        for uid in ends.get(i, ()):
+            if uid in born:
+                live = live - sizes[uid]
+    return [int(x) for x in peak]
+
+
+def generation_points(
+    llm: CausalLM,
+    points: Sequence[tuple[int, int, int]],
+    *,
+    hardware: Hardware | str | None = None,
+    flops_per_mac: int = 1,
+    preset: str = "default",
+) -> list[GenerationPoint]:
+    """:func:`~opcount.llm.phases.generation` at each ``(batch, prompt_len, gen_len)`` point: the
+    prefills are one sweep of points, the first and last decode steps another."""
+    for batch, prompt, gen in points:  # what generation() refuses, in its order, before any trace
+        llm.validate_generation(prompt, gen, batch=batch)
+    common: dict[str, Any] = {"hardware": hardware, "flops_per_mac": flops_per_mac, "preset": preset}
+    prefills = phase_points(llm, "prefill", [(b, prompt, 0) for b, prompt, _ in points], **common)
+    steps = {(b, 1, prompt + j) for b, prompt, gen in points for j in {0, gen - 1} if gen}
+    found = dict(zip(sorted(steps), phase_points(llm, "decode", sorted(steps), **common), strict=True))
+    out = []
+    for (batch, prompt, gen), prefill in zip(points, prefills, strict=True):
+        if gen == 0:
+            out.append(GenerationPoint(prefill, None, None, 0, 0.0, 0.0 if hardware is not None else None))
+            continue
+        first, last = found[(batch, 1, prompt)], found[(batch, 1, prompt + gen - 1)]
+        flops = (first.flops + last.flops) * gen / 2
+        time = None
+        if first.layers is not None and last.layers is not None and first.hardware is not None:
+            if len(first.layers[0]) != len(last.layers[0]):
+                raise FitError("internal error: decode steps at two cache lengths ran different operators")
+            time = first.time if gen == 1 else affine_sum(first.layers, last.layers, first.hardware.bandwidth, gen)
+        out.append(GenerationPoint(prefill, first, last, gen, flops, time))
+    return out
