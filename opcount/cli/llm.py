@@ -26,6 +26,7 @@ from ..llm.limits import MAX_BATCH, MAX_POSITIONS
 from ..llm.model import is_causal_lm
 from ..llm.phases import PHASES, CausalLM, GenerationCost, PhaseCost, generation
 from ..llm.precision import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
+from ..llm.sweep import GenerationPoint, PhasePoint, generation_points, phase_points
 from ..report.provenance import export_meta
 from ..units import seconds, si, size
 from .args import check_counts, hf_overrides, invalid_config, natural_int, positive_int
@@ -140,7 +141,7 @@ def _check_sizes(flags: LLMOptions, seq_len: int | None) -> None:
     of a sequence together, before a model is built: past them torch's int64 sizes overflow."""
     swept = dict(flags.sweep)
     points = math.prod(len(values) for values in swept.values())
-    if points > MAX_SWEEP_POINTS:  # each point is traced
+    if points > MAX_SWEEP_POINTS:  # each point is rebuilt and priced (opcount.llm.sweep)
         raise OpcountError(f"--sweep: {points:,} points, more than {MAX_SWEEP_POINTS:,} (the limit)")
     given = {"batch": flags.batch, "seq-len": seq_len, "kv-len": flags.kv_len, "gen-len": flags.gen_len}
     largest = {
@@ -239,7 +240,7 @@ class Point:
 
 def run(
     options: Options, wanted: LLMRun, hardware: Hardware | None, status: Callable[[str], None]
-) -> tuple[str, list[Point]]:
+) -> tuple[str, list[Point] | list[SweepPoint]]:
     """Analyze the LLM ``options`` describe (``wanted``: its LLM flags, checked; ``hardware``: resolved
     once by the caller); returns the rendered report and the points."""
     flags, items = wanted.flags, options.inputs.hf_config
@@ -261,14 +262,39 @@ def run(
         base["gen_len"] = flags.gen_len
     axes = [(SWEEPABLE[k], v) for k, v in flags.sweep]
     analysis = options.analysis
-    points: list[Point] = []
-    for combo in itertools.product(*(values for _, values in axes)) if axes else [()]:
-        values = {**base, **{key: v for (key, _), v in zip(axes, combo, strict=True)}}
-        status(f"tracing {label}: {_describe(values, flags.phase)}")
-        points.append(_point(llm, values, flags.phase, hardware, analysis))
     if axes:
-        return _sweep_report(points, options.layout, label, options.model), points
-    return _single_report(llm, points[0], options.layout, label, options.model), points
+        combos = [
+            {**base, **{key: v for (key, _), v in zip(axes, combo, strict=True)}}
+            for combo in itertools.product(*(values for _, values in axes))
+        ]
+        status(f"tracing {label}: {len(combos)} points from a few traces")
+        rows = sweep_points(llm, combos, flags.phase, hardware, analysis)
+        return _sweep_report(rows, options.layout, label, options.model), rows
+    status(f"tracing {label}: {_describe(base, flags.phase)}")
+    point = _point(llm, base, flags.phase, hardware, analysis)
+    return _single_report(llm, point, options.layout, label, options.model), [point]
+
+
+@dataclass
+class SweepPoint:
+    """One point of a sweep: a phase, or a whole generation, as figures (opcount.llm.sweep)."""
+
+    values: dict[str, int]
+    phase: PhasePoint
+    generation: GenerationPoint | None = None
+
+
+def sweep_points(
+    llm: CausalLM, combos: Sequence[dict[str, int]], phase: str | None, hardware: Hardware | None, analysis: Analysis
+) -> list[SweepPoint]:
+    """Every point of a sweep, fitted from a few traces (equal to tracing each, :mod:`opcount.llm.sweep`)."""
+    common: dict[str, Any] = {"hardware": hardware, "flops_per_mac": analysis.flops_per_mac, "preset": analysis.preset}
+    if "gen_len" in combos[0]:
+        gens = generation_points(llm, [(v["batch"], v["seq_len"], v["gen_len"]) for v in combos], **common)
+        return [SweepPoint(v, g.prefill, g) for v, g in zip(combos, gens, strict=True)]
+    phase = phase or "prefill"
+    points = [(v["batch"], v["seq_len"], v["kv_len"] if phase == "decode" else 0) for v in combos]
+    return [SweepPoint(v, p) for v, p in zip(combos, phase_points(llm, phase, points, **common), strict=True)]
 
 
 def _point(
@@ -343,7 +369,8 @@ def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, mode
     meta = export_meta(p.flops, model=model, roofline=p.roofline)
     if layout.format == "json":
         data = report.to_dict(p.flops, columns=given, max_depth=layout.depth, extra=extra, meta=meta)
-        data["llm"] = _point_json(point, label, llm.parameters)
+        gen = None if point.generation is None else GenerationPoint.of(point.generation)
+        data["llm"] = _point_json(point.values, PhasePoint.of(p), gen, label, llm.parameters)
         data["memory"] = (p.memory if point.generation is None else point.generation.memory).as_dict()
         return json.dumps(data, indent=2)
     columns = given or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
@@ -357,20 +384,21 @@ def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, mode
     return table + "\n\n" + summary(label, point, llm.parameters)
 
 
-def _point_json(point: Point, label: str, parameters: int) -> dict[str, Any]:
-    p, gen = point.phase, point.generation
+def _point_json(
+    values: dict[str, int], p: PhasePoint, gen: GenerationPoint | None, label: str, parameters: int
+) -> dict[str, Any]:
     out: dict[str, Any] = {
         "model": label,
         "phase": "generation" if gen is not None else p.phase,
-        **point.values,
+        **values,
         "precision": {"weight": p.precision.weight, "act": p.precision.act, "kv": p.precision.kv_dtype},
         "parameters": parameters,
-        "flops": p.flops.total() if gen is None else gen.flops,
-        "flops_per_mac": p.flops.flops_per_mac,
+        "flops": p.flops if gen is None else gen.flops,
+        "flops_per_mac": p.flops_per_mac,
         "memory": (p.memory if gen is None else gen.memory).as_dict(),
     }
-    if p.roofline is not None:
-        out["hardware"] = p.roofline.hardware.name
+    if p.hardware is not None:
+        out["hardware"] = p.hardware.name
         if gen is None:
             out |= {"time": p.time, "bound": p.bound, "tokens_per_s": p.tokens_per_s}
         else:
@@ -394,14 +422,14 @@ SWEEP_CSV_NAMES = {
 }
 
 
-def _sweep_report(points: Sequence[Point], layout: Layout, label: str, model: str) -> str:
+def _sweep_report(points: Sequence[SweepPoint], layout: Layout, label: str, model: str) -> str:
     keys = list(points[0].values)
-    rows = [_point_json(pt, label, 0) for pt in points]
+    rows = [_point_json(pt.values, pt.phase, pt.generation, label, 0) for pt in points]
     if layout.format == "json":
         return json.dumps(
             {"model": label, "points": [{k: v for k, v in r.items() if k != "parameters"} for r in rows]}, indent=2
         )
-    has_time = points[0].phase.roofline is not None
+    has_time = points[0].phase.hardware is not None
     gen = points[0].generation is not None
     time_keys = ["time_to_first_token", "time_per_output_token", "tokens_per_s"] if gen else ["time", "tokens_per_s"]
     header = [*keys, "flops", "weights", "kv_cache", "activations", *(time_keys if has_time else [])]
@@ -409,10 +437,10 @@ def _sweep_report(points: Sequence[Point], layout: Layout, label: str, model: st
         header.append("bound")
     flat = [{**r, **r["memory"]} for r in rows]
     if layout.format == "csv":  # a missing value (None) is an empty cell, as in every CSV export
-        write_csv_meta(
-            layout.csv_meta, export_meta(points[0].phase.flops, model=model, roofline=points[0].phase.roofline)
-        )
-        names = {**report.csv_fields(header, points[0].phase.flops.flops_per_mac), **SWEEP_CSV_NAMES}
+        first = points[0].phase.cost  # the first point is always traced (opcount.llm.sweep)
+        if first is not None:
+            write_csv_meta(layout.csv_meta, export_meta(first.flops, model=model, roofline=first.roofline))
+        names = {**report.csv_fields(header, points[0].phase.flops_per_mac), **SWEEP_CSV_NAMES}
         return report.csv_rows(header, flat, names=names).rstrip("\n")
     cells = [[_cell(h, r.get(h)) for h in header] for r in flat]
     return _pipe(header, cells) + f"\n\n{label}: {len(points)} points, {points[0].phase.precision.label()}"

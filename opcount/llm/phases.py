@@ -354,11 +354,16 @@ def _affine_time(first: RooflineReport, last: RooflineReport, steps: int) -> flo
         raise OpcountError("internal error: decode steps at two cache lengths ran different operators")
     if steps == 1:
         return first.total_time
-    arrays = [
-        tuple(np.array(v, dtype=np.float64) for v in zip(*((t.peak, t.layer.flops, t.layer.bytes) for t in r)))
+    peak = np.array([t.peak for t in a], dtype=np.float64)
+    figures = [
+        (
+            peak,
+            np.array([t.layer.flops for t in r], dtype=np.float64),
+            np.array([t.layer.bytes for t in r], dtype=np.float64),
+        )
         for r in (a, b)
     ]
-    return affine_sum(arrays[0], arrays[1], first.hardware.bandwidth, steps)
+    return affine_sum(figures[0], figures[1], first.hardware.bandwidth, steps)
 
 
 def affine_sum(first: Sequence[np.ndarray], last: Sequence[np.ndarray], bandwidth: float, steps: int) -> float:

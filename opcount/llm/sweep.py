@@ -13,7 +13,6 @@ against them; where a fit is refused the points are traced one by one, as the re
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,7 @@ from ..memory import MemoryTrafficAnalysis
 from ..roofline import roofline
 from ..tracing import Trace
 from .model import is_moe_block, text_config
-from .phases import CausalLM, Memory, PhaseCost, affine_sum
+from .phases import CausalLM, GenerationCost, Memory, PhaseCost, affine_sum
 from .precision import Precision
 from .symbolic import (
     FitError,
@@ -67,6 +66,7 @@ class PhasePoint:
     bound: str | None
     traced: bool
     layers: Layers | None = field(default=None, repr=False, compare=False)
+    cost: PhaseCost | None = field(default=None, repr=False, compare=False)  # the traced phase, if traced
 
     @property
     def tokens(self) -> int:
@@ -91,7 +91,7 @@ class PhasePoint:
         hw = None if r is None else r.hardware
         return cls(
             cost.phase, cost.batch, cost.seq_len, cost.kv_len, cost.precision, cost.flops.total(),
-            cost.flops.flops_per_mac, cost.memory, hw, cost.time, cost.bound, True, layers,
+            cost.flops.flops_per_mac, cost.memory, hw, cost.time, cost.bound, True, layers, cost,
         )  # fmt: skip
 
 
@@ -105,6 +105,12 @@ class GenerationPoint:
     gen_len: int
     decode_flops: float
     decode_time: float | None
+
+    @classmethod
+    def of(cls, gen: GenerationCost) -> GenerationPoint:
+        """The figures of a traced generation."""
+        steps = [None if s is None else PhasePoint.of(s) for s in (gen.first_step, gen.last_step)]
+        return cls(PhasePoint.of(gen.prefill), steps[0], steps[1], gen.gen_len, gen.decode_flops, gen.decode_time)
 
     @property
     def flops(self) -> float:
@@ -165,7 +171,11 @@ def structure_of(llm: CausalLM) -> Structure:
         for key in ("sliding_window", "attention_chunk_size", "chunk_size")
         if isinstance(w := getattr(config, key, None), int) and not isinstance(w, bool) and w > 0
     }
-    experts = {(m.top_k, len(m.experts)) for m in llm.model.modules() if is_moe_block(m)}
+    experts: set[tuple[int, int]] = set()
+    for m in llm.model.modules():
+        if is_moe_block(m):
+            top_k, block = getattr(m, "top_k"), getattr(m, "experts")  # noqa: B009  (checked by is_moe_block)
+            experts.add((int(top_k), len(block)))
     return Structure(tuple(sorted(windows)), tuple(sorted(experts)))
 
 
@@ -241,9 +251,7 @@ def _key(call: OpCall, polys: list[Poly], pricing: Callable[[TensorSpec], float 
     """What decides a record's costs: its structure and sizes, without the names a layer differs by."""
     structure, _ = flatten(call)
     kind, _, within, inputs, outputs = structure
-    roles = tuple(
-        (s.param is None, pricing(s)) for s in _tensors((*call.inputs, *call.outputs))
-    )
+    roles = tuple((s.param is None, pricing(s)) for s in _tensors((*call.inputs, *call.outputs)))
     strip = _strip_names
     return kind, within, strip(inputs), strip(outputs), roles, tuple(polys)
 
@@ -266,14 +274,18 @@ def _tensors(specs: Sequence[Spec]) -> list[TensorSpec]:
     return out
 
 
-def _evaluate(run: _Run, template: Template, rest: list[Point], traced: dict[Point, PhaseCost]) -> dict[Point, PhasePoint]:
+def _evaluate(
+    run: _Run, template: Template, rest: list[Point], traced: dict[Point, PhaseCost]
+) -> dict[Point, PhasePoint]:
     """The figures at ``rest``, and at the traced points to check them."""
     llm = run.llm
     pricing = llm._pricing
     checked = list(traced)
     points = checked + rest
     index: dict[Any, int] = {}
-    which = [index.setdefault(_key(c, ps, pricing), len(index)) for c, ps in zip(template.calls, template.polys, strict=True)]
+    which = [
+        index.setdefault(_key(c, ps, pricing), len(index)) for c, ps in zip(template.calls, template.polys, strict=True)
+    ]
     unique = [0] * len(index)
     for r, u in reversed(list(enumerate(which))):
         unique[u] = r  # the first record of each kind, so the first parameter read stays first
@@ -329,7 +341,10 @@ def _times(
     order = np.array([s for u in which for s in range(starts[u], starts[u + 1])], dtype=np.int64)
     slots = [t for row in per for ts in row for t in ts]
     grid = np.array(
-        [(t.effective_time, t.time, t.compute_time >= t.memory_time, t.peak, t.layer.flops, t.layer.bytes) for t in slots],
+        [
+            (t.effective_time, t.time, t.compute_time >= t.memory_time, t.peak, t.layer.flops, t.layer.bytes)
+            for t in slots
+        ],
         dtype=np.float64,
     ).reshape(n_points, int(starts[-1]), 6)
     effective, time, compute, peak, flops, nbytes = (grid[:, :, i] for i in range(6))

@@ -160,7 +160,8 @@ def affine_design(points: Sequence[Point]) -> tuple[list[int], list[Point]]:
     design = [base]
     for i in swept:
         far = max(p[i] for p in points if p[i] != base[i])
-        design.append(tuple(far if j == i else base[j] for j in range(3)))  # type: ignore[misc]
+        step = [far if j == i else base[j] for j in range(3)]
+        design.append((step[0], step[1], step[2]))
     return swept, design
 
 
@@ -247,8 +248,10 @@ def _skip(value: object, polys: Iterator[Poly]) -> None:
 def _solve(design: Sequence[Point], monos: Sequence[Monomial]) -> list[list[Fraction]]:
     """The inverse of the design matrix (rows: points, columns: monomials), exactly."""
     n = len(monos)
-    a = [[Fraction(math.prod(p[i] for i in m)) for m in monos] + [Fraction(int(r == c)) for c in range(n)]
-         for r, p in enumerate(design)]
+    a = [
+        [Fraction(math.prod(p[i] for i in m)) for m in monos] + [Fraction(int(r == c)) for c in range(n)]
+        for r, p in enumerate(design)
+    ]
     for col in range(n):
         pivot = next((r for r in range(col, n) if a[r][col] != 0), None)
         if pivot is None:
@@ -288,8 +291,10 @@ def fit(traces: Sequence[Trace], design: Sequence[Point], monos: Sequence[Monomi
             if all(x == v for x in values):
                 row.append(Poly((((), v),)) if v else Poly(()))
                 continue
-            coeffs = [sum((inv * x for inv, x in zip(inverse[m], values, strict=True)), Fraction(0))
-                      for m in range(len(monos))]
+            coeffs = [
+                sum((inv * x for inv, x in zip(inverse[m], values, strict=True)), Fraction(0))
+                for m in range(len(monos))
+            ]
             den = math.lcm(*(c.denominator for c in coeffs))
             row.append(Poly(tuple((m, int(c * den)) for m, c in zip(monos, coeffs, strict=True) if c), den))
         polys.append(row)
