@@ -176,6 +176,12 @@ def structure_of(llm: CausalLM) -> Structure:
         if is_moe_block(m):
             top_k, block = getattr(m, "top_k"), getattr(m, "experts")  # noqa: B009  (checked by is_moe_block)
             experts.add((int(top_k), len(block)))
+    # and from the config, whatever module runs the experts: the loads are integer-divided all the same
+    top_k = getattr(config, "num_experts_per_tok", None)
+    for key in ("num_local_experts", "num_experts", "n_routed_experts"):
+        count = getattr(config, key, None)
+        if isinstance(top_k, int) and isinstance(count, int) and count > 0 and top_k > 0:
+            experts.add((top_k, count))
     return Structure(tuple(sorted(windows)), tuple(sorted(experts)))
 
 

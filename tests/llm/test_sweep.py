@@ -1,0 +1,212 @@
+"""Sweeps from a few traces (opcount.llm.sweep, opcount.llm.symbolic) against the reference: a
+trace of every point (``CausalLM.phase`` / ``generation``, the path a single point takes).
+
+Each sweep holds points that are not among the fitted ones (``traced`` False): their FLOPs,
+memory, roofline time and bound must equal the traced phase's to the last digit. The unit
+tests of the fit use closed forms worked by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+
+from opcount.cli import main  # noqa: E402
+from opcount.errors import OpcountError  # noqa: E402
+from opcount.ir import Const, OpCall, TensorSpec  # noqa: E402
+from opcount.llm import sweep as sweep_module  # noqa: E402
+from opcount.llm.phases import CausalLM, generation  # noqa: E402
+from opcount.llm.symbolic import (  # noqa: E402
+    FitError,
+    Poly,
+    Structure,
+    affine_design,
+    corner_design,
+    fit,
+    monomials,
+    region,
+    verify,
+)
+from opcount.llm.sweep import GenerationPoint, PhasePoint, generation_points, phase_points, structure_of  # noqa: E402
+from tests.llm.test_llm import GEOMETRY, llama  # noqa: E402
+
+HW = "h100-sxm"
+
+
+def figures(p: PhasePoint) -> tuple[Any, ...]:
+    return (p.flops, p.memory, p.time, p.bound, p.tokens_per_s)
+
+
+def check_phase(llm: CausalLM, phase: str, points: list[tuple[int, int, int]], **options: Any) -> list[PhasePoint]:
+    got = phase_points(llm, phase, points, hardware=HW, **options)
+    for (batch, tokens, cache), p in zip(points, got, strict=True):
+        want = PhasePoint.of(
+            llm.phase(phase, seq_len=tokens, kv_len=cache, batch=batch, hardware=HW, **options)
+        )
+        assert figures(p) == figures(want), (batch, tokens, cache, p.traced)
+    assert sum(not p.traced for p in got) >= len(points) // 2  # most points were rebuilt, not traced
+    return got
+
+
+@pytest.fixture(scope="module")
+def dense() -> CausalLM:
+    return CausalLM(llama())
+
+
+@pytest.fixture(scope="module")
+def mixtral() -> CausalLM:
+    return CausalLM(transformers.MixtralConfig(**GEOMETRY, num_local_experts=4, num_experts_per_tok=2))
+
+
+def test_dense_decode_grid(dense: CausalLM) -> None:
+    check_phase(dense, "decode", [(b, 1, k) for b in (1, 2, 3, 7) for k in (1, 9, 33, 100)])
+
+
+def test_dense_prefill_grid_and_conventions(dense: CausalLM) -> None:
+    points = [(b, t, 0) for b in (1, 2, 5) for t in (2, 7, 16, 40)]
+    check_phase(dense, "prefill", points, flops_per_mac=2, preset="fvcore")
+
+
+def test_quantized_weights(dense: CausalLM) -> None:
+    from opcount.llm.precision import Precision
+
+    llm = CausalLM(llama(), Precision("int4", "bfloat16", "float8_e4m3fn"))
+    check_phase(llm, "decode", [(b, 1, k) for b in (1, 4, 16) for k in (3, 30, 300)])
+
+
+def test_mixtral_loads_are_integer_divided(mixtral: CausalLM) -> None:
+    # 4 experts, 2 per token: B*T*2 routed tokens; below 4 some experts get none and do not run,
+    # above it expert e gets B*T*2 // 4 (+1 while e < B*T*2 % 4): a region per residue
+    assert structure_of(mixtral) == Structure((), ((2, 4),))
+    points = [(b, 1, k) for b in (1, 2, 3, 4, 5, 6, 8, 9, 10, 13) for k in (4, 50)]
+    check_phase(mixtral, "decode", points)
+    check_phase(mixtral, "prefill", [(b, t, 0) for b in (1, 2, 3) for t in (3, 5, 6, 8, 11)])
+
+
+def test_sliding_window_regions() -> None:
+    # min(L + T, W): a window of 64 splits the points at 64 positions
+    s = Structure((64,), ())
+    assert region(s, (1, 1, 63)) == region(s, (4, 1, 10))
+    assert region(s, (1, 1, 63)) != region(s, (1, 1, 64))
+
+
+def test_mistral_with_sliding_window() -> None:
+    llm = CausalLM(transformers.MistralConfig(**GEOMETRY, sliding_window=64))
+    assert structure_of(llm).windows == (64,)
+    try:
+        llm.phase("decode", kv_len=4)
+    except OpcountError as e:  # the trace of one point, not the sweep's concern
+        pytest.skip(f"this transformers' sliding-window cache does not trace on meta: {e}")
+    check_phase(llm, "decode", [(b, 1, k) for b in (1, 2, 5) for k in (2, 11, 30, 62)])
+    with pytest.raises(OpcountError, match="sliding window of 64"):  # past the window, refused as a trace is
+        phase_points(llm, "decode", [(1, 1, 10), (1, 1, 20), (1, 1, 70), (1, 1, 80)])
+
+
+def test_generations(dense: CausalLM, mixtral: CausalLM) -> None:
+    points = [(b, p, g) for b in (1, 3) for p in (5, 12) for g in (0, 1, 2, 9, 40)]
+    for llm in (dense, mixtral):
+        got = generation_points(llm, points, hardware=HW)
+        for (batch, prompt, gen), g in zip(points, got, strict=True):
+            want = GenerationPoint.of(generation(llm, prompt, gen, batch=batch, hardware=HW))
+            assert (g.flops, g.memory, g.time, g.time_per_output_token, g.tokens_per_s) == (
+                want.flops,
+                want.memory,
+                want.time,
+                want.time_per_output_token,
+                want.tokens_per_s,
+            )
+
+
+def test_invalid_point_refused_before_any_trace(dense: CausalLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(CausalLM, "_trace", lambda *a: pytest.fail("traced"))
+    with pytest.raises(OpcountError, match="batch must be an integer >= 1"):
+        phase_points(dense, "decode", [(1, 1, 5), (0, 1, 5)])
+
+
+def test_refused_fit_traces_every_point(
+    dense: CausalLM, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def refuse(*args: Any) -> Any:
+        raise FitError("refused for the test")
+
+    monkeypatch.setattr(sweep_module, "fit", refuse)
+    points = [(b, 1, k) for b in (1, 2) for k in (3, 5, 8)]
+    with caplog.at_level(logging.INFO, logger="opcount.llm.sweep"):
+        got = phase_points(dense, "decode", points, hardware=HW)
+    assert all(p.traced for p in got)
+    assert "tracing each of 6 points instead of fitting them: refused for the test" in caplog.text
+
+
+# ------------------------------------------------------------------------------------------------
+# The fit, on records made by hand
+# ------------------------------------------------------------------------------------------------
+def records(point: tuple[int, int, int], *, extra: bool = False) -> SimpleNamespace:
+    b, t, cache = point
+    x = TensorSpec((b, t, 8), "bfloat16", id=0)
+    flat = TensorSpec((b * t, 8), "bfloat16", id=1)  # a product: B*T
+    kv = TensorSpec((b, 2, cache + t, 4), "bfloat16", param="kv_cache.0.keys", id=2)
+    calls = [
+        OpCall("aten::view", (x, Const((b * t, 8))), (flat,)),
+        OpCall("aten::mul", (kv, Const(2.0)), (TensorSpec(kv.shape, "bfloat16", id=3),)),
+    ]
+    if extra:
+        calls.append(OpCall("aten::neg", (x,), (x,)))
+    return SimpleNamespace(calls=calls)
+
+
+def test_affine_fit_then_corners() -> None:
+    points = [(b, 1, k) for b in (1, 4, 6) for k in (10, 20, 30)]
+    swept, design = affine_design(points)
+    assert swept == [0, 2] and design == [(1, 1, 10), (6, 1, 10), (1, 1, 30)]  # the first point, a step to each largest
+    template = fit([records(p) for p in design], design, monomials(swept, False))
+    # T = 1 here: B*T is B, affine; the cache axis L + T is affine too
+    verify(template, records((4, 1, 20)), (4, 1, 20))  # type: ignore[arg-type]
+    assert template.at((100, 1, 1000))[1].inputs[0] == TensorSpec((100, 2, 1001, 4), "bfloat16")
+
+    prefill = [(b, t, 0) for b in (1, 4, 6) for t in (2, 8, 9)]
+    swept, design = affine_design(prefill)
+    affine = fit([records(p) for p in design], design, monomials(swept, False))
+    # B*T at (1, 2), (6, 2), (1, 9): 2, 12, 9, so the affine fit is -2 + 2*B + T: 18 at (6, 8), not 48
+    with pytest.raises(FitError, match="not multilinear"):
+        verify(affine, records((6, 8, 0)), (6, 8, 0))  # type: ignore[arg-type]
+    corners = corner_design(prefill, swept)
+    assert corners == [(1, 2, 0), (1, 9, 0), (6, 2, 0), (6, 9, 0)]
+    exact = fit([records(p) for p in corners], corners, monomials(swept, True))
+    verify(exact, records((4, 8, 0)), (4, 8, 0))  # type: ignore[arg-type]
+    assert exact.polys[0][3] == Poly((((0, 1), 1),))  # the view's B*T: coefficient 1 on B*T, nothing else
+
+
+def test_structure_change_is_refused() -> None:
+    design = [(1, 1, 10), (4, 1, 10)]
+    with pytest.raises(FitError, match="runs 2 operators at batch 1, tokens 1, cache 10 and 3"):
+        fit([records(design[0]), records(design[1], extra=True)], design, monomials([0], False))
+
+
+def test_poly_must_be_whole() -> None:
+    half = Poly((((0,), 1),), 2)  # B / 2
+    assert half.at((6, 1, 0)) == 3
+    with pytest.raises(FitError, match="not a whole number"):
+        half.at((5, 1, 0))
+
+
+# ------------------------------------------------------------------------------------------------
+# The command line
+# ------------------------------------------------------------------------------------------------
+def test_cli_sweep_rows_equal_traced_points(capsys: pytest.CaptureFixture[str], dense: CausalLM) -> None:
+    tiny = [f"{k}={v}" for k, v in GEOMETRY.items()]
+    args = ["hf:LlamaConfig", *(a for kv in tiny for a in ("--hf-config", kv)), "--phase", "decode"]
+    status = main([*args, "--sweep", "batch=1,2,5", "--sweep", "kv-len=4,10,30", "--hardware", HW, "--format", "json"])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    rows = json.loads(out)["points"]
+    assert len(rows) == 9
+    for row in rows:
+        want = dense.phase("decode", kv_len=row["kv_len"], batch=row["batch"], hardware=HW)
+        assert (row["flops"], row["time"], row["bound"]) == (want.flops.total(), want.time, want.bound)
+        assert row["memory"] == want.memory.as_dict()
