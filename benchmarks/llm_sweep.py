@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs of each fresh-process measurement (median)")
     parser.add_argument("--no-reference", action="store_true", help="skip the point-by-point traced sweep")
     args = parser.parse_args(argv)
+    warnings.simplefilter("ignore", FutureWarning)  # transformers' deprecation notes, once per trace
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("opcount").setLevel(logging.ERROR)
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
@@ -150,11 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  API: imports {a['imports']:.2f} s, built in {a['build']:.2f} s, {a['points']} points in {a['fitted']:.2f} s "
         f"({a['traces']} traces)"
-        + (
-            f"; traced point by point in {a['traced']:.2f} s, figures equal: {a['equal']}"
-            if "traced" in a
-            else ""
-        )
+        + (f"; traced point by point in {a['traced']:.2f} s, figures equal: {a['equal']}" if "traced" in a else "")
     )
     print(
         f"  API grid: {a['grid_points']} points in {a['grid']:.2f} s ({a['grid_traces']} traces); "
@@ -163,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
 
     single = ["-m", "opcount", f"llm:{args.model}", "--meta", "--phase", "decode", "--kv-len", "2048", *overrides]
     one_s, one_cpu, one_gb, _ = median_of(args.runs, lambda: run_process(single))
-    print(f"  CLI, one point ({' '.join(single[2:])}): {one_s:.2f} s wall, {one_cpu:.2f} s CPU, peak RSS {one_gb:.2f} GB")
+    print(
+        f"  CLI, one point ({' '.join(single[2:])}): {one_s:.2f} s wall, {one_cpu:.2f} s CPU, peak RSS {one_gb:.2f} GB"
+    )
 
     if args.layers:
         print("targets not checked (--layers)")

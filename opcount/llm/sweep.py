@@ -41,6 +41,7 @@ from .symbolic import (
     fit,
     flatten,
     monomials,
+    rebuild,
     region,
     verify,
 )
@@ -296,18 +297,17 @@ def _evaluate(
     for r, u in reversed(list(enumerate(which))):
         unique[u] = r  # the first record of each kind, so the first parameter read stays first
     counts = np.bincount(np.array(which), minlength=len(unique))
-    calls = [template.rebuilt(r, p) for p in points for r in unique]
+    calls, at = _distinct_calls(template, unique, points)
     trace = Trace(template.trace.tree, tuple(calls), template.trace.called, (), "dispatch", template.trace.mode)
     flops = FlopCountAnalysis(trace, flops_per_mac=run.flops_per_mac, preset=run.preset)
     flops.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
-    values = [v for _, v in flops.per_call()]
-    per_call = [0 if v is None else sum(v.values()) for v in values]
+    per_call = [0 if v is None else sum(v.values()) for _, v in flops.per_call()]
     if any(type(x) is not int for x in per_call):
         raise FitError("an operator's FLOPs are not a whole number")
-    n = len(unique)
-    flop_grid = np.array(per_call, dtype=object).reshape(len(points), n)
-    totals = [int(sum(int(c) * x for c, x in zip(counts, row, strict=True))) for row in flop_grid]
-    times = _times(run, trace, which, unique, len(points)) if run.hardware is not None else None
+    values = np.array(per_call, dtype=object)
+    # Python integers (exact whatever their size), each distinct record's count times its FLOPs
+    totals = [int(x) for x in sum((int(c) * values[at[u]] for u, c in enumerate(counts)), np.zeros(len(points), int))]
+    times = _times(run, trace, which, at, len(points)) if run.hardware is not None else None
     activations = _activations(llm, template, points)
     out: dict[Point, PhasePoint] = {}
     for k, p in enumerate(points):
@@ -327,32 +327,55 @@ def _evaluate(
     return {p: out[p] for p in rest}
 
 
-def _times(
-    run: _Run, trace: Trace, which: list[int], unique: list[int], n_points: int
-) -> list[tuple[float, str, Layers]]:
+def _distinct_calls(template: Template, unique: list[int], points: list[Point]) -> tuple[list[OpCall], np.ndarray]:
+    """The distinct records of every unique record at every point (most depend on the batch only), and
+    for each unique record and point the index of its record among them."""
+    grid = np.array(points, dtype=np.int64)
+    calls: list[OpCall] = []
+    at = np.zeros((len(unique), len(points)), dtype=np.int64)
+    for u, r in enumerate(unique):
+        polys = template.polys[r]
+        if not polys:
+            at[u] = len(calls)
+            calls.append(template.calls[r])
+            continue
+        ints = np.stack([p.over(grid) for p in polys], axis=1)  # points x integers
+        distinct, inverse = np.unique(ints, axis=0, return_inverse=True)
+        at[u] = len(calls) + inverse.reshape(-1)
+        calls.extend(rebuild(template.calls[r], row) for row in distinct.tolist())
+    return calls, at
+
+
+def _times(run: _Run, trace: Trace, which: list[int], at: np.ndarray, n_points: int) -> list[tuple[float, str, Layers]]:
     """Each point's roofline time, bound and layers, summed in the order a traced phase sums them."""
     llm = run.llm
     memory = MemoryTrafficAnalysis(trace)
     memory.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     report = roofline(memory, hardware=run.hardware, dtype=llm.precision.act, itemsize=llm._pricing)
-    of_call: dict[int, list[Any]] = {}
+    index = {id(c): i for i, c in enumerate(trace.calls)}
+    of_call: list[list[Any]] = [[] for _ in trace.calls]
     for t in report.layers:
-        of_call.setdefault(id(t.layer.call), []).append(t)
-    n = len(unique)
-    per = [[of_call.get(id(c), []) for c in trace.calls[k * n : (k + 1) * n]] for k in range(n_points)]
-    widths = [len(ts) for ts in per[0]]
-    if any([len(ts) for ts in row] != widths for row in per):
-        raise FitError("an operator makes roofline layers at some points and not at others")
-    starts = np.cumsum([0, *widths])
-    order = np.array([s for u in which for s in range(starts[u], starts[u + 1])], dtype=np.int64)
-    slots = [t for row in per for ts in row for t in ts]
-    grid = np.array(
+        of_call[index[id(t.layer.call)]].append(t)
+    figures = np.array(
         [
-            (t.effective_time, t.time, t.compute_time >= t.memory_time, t.peak, t.layer.flops, t.layer.bytes)
-            for t in slots
+            [(t.effective_time, t.time, t.compute_time >= t.memory_time, t.peak, t.layer.flops, t.layer.bytes)
+             for t in ts] + [(0.0,) * 6] * (2 - len(ts))
+            for ts in of_call
         ],
         dtype=np.float64,
-    ).reshape(n_points, int(starts[-1]), 6)
+    )  # calls x 2 layers at most (a convolution's bias gradient) x 6 figures  # fmt: skip
+    widths = np.array([len(ts) for ts in of_call])
+    columns: list[np.ndarray] = []  # each unique record's layers: (unique record, layer) -> its figures at every point
+    starts = [0]
+    for u in range(len(at)):
+        width = set(widths[at[u]].tolist())
+        if len(width) != 1:
+            raise FitError("an operator makes roofline layers at some points and not at others")
+        n = width.pop()
+        columns.extend(figures[at[u], m] for m in range(n))  # points x 6
+        starts.append(starts[-1] + n)
+    order = np.array([s for u in which for s in range(starts[u], starts[u + 1])], dtype=np.int64)
+    grid = np.stack(columns, axis=1) if columns else np.zeros((n_points, 0, 6))  # points x layers x 6
     effective, time, compute, peak, flops, nbytes = (grid[:, :, i] for i in range(6))
     bound_c = np.zeros(n_points)
     bound_m = np.zeros(n_points)

@@ -18,6 +18,7 @@ kept). Each region is fitted on its own.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Iterator, Sequence
@@ -49,11 +50,7 @@ class Poly:
     den: int = 1
 
     def at(self, point: Point) -> int:
-        total = sum(n * math.prod(point[i] for i in mono) for mono, n in self.terms)
-        q, r = divmod(total, self.den)
-        if r:
-            raise FitError(f"a fitted size is not a whole number at {_describe(point)}")
-        return q
+        return _value_at(self, point)
 
     def over(self, points: np.ndarray) -> np.ndarray:
         """Values at many points (rows of ``points``, int64)."""
@@ -68,6 +65,15 @@ class Poly:
                 raise FitError("a fitted size is not a whole number at a swept point")
             total = total // self.den
         return total
+
+
+@functools.lru_cache(maxsize=65536)  # a decoder's layers repeat the same few polynomials
+def _value_at(poly: Poly, point: Point) -> int:
+    total = sum(n * math.prod(point[i] for i in mono) for mono, n in poly.terms)
+    q, r = divmod(total, poly.den)
+    if r:
+        raise FitError(f"a fitted size is not a whole number at {_describe(point)}")
+    return q
 
 
 def _describe(point: Point) -> str:
@@ -206,6 +212,7 @@ class Template:
     trace: Trace
     calls: list[OpCall]
     polys: list[list[Poly]]
+    structures: list[Any]
 
     def at(self, point: Point) -> list[OpCall]:
         return [self.rebuilt(i, point) for i in range(len(self.calls))]
@@ -283,22 +290,17 @@ def fit(traces: Sequence[Trace], design: Sequence[Point], monos: Sequence[Monomi
                     f"and {_describe(p)} beyond its sizes"
                 )
     inverse = _solve(design, monos)
-    polys: list[list[Poly]] = []
-    for i, (_, ints) in enumerate(first):
-        row: list[Poly] = []
-        for j, v in enumerate(ints):
-            values = [ints_j[i][1][j] for ints_j in flat]
-            if all(x == v for x in values):
-                row.append(Poly((((), v),)) if v else Poly(()))
-                continue
-            coeffs = [
-                sum((inv * x for inv, x in zip(inverse[m], values, strict=True)), Fraction(0))
-                for m in range(len(monos))
-            ]
+    solved: dict[tuple[int, ...], Poly] = {}  # by the values at the design points: most sizes repeat
+
+    def poly(values: tuple[int, ...]) -> Poly:
+        if values not in solved:
+            coeffs = [sum((a * x for a, x in zip(row, values, strict=True)), Fraction(0)) for row in inverse]
             den = math.lcm(*(c.denominator for c in coeffs))
-            row.append(Poly(tuple((m, int(c * den)) for m, c in zip(monos, coeffs, strict=True) if c), den))
-        polys.append(row)
-    return Template(traces[0], list(traces[0].calls), polys)
+            solved[values] = Poly(tuple((m, int(c * den)) for m, c in zip(monos, coeffs, strict=True) if c), den)
+        return solved[values]
+
+    polys = [[poly(values) for values in zip(*(t[i][1] for t in flat), strict=True)] for i in range(len(first))]
+    return Template(traces[0], list(traces[0].calls), polys, [structure for structure, _ in first])
 
 
 def verify(template: Template, trace: Trace, point: Point) -> None:
@@ -306,9 +308,9 @@ def verify(template: Template, trace: Trace, point: Point) -> None:
     calls = trace.calls
     if len(calls) != len(template.calls):
         raise FitError(f"the model runs {len(calls)} operators at {_describe(point)}, {len(template.calls)} elsewhere")
-    for i, (c, ps) in enumerate(zip(template.calls, template.polys, strict=True)):
+    for i, (c, ps, expected) in enumerate(zip(template.calls, template.polys, template.structures, strict=True)):
         structure, ints = flatten(calls[i])
-        if structure != flatten(c)[0] or ints != [p.at(point) for p in ps]:
+        if structure != expected or ints != [p.at(point) for p in ps]:
             raise FitError(
                 f"operator {i} ({c.kind} in '{c.scope[-1]}') at {_describe(point)} is not what the fit predicts: "
                 "its sizes are not multilinear in batch, tokens and cache length"

@@ -22,6 +22,7 @@ from opcount.errors import OpcountError  # noqa: E402
 from opcount.ir import Const, OpCall, TensorSpec  # noqa: E402
 from opcount.llm import sweep as sweep_module  # noqa: E402
 from opcount.llm.phases import CausalLM, generation  # noqa: E402
+from opcount.llm.sweep import GenerationPoint, PhasePoint, generation_points, phase_points, structure_of  # noqa: E402
 from opcount.llm.symbolic import (  # noqa: E402
     FitError,
     Poly,
@@ -33,7 +34,6 @@ from opcount.llm.symbolic import (  # noqa: E402
     region,
     verify,
 )
-from opcount.llm.sweep import GenerationPoint, PhasePoint, generation_points, phase_points, structure_of  # noqa: E402
 from tests.llm.test_llm import GEOMETRY, llama  # noqa: E402
 
 HW = "h100-sxm"
@@ -46,9 +46,7 @@ def figures(p: PhasePoint) -> tuple[Any, ...]:
 def check_phase(llm: CausalLM, phase: str, points: list[tuple[int, int, int]], **options: Any) -> list[PhasePoint]:
     got = phase_points(llm, phase, points, hardware=HW, **options)
     for (batch, tokens, cache), p in zip(points, got, strict=True):
-        want = PhasePoint.of(
-            llm.phase(phase, seq_len=tokens, kv_len=cache, batch=batch, hardware=HW, **options)
-        )
+        want = PhasePoint.of(llm.phase(phase, seq_len=tokens, kv_len=cache, batch=batch, hardware=HW, **options))
         assert figures(p) == figures(want), (batch, tokens, cache, p.traced)
     assert sum(not p.traced for p in got) >= len(points) // 2  # most points were rebuilt, not traced
     return got
