@@ -20,13 +20,14 @@ import tabulate
 from .. import report
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
-from ..llm.catalogue import ARCHITECTURES
+from ..llm.catalogue import ALIASES, resolve
 from ..llm.catalogue import config as catalogue_config
 from ..llm.limits import MAX_BATCH, MAX_POSITIONS
 from ..llm.model import is_causal_lm
 from ..llm.phases import PHASES, CausalLM, GenerationCost, PhaseCost, generation
 from ..llm.precision import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
 from ..llm.sweep import GenerationPoint, PhasePoint, generation_points, phase_points
+from ..llm.weight_plan import WeightAssignmentError
 from ..report.provenance import export_meta
 from ..units import seconds, si, size
 from .args import check_counts, hf_overrides, invalid_config, natural_int, positive_int
@@ -51,7 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--gen-len", type=natural_int, metavar="N", help="a whole generation: prefill, then N decode steps of one token"
     )
-    g.add_argument("--weight-dtype", metavar="DTYPE", help=f"{', '.join(WEIGHT_DTYPES)} (default bfloat16)")
+    g.add_argument(
+        "--weight-dtype",
+        metavar="[PATTERN=]DTYPE",
+        action=_Assignments,
+        help=f"{', '.join(WEIGHT_DTYPES)} (default bfloat16); PATTERN=DTYPE for the weights under matching "
+        "modules (e.g. experts=mxfp4), repeatable (the LLM guide, llm.md)",
+    )
     g.add_argument("--act-dtype", metavar="DTYPE", help=f"{', '.join(ACT_DTYPES)} (default bfloat16)")
     g.add_argument("--kv-dtype", metavar="DTYPE", help=f"{', '.join(KV_DTYPES)} (default: the activations')")
     g.add_argument(
@@ -61,6 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_sweep,
         help=f"one row per point ({', '.join(SWEEPABLE)}); repeat for a grid",
     )
+
+
+class _Assignments(argparse.Action):
+    """Each ``--weight-dtype`` appended to a tuple, in the order given."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        setattr(namespace, self.dest, (*(getattr(namespace, self.dest) or ()), values))
 
 
 def _sweep(text: str) -> tuple[str, tuple[int, ...]]:
@@ -132,6 +146,8 @@ def check(flags: LLMOptions, options: Options) -> Precision:
     _check_columns(layout, options.hardware is not None, bool(flags.sweep))
     try:
         return Precision(flags.weight_dtype or "bfloat16", flags.act_dtype or "bfloat16", flags.kv_dtype)
+    except WeightAssignmentError as e:
+        raise OpcountError(f"--weight-dtype: {e}") from None
     except OpcountError as e:
         raise OpcountError(f"{e} (--weight-dtype, --act-dtype, --kv-dtype)") from None
 
@@ -199,11 +215,10 @@ def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
 
     if spec.startswith("llm:"):
         name = spec[4:].lower()
-        if name not in ARCHITECTURES:
-            catalogue_config(name)  # raises, naming the choices
-        arch = ARCHITECTURES[name]
+        _, arch = resolve(name)  # raises, naming the choices
+        source = ALIASES[name][1] if name in ALIASES else arch.source
         overrides = hf_overrides(getattr(transformers, arch.config_class), items)
-        return catalogue_config(name, **overrides), f"{name} ({arch.source.split(' ')[0]})"
+        return catalogue_config(name, **overrides), f"{name} ({source.split(' ')[0]})"
     name = spec.removeprefix("hf:")
     cls: Any = getattr(transformers, name, None) if name.isidentifier() else None
     if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
@@ -249,6 +264,8 @@ def run(
     status(f"building {label} on the meta device")
     try:
         llm = CausalLM(cfg, wanted.precision)
+    except WeightAssignmentError as e:  # a pattern no weight matches, a format a weight cannot take
+        raise OpcountError(f"--weight-dtype: {e}") from None
     except OpcountError as e:  # a config the model refuses: name the values that made it
         if not items:
             raise

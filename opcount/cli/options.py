@@ -114,7 +114,7 @@ class LLMOptions:
     kv_len: int | None = None
     batch: int | None = None
     gen_len: int | None = None
-    weight_dtype: str | None = None
+    weight_dtype: tuple[str, ...] | None = None  # each --weight-dtype, in order
     act_dtype: str | None = None
     kv_dtype: str | None = None
     sweep: tuple[tuple[str, tuple[int, ...]], ...] = ()

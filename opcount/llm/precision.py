@@ -1,16 +1,16 @@
 """What each tensor of an LLM is stored in, by role: weights, activations, KV cache.
 
-Quantized weights carry their scales (and zero-points) with them; the assumed layouts are the
-common ones of weight-only and weight-activation quantization:
+Weights are stored per module (:mod:`opcount.llm.weight_plan`: a default and ``PATTERN=FORMAT``
+assignments, e.g. ``experts=mxfp4`` with bfloat16 elsewhere), each format with its scales (and
+zero-points) counted (:mod:`opcount.llm.weight_formats`): ``int4`` groups of 128 with float16 scale
+and zero-point (GPTQ / AWQ style, 4.25 bits), ``int8`` one float16 scale per row, ``float8_e4m3fn``
+(``fp8``) one float32 scale per tensor, ``fp8-block`` one float32 scale per 128 x 128 block
+(DeepSeek-V3), ``mxfp4`` (OCP Microscaling, 4.25 bits) and ``nvfp4`` (4.5 bits plus a float32 per
+tensor).
 
-- ``int4``: groups of 128 consecutive input elements per output row share one float16 scale
-  and one float16 zero-point (GPTQ / AWQ style): ``4 + 32/128 = 4.25`` bits per weight;
-- ``int8``: one float16 scale per output row (per-channel, symmetric): ``8 + 16/in`` bits;
-- ``float8_e4m3fn`` (``fp8``): one float32 scale per tensor.
-
-Only the weights of ``nn.Linear`` layers are quantized, the output projection (``lm_head``)
-excepted; embeddings, norms and biases stay in 16 bits (the activations' float dtype, bfloat16
-under 8-bit activations), as these schemes ship them.
+By default the weights of ``nn.Linear`` layers and fused expert stacks are in the weight format,
+the output projection (``lm_head``) excepted; embeddings, norms, biases and routers stay in 16
+bits (the activations' float dtype, bfloat16 under 8-bit activations), as these schemes ship them.
 The peak a phase runs at is the activation dtype's: w4a16 computes in 16 bits after
 dequantizing, w8a8 in int8.
 """
@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -29,21 +28,14 @@ from ..errors import OpcountValueError
 from ..hardware.lookup import DType, dtype_name
 from ..ir import DTYPE_BYTES, TensorSpec
 from .model import KV_PREFIX
+from .weight_formats import ALIASES, BITS, FORMATS, GROUP_SIZE, PLAIN, stacked_bytes
+from .weight_plan import WeightPlan, WeightSpec, quantizable
 
-ALIASES = {
-    "bf16": "bfloat16",
-    "fp16": "float16",
-    "half": "float16",
-    "fp32": "float32",
-    "float": "float32",
-    "fp8": "float8_e4m3fn",
-    "float8": "float8_e4m3fn",
-}
-WEIGHT_DTYPES = ("float32", "bfloat16", "float16", "float8_e4m3fn", "int8", "int4")
+__all__ = ["GROUP_SIZE", "Precision", "footprint_weights", "pricing_for", "weight_bytes", "weight_formats"]
+
+WEIGHT_DTYPES = FORMATS
 ACT_DTYPES = ("float32", "bfloat16", "float16", "float8_e4m3fn", "int8")
 KV_DTYPES = ("float32", "bfloat16", "float16", "float8_e4m3fn", "int8")
-GROUP_SIZE = 128
-_SCALE_BYTES = 2  # float16 scales and zero-points
 
 
 def canonical(dtype: DType, allowed: tuple[str, ...], role: str) -> str:
@@ -59,14 +51,21 @@ def canonical(dtype: DType, allowed: tuple[str, ...], role: str) -> str:
 
 @dataclass(frozen=True)
 class Precision:
-    """The dtype of each role; ``kv=None`` stores the cache in the activation dtype."""
+    """The dtype of each role; ``kv=None`` stores the cache in the activation dtype.
 
-    weight: str = "bfloat16"
+    ``weight`` is one format (``"int4"``) or per-module assignments: ``["experts=mxfp4",
+    "bfloat16"]`` or ``{"experts": "mxfp4"}`` (see :mod:`opcount.llm.weight_plan`); it reads back
+    as the text ``--weight-dtype`` takes (``"experts=mxfp4,bfloat16"``)."""
+
+    weight: WeightSpec = "bfloat16"
     act: str = "bfloat16"
     kv: str | None = None
+    weights: WeightPlan = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "weight", canonical(self.weight, WEIGHT_DTYPES, "weight"))
+        plan = WeightPlan.parse(self.weight)
+        object.__setattr__(self, "weights", plan)
+        object.__setattr__(self, "weight", plan.text())
         object.__setattr__(self, "act", canonical(self.act, ACT_DTYPES, "activation"))
         object.__setattr__(self, "kv", canonical(self.kv or self.act, KV_DTYPES, "KV cache"))
 
@@ -86,46 +85,46 @@ class Precision:
         return str(self.traced).removeprefix("torch.")
 
     def label(self) -> str:
-        """``w4a16``-style name, with the cache's dtype when it differs."""
-        bits = {"float32": 32, "bfloat16": 16, "float16": 16, "float8_e4m3fn": 8, "int8": 8, "int4": 4}
-        text = f"w{bits[self.weight]}a{bits[self.act]}"
+        """``w4a16``-style name (the format after it when its name is not the plain dtype's, the
+        assignments when the weights have several), with the cache's dtype when it differs."""
+        plan, act = self.weights, BITS[self.act]
+        if plan.assignments:
+            spec = ", ".join(f"{p}={f}" for p, f in plan.assignments)
+            text = f"weights {spec}, {plan.default} elsewhere; a{act}"
+        else:
+            text = f"w{BITS[plan.default]}a{act}"
+            if plan.default in ("fp8-block", "mxfp4", "nvfp4"):
+                text += f" ({plan.default})"
         return text if self.kv_dtype == self.act else f"{text}, KV {self.kv_dtype}"
 
 
-def quantized_weights(model: nn.Module) -> set[str]:
-    """Names of the parameters a weight-quantized model stores in the weight dtype."""
-    get_head: Any = getattr(model, "get_output_embeddings", None)
-    head = get_head() if callable(get_head) else None
+def weight_bytes(shape: tuple[int, ...], dtype: str, transposed: bool = False) -> int:
+    """Bytes of one weight ``[out, in]`` (or a stack ``[experts, out, in]``) stored in ``dtype``,
+    scales included (see :mod:`opcount.llm.weight_formats`)."""
+    return stacked_bytes(canonical(dtype, FORMATS, "weight"), shape, transposed)
+
+
+def weight_formats(model: nn.Module, precision: Precision) -> dict[str, tuple[str, int]]:
+    """Each quantizable weight's format and bytes, by parameter name, under ``precision``'s plan;
+    a weight the plan leaves in its stored dtype is absent."""
+    weights = quantizable(model)
+    chosen = precision.weights.formats(weights, type(model).__name__)
     return {
-        f"{name}.weight" if name else "weight"
-        for name, m in model.named_modules()
-        if isinstance(m, nn.Linear) and m is not head
+        w.param: (chosen[w.param], stacked_bytes(chosen[w.param], w.shape, w.transposed))
+        for w in weights
+        if w.param in chosen and not (chosen[w.param] in PLAIN and chosen[w.param] == precision.stored)
     }
-
-
-def weight_bytes(shape: tuple[int, ...], dtype: str) -> int:
-    """Bytes of one linear weight ``[out, in]`` stored in ``dtype``, scales included (int4: two
-    weights a byte, an odd count rounded up to whole bytes)."""
-    numel = math.prod(shape)
-    out, inner = (shape[0], math.prod(shape[1:])) if len(shape) > 1 else (1, numel)
-    if dtype == "int4":
-        return math.ceil(numel / 2) + out * math.ceil(inner / GROUP_SIZE) * 2 * _SCALE_BYTES
-    if dtype == "int8":
-        return numel + out * _SCALE_BYTES
-    if dtype == "float8_e4m3fn":
-        return numel + 4
-    return numel * int(DTYPE_BYTES[dtype])
 
 
 class Pricing:
     """Bytes per element of each traced tensor, by its role (the roofline's ``itemsize``)."""
 
-    def __init__(self, precision: Precision, quantized: set[str], shapes: Mapping[str, tuple[int, ...]]) -> None:
+    def __init__(
+        self, precision: Precision, formats: Mapping[str, tuple[str, int]], shapes: Mapping[str, tuple[int, ...]]
+    ) -> None:
         self._precision = precision
         self._per_element = {
-            name: weight_bytes(shapes[name], precision.weight) / max(1, math.prod(shapes[name]))
-            for name in quantized
-            if name in shapes
+            name: nbytes / max(1, math.prod(shapes[name])) for name, (_, nbytes) in formats.items() if name in shapes
         }
         self._act = DTYPE_BYTES[precision.act]
         self._kv = DTYPE_BYTES[precision.kv_dtype]
@@ -147,16 +146,16 @@ _FLOATING = frozenset({"float32", "float16", "bfloat16", "float64", "float8_e4m3
 
 def pricing_for(model: nn.Module, precision: Precision) -> Callable[[TensorSpec], float | None]:
     shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
-    return Pricing(precision, quantized_weights(model), shapes)
+    return Pricing(precision, weight_formats(model, precision), shapes)
 
 
 def footprint_weights(model: nn.Module, precision: Precision) -> int:
     """Bytes of every parameter (shared ones once) stored per role."""
-    quantized = quantized_weights(model)
+    formats = weight_formats(model, precision)
     total = 0
     for name, p in model.named_parameters():
-        if name in quantized:
-            total += weight_bytes(tuple(p.shape), precision.weight)
+        if name in formats:
+            total += formats[name][1]
         else:
             total += p.numel() * int(DTYPE_BYTES[precision.stored if p.is_floating_point() else str(p.dtype)[6:]])
     return total
