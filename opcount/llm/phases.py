@@ -205,8 +205,22 @@ class CausalLM:
             report = roofline(traffic, hardware=hw, dtype=self.precision.act, itemsize=self._pricing)
         return PhaseCost(phase, batch, seq_len, kv_len, self.precision, flops, memory, report, tuple(blocks))
 
+    def records(
+        self,
+        phase: str = "prefill",
+        *,
+        seq_len: int | None = None,
+        kv_len: int = 0,
+        batch: int = 1,
+        flops_per_mac: int = 1,
+        preset: str = "default",
+    ) -> FlopCountAnalysis:
+        """The phase's trace alone, nothing rolled up yet: the records a sweep fits (:mod:`.sweep`)."""
+        seq_len = self.validate(phase, seq_len=seq_len, kv_len=kv_len, batch=batch)
+        return self._trace(seq_len, kv_len, batch, flops_per_mac, preset, records_only=True)[0]
+
     def _trace(
-        self, seq_len: int, kv_len: int, batch: int, flops_per_mac: int, preset: str
+        self, seq_len: int, kv_len: int, batch: int, flops_per_mac: int, preset: str, records_only: bool = False
     ) -> tuple[FlopCountAnalysis, MemoryTrafficAnalysis, list[str]]:
         model = self.model
         with static_cache(model, self.config, batch, kv_len, seq_len, self.precision.traced) as cache:
@@ -223,6 +237,8 @@ class CausalLM:
                     model, (), kwargs, tracer="dispatch", flops_per_mac=flops_per_mac, preset=preset
                 )
                 flops.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+                if records_only:
+                    return flops, MemoryTrafficAnalysis(flops.trace()), blocks
                 flops.total()
                 traffic = MemoryTrafficAnalysis(flops.trace())  # the same trace: one forward per phase
                 traffic.unsupported_ops_warnings(False).uncalled_modules_warnings(False)

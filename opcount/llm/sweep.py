@@ -6,8 +6,9 @@ A point's FLOPs, bytes, roofline time and activation peak are then those of its 
 computed by the same analyses as a traced phase (:class:`~opcount.analysis.FlopCountAnalysis`,
 :class:`~opcount.memory.MemoryTrafficAnalysis`, :func:`~opcount.roofline.roofline`), run once on
 the records that differ (the layers of a decoder repeat one another's) for all points together.
-The points that were traced keep their traced figures, and every rebuilt figure is checked
-against them; where a fit is refused the points are traced one by one, as the reason is logged.
+The other traces of a fit keep their records only (nothing rolled up per module); the first point
+of each region is analyzed in full and its figures must equal the rebuilt ones. Where a fit is
+refused, the region's points are traced one by one and the reason is logged.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ Layers = tuple[np.ndarray, np.ndarray, np.ndarray]  # each layer's peak FLOP/s, 
 
 @dataclass(frozen=True)
 class PhasePoint:
-    """The figures of one phase at one point, traced or rebuilt from a fit (``traced``)."""
+    """The figures of one phase at one point: ``traced`` when they come from the point's own analyzed
+    trace (``cost``), else from the records rebuilt by a fit."""
 
     phase: str
     batch: int
@@ -157,11 +159,20 @@ class _Run:
     preset: str
 
     def trace(self, point: Point) -> PhaseCost:
+        """The phase at ``point``, traced and analyzed."""
         batch, tokens, cache = point
         return self.llm.phase(
             self.phase, seq_len=tokens, kv_len=cache, batch=batch, hardware=self.hardware,
             flops_per_mac=self.flops_per_mac, preset=self.preset,
         )  # fmt: skip
+
+    def records(self, point: Point) -> Trace:
+        """The phase's records at ``point``, nothing rolled up (what a fit needs)."""
+        batch, tokens, cache = point
+        return self.llm.records(
+            self.phase, seq_len=tokens, kv_len=cache, batch=batch, flops_per_mac=self.flops_per_mac,
+            preset=self.preset,
+        ).trace()  # fmt: skip
 
 
 def structure_of(llm: CausalLM) -> Structure:
@@ -211,24 +222,24 @@ def phase_points(
 
 
 def _region(run: _Run, points: list[Point]) -> dict[Point, PhasePoint]:
-    traced: dict[Point, PhaseCost] = {}
+    first = run.trace(points[0])  # analyzed in full: its figures check the fit's, its analysis names the inputs
+    traced: dict[Point, Trace] = {points[0]: first.flops.trace()}
 
-    def trace(p: Point) -> PhaseCost:
+    def trace(p: Point) -> Trace:
         if p not in traced:
-            traced[p] = run.trace(p)
+            traced[p] = run.records(p)
         return traced[p]
 
     try:
         template = _fit(points, trace)
         if template is not None:
-            rest = [p for p in points if p not in traced]
-            return {**{p: PhasePoint.of(c) for p, c in traced.items()}, **_evaluate(run, template, rest, traced)}
+            return _evaluate(run, template, points, first)
     except FitError as e:
         logger.info("%s: tracing each of %d points instead of fitting them: %s", run.phase, len(points), e)
-    return {p: PhasePoint.of(trace(p)) for p in points}
+    return {p: PhasePoint.of(first if p == points[0] else run.trace(p)) for p in points}
 
 
-def _fit(points: list[Point], trace: Callable[[Point], PhaseCost]) -> Template | None:
+def _fit(points: list[Point], trace: Callable[[Point], Trace]) -> Template | None:
     """The region's template, checked; None when tracing every point costs no more."""
     swept, design = affine_design(points)
     multilinear = len(swept) >= 3  # a three-way product could cancel at one check point: fit every corner
@@ -237,13 +248,12 @@ def _fit(points: list[Point], trace: Callable[[Point], PhaseCost]) -> Template |
             design = corner_design(points, swept)
         if len(points) <= len(design) + 1:
             return None
-        costs = [trace(p) for p in design]
-        template = fit([c.flops.trace() for c in costs], design, monomials(swept, multilinear))
+        template = fit([trace(p) for p in design], design, monomials(swept, multilinear))
         check = check_point(points, design, swept)
         if check is None:
             return None
         try:
-            verify(template, trace(check).flops.trace(), check)
+            verify(template, trace(check), check)
             return template
         except FitError:
             if multilinear or len(swept) < 2:
@@ -281,14 +291,10 @@ def _tensors(specs: Sequence[Spec]) -> list[TensorSpec]:
     return out
 
 
-def _evaluate(
-    run: _Run, template: Template, rest: list[Point], traced: dict[Point, PhaseCost]
-) -> dict[Point, PhasePoint]:
-    """The figures at ``rest``, and at the traced points to check them."""
+def _evaluate(run: _Run, template: Template, points: list[Point], first: PhaseCost) -> dict[Point, PhasePoint]:
+    """The figures at every point of a region; the first, traced in full, checks them."""
     llm = run.llm
     pricing = llm._pricing
-    checked = list(traced)
-    points = checked + rest
     index: dict[Any, int] = {}
     which = [
         index.setdefault(_key(c, ps, pricing), len(index)) for c, ps in zip(template.calls, template.polys, strict=True)
@@ -320,11 +326,11 @@ def _evaluate(
             run.phase, batch, tokens, cache, llm.precision, totals[k], run.flops_per_mac, memory, run.hardware,
             time, bound, False, layers,
         )  # fmt: skip
-    for p, cost in traced.items():
-        got, want = out[p], PhasePoint.of(cost)
-        if (got.flops, got.memory, got.time, got.bound) != (want.flops, want.memory, want.time, want.bound):
-            raise FitError(f"the rebuilt records' costs at {p} differ from its trace's")
-    return {p: out[p] for p in rest}
+    got, want = out[points[0]], PhasePoint.of(first)
+    if (got.flops, got.memory, got.time, got.bound) != (want.flops, want.memory, want.time, want.bound):
+        raise FitError(f"the rebuilt records' costs at {points[0]} differ from its trace's")
+    out[points[0]] = want  # the same figures, with the analysis an export's metadata describes
+    return out
 
 
 def _distinct_calls(template: Template, unique: list[int], points: list[Point]) -> tuple[list[OpCall], np.ndarray]:
