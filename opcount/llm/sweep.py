@@ -268,17 +268,21 @@ def _key(call: OpCall, polys: list[Poly], pricing: Callable[[TensorSpec], float 
     """What decides a record's costs: its structure and sizes, without the names a layer differs by."""
     structure, _ = flatten(call)
     kind, _, within, inputs, outputs = structure
-    roles = tuple((s.param is None, pricing(s)) for s in _tensors((*call.inputs, *call.outputs)))
-    strip = _strip_names
+    tensors = _tensors((*call.inputs, *call.outputs))
+    roles = tuple((s.param is None, pricing(s)) for s in tensors)
+    # which arguments are the same tensor (an in-place write, x * x) matters; the ids themselves do not
+    same: dict[int | None, int] = {}
+    for s in tensors:
+        same.setdefault(s.id, len(same))
+
+    def strip(parts: Any) -> Any:
+        if isinstance(parts, tuple) and parts and parts[0] == "T":
+            return ("T", parts[1], parts[2], same[parts[4]])
+        if isinstance(parts, tuple):
+            return tuple(strip(p) for p in parts)
+        return parts
+
     return kind, within, strip(inputs), strip(outputs), roles, tuple(polys)
-
-
-def _strip_names(parts: Any) -> Any:
-    if isinstance(parts, tuple) and parts and parts[0] == "T":
-        return ("T", parts[1], parts[2])
-    if isinstance(parts, tuple):
-        return tuple(_strip_names(p) for p in parts)
-    return parts
 
 
 def _tensors(specs: Sequence[Spec]) -> list[TensorSpec]:
