@@ -17,9 +17,11 @@ call per module would cost a frame: its container dicts (``_parameters``, ``_buf
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import operator
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -138,6 +140,7 @@ DISPATCH = (
     *_MODULE_CALL,
     "torch.utils._python_dispatch.TorchDispatchMode",
     "torch._subclasses.fake_tensor.FakeTensorMode",
+    "torch._subclasses.fake_tensor.FakeTensorConverter.set_tensor_memo",
     "torch._C._dispatch_tls_local_exclude_set",
     "torch._C._dispatch_tls_local_include_set",
     "torch._C._AutoDispatchBelowADInplaceOrView",
@@ -221,6 +224,28 @@ def hooked_since(epoch: int, module: nn.Module) -> bool:
     """Whether a hook registered since ``epoch``, the module's own or a global one, would run
     around the module's forward. One integer compare while none was registered."""
     return RemovableHandle.next_id != epoch and (has_hooks(module) or global_hooks())
+
+
+# ----- fake tensors ------------------------------------------------------------------------------
+
+
+def alias_fake(fake: FakeTensorMode, meta: torch.Tensor, stand_in: Any) -> None:
+    """Make ``fake`` answer ``stand_in`` wherever the meta tensor ``meta`` reaches it as an input
+    (its converter's memo, which it reads before making a new fake)."""
+    fake.fake_tensor_converter.set_tensor_memo(meta, stand_in)
+
+
+@contextlib.contextmanager
+def quiet_fake_tensors() -> Iterator[None]:
+    """Fake tensors without their own error log: a meta kernel that fails logs the whole traceback
+    at ERROR before raising, and the tracer reports the raised error in one line."""
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    disabled = log.disabled
+    log.disabled = True
+    try:
+        yield
+    finally:
+        log.disabled = disabled
 
 
 # ----- operators ----------------------------------------------------------------------------------

@@ -77,6 +77,14 @@ def describe(hw: Hardware) -> str:
     ]
     if hw.buffer_bytes:
         lines.append(f"on-chip buffer {size(hw.buffer_bytes)}")
+    if hw.memory_bytes:
+        lines.append(f"memory {size(hw.memory_bytes)}")
+    if hw.interconnect is not None:  # the links a deployment's collectives run on (deploy.md)
+        ic = hw.interconnect
+        link = f"links {si(ic.bandwidth, unit='B/s')} a direction, {ic.devices_per_node} a node"
+        if ic.network_bandwidth:
+            link += f"; network {si(ic.network_bandwidth, unit='B/s')} a direction"
+        lines.append(link)
     if hw.clock_hz:
         lines.append(f"clock {si(hw.clock_hz, unit='Hz')}")
     if hw.sparse.nm:

@@ -12,7 +12,7 @@ import itertools
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import tabulate
@@ -20,6 +20,7 @@ import tabulate
 from .. import report
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
+from ..llm import deploy as deploy_lib
 from ..llm.catalogue import ALIASES, resolve
 from ..llm.catalogue import config as catalogue_config
 from ..llm.limits import MAX_BATCH, MAX_POSITIONS
@@ -30,14 +31,30 @@ from ..llm.sweep import GenerationPoint, PhasePoint, generation_points, phase_po
 from ..llm.weight_plan import WeightAssignmentError
 from ..report.provenance import export_meta
 from ..units import seconds, si, size
+from . import deploy
+from . import training as training_cli
 from .args import check_counts, hf_overrides, invalid_config, natural_int, positive_int
 from .options import Analysis, Layout, LLMOptions, LLMRun, Options, columns_needing
 from .render import write_csv_meta
 
-SWEEPABLE = {"batch": "batch", "seq-len": "seq_len", "kv-len": "kv_len", "gen-len": "gen_len"}
+SWEEPABLE = {"batch": "batch", "seq-len": "seq_len", "kv-len": "kv_len", "gen-len": "gen_len", **deploy.SWEEPABLE}
 DEFAULT_SEQ_LEN = 128
 # The LLM flags by their argparse names (the parser hides them from opcount compare's help).
-LLM_FLAGS = ("phase", "kv_len", "batch", "gen_len", "weight_dtype", "act_dtype", "kv_dtype", "sweep")
+LLM_FLAGS = (
+    "phase",
+    "kv_len",
+    "batch",
+    "gen_len",
+    "weight_dtype",
+    "act_dtype",
+    "kv_dtype",
+    "sweep",
+    *deploy.DEPLOY_FLAGS,
+    *training_cli.TRAINING_FLAGS,
+)
+deploy_options = deploy.options
+training_options = training_cli.options
+check_training = training_cli.check_options
 MAX_SWEEP_POINTS = 1000
 
 
@@ -68,6 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_sweep,
         help=f"one row per point ({', '.join(SWEEPABLE)}); repeat for a grid",
     )
+    deploy.add_arguments(parser)
+    training_cli.add_arguments(parser)
 
 
 class _Assignments(argparse.Action):
@@ -112,8 +131,8 @@ def check(flags: LLMOptions, options: Options) -> Precision:
     analysis, layout = options.analysis, options.layout
     if analysis.tracer == "jit":
         raise OpcountError("LLM phases run on the meta device with the dispatch tracer: drop --tracer jit")
-    if analysis.mode != "eval":
-        raise OpcountError("--mode train applies to whole models, not to LLM inference phases")
+    if analysis.mode == "train":  # one training step instead of an inference phase
+        training_cli.check_llm(flags, options.model)
     if options.inputs.shapes:
         raise OpcountError("LLM phases take --seq-len, --batch and --kv-len, not --input shapes")
     phase = flags.phase or "prefill"
@@ -144,6 +163,7 @@ def check(flags: LLMOptions, options: Options) -> Precision:
             "LLM phases print table, json or csv (--by-operator and tree/md/repr/html/chrome-trace are for whole models)"
         )
     _check_columns(layout, options.hardware is not None, bool(flags.sweep))
+    deploy.check(flags, options.hardware is not None, options.hardware.spec if options.hardware else None)
     try:
         return Precision(flags.weight_dtype or "bfloat16", flags.act_dtype or "bfloat16", flags.kv_dtype)
     except WeightAssignmentError as e:
@@ -251,6 +271,7 @@ class Point:
     values: dict[str, int]
     phase: PhaseCost
     generation: GenerationCost | None = None
+    deployment: deploy_lib.Deployment | None = None
 
 
 def run(
@@ -270,6 +291,9 @@ def run(
         if not items:
             raise
         raise OpcountError(f"{options.model} with --hf-config {', '.join(items)}: {e}") from None
+    deploy.check_model(llm, flags)  # a layout the model cannot run, before anything is traced
+    if options.analysis.mode == "train":  # one training step (opcount.cli.training)
+        return training_cli.run(llm, options, flags, label, hardware, status), []
     base = {
         "batch": flags.batch or 1,
         "seq_len": options.inputs.seq_len or (1 if flags.phase == "decode" else DEFAULT_SEQ_LEN),
@@ -279,6 +303,20 @@ def run(
         base["gen_len"] = flags.gen_len
     axes = [(SWEEPABLE[k], v) for k, v in flags.sweep]
     analysis = options.analysis
+<<<<<<< HEAD
+=======
+    points: list[Point] = []
+    phases: dict[tuple[tuple[str, int], ...], Point] = {}
+    for combo in itertools.product(*(values for _, values in axes)) if axes else [()]:
+        values = {**base, **{key: v for (key, _), v in zip(axes, combo, strict=True)}}
+        status(f"tracing {label}: {_describe(values, flags.phase)}")
+        traced = tuple((k, v) for k, v in values.items() if k not in deploy.SWEEPABLE)
+        if traced not in phases:  # a layout is arithmetic on the same trace
+            phases[traced] = _point(llm, values, flags.phase, hardware, analysis)
+        point = replace(phases[traced], values=values)
+        point.deployment = deploy.deployment(llm, point.phase, point.generation, values, flags, hardware)
+        points.append(point)
+>>>>>>> main
     if axes:
         combos = [
             {**base, **{key: v for (key, _), v in zip(axes, combo, strict=True)}}
@@ -342,21 +380,25 @@ def _describe(values: dict[str, int], phase: str | None) -> str:
 # ------------------------------------------------------------------------------------------------
 # Reports
 # ------------------------------------------------------------------------------------------------
-def summary(llm_label: str, point: Point, parameters: int) -> str:
-    """The phase in a few lines: what was analyzed, FLOPs, memory, speed of light."""
+def summary(llm_label: str, point: Point, parameters: int, active: int | None = None) -> str:
+    """The phase in a few lines: what was analyzed, parameters (those one token touches where a
+    mixture of experts routes it), FLOPs, memory, speed of light."""
     p, gen = point.phase, point.generation
+    counted = si(parameters) if active in (None, parameters) else f"{si(parameters)} ({si(active)} active)"
     lines = [f"{llm_label}: {_describe(point.values, p.phase if gen is None else None)}, {p.precision.label()}"]
     convention = f"1 multiply-add = {p.flops.flops_per_mac} flop{'s' if p.flops.flops_per_mac > 1 else ''}"
     if gen is None:
-        lines.append(f"  parameters {si(parameters)}, FLOPs {si(p.flops.total())} ({convention})")
+        lines.append(f"  parameters {counted}, FLOPs {si(p.flops.total())} ({convention})")
     else:  # the table above is the prefill's; the generation adds its decode steps
         lines.append(
-            f"  parameters {si(parameters)}, FLOPs {si(gen.flops)}: prefill {si(p.flops.total())} (the table), "
+            f"  parameters {counted}, FLOPs {si(gen.flops)}: prefill {si(p.flops.total())} (the table), "
             f"{gen.gen_len} decode steps {si(gen.decode_flops)} ({convention})"
         )
     m = p.memory if gen is None else gen.memory
+    by_type = ", ".join(f"{kind} {size(n)}" for kind, n in m.kv_cache_by_type.items())
     lines.append(
-        f"  memory: weights {size(m.weights)}, KV cache {size(m.kv_cache)}, "
+        f"  memory: weights {size(m.weights)}, KV cache {size(m.kv_cache)}"
+        f"{f' ({by_type})' if len(m.kv_cache_by_type) > 1 else ''}, "
         f"activations (peak) {size(m.activations)}, total {size(m.total)}"
     )
     if p.roofline is not None:
@@ -375,6 +417,8 @@ def summary(llm_label: str, point: Point, parameters: int) -> str:
             )
         else:
             lines.append(f"  {hw}: {seconds(p.time)} per step ({p.bound}-bound), {p.tokens_per_s:,.1f} tokens/s")
+    if point.deployment is not None:
+        lines += deploy.summary_lines(point.deployment)
     return "\n".join(lines)
 
 
@@ -386,9 +430,14 @@ def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, mode
     meta = export_meta(p.flops, model=model, roofline=p.roofline)
     if layout.format == "json":
         data = report.to_dict(p.flops, columns=given, max_depth=layout.depth, extra=extra, meta=meta)
+<<<<<<< HEAD
         gen = None if point.generation is None else GenerationPoint.of(point.generation)
         data["llm"] = _point_json(point.values, PhasePoint.of(p), gen, label, llm.parameters)
+=======
+        data["llm"] = _point_json(point, label, llm.parameters, llm.active_parameters)
+>>>>>>> main
         data["memory"] = (p.memory if point.generation is None else point.generation.memory).as_dict()
+        deploy.add_json(data, point.deployment)
         return json.dumps(data, indent=2)
     columns = given or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
     depth = 3 if layout.depth is None else layout.depth
@@ -398,20 +447,31 @@ def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, mode
     table = report.module_table(
         p.flops, columns=columns, max_depth=depth, extra=extra, show_param_shapes=layout.param_shapes
     )
-    return table + "\n\n" + summary(label, point, llm.parameters)
+    return table + "\n\n" + summary(label, point, llm.parameters, llm.active_parameters)
 
 
+<<<<<<< HEAD
 def _point_json(
     values: dict[str, int], p: PhasePoint, gen: GenerationPoint | None, label: str, parameters: int
 ) -> dict[str, Any]:
+=======
+def _point_json(point: Point, label: str, parameters: int, active: int = 0) -> dict[str, Any]:
+    p, gen = point.phase, point.generation
+>>>>>>> main
     out: dict[str, Any] = {
         "model": label,
         "phase": "generation" if gen is not None else p.phase,
         **values,
         "precision": {"weight": p.precision.weight, "act": p.precision.act, "kv": p.precision.kv_dtype},
+<<<<<<< HEAD
         "parameters": parameters,
         "flops": p.flops if gen is None else gen.flops,
         "flops_per_mac": p.flops_per_mac,
+=======
+        "parameters": {"total": parameters, "active": active},
+        "flops": p.flops.total() if gen is None else gen.flops,
+        "flops_per_mac": p.flops.flops_per_mac,
+>>>>>>> main
         "memory": (p.memory if gen is None else gen.memory).as_dict(),
     }
     if p.hardware is not None:
@@ -425,6 +485,7 @@ def _point_json(
                 "tokens_per_s": gen.tokens_per_s,
                 "time": gen.time,
             }
+    deploy.add_json(out, point.deployment)
     return out
 
 
@@ -452,12 +513,24 @@ def _sweep_report(points: Sequence[SweepPoint], layout: Layout, label: str, mode
     header = [*keys, "flops", "weights", "kv_cache", "activations", *(time_keys if has_time else [])]
     if has_time and not gen:
         header.append("bound")
-    flat = [{**r, **r["memory"]} for r in rows]
+    header += deploy.sweep_header(points[0].deployment)
+    flat = [{**r, **r["memory"], **deploy.sweep_row(pt.deployment)} for r, pt in zip(rows, points, strict=True)]
     if layout.format == "csv":  # a missing value (None) is an empty cell, as in every CSV export
+<<<<<<< HEAD
         first = points[0].phase.cost  # the first point is always traced (opcount.llm.sweep)
         if first is not None:
             write_csv_meta(layout.csv_meta, export_meta(first.flops, model=model, roofline=first.roofline))
         names = {**report.csv_fields(header, points[0].phase.flops_per_mac), **SWEEP_CSV_NAMES}
+=======
+        write_csv_meta(
+            layout.csv_meta, export_meta(points[0].phase.flops, model=model, roofline=points[0].phase.roofline)
+        )
+        names = {
+            **report.csv_fields(header, points[0].phase.flops.flops_per_mac),
+            **SWEEP_CSV_NAMES,
+            **deploy.SWEEP_CSV_NAMES,
+        }
+>>>>>>> main
         return report.csv_rows(header, flat, names=names).rstrip("\n")
     cells = [[_cell(h, r.get(h)) for h in header] for r in flat]
     return _pipe(header, cells) + f"\n\n{label}: {len(points)} points, {points[0].phase.precision.label()}"
@@ -466,6 +539,8 @@ def _sweep_report(points: Sequence[SweepPoint], layout: Layout, label: str, mode
 def _cell(key: str, value: Any) -> str:
     if value is None:
         return ""
+    if key in deploy.SWEEP_CELLS:
+        return deploy.SWEEP_CELLS[key](value)
     if key in ("weights", "kv_cache", "activations"):
         return size(value)
     if key.startswith("time"):

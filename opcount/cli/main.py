@@ -31,7 +31,7 @@ import torch
 
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
-from ..llm.model import expected_routing
+from ..llm.moe import expected_routing
 from ..messages import one_line
 from . import llm as llm_command
 from . import models as cli_models
@@ -42,6 +42,7 @@ from .options import CompareOptions, LLMRun, Options
 from .parser import parse
 from .progress import Progress
 from .render import render, shown_columns
+from .training import whole_model as training_whole_model
 from .warning_capture import Collect, Unsupported, captured_warnings, note, unsupported, warning_lines
 
 
@@ -123,6 +124,8 @@ def _whole_model(options: Options, hardware: Hardware | None, spinner: Progress)
     with torch.no_grad(), routing:
         analyses = analyze(loaded, options.model, options.analysis, hardware, spinner)
     text = render(analyses, options.layout, options.model)
+    if options.analysis.mode == "train":  # the step's memory per device (opcount.cli.training)
+        text = training_whole_model(analyses, options, text)
     missed = unsupported(analyses, shown_columns(analyses, options.layout) or ["params", "flops"])
     if options.profile:
         text = _profiled(loaded, analyses, options, spinner, text)

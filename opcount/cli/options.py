@@ -107,6 +107,40 @@ class Layout:
 
 
 @dataclass(frozen=True, slots=True)
+class DeployOptions:
+    """The deployment flags as given (None: not given): ``--tp --pp --ep --dp --micro-batches``,
+    ``--price``, ``--max-batch``, ``--reserve`` (:mod:`opcount.cli.deploy`)."""
+
+    tp: int | None = None
+    pp: int | None = None
+    ep: int | None = None
+    dp: int | None = None
+    micro_batches: int | None = None
+    price: float | None = None
+    max_batch: bool = False
+    reserve: float | None = None
+
+    def given(self) -> list[str]:
+        names = ("tp", "pp", "ep", "dp", "micro_batches", "price", "reserve")
+        flags = [f"--{n.replace('_', '-')}" for n in names if getattr(self, n) is not None]
+        return flags + (["--max-batch"] if self.max_batch else [])
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingOptions:
+    """The training flags as given (None: not given): ``--optimizer``, ``--recompute``, ``--zero``,
+    ``--tokens`` (:mod:`opcount.cli.training`)."""
+
+    optimizer: str | None = None
+    recompute: str | None = None
+    zero: int | None = None
+    tokens: int | None = None
+
+    def given(self) -> list[str]:
+        return [f"--{n}" for n in ("optimizer", "recompute", "zero", "tokens") if getattr(self, n) is not None]
+
+
+@dataclass(frozen=True, slots=True)
 class LLMOptions:
     """The LLM inference flags as given (None: not given)."""
 
@@ -118,6 +152,7 @@ class LLMOptions:
     act_dtype: str | None = None
     kv_dtype: str | None = None
     sweep: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    deploy: DeployOptions = DeployOptions()
 
     def given(self) -> list[str]:
         """The flags given, as typed (``--kv-len``), in the order of their help."""
@@ -131,7 +166,7 @@ class LLMOptions:
             ("--kv-dtype", self.kv_dtype),
             ("--sweep", self.sweep or None),
         )
-        return [flag for flag, value in values if value is not None]
+        return [flag for flag, value in values if value is not None] + self.deploy.given()
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +194,7 @@ class Options:
     quiet: bool
     verbose: bool  # -v, or --debug: warnings with their whole lists
     debug: bool
+    training: TrainingOptions = TrainingOptions()
 
 
 @dataclass(frozen=True, slots=True)

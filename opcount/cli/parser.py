@@ -113,6 +113,7 @@ def _options(ns: argparse.Namespace, prog: str) -> Options:
         quiet=ns.quiet,
         verbose=ns.verbose or ns.debug,
         debug=ns.debug,
+        training=llm_command.training_options(vars(ns)),
     )
     if llm:  # its own flags, checked before anything is built
         precision = llm_command.check(flags, options)
@@ -123,6 +124,7 @@ def _options(ns: argparse.Namespace, prog: str) -> Options:
     else:
         check_model(options)  # before building: a typo should not cost a model
     check_recalibrate(hardware, ns.recalibrate)
+    llm_command.check_training(options)
     return options
 
 
@@ -144,6 +146,7 @@ def _compare_options(ns: argparse.Namespace, prog: str) -> CompareOptions:
         debug=ns.debug,
     )
     given = {"--no-param-shapes": ns.no_param_shapes, "--profile": ns.profile, "--plot": ns.plot is not None}
+    given |= dict.fromkeys(llm_command.training_options(vars(ns)).given(), True)  # one model's training step
     check_compare(options, _llm_flags(ns), ns.depth, ns.repeats, given)
     check_recalibrate(hardware, ns.recalibrate)
     return options
@@ -218,6 +221,7 @@ def _llm_flags(ns: argparse.Namespace) -> LLMOptions:
         act_dtype=ns.act_dtype,
         kv_dtype=ns.kv_dtype,
         sweep=tuple(ns.sweep or ()),
+        deploy=llm_command.deploy_options(vars(ns)),
     )
 
 

@@ -102,10 +102,11 @@ def _transformers_logger(wanted: bool) -> logging.Logger | None:
     if not wanted and "transformers" not in sys.modules:
         return None
     try:
-        from transformers.utils import logging as hf_logging
+        from ..transformers_internals import hf_logging
     except ImportError:
         return None
-    return hf_logging.get_logger()  # the first call adds its handler: now, so that it can be swapped
+    found = hf_logging.get_logger()  # the first call adds its handler: now, so that it can be swapped
+    return found if isinstance(found, logging.Logger) else None  # transformers 5 types it as a protocol
 
 
 @dataclass(frozen=True)

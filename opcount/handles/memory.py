@@ -76,6 +76,20 @@ def whole(specs: Iterable[Spec]) -> tuple[Access, ...]:
     return tuple(Access(t, t.nbytes) for t in flat_tensors(specs))
 
 
+def each_once(specs: Iterable[Spec]) -> tuple[Access, ...]:
+    """Each distinct tensor moved once, in full: one tensor passed as two operands (attention over a
+    latent that is both keys and values) is read once by the fused kernel."""
+    seen: set[int] = set()
+    out = []
+    for t in flat_tensors(specs):
+        if t.id is not None and t.id in seen:
+            continue
+        if t.id is not None:
+            seen.add(t.id)
+        out.append(Access(t, t.nbytes))
+    return tuple(out)
+
+
 def part(t: TensorSpec, elements: float) -> Access:
     """``elements`` elements of ``t`` (in ``t``'s dtype)."""
     return Access(t, elements * t.itemsize)
@@ -87,11 +101,12 @@ def generic_traffic(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Traffic:
     return Traffic(whole(inputs), whole(outputs))
 
 
-def _rule(name: str, doc: str, fusable: bool = False) -> TrafficFn:
-    """The default rule under its own name and docstring, so each family documents itself."""
+def _rule(name: str, doc: str, fusable: bool = False, once: bool = False) -> TrafficFn:
+    """The default rule under its own name and docstring, so each family documents itself; with
+    ``once`` a tensor given as several operands is read once."""
 
     def handle(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Traffic:
-        return Traffic(whole(inputs), whole(outputs), fusable=fusable)
+        return Traffic(each_once(inputs) if once else whole(inputs), whole(outputs), fusable=fusable)
 
     handle.__name__ = handle.__qualname__ = name
     handle.__doc__ = doc
@@ -158,8 +173,10 @@ products = _register(
 )(
     _rule(
         "products",
-        "Matrix products and attention: reads each operand (weights, bias) once, writes the output once; "
-        "tiles re-read by a blocked kernel are not counted (attention's score matrix is not materialized).",
+        "Matrix products and attention: reads each operand (weights, bias) once, a tensor given as two operands "
+        "once, writes the output once; tiles re-read by a blocked kernel are not counted (attention's score "
+        "matrix is not materialized).",
+        once=True,
     )
 )
 

@@ -6,8 +6,29 @@ the ridge points against ratios worked from the datasheets.
 
 from __future__ import annotations
 
+from .interconnect import Interconnect
 from .sparse_support import SparseSupport
 from .spec import TENSOR, VECTOR, Hardware, T
+
+GB = 1e9  # capacities as the datasheets give them, decimal (an "80 GB" part often holds 80 GiB, 7% more)
+# Per step of a ring: NCCL's tuning model (src/graph/tuning.cc, ring, LL protocol), 0.47 us an NVLink
+# hop, 2.7 us a network hop; AMD publishes none for Infinity Fabric, which takes the NVLink figure.
+_NVLINK_STEP, _NET_STEP = 0.47e-6, 2.7e-6
+
+
+def _links(bidirectional: float, network_gbit: float, description: str) -> Interconnect:
+    """8 devices a node joined by ``bidirectional`` bytes/s per device (half each way), and
+    ``network_gbit`` Gb/s per device between nodes."""
+    return Interconnect(bidirectional / 2, _NVLINK_STEP, 8, network_gbit * 1e9 / 8, _NET_STEP, description=description)
+
+
+# NVLink 4 (H100/H200 SXM): 18 links, 900 GB/s bidirectional; HGX boards of 8 with one 400 Gb/s
+# InfiniBand NDR (ConnectX-7) port per GPU. NVLink 5 (B200): 1.8 TB/s. NVLink 3 (A100 SXM): 600 GB/s,
+# HDR 200 Gb/s per GPU. MI300X: 7 Infinity Fabric links of 128 GB/s bidirectional to its 7 peers.
+_NVLINK4 = _links(900e9, 400, "NVLink 4 + NVSwitch, 8 GPUs a node; InfiniBand NDR 400 Gb/s per GPU")
+_NVLINK5 = _links(1800e9, 400, "NVLink 5 + NVSwitch, 8 GPUs a node; 400 Gb/s per GPU (ConnectX-7)")
+_NVLINK3 = _links(600e9, 200, "NVLink 3 + NVSwitch, 8 GPUs a node; InfiniBand HDR 200 Gb/s per GPU")
+_INFINITY_FABRIC = _links(7 * 128e9, 400, "Infinity Fabric, 7 links to 7 peers, 8 GPUs a node; 400 Gb/s RoCE per GPU")
 
 # ----- presets (dense peaks; sources in docs/hardware.md) ---------------------------------------
 _H100_SXM_PEAK = {
@@ -93,6 +114,8 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             buffer_bytes=50 * 2**20,
             clock_hz=1.98e9,
             description="NVIDIA H200 SXM 141 GB (HBM3e)",
+            memory_bytes=141 * GB,
+            interconnect=_NVLINK4,
             sparse=_NVIDIA_2_4,
         ),
         Hardware(
@@ -111,6 +134,8 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             },
             bandwidth=7.7e12,
             description="NVIDIA B200 (HGX B200, 180 GB HBM3e)",
+            memory_bytes=180 * GB,
+            interconnect=_NVLINK5,
             sparse=_NVIDIA_2_4,
         ),
         Hardware(
@@ -132,6 +157,8 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             buffer_bytes=256 * 2**20,
             clock_hz=mi300x_clock,
             description="AMD Instinct MI300X 192 GB (HBM3)",
+            memory_bytes=192 * GB,
+            interconnect=_INFINITY_FABRIC,
             # CDNA 3 (AMD Instinct MI300X data sheet): 2:4 in fp16, bf16, fp8 and int8, not tf32/fp32/fp64
             sparse=SparseSupport(
                 nm=((2, 4),),
@@ -148,6 +175,7 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             },
             bandwidth=600e9,
             description="NVIDIA A10G 24 GB (GDDR6), A10 datasheet figures",
+            memory_bytes=24 * GB,
             sparse=_NVIDIA_2_4,
         ),
         Hardware(
@@ -165,6 +193,7 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             },
             bandwidth=864e9,
             description="NVIDIA L40S 48 GB (GDDR6)",
+            memory_bytes=48 * GB,
             sparse=_NVIDIA_2_4,
         ),
         Hardware(
@@ -174,6 +203,7 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             buffer_bytes=40 * 2**20,
             clock_hz=1.41e9,
             description="NVIDIA A100 PCIe 40 GB (HBM2)",
+            memory_bytes=40 * GB,
             sparse=_NVIDIA_2_4,
         ),
     )
@@ -189,6 +219,8 @@ PRESETS: dict[str, Hardware] = {
             buffer_bytes=50 * 2**20,
             clock_hz=1.98e9,
             description="NVIDIA H100 SXM5 80 GB (HBM3)",
+            memory_bytes=80 * GB,
+            interconnect=_NVLINK4,
             sparse=_NVIDIA_2_4,
         ),
         Hardware(
@@ -209,6 +241,7 @@ PRESETS: dict[str, Hardware] = {
             buffer_bytes=50 * 2**20,
             clock_hz=1.755e9,
             description="NVIDIA H100 PCIe 80 GB (HBM2e)",
+            memory_bytes=80 * GB,
             sparse=_NVIDIA_2_4,
         ),
         Hardware(
@@ -218,6 +251,8 @@ PRESETS: dict[str, Hardware] = {
             buffer_bytes=40 * 2**20,
             clock_hz=1.41e9,
             description="NVIDIA A100 SXM4 80 GB (HBM2e)",
+            memory_bytes=80 * GB,
+            interconnect=_NVLINK3,
             sparse=_NVIDIA_2_4,
         ),
         Hardware(
@@ -237,6 +272,7 @@ PRESETS: dict[str, Hardware] = {
             buffer_bytes=48 * 2**20,
             clock_hz=2.04e9,
             description="NVIDIA L4 24 GB (GDDR6)",
+            memory_bytes=24 * GB,
             sparse=_NVIDIA_2_4,
         ),
         Hardware(
@@ -249,6 +285,7 @@ PRESETS: dict[str, Hardware] = {
             buffer_bytes=4 * 2**20,
             clock_hz=1.59e9,
             description="NVIDIA T4 16 GB (GDDR6); Turing: no bf16, no TF32",
+            memory_bytes=16 * GB,
         ),
         Hardware(
             "rtx-4090",
@@ -268,6 +305,7 @@ PRESETS: dict[str, Hardware] = {
             buffer_bytes=72 * 2**20,
             clock_hz=2.52e9,
             description="NVIDIA GeForce RTX 4090 24 GB (GDDR6X)",
+            memory_bytes=24 * GB,
             sparse=_NVIDIA_2_4,
         ),
         _xeon_8480_2s(),

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ..errors import OpcountKeyError, OpcountValueError
+from .interconnect import Interconnect
 from .sparse_support import SparseSupport
 
 TENSOR, VECTOR = "tensor", "vector"
@@ -38,6 +39,7 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "peak": (1e6, 1e18, "FLOP/s"),
     "clock_hz": (1e3, 1e11, "Hz"),
     "buffer_bytes": (1.0, 1e15, "bytes"),
+    "memory_bytes": (1.0, 1e15, "bytes"),
 }
 
 
@@ -52,6 +54,9 @@ class Hardware:
     convolution buffer), informative. ``clock_hz``: to express times in cycles.
     ``sparse``: the N:M patterns (and block sizes) the tensor unit runs natively, a
     :class:`~opcount.hardware.sparse_support.SparseSupport` or its dict form; the default runs no N:M.
+    ``memory_bytes``: the device's main-memory capacity (what a deployment must fit in).
+    ``interconnect``: its links to other devices (:class:`~opcount.hardware.interconnect.Interconnect`
+    or its dict form); None: a single device, priced alone.
     """
 
     name: str
@@ -61,6 +66,8 @@ class Hardware:
     clock_hz: float | None = None
     description: str = field(default="", compare=False)
     sparse: SparseSupport = field(default_factory=SparseSupport)
+    memory_bytes: float | None = None
+    interconnect: Interconnect | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -83,7 +90,7 @@ class Hardware:
         # Read-only views: a preset shared by every caller must not be edited in place.
         object.__setattr__(self, "peak", MappingProxyType(frozen))
         object.__setattr__(self, "bandwidth", float(self.bandwidth))
-        for opt in ("buffer_bytes", "clock_hz"):
+        for opt in ("buffer_bytes", "clock_hz", "memory_bytes"):
             value = getattr(self, opt)
             if value is not None:
                 _check_range(self.name, opt, opt, value)
@@ -94,6 +101,13 @@ class Hardware:
                 raise OpcountValueError(f"{self.name}: {e}") from e
         elif not isinstance(self.sparse, SparseSupport):
             raise OpcountValueError(f"{self.name}: sparse must be a SparseSupport or a table, got {self.sparse!r}")
+        if isinstance(self.interconnect, Mapping):
+            try:
+                object.__setattr__(self, "interconnect", Interconnect.from_dict(self.interconnect))
+            except (TypeError, ValueError) as e:
+                raise OpcountValueError(f"{self.name}: {e}") from e
+        elif self.interconnect is not None and not isinstance(self.interconnect, Interconnect):
+            raise OpcountValueError(f"{self.name}: interconnect must be an Interconnect or a table")
 
     def __hash__(self) -> int:  # the peak tables are read-only mappings, which do not hash
         return hash((self.name, self.bandwidth, tuple((u, tuple(t.items())) for u, t in self.peak.items())))
@@ -121,9 +135,11 @@ class Hardware:
             "bandwidth": self.bandwidth,
             "peak": {u: dict(t) for u, t in self.peak.items()},
         }
-        for key in ("buffer_bytes", "clock_hz"):
+        for key in ("buffer_bytes", "clock_hz", "memory_bytes"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
+        if self.interconnect is not None:
+            out["interconnect"] = self.interconnect.to_dict()
         if self.description:
             out["description"] = self.description
         if self.sparse != SparseSupport():
@@ -133,7 +149,17 @@ class Hardware:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Hardware:
         """Build from ``{"name", "bandwidth", "peak": {unit: {dtype: FLOP/s}}, ...}``; unknown keys are errors."""
-        allowed = {"name", "peak", "bandwidth", "buffer_bytes", "clock_hz", "description", "sparse"}
+        allowed = {
+            "name",
+            "peak",
+            "bandwidth",
+            "buffer_bytes",
+            "clock_hz",
+            "description",
+            "sparse",
+            "memory_bytes",
+            "interconnect",
+        }
         unknown = set(data) - allowed
         if unknown:
             raise OpcountValueError(f"unknown hardware keys {sorted(unknown)}; allowed: {sorted(allowed)}")
@@ -149,6 +175,7 @@ class Hardware:
         name = "my-npu"
         bandwidth = 64e9          # bytes/s
         clock_hz = 1e9
+        memory_bytes = 32e9       # optional: capacity, what a deployment must fit in
         [peak.tensor]
         float16 = 2.048e12        # FLOP/s, 2 per multiply-add
         [peak.vector]
@@ -156,6 +183,12 @@ class Hardware:
         [sparse]                  # optional; without it no N:M pattern runs natively
         nm = ["2:4"]
         nm_precisions = ["float16"]
+        [interconnect]            # optional: needed by layouts of several devices
+        bandwidth = 100e9         # bytes/s per device per direction, inside a node
+        latency = 1e-6            # s per ring step
+        devices_per_node = 8
+        network_bandwidth = 50e9  # optional: between nodes
+        network_latency = 3e-6
         """
         path = Path(path)
         try:

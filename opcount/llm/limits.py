@@ -100,7 +100,7 @@ def check_phase(batch: int, positions: int, cache_elements: int) -> None:
 
 def _configs(config: Any) -> list[Any]:
     """``config`` and the sub-configs it holds (a multimodal model's text and vision configs)."""
-    from transformers import PretrainedConfig
+    from ..transformers_internals import PretrainedConfig
 
     found = [config]
     for value in vars(config).values():

@@ -8,8 +8,9 @@ Each phase is one trace of the model on the meta device (nothing of the weights'
 allocated) with the dispatch tracer; FLOPs, bytes, the memory footprint and the roofline all
 come from its records. A generation of ``gen_len`` tokens is the prefill plus ``gen_len``
 decode steps; a step's cost per operator is affine in the cache length (linear layers do not
-depend on it, attention and the cache reads grow by one token's worth per step), so two traces,
-at the first and the last step, give every step exactly.
+depend on it, attention and the cache reads grow by one token's worth per step) over each run of
+steps in which no sliding window fills and no chunk starts (:mod:`.cache`), so two traces a run,
+at its first and last step, give every step exactly.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,18 +36,16 @@ from ..ir import OpCall, TensorSpec
 from ..memory import MemoryTrafficAnalysis
 from ..roofline import RooflineReport, roofline
 from ..tracers.meta import TensorShape
+from ..transformers_internals import cache_keyword, takes_cache_position
+from .cache import CachePlan, cache_plan, phase_cache
+from .deploy import Deployment, on_layout
+from .latent import absorbed
 from .limits import check_phase
-from .model import (
-    KVGeometry,
-    build_on_meta,
-    expected_routing,
-    kv_geometry,
-    learned_positions,
-    serving_attention,
-    static_cache,
-    text_config,
-)
+from .model import build_on_meta, learned_positions, serving_attention, text_config
+from .moe import active_parameters, expected_routing
+from .parallel import Parallel
 from .precision import Precision, footprint_weights, pricing_for
+from .windows import windowed_prefill
 
 PHASES = ("prefill", "decode")
 logger = logging.getLogger(__name__)
@@ -54,19 +53,26 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Memory:
-    """Bytes resident during a phase: the weights, the KV cache (all ``kv_len + seq_len``
-    positions) and the peak working set of activations (tensors alive at once, cache excluded)."""
+    """Bytes resident during a phase: the weights, the cache (what each layer holds for ``kv_len +
+    seq_len`` positions: :mod:`.cache`) and the peak working set of activations (tensors alive at
+    once, cache excluded); ``kv_cache_by_type`` splits the cache by layer kind."""
 
     weights: int
     kv_cache: int
     activations: int
+    kv_cache_by_type: dict[str, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
         return self.weights + self.kv_cache + self.activations
 
-    def as_dict(self) -> dict[str, int]:
-        return {"weights": self.weights, "kv_cache": self.kv_cache, "activations": self.activations}
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "weights": self.weights,
+            "kv_cache": self.kv_cache,
+            "kv_cache_by_type": dict(self.kv_cache_by_type),
+            "activations": self.activations,
+        }
 
 
 @dataclass
@@ -125,7 +131,7 @@ class CausalLM:
             model = build_on_meta(config, self.precision.traced)
         self.model: nn.Module = model
         self.config = text_config(config)
-        self.geometry: KVGeometry = kv_geometry(config)
+        self.caches: CachePlan = cache_plan(model, config, expected_routing)
         self._weights = footprint_weights(model, self.precision)
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._pricing = pricing_for(model, self.precision)
@@ -135,16 +141,26 @@ class CausalLM:
     def parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
 
+    @property
+    def active_parameters(self) -> int:
+        """Parameters one token touches: all of them less the routed experts it does not go to (:mod:`.moe`)."""
+        return active_parameters(self.model, self.parameters, self.config)
+
     def kv_bytes(self, tokens: int, batch: int) -> int:
-        """``2 x layers x kv_heads x head_dim x tokens x batch x itemsize``."""
+        """Bytes of the cache holding ``tokens`` positions of ``batch`` sequences, each layer as its
+        kind holds them (a decode step's view: the last token just written), in the KV dtype."""
+        return sum(self.kv_bytes_by_type(tokens - 1, 1, batch).values()) if tokens else 0
+
+    def kv_bytes_by_type(self, kv_len: int, seq_len: int, batch: int) -> dict[str, int]:
+        """Bytes of the cache per layer kind when ``seq_len`` tokens follow ``kv_len`` cached ones."""
         from ..ir import DTYPE_BYTES
 
-        return self.geometry.elements(tokens, batch) * int(DTYPE_BYTES[self.precision.kv_dtype])
+        size = DTYPE_BYTES[self.precision.kv_dtype]
+        return {k: math.ceil(n * size) for k, n in self.caches.by_kind(kv_len, seq_len, batch).items()}
 
     def check_sizes(self, batch: int, positions: int) -> None:
         """Refuse ``batch`` sequences of ``positions`` positions over :mod:`.limits`' bounds, before tracing."""
-        g = self.geometry
-        check_phase(batch, positions, batch * g.kv_heads * positions * g.head_dim)
+        check_phase(batch, positions, self.caches.largest(positions - 1, 1, batch))
 
     def validate_generation(self, prompt_len: int, gen_len: int, *, batch: int = 1) -> None:
         """Refuse a generation :func:`generation` would refuse, before tracing it."""
@@ -195,10 +211,12 @@ class CausalLM:
         seq_len = self.validate(phase, seq_len=seq_len, kv_len=kv_len, batch=batch)
         hw = lookup_hardware(hardware) if hardware is not None else None
         flops, traffic, blocks = self._trace(seq_len, kv_len, batch, flops_per_mac, preset)
+        by_type = self.kv_bytes_by_type(kv_len, seq_len, batch)
         memory = Memory(
             self._weights,
-            self.kv_bytes(kv_len + seq_len, batch),
+            sum(by_type.values()),
             peak_activations(traffic.traffic_per_call(), self._pricing),
+            by_type,
         )
         report = None
         if hw is not None:
@@ -219,18 +237,38 @@ class CausalLM:
         seq_len = self.validate(phase, seq_len=seq_len, kv_len=kv_len, batch=batch)
         return self._trace(seq_len, kv_len, batch, flops_per_mac, preset, records_only=True)[0]
 
+    def deploy(self, cost: PhaseCost | GenerationCost, parallel: Parallel | None = None, **options: Any) -> Deployment:
+        """``cost`` (a phase or a generation of this model) on a parallel layout: per-device memory,
+        fit, communication, time and cost (:func:`opcount.llm.deploy.deploy`, its options)."""
+        return on_layout(self, cost, parallel, **options)
+
     def _trace(
         self, seq_len: int, kv_len: int, batch: int, flops_per_mac: int, preset: str, records_only: bool = False
     ) -> tuple[FlopCountAnalysis, MemoryTrafficAnalysis, list[str]]:
         model = self.model
-        with static_cache(model, self.config, batch, kv_len, seq_len, self.precision.traced) as cache:
-            with expected_routing(model) as blocks, serving_attention(model):
-                kwargs = {
+        plan, dtype = self.caches, self.precision.traced
+        with phase_cache(model, self.config, plan, batch, kv_len, seq_len, dtype) as cache:
+            latents = {
+                i: layer.latent for i, layer in enumerate(cache.layers) if getattr(layer, "latent", None) is not None
+            }
+            with (
+                expected_routing(model) as blocks,
+                serving_attention(model),
+                absorbed(model, latents if kv_len else {}) as changed,
+                windowed_prefill(model, {} if kv_len else plan.windows(), seq_len),
+            ):
+                if changed != (len(latents) if kv_len else 0):
+                    raise OpcountError(
+                        f"{type(model).__name__}: {len(latents)} latent-attention caches but {changed} attention "
+                        "modules opcount recognises as multi-head latent attention"
+                    )
+                kwargs: dict[str, Any] = {
                     "input_ids": TensorShape((batch, seq_len), dtype=torch.long),
-                    "past_key_values": cache,
+                    cache_keyword(model): cache,
                     "use_cache": True,
-                    "cache_position": torch.arange(kv_len, kv_len + seq_len),
                 }
+                if takes_cache_position(model):
+                    kwargs["cache_position"] = torch.arange(kv_len, kv_len + seq_len)
                 if self._keeps_logits:  # logits of the last token only, as generation asks
                     kwargs["logits_to_keep"] = 1 if kv_len == 0 else seq_len
                 flops = FlopCountAnalysis(
@@ -294,6 +332,8 @@ class GenerationCost:
     gen_len: int
     decode_flops: float
     decode_time: float | None
+    # the traced step holding the most cache (the last, unless a chunked layer started a new chunk)
+    fullest_step: PhaseCost | None = None
 
     @property
     def flops(self) -> float:
@@ -304,10 +344,12 @@ class GenerationCost:
         """The most the generation holds: the cache at its last step (prompt + generated tokens),
         the larger activation working set of prefill and decode."""
         last = self.last_step or self.prefill
+        fullest = self.fullest_step or last
         return Memory(
             self.prefill.memory.weights,
-            last.memory.kv_cache,
+            fullest.memory.kv_cache,
             max(self.prefill.memory.activations, last.memory.activations),
+            fullest.memory.kv_cache_by_type,
         )
 
     @property
@@ -344,20 +386,30 @@ def generation(
     preset: str = "default",
 ) -> GenerationCost:
     """Prefill ``prompt_len`` tokens, then ``gen_len`` decode steps of one token each; step
-    ``j`` (0-based) attends to ``prompt_len + j`` cached tokens. Three traces whatever ``gen_len``."""
-    llm.validate_generation(prompt_len, gen_len, batch=batch)
+    ``j`` (0-based) attends to ``prompt_len + j`` cached tokens. Three traces whatever ``gen_len``
+    (two more for each run a sliding window fills or a chunk starts: :meth:`.CachePlan.affine_steps`)."""
+    if not isinstance(gen_len, int) or gen_len < 0:
+        raise OpcountValueError(f"gen_len must be an integer >= 0, got {gen_len!r}")
+    if isinstance(prompt_len, int) and isinstance(batch, int):  # phase() checks the types
+        llm.check_sizes(batch, prompt_len + gen_len)  # the last step's, before the prefill is traced
     step: dict[str, Any] = {"batch": batch, "hardware": hardware, "flops_per_mac": flops_per_mac, "preset": preset}
     prefill = llm.phase("prefill", seq_len=prompt_len, **step)
     if gen_len == 0:
         return GenerationCost(prefill, None, None, 0, 0.0, 0.0 if hardware is not None else None)
-    first = llm.phase("decode", kv_len=prompt_len, **step)
-    last = first if gen_len == 1 else llm.phase("decode", kv_len=prompt_len + gen_len - 1, **step)
-    # an arithmetic series: the mean of the first and last step, gen_len times
-    flops = (first.flops.total() + last.flops.total()) * gen_len / 2
-    time = None
-    if first.roofline is not None and last.roofline is not None:
-        time = _affine_time(first.roofline, last.roofline, gen_len)
-    return GenerationCost(prefill, first, last, gen_len, flops, time)
+    # each run of steps over which every operator's cost is affine in the cache length (a sliding
+    # window filling, a chunk): two traces a run, the sum over its steps an arithmetic series
+    flops, time, traced, opening = 0.0, 0.0 if hardware is not None else None, [], None
+    for a, b in llm.caches.affine_steps(prompt_len, gen_len):
+        first = llm.phase("decode", kv_len=prompt_len + a, **step)
+        last = first if a == b else llm.phase("decode", kv_len=prompt_len + b, **step)
+        traced.append(last)
+        flops += (first.flops.total() + last.flops.total()) * (b - a + 1) / 2
+        if time is not None and first.roofline is not None and last.roofline is not None:
+            time += _affine_time(first.roofline, last.roofline, b - a + 1)
+        if a == 0:
+            opening = first
+    fullest = max(traced, key=lambda p: p.memory.kv_cache)
+    return GenerationCost(prefill, opening, traced[-1], gen_len, flops, time, fullest)
 
 
 def _affine_time(first: RooflineReport, last: RooflineReport, steps: int) -> float:

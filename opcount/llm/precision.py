@@ -138,7 +138,8 @@ class Pricing:
             return self._act
         if name.startswith(KV_PREFIX + "."):
             return self._kv
-        return self._per_element.get(name, self._other)
+        # an expert's slice of a fused stack (``experts.gate_up_proj[3]``, opcount.llm.moe) is priced as its stack
+        return self._per_element.get(name, self._per_element.get(name.partition("[")[0], self._other))
 
 
 _FLOATING = frozenset({"float32", "float16", "bfloat16", "float64", "float8_e4m3fn", "float8_e5m2"})

@@ -27,7 +27,9 @@ from ..ir import OpCall, Spec, TensorSpec
 from ..memory import MemoryTrafficAnalysis
 from ..roofline import roofline
 from ..tracing import Trace
-from .model import is_moe_block, text_config
+from .cache import CHUNKED, SLIDING
+from .model import text_config
+from .moe import find_experts
 from .phases import CausalLM, GenerationCost, Memory, PhaseCost, affine_sum
 from .precision import Precision
 from .symbolic import (
@@ -108,12 +110,15 @@ class GenerationPoint:
     gen_len: int
     decode_flops: float
     decode_time: float | None
+    fullest_step: PhasePoint | None = None  # the step holding the most cache
 
     @classmethod
     def of(cls, gen: GenerationCost) -> GenerationPoint:
         """The figures of a traced generation."""
-        steps = [None if s is None else PhasePoint.of(s) for s in (gen.first_step, gen.last_step)]
-        return cls(PhasePoint.of(gen.prefill), steps[0], steps[1], gen.gen_len, gen.decode_flops, gen.decode_time)
+        first, last, fullest = (
+            None if s is None else PhasePoint.of(s) for s in (gen.first_step, gen.last_step, gen.fullest_step)
+        )
+        return cls(PhasePoint.of(gen.prefill), first, last, gen.gen_len, gen.decode_flops, gen.decode_time, fullest)
 
     @property
     def flops(self) -> float:
@@ -122,10 +127,12 @@ class GenerationPoint:
     @property
     def memory(self) -> Memory:
         last = self.last_step or self.prefill
+        fullest = self.fullest_step or last
         return Memory(
             self.prefill.memory.weights,
-            last.memory.kv_cache,
+            fullest.memory.kv_cache,
             max(self.prefill.memory.activations, last.memory.activations),
+            fullest.memory.kv_cache_by_type,
         )
 
     @property
@@ -176,25 +183,23 @@ class _Run:
 
 
 def structure_of(llm: CausalLM) -> Structure:
-    """The windows and expert blocks that cut ``llm``'s points into regions (:func:`.symbolic.region`)."""
+    """The windows, chunks and expert blocks that cut ``llm``'s points into regions (:func:`.symbolic.region`)."""
     config = text_config(llm.config)
-    windows = {
-        w
-        for key in ("sliding_window", "attention_chunk_size", "chunk_size")
-        if isinstance(w := getattr(config, key, None), int) and not isinstance(w, bool) and w > 0
-    }
-    experts: set[tuple[int, int]] = set()
-    for m in llm.model.modules():
-        if is_moe_block(m):
-            top_k, block = getattr(m, "top_k"), getattr(m, "experts")  # noqa: B009  (checked by is_moe_block)
-            experts.add((int(top_k), len(block)))
+    kinds = llm.caches.windows().values()
+    windows = {w for kind, w in kinds if kind == SLIDING}
+    chunks = {w for kind, w in kinds if kind == CHUNKED}
+    for key in ("sliding_window", "attention_chunk_size"):  # as the config says them too, used or not
+        w = getattr(config, key, None)
+        if isinstance(w, int) and not isinstance(w, bool) and w > 0:
+            (chunks if key == "attention_chunk_size" else windows).add(w)
+    experts = {(e.top_k, e.count) for e in find_experts(llm.model, llm.config)}
     # and from the config, whatever module runs the experts: the loads are integer-divided all the same
     top_k = getattr(config, "num_experts_per_tok", None)
     for key in ("num_local_experts", "num_experts", "n_routed_experts"):
         count = getattr(config, key, None)
         if isinstance(top_k, int) and isinstance(count, int) and count > 0 and top_k > 0:
             experts.add((top_k, count))
-    return Structure(tuple(sorted(windows)), tuple(sorted(experts)))
+    return Structure(tuple(sorted(windows)), tuple(sorted(experts)), tuple(sorted(chunks)))
 
 
 def phase_points(
@@ -322,7 +327,8 @@ def _evaluate(run: _Run, template: Template, points: list[Point], first: PhaseCo
     out: dict[Point, PhasePoint] = {}
     for k, p in enumerate(points):
         batch, tokens, cache = p
-        memory = Memory(llm._weights, llm.kv_bytes(cache + tokens, batch), activations[k])
+        by_type = llm.kv_bytes_by_type(cache, tokens, batch)
+        memory = Memory(llm._weights, sum(by_type.values()), activations[k], by_type)
         time = bound = layers = None
         if times is not None:
             time, bound, layers = times[k]
@@ -462,19 +468,33 @@ def generation_points(
         llm.validate_generation(prompt, gen, batch=batch)
     common: dict[str, Any] = {"hardware": hardware, "flops_per_mac": flops_per_mac, "preset": preset}
     prefills = phase_points(llm, "prefill", [(b, prompt, 0) for b, prompt, _ in points], **common)
-    steps = {(b, 1, prompt + j) for b, prompt, gen in points for j in {0, gen - 1} if gen}
-    found = dict(zip(sorted(steps), phase_points(llm, "decode", sorted(steps), **common), strict=True))
+    # the runs of steps over which every cost is affine in the cache length (generation()'s): two steps a run
+    runs = [llm.caches.affine_steps(prompt, gen) if gen else [] for _, prompt, gen in points]
+    steps = sorted({(b, 1, prompt + j) for (b, prompt, _), rs in zip(points, runs, strict=True) for r in rs for j in r})
+    found = dict(zip(steps, phase_points(llm, "decode", steps, **common), strict=True))
     out = []
-    for (batch, prompt, gen), prefill in zip(points, prefills, strict=True):
+    for (batch, prompt, gen), prefill, rs in zip(points, prefills, runs, strict=True):
         if gen == 0:
             out.append(GenerationPoint(prefill, None, None, 0, 0.0, 0.0 if hardware is not None else None))
             continue
-        first, last = found[(batch, 1, prompt)], found[(batch, 1, prompt + gen - 1)]
-        flops = (first.flops + last.flops) * gen / 2
-        time = None
-        if first.layers is not None and last.layers is not None and first.hardware is not None:
-            if len(first.layers[0]) != len(last.layers[0]):
-                raise FitError("internal error: decode steps at two cache lengths ran different operators")
-            time = first.time if gen == 1 else affine_sum(first.layers, last.layers, first.hardware.bandwidth, gen)
-        out.append(GenerationPoint(prefill, first, last, gen, flops, time))
+        flops, time = 0.0, 0.0 if hardware is not None else None
+        traced: list[PhasePoint] = []
+        opening = None
+        for a, b in rs:
+            first = found[(batch, 1, prompt + a)]
+            last = first if a == b else found[(batch, 1, prompt + b)]
+            traced.append(last)
+            flops += (first.flops + last.flops) * (b - a + 1) / 2
+            if time is not None and first.layers is not None and last.layers is not None and first.hardware:
+                if len(first.layers[0]) != len(last.layers[0]):
+                    raise FitError("internal error: decode steps at two cache lengths ran different operators")
+                steps_in_run = b - a + 1
+                if steps_in_run == 1:
+                    time += first.time or 0.0
+                else:
+                    time += affine_sum(first.layers, last.layers, first.hardware.bandwidth, steps_in_run)
+            if a == 0:
+                opening = first
+        fullest = max(traced, key=lambda p: p.memory.kv_cache)
+        out.append(GenerationPoint(prefill, opening, traced[-1], gen, flops, time, fullest))
     return out

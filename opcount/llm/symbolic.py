@@ -10,7 +10,8 @@ point where every swept variable differs from the base: a dimension that is not 
 operator sequence that changes with the sizes, disagrees and the fit is refused with the reason.
 
 Points are first split into regions where the structure is known not to change
-(:func:`region`): on either side of a sliding or chunked window (``min(L + T, W)``), of a
+(:func:`region`): on either side of a sliding window (``min(L + T, W)``), within one attention
+chunk (positions count from its start), on either side of a
 mixture-of-experts block's integer-divided loads (``B*T*k // E``, affine within one residue
 ``B*T*k mod E``), of a single new token (attention is not causal) and of an empty cache (the logits
 kept). Each region is fitted on its own.
@@ -144,6 +145,7 @@ class Structure:
 
     windows: tuple[int, ...] = ()
     experts: tuple[tuple[int, int], ...] = ()
+    chunks: tuple[int, ...] = ()
 
 
 def region(structure: Structure, point: Point) -> tuple[Any, ...]:
@@ -154,8 +156,11 @@ def region(structure: Structure, point: Point) -> tuple[Any, ...]:
         routed = batch * tokens * k
         # below E routed tokens, some experts get none (and do not run): each count its own region
         moe.append(("few", routed) if routed < e else ("mod", routed % e))
-    windows = tuple(cache + tokens <= w for w in structure.windows)
-    return (tokens > 1, cache == 0, windows, tuple(moe))
+    # a sliding window: below it, full, or filling (the cache, the new tokens, both against W)
+    windows = tuple((cache + tokens <= w, cache <= w, tokens <= w) for w in structure.windows)
+    # a chunk: positions count from its start, so every chunk the cache and the new tokens reach
+    chunks = tuple((cache // c, (cache + tokens - 1) // c) for c in structure.chunks)
+    return (tokens > 1, cache == 0, windows, chunks, tuple(moe))
 
 
 def affine_design(points: Sequence[Point]) -> tuple[list[int], list[Point]]:

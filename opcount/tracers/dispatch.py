@@ -51,7 +51,7 @@ from ..scopes import ModuleTree, failure_site, recursion_hint
 from ..torch_internals import DISPATCH, require
 from .custom_functions import functions_named
 from .jit import WRAPPERS, Recording, _warnings
-from .meta import CPU, META
+from .meta import CLAIMED_ON_META, META
 from .patching import exclusive
 from .recorder import Recorder
 from .scoping import Scopes
@@ -102,7 +102,7 @@ def trace_dispatch(
     state = tree.state(tree.name_of(inner))
     built_on_meta = any(t.is_meta for _, t in state)
     on_meta = device is not None or built_on_meta
-    claimed = CPU if built_on_meta or not state else state[0][1].device  # what meta tensors claim
+    claimed = CLAIMED_ON_META if built_on_meta or not state else state[0][1].device  # what meta tensors claim
     train = mode == "train"
     first: Exception | None = None
     if on_meta and not train:

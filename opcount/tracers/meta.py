@@ -11,6 +11,9 @@ path on ``meta``. Fake tensors claim the model's device (CPU for a model built o
 
 The model's parameters and buffers are swapped for fake stand-ins for the duration of the call
 (``torch.func.functional_call``): no weight is copied or allocated, the model is not modified.
+A buffer the forward also reaches through another object (a KV cache holding the model's
+buffers) is the same stand-in there: otherwise it would become a fake on ``meta`` beside the
+others on the claimed device, and the first operator mixing them fails on the devices.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ import torch
 from torch import nn
 
 from ..errors import OpcountTypeError
-from ..torch_internals import FakeTensorMode, pytree
+from ..torch_internals import FakeTensorMode, alias_fake, pytree
 
 META = torch.device("meta")
 CPU = torch.device("cpu")
+CLAIMED_ON_META = CPU  # the device a model built on meta runs on in a trace (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -98,11 +102,14 @@ def device_of(model: nn.Module) -> torch.device:
 def fake_state(model: nn.Module, device: torch.device, fake: FakeTensorMode) -> dict[str, torch.Tensor]:
     """Fake stand-ins claiming ``device`` for every parameter and buffer of ``model``, by
     qualified name (shared tensors once, under their first name; ``functional_call``'s
-    ``tie_weights`` substitutes the other names)."""
-    return {
-        name: _keep_grad(_fake_like(t, device, fake), t.requires_grad)
-        for name, t in (*model.named_parameters(), *model.named_buffers())
-    }
+    ``tie_weights`` substitutes the other names). A meta tensor reaching ``fake`` by another way
+    than its name becomes its stand-in too."""
+    state = {}
+    for name, t in (*model.named_parameters(), *model.named_buffers()):
+        state[name] = stand_in = _keep_grad(_fake_like(t, device, fake), t.requires_grad)
+        if t.is_meta:
+            alias_fake(fake, t, stand_in)
+    return state
 
 
 def _fake_like(t: torch.Tensor, device: torch.device, fake: FakeTensorMode) -> torch.Tensor:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..torch_internals import FakeTensorMode, pytree
+from ..torch_internals import FakeTensorMode, pytree, quiet_fake_tensors
 from .meta import TensorShape, fake_state, materialize
 from .recorder import Recorder
 from .replay import Replayer
@@ -67,7 +67,10 @@ class FakeTensors(RealTensors):
         return fake_state(model, self.claimed, self._fake)
 
     def mode(self) -> contextlib.AbstractContextManager[Any]:
-        return self._fake
+        stack = contextlib.ExitStack()
+        stack.enter_context(quiet_fake_tensors())
+        stack.enter_context(self._fake)
+        return stack
 
 
 class ShapeTensors(RealTensors):

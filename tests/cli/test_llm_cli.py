@@ -13,12 +13,16 @@ import json
 import pandas as pd
 import pytest
 
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 
-from opcount.cli import main
+from opcount.cli import main  # noqa: E402
 
 D, F, N, H, G, V = 256, 512, 2, 8, 2, 1000
 E = D // H
+# The rotary angles, positions x the e/2 inverse frequencies: a matmul ([e/2, 1] x [1, s]) in
+# transformers 4.x, e/2 multiply-adds a token; an elementwise product in 5.x, no multiply-add (its
+# e/2 multiplies a token are elementwise flops).
+ROTARY = E // 2 if int(transformers.__version__.split(".")[0]) < 5 else 0
 TINY = [
     "--hf-config", f"hidden_size={D}", "--hf-config", f"intermediate_size={F}",
     "--hf-config", f"num_hidden_layers={N}", "--hf-config", f"num_attention_heads={H}",
@@ -45,11 +49,12 @@ def test_decode_json(capsys: pytest.CaptureFixture[str]) -> None:
     data = json.loads(out)
     assert data["llm"]["phase"] == "decode"
     assert data["llm"]["kv_len"] == 20
-    rotary = E // 2  # inv_freq x the positions, shared by the batch (position_ids is [1, s])
+    rotary = ROTARY  # inv_freq x the positions, shared by the batch (position_ids is [1, s])
     softmax = N * 2 * H * (3 * 21 - 1)  # inside sdpa: 21 scores per query and head, 3 * 21 - 1 flops
     assert data["llm"]["flops"] - _elementwise(data) == decode_macs(2, 20) + rotary + softmax
     assert data["memory"]["kv_cache"] == 2 * N * G * E * 21 * 2 * 2  # keys and values, 21 tokens, batch 2, bf16
-    assert set(data["memory"]) == {"weights", "kv_cache", "activations"}
+    assert set(data["memory"]) == {"weights", "kv_cache", "kv_cache_by_type", "activations"}
+    assert data["memory"]["kv_cache_by_type"] == {"full_attention": data["memory"]["kv_cache"]}
     assert data["llm"]["bound"] == "memory"
     assert data["llm"]["tokens_per_s"] == pytest.approx(2 / data["llm"]["time"])
 
@@ -64,7 +69,7 @@ def test_preset_macs(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = run(capsys, "llm:llama-3-8b", *TINY, "--phase", "decode", "--kv-len", "5", "--preset", "macs",
                            "--format", "json")  # fmt: skip
     assert status == 0, err
-    rotary = E // 2  # inv_freq x the new token's position
+    rotary = ROTARY  # inv_freq x the new token's position
     assert json.loads(out)["llm"]["flops"] == decode_macs(1, 5) + rotary
 
 
@@ -163,7 +168,7 @@ def test_generation_json_counts_every_step(capsys: pytest.CaptureFixture[str]) -
     data = json.loads(out)
     # the cache at the last step holds the prompt and every generated token
     assert data["memory"]["kv_cache"] == 2 * N * G * E * (prompt + steps) * 2
-    rotary = E // 2
+    rotary = ROTARY
     decode = sum(decode_macs(1, prompt + j) + rotary for j in range(steps))
     assert data["llm"]["flops"] - decode == data["total"]["flops"]  # the rest is the prefill (the table)
 

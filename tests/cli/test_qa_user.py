@@ -334,7 +334,8 @@ def test_llm_exports_write_byte_counts_as_integers(capsys: pytest.CaptureFixture
     argv = ["llm:gpt2", "--seq-len", "8", "--format", "json", *(a for kv in small for a in ("--hf-config", kv))]
     assert cli.main(argv) == 0
     memory = json.loads(capsys.readouterr().out)["memory"]
-    assert all(type(v) is int for v in memory.values()), memory  # before: weights 32960.0
+    by_type = memory.pop("kv_cache_by_type")  # the cache per layer kind, bytes too
+    assert all(type(v) is int for v in (*memory.values(), *by_type.values())), memory  # before: weights 32960.0
     # bfloat16 weights, by hand: wte 100*32 (lm_head tied to it), wpe 16*32, ln_1, ln_2, ln_f 3*2*32,
     # c_attn 32*96+96, attn c_proj 32*32+32, c_fc 32*128+128, mlp c_proj 128*32+32 = 16480 parameters
     assert memory["weights"] == 2 * 16480

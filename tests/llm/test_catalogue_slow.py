@@ -100,7 +100,7 @@ PUBLISHED: dict[str, Published] = {
 PUBLISHED["deepseek-r1"] = PUBLISHED["deepseek-v3"]._replace(source="deepseek-ai/DeepSeek-R1 model card: 671B, 37B")
 
 # Entries CausalLM cannot take yet, and why (tracked where the support is being added).
-NOT_YET = {"mamba-2.8b": "a state-space model has no attention heads: its recurrent state is not a KV cache yet"}
+NOT_YET: dict[str, str] = {}
 
 
 # Active figures a card rounds past the tolerance: the count they are checked against instead is
@@ -125,7 +125,7 @@ def _counts(llm: CausalLM) -> tuple[int, int | None]:
     """(total, active) from ``CausalLM.parameters``: an int today, total and active once MoE routing reports them."""
     value: Any = llm.parameters
     if isinstance(value, int):
-        return value, None
+        return value, getattr(llm, "active_parameters", None)
     if isinstance(value, Mapping):
         return int(value["total"]), int(value["active"])
     return int(value.total), int(value.active)

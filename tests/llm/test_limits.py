@@ -45,14 +45,17 @@ def test_sub_configs_are_bounded() -> None:
 
 
 def test_modules_counted_while_building(monkeypatch: pytest.MonkeyPatch) -> None:
-    # experts per layer live in fields the arithmetic does not know: the build stops past the limit
-    # (lowered here so the test builds a few hundred modules, not the limit's 200,000)
+    # what the arithmetic does not bound (modules per layer, experts per layer where each is a module,
+    # as transformers 4.x builds them) the build stops at: the limit is lowered here so that the test
+    # builds a few hundred modules, not the limit's 200,000. A Llama decoder layer makes 13 modules
+    # (the layer; attention and its 4 projections; the MLP, its 3 projections and its activation;
+    # 2 norms): 20 layers make 260, more than 100.
     monkeypatch.setattr(limits, "MAX_MODULES", 100)
-    config = transformers.MixtralConfig(**GEOMETRY, num_local_experts=64, num_experts_per_tok=1)
-    with pytest.raises(SizeError, match="MixtralConfig: more than 100 modules"):
+    config = transformers.LlamaConfig(**{**GEOMETRY, "num_hidden_layers": 20})
+    with pytest.raises(SizeError, match="LlamaConfig: more than 100 modules"):
         build_on_meta(config)
     monkeypatch.setattr(limits, "MAX_MODULES", 1000)
-    build_on_meta(config)  # 2 layers of 64 experts: within
+    build_on_meta(config)  # 260 modules and the model's 7 others: within
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from opcount.errors import OpcountError  # noqa: E402
-from opcount.llm.model import expert_loads  # noqa: E402
+from opcount.llm.moe import expert_loads  # noqa: E402
 from opcount.llm.phases import CausalLM, generation  # noqa: E402
 from opcount.llm.precision import Precision, weight_bytes  # noqa: E402
 
@@ -111,7 +111,10 @@ def test_weights_read_once_per_decode_step(llm: CausalLM) -> None:
     read = sum(t.layer.weight_bytes for t in cost.roofline.layers)
     kv = 2 * N * G * E * 2 * 9
     embedding = V * D * 2
-    assert read == params * 2 - embedding + D * 2 + kv
+    # transformers 5's rotary embedding casts its e/2 frequencies (a bf16 buffer) by the buffer's name
+    # each step; 4.x reads them through a view first, an activation's read
+    rotary = E // 2 * 2 if int(transformers.__version__.split(".")[0]) >= 5 else 0
+    assert read == params * 2 - embedding + D * 2 + kv + rotary
 
 
 def test_int4_weight_bytes() -> None:
@@ -158,13 +161,10 @@ def test_mixtral_expert_share(batch: int, s: int) -> None:
     config = transformers.MixtralConfig(**GEOMETRY, num_local_experts=experts, num_experts_per_tok=top_k)
     cost = CausalLM(config).phase("decode", seq_len=s, kv_len=16, batch=batch)
     tokens = batch * s
-    by_module = cost.flops.by_module()
-    moe = "model.layers.0.block_sparse_moe"
-    expert_macs = sum(by_module[f"{moe}.experts.{i}"] for i in range(experts))
-    swiglu = 3 * D * F + F  # three projections and the gate's silu... per token
+    moe = "model.layers.0.mlp"
+    # each token through top_k SwiGLU experts: three D x F products each, and the router D x experts
     assert cost.flops.by_operator(f"{moe}.experts")["linear"] == tokens * top_k * 3 * D * F
-    assert cost.flops.by_operator(f"{moe}.gate")["linear"] == tokens * D * experts  # the router
-    assert expert_macs >= tokens * top_k * swiglu
+    assert cost.flops.by_operator(f"{moe}.gate")["linear"] == tokens * D * experts
     assert cost.flops.unsupported_ops() == {}
 
 

@@ -199,6 +199,10 @@ def test_mixtral_parameters(mixtral: CausalLM) -> None:
     total = hp.n * (attention + EXPERTS * expert + hp.d * EXPERTS + 2 * hp.d) + 2 * hp.V * hp.d + hp.d
     assert mixtral.parameters == total
     assert round(total / 1e9, 1) == 46.7  # Mistral AI's announcement: 46.7B total parameters
+    # active: the 6 experts a token skips in each layer left out; embeddings counted, as Mistral AI does
+    active = total - hp.n * (EXPERTS - TOP_K) * expert
+    assert mixtral.active_parameters == active
+    assert round(active / 1e9, 1) == 12.9  # the announcement: 12.9B parameters per token
 
 
 @pytest.mark.parametrize("batch,s,kv_len", [(1, 1, 2048), (4, 1, 512), (1, 64, 0)])
@@ -208,8 +212,8 @@ def test_mixtral_active_parameters_per_token(mixtral: CausalLM, batch: int, s: i
     which also counts the embedding table)."""
     hp, tokens = MIXTRAL, batch * s
     cost = mixtral.phase("prefill" if kv_len == 0 else "decode", seq_len=s, kv_len=kv_len, batch=batch)
-    experts = sum(cost.flops.by_operator(f"model.layers.{i}.block_sparse_moe.experts")["linear"] for i in range(hp.n))
-    router = sum(cost.flops.by_operator(f"model.layers.{i}.block_sparse_moe.gate")["linear"] for i in range(hp.n))
+    experts = sum(cost.flops.by_operator(f"model.layers.{i}.mlp.experts")["linear"] for i in range(hp.n))
+    router = sum(cost.flops.by_operator(f"model.layers.{i}.mlp.gate")["linear"] for i in range(hp.n))
     assert experts == tokens * TOP_K * hp.n * 3 * hp.d * hp.f
     assert router == tokens * hp.n * hp.d * EXPERTS
     attention = 2 * hp.d * hp.d + 2 * hp.d * hp.g * hp.e

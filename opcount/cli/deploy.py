@@ -1,0 +1,274 @@
+"""The command line's deployment flags on the LLM path: ``--tp --pp --ep --dp --micro-batches``
+(a parallel layout), ``--price`` (dollars per device-hour), ``--max-batch`` and ``--reserve``; their
+checks, and the lines and JSON fields they add to a report (:mod:`opcount.llm.deploy` computes)."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..errors import OpcountError
+from ..hardware.lookup import Hardware
+from ..llm.deploy import DEFAULT_RESERVE, MAX_PRICE, Deployment, Placement, deploy
+from ..llm.parallel import Parallel
+from ..llm.phases import CausalLM, GenerationCost, PhaseCost
+from ..units import seconds, size
+from .args import positive_int
+from .options import DeployOptions, LLMOptions
+
+# The flags by their argparse names (opcount compare's help hides them, as the other LLM flags).
+DEPLOY_FLAGS = ("tp", "pp", "ep", "dp", "micro_batches", "price", "max_batch", "reserve")
+# --sweep keys: a layout per point
+SWEEPABLE = {"tp": "tp", "pp": "pp", "ep": "ep", "dp": "dp"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The deployment flags, in their own help group."""
+    g = parser.add_argument_group(
+        "LLM deployment (llm: and causal hf: models; per device: memory, fit, communication, time, cost; deploy.md)"
+    )
+    for name, what in (
+        ("tp", "tensor-parallel devices (the model's tp_plan splits heads and channels)"),
+        ("pp", "pipeline stages (contiguous layers)"),
+        ("ep", "expert-parallel devices: 1 or --tp x --dp"),
+        ("dp", "data-parallel replicas"),
+    ):
+        g.add_argument(f"--{name}", type=positive_int, metavar="N", help=f"{what} (default 1)")
+    g.add_argument(
+        "--micro-batches", type=positive_int, metavar="M", help="with --pp: micro-batches in flight (default 1)"
+    )
+    g.add_argument("--price", type=_price, metavar="USD", help="dollars per device-hour: the cost per million tokens")
+    g.add_argument(
+        "--max-batch",
+        action="store_true",
+        help="the largest --batch whose weights, KV cache (--kv-len + --gen-len) and activations fit a device",
+    )
+    g.add_argument(
+        "--reserve",
+        type=_fraction,
+        metavar="F",
+        help=f"fraction of a device's memory kept for the engine's workspace (default {DEFAULT_RESERVE:g}, "
+        "as vLLM's gpu_memory_utilization 0.9)",
+    )
+
+
+def _price(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected dollars per device-hour, got {text!r}") from None
+    if not math.isfinite(value) or not 0 < value <= MAX_PRICE:
+        raise argparse.ArgumentTypeError(
+            f"expected dollars per device-hour above 0 and up to {MAX_PRICE:g}, got {text}"
+        )
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction from 0 to 0.99, got {text!r}") from None
+    if not 0 <= value <= 0.99:
+        raise argparse.ArgumentTypeError(f"expected a fraction from 0 to 0.99, got {text}")
+    return value
+
+
+def options(ns: Mapping[str, Any]) -> DeployOptions:
+    """The deployment flags of the parsed command line (argparse's names -> values)."""
+    return DeployOptions(
+        **{name: ns.get(name) for name in DEPLOY_FLAGS if name != "max_batch"}, max_batch=bool(ns.get("max_batch"))
+    )
+
+
+def layout(flags: DeployOptions, values: Mapping[str, int]) -> Parallel:
+    """The layout of one point: the flags, a swept value in its place; bad values name their flag."""
+    try:
+        return Parallel(
+            **{k: values.get(k, getattr(flags, k) or 1) for k in SWEEPABLE},
+            micro_batches=flags.micro_batches or 1,
+        )
+    except OpcountError as e:
+        raise OpcountError(str(e)) from None
+
+
+def check(flags: LLMOptions, hardware_given: bool, hardware: Hardware | None) -> None:
+    """Combinations refused before anything is built (``hardware``: the preset or file given, None
+    for this machine, measured later)."""
+    d = flags.deploy
+    swept = {k for k, _ in flags.sweep} & set(SWEEPABLE)
+    if d.micro_batches is not None and (d.pp or 1) == 1 and "pp" not in swept:
+        raise OpcountError("--micro-batches applies to a pipeline: give --pp")
+    if d.micro_batches is not None and flags.gen_len is not None:
+        raise OpcountError("--micro-batches prices one phase: drop --gen-len (or --micro-batches)")
+    if d.micro_batches is not None and (flags.batch or 1) % d.micro_batches:
+        raise OpcountError(f"--micro-batches {d.micro_batches}: does not divide --batch {flags.batch or 1}")
+    for name, value in (("price", d.price), ("max-batch", d.max_batch or None)):
+        if value is not None and not hardware_given:
+            raise OpcountError(f"--{name} needs --hardware (the time per step, the device's memory)")
+    if d.max_batch and hardware is not None and hardware.memory_bytes is None:
+        raise OpcountError(f"--max-batch: {hardware.name} does not say its memory (memory_bytes in a hardware file)")
+    layouts = [layout(d, values) for values in _swept_layouts(flags)]  # each within bounds, before building
+    multi = any(p.tp > 1 or p.pp > 1 or p.ep > 1 for p in layouts)  # replicas alone communicate nothing
+    if multi and hardware is not None and hardware.interconnect is None:
+        given = [f"--{k} {getattr(d, k)}" for k in SWEEPABLE if (getattr(d, k) or 1) > 1] or ["--sweep"]
+        raise OpcountError(
+            f"{' '.join(given)}: {hardware.name} has no interconnect figures to price the communication "
+            "(a hardware file can give them: hardware.md)"
+        )
+
+
+def check_model(llm: CausalLM, flags: LLMOptions) -> None:
+    """Every layout of the run against the model (heads, layers, experts), before anything is traced."""
+    d = flags.deploy
+    if not d.given() and not any(k in SWEEPABLE for k, _ in flags.sweep):
+        return
+    for values in _swept_layouts(flags):
+        Placement(llm.model, llm.config, llm.precision, layout(d, values))
+
+
+def _swept_layouts(flags: LLMOptions) -> list[dict[str, int]]:
+    """Every combination of the swept layout keys (one empty one without a sweep of them)."""
+    axes = [(k, v) for k, v in flags.sweep if k in SWEEPABLE]
+    return [dict(zip([k for k, _ in axes], combo, strict=True)) for combo in itertools.product(*(v for _, v in axes))]
+
+
+def deployment(
+    llm: CausalLM,
+    phase: PhaseCost,
+    generation: GenerationCost | None,
+    values: Mapping[str, int],
+    flags: LLMOptions,
+    hardware: Hardware | None,
+) -> Deployment | None:
+    """The point's deployment, when a deployment flag is given or a layout swept; None otherwise."""
+    d = flags.deploy
+    if not d.given() and not set(values) & set(SWEEPABLE):
+        return None
+    parallel = layout(d, values)
+    micro = None
+    if parallel.micro_batches > 1:
+        micro = llm.phase(
+            phase.phase,
+            seq_len=phase.seq_len,
+            kv_len=phase.kv_len,
+            batch=phase.batch // parallel.micro_batches,
+            hardware=hardware,
+            flops_per_mac=phase.flops.flops_per_mac,
+        )
+    return deploy(
+        llm,
+        phase,
+        parallel,
+        hardware=hardware,
+        price=d.price,
+        reserve=DEFAULT_RESERVE if d.reserve is None else d.reserve,
+        micro=micro,
+        max_batch=d.max_batch,
+        generation=generation,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Reports
+# ------------------------------------------------------------------------------------------------
+def summary_lines(d: Deployment) -> list[str]:
+    """The deployment in a few lines: layout, memory per device against capacity, communication, time, cost."""
+    m = d.per_device
+    lines = [
+        f"  layout: {d.parallel.label()} (the lines above: one device); per device: weights {size(m.weights)}, KV cache {size(m.kv_cache)}, "
+        f"activations {size(m.activations)}, total {size(m.total)}"
+    ]
+    if d.capacity is not None:
+        verdict = "fits" if d.fits else f"does not fit: needs >= {d.needs} x {d.hardware}"
+        lines.append(
+            f"  capacity: {size(d.capacity)} per device ({d.reserve:g} kept for the engine's workspace): {verdict}"
+        )
+    if d.parallel.tp * d.parallel.pp * d.parallel.ep > 1:  # a layout that communicates
+        timed = f", {seconds(d.communication_time)}" if d.communication_time is not None else ""
+        lines.append(f"  communication: {size(d.communication_bytes)} sent per device per step{timed}")
+    if d.time is not None:
+        lines.append(
+            f"  per device and {'output token' if d.generated else 'step'}: compute/memory {seconds(d.compute_time)} + communication {seconds(d.communication_time)} "
+            f"= {seconds(d.time)}, {d.tokens_per_s:,.1f} tokens/s on {d.parallel.devices} device{'s' if d.parallel.devices > 1 else ''}"
+        )
+    if d.prefill_time is not None:
+        lines.append(
+            f"  per device: time to first token {seconds(d.prefill_time)}, whole generation {seconds(d.generation_time)}"
+        )
+    if d.cost is not None:
+        lines.append("  cost: " + ", ".join(f"${v:,.4g} per 1M {k} tokens" for k, v in d.cost.items()))
+    if d.max_batch is not None:
+        lines.append(f"  max batch: {d.max_batch} sequences fit a device")
+    return lines
+
+
+def add_json(out: dict[str, Any], d: Deployment | None) -> None:
+    """The deployment's JSON into a point's: ``parallel``; ``memory`` gains ``per_device``,
+    ``capacity`` and ``fits``; ``communication``, ``time_per_device``, ``cost``, ``max_batch``."""
+    if d is None:
+        return
+    out["parallel"] = d.parallel.as_dict()
+    memory = out.setdefault("memory", {})
+    memory |= {"per_device": d.per_device.as_dict(), "capacity": d.capacity, "fits": d.fits}
+    out["communication"] = {"bytes_per_device": d.communication_bytes, "time": d.communication_time}
+    if d.time is not None:
+        out["time_per_device"] = {"compute": d.compute_time, "communication": d.communication_time, "total": d.time}
+        if d.prefill_time is not None:
+            out["time_per_device"] |= {"time_to_first_token": d.prefill_time, "generation": d.generation_time}
+        out["tokens_per_s_all_devices"] = d.tokens_per_s
+    if d.cost is not None:
+        out["cost"] = {"per_million_tokens": d.cost, "usd_per_device_hour": d.price, "devices": d.parallel.devices}
+    if d.max_batch is not None:
+        out["max_batch"] = d.max_batch
+
+
+# A sweep's extra columns, how a table cell shows each, and their CSV names (units: bytes, seconds, dollars).
+SWEEP_CELLS: dict[str, Callable[[Any], str]] = {
+    "devices": str,
+    "per_device": size,
+    "fits": lambda v: "yes" if v else "no",
+    "communication_time": seconds,
+    "step_time": seconds,
+    "tokens_per_s_all_devices": lambda v: f"{v:,.1f}",
+    "usd_per_1m_tokens": lambda v: f"{v:,.4g}",
+    "max_batch": str,
+}
+SWEEP_CSV_NAMES = {
+    "per_device": "per_device_bytes",
+    "communication_time": "communication_time_s",
+    "step_time": "step_time_s",
+}
+
+
+def sweep_header(d: Deployment | None) -> list[str]:
+    if d is None:
+        return []
+    keys = ["devices", "per_device", "fits"]
+    if d.time is not None:
+        keys += ["communication_time", "step_time", "tokens_per_s_all_devices"]
+    if d.cost is not None:
+        keys.append("usd_per_1m_tokens")
+    if d.max_batch is not None:
+        keys.append("max_batch")
+    return keys
+
+
+def sweep_row(d: Deployment | None) -> dict[str, Any]:
+    """One sweep row's deployment cells (a generation's cost: per generated token)."""
+    if d is None:
+        return {}
+    cost = None if d.cost is None else d.cost.get("generated", d.cost.get("prompt"))
+    return {
+        "devices": d.parallel.devices,
+        "per_device": d.per_device.total,
+        "fits": d.fits,
+        "communication_time": d.communication_time,
+        "step_time": d.time,
+        "tokens_per_s_all_devices": d.tokens_per_s,
+        "usd_per_1m_tokens": cost,
+        "max_batch": d.max_batch,
+    }

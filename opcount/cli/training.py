@@ -1,0 +1,358 @@
+"""The command line's training flags (``--optimizer``, ``--recompute``, ``--zero``, ``--tokens``,
+with ``--mode train``): their checks, the LLM training step's report (``opcount llm:NAME --mode
+train``) and the training memory added to a whole model's (``opcount MODEL --mode train``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Mapping
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+
+from .. import report
+from ..errors import OpcountError, OpcountValueError
+from ..hardware.lookup import Hardware
+from ..llm.moe import expected_routing
+from ..llm.phases import CausalLM
+from ..llm.training import TRAINABLE_DTYPES, TrainingCost, train_step
+from ..llm.weight_formats import ALIASES
+from ..report.provenance import export_meta
+from ..torch_internals import pytree
+from ..training.saved import RECOMPUTE, SavedActivations, effective, layers_of, measure
+from ..training.states import OPTIMIZERS, ModelStates, states_of
+from ..training.step import Throughput, forward_calls, recompute_time
+from ..units import seconds, si, size
+from .options import LLMOptions, Options, TrainingOptions
+from .render import write_csv_meta
+
+# The flags by their argparse names (opcount compare's help hides them, as the LLM flags).
+TRAINING_FLAGS = ("optimizer", "recompute", "zero", "tokens")
+DEFAULT_OPTIMIZER = "adamw"
+MAX_TOKENS = 10**16  # tokens of a run: far above any published one (Llama 3: 15T)
+DEFAULT_SEQ_LEN = 128  # as a prefill's
+Status = Callable[[str], None]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The training flags, in their own help group."""
+    g = parser.add_argument_group("training (with --mode train; per device memory, step time, MFU: training.md)")
+    g.add_argument("--optimizer", choices=OPTIMIZERS, help=f"whose states are counted (default {DEFAULT_OPTIMIZER})")
+    g.add_argument(
+        "--recompute",
+        choices=RECOMPUTE,
+        help="activation recomputation: none (default), selective (the attention core), full (each layer)",
+    )
+    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage over the --dp devices (default 0: none)")
+    g.add_argument(
+        "--tokens", type=_tokens, metavar="N", help="llm: tokens to train on: the run's time (and cost with --price)"
+    )
+
+
+def _tokens(text: str) -> int:
+    try:
+        number: float = int(text)  # exact, however large
+    except ValueError:
+        try:
+            number = float(text)  # 2e9
+        except ValueError:
+            number = float("nan")
+    if not float(number).is_integer():  # nan and inf too
+        raise argparse.ArgumentTypeError(f"expected a number of tokens such as 2000000000 or 2e9, got {text!r}")
+    if not 1 <= number <= MAX_TOKENS:
+        raise argparse.ArgumentTypeError(f"expected 1 to {MAX_TOKENS:.0e} tokens, got {text}")
+    return int(number)
+
+
+def options(ns: Mapping[str, Any]) -> TrainingOptions:
+    """The training flags of the parsed command line (argparse's names -> values)."""
+    return TrainingOptions(**{name: ns.get(name) for name in TRAINING_FLAGS})
+
+
+def check_options(options: Options) -> None:
+    """Combinations refused before anything is built, each naming its flag (``options``: the run's)."""
+    flags, mode = options.training, options.analysis.mode
+    given = flags.given()
+    if mode != "train":
+        if given:
+            raise OpcountError(f"{given[0]} applies to a training step: add --mode train")
+        return
+    deploy = options.llm.flags.deploy if options.llm is not None else None
+    dp = (deploy.dp if deploy is not None else None) or 1
+    price = deploy.price if deploy is not None else None
+    if flags.tokens is not None and options.llm is None:
+        raise OpcountError("--tokens counts the tokens of an LLM's run: llm: and causal hf: models")
+    if flags.tokens is not None and options.hardware is None:
+        raise OpcountError("--tokens needs --hardware (the step's time)")
+    if price is not None and flags.tokens is None:
+        raise OpcountError("--price with --mode train prices a run: give --tokens")
+    if flags.zero and dp == 1:
+        raise OpcountError(
+            f"--zero {flags.zero} partitions the model states over data-parallel devices: give --dp N with N > 1"
+        )
+    if flags.recompute == "selective" and not options.model.startswith(("llm:", "hf:")):
+        raise OpcountError(
+            "--recompute selective finds the attention scores by the sequence length: llm: and hf: models (--seq-len)"
+        )
+    if options.plot and options.llm is not None:
+        raise OpcountError("--plot draws inference phases and whole models' rooflines, not an LLM training step")
+
+
+def check_llm(flags: LLMOptions, model: str) -> None:
+    """``--mode train`` on the LLM path: one step of ``--batch`` x ``--seq-len`` tokens, no inference flag."""
+    inference = [f for f in flags.given() if f in ("--phase", "--kv-len", "--gen-len", "--kv-dtype", "--sweep")]
+    if inference:
+        raise OpcountError(
+            f"{inference[0]} is for inference phases: --mode train traces one training step of --batch x --seq-len tokens"
+        )
+    layout = [f for f in flags.deploy.given() if f in ("--tp", "--pp", "--ep", "--micro-batches", "--max-batch")]
+    if layout:
+        raise OpcountError(
+            f"{layout[0]}: --mode train prices data parallelism (--dp, --zero); tensor, pipeline and expert "
+            "parallel training are not modelled"
+        )
+    # --weight-dtype may be repeated, per module: one plain dtype here
+    weight = None if flags.weight_dtype is None else ",".join(flags.weight_dtype)
+    names: dict[str, str] = {}
+    for flag, dtype in (("--weight-dtype", weight), ("--act-dtype", flags.act_dtype)):
+        text = (dtype or "bfloat16").strip().lower()
+        names[flag] = ALIASES.get(text, text)
+        if names[flag] not in TRAINABLE_DTYPES:
+            raise OpcountError(
+                f"{flag} {dtype}: --mode train trains {', '.join(TRAINABLE_DTYPES)} weights and activations"
+            )
+    if names["--weight-dtype"] != names["--act-dtype"]:
+        raise OpcountError(
+            f"--weight-dtype {names['--weight-dtype']} with --act-dtype {names['--act-dtype']}: a training step "
+            "computes in its weights' dtype (mixed precision keeps a float32 master copy with the optimizer): "
+            "give them alike"
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# The LLM path
+# ------------------------------------------------------------------------------------------------
+def run(
+    llm: CausalLM, options: Options, flags: LLMOptions, label: str, hardware: Hardware | None, status: Status
+) -> str:
+    """One training step of ``llm`` as the flags say, rendered."""
+    train, deploy = options.training, flags.deploy
+    seq_len = options.inputs.seq_len or DEFAULT_SEQ_LEN
+    batch = flags.batch or 1
+    status(f"tracing {label}: training step, batch {batch}, {seq_len} tokens")
+    cost = train_step(
+        llm,
+        seq_len=seq_len,
+        batch=batch,
+        optimizer=train.optimizer or DEFAULT_OPTIMIZER,
+        zero=train.zero or 0,
+        dp=deploy.dp or 1,
+        recompute=train.recompute or "none",
+        hardware=hardware,
+        flops_per_mac=options.analysis.flops_per_mac,
+        preset=options.analysis.preset,
+    )
+    return llm_report(cost, options.layout, label, options.model, llm.parameters, train.tokens, deploy.price)
+
+
+def llm_report(
+    cost: TrainingCost, layout: Any, label: str, model: str, parameters: int, tokens: int | None, price: float | None
+) -> str:
+    """The step's module table and summary, or its JSON (``memory`` with ``per_device``, ``training``)."""
+    extra = {"roofline": cost.roofline} if cost.roofline is not None else None
+    given = list(layout.columns) if layout.columns is not None else None
+    meta = export_meta(cost.flops, model=model, roofline=cost.roofline)
+    if layout.format == "json":
+        data = report.to_dict(cost.flops, columns=given, max_depth=layout.depth, extra=extra, meta=meta)
+        data["llm"] = {
+            "model": label,
+            "phase": "train",
+            "batch": cost.batch,
+            "seq_len": cost.seq_len,
+            "precision": {"weight": cost.precision.weight, "act": cost.precision.act},
+            "parameters": parameters,
+            "flops": cost.flops.total(),
+            "flops_per_mac": cost.flops.flops_per_mac,
+        }
+        capacity = _capacity(cost)
+        total = cost.memory()["total"]
+        data["memory"] = {
+            "per_device": cost.memory(),
+            "capacity": capacity,
+            "fits": None if capacity is None else total <= capacity,
+        }
+        data["parallel"] = {"tp": 1, "pp": 1, "ep": 1, "dp": cost.dp, "devices": cost.dp}
+        if cost.step is not None:  # the data-parallel collectives of one step, as a deployment reports its own
+            sent = sum(c.sent for c in cost.collectives)
+            data["communication"] = {"bytes_per_device": sent, "time": cost.step.communication}
+        data["training"] = training_json(cost, tokens, price)
+        return json.dumps(data, indent=2)
+    columns = given or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
+    if layout.format == "csv":
+        write_csv_meta(layout.csv_meta, meta)
+        return report.to_csv(cost.flops, columns=columns, max_depth=layout.depth, extra=extra).rstrip("\n")
+    depth = 3 if layout.depth is None else layout.depth
+    table = report.module_table(
+        cost.flops, columns=columns, max_depth=depth, extra=extra, show_param_shapes=layout.param_shapes
+    )
+    return table + "\n\n" + "\n".join(llm_summary(cost, label, parameters, tokens, price))
+
+
+def llm_summary(cost: TrainingCost, label: str, parameters: int, tokens: int | None, price: float | None) -> list[str]:
+    convention = f"1 multiply-add = {cost.flops.flops_per_mac} flop{'s' if cost.flops.flops_per_mac > 1 else ''}"
+    lines = [
+        f"{label}: training step, batch {cost.batch} x {cost.seq_len} tokens per device, {cost.precision.label()}",
+        f"  parameters {si(parameters)}, FLOPs {si(cost.flops.total())} per device (forward and backward; {convention})",
+        *memory_lines(cost.states, cost.saved, cost.recompute, cost.optimizer),
+    ]
+    capacity = _capacity(cost)
+    if capacity is not None:
+        total = cost.memory()["total"]
+        verdict = "fits" if total <= capacity else f"does not fit ({size(total)} > {size(capacity)})"
+        lines.append(f"  capacity: {size(capacity)} per device: {verdict}")
+    step, rate = cost.step, cost.throughput
+    if step is not None and rate is not None and cost.roofline is not None:
+        lines.extend(_time_lines(cost, rate, tokens, price))
+    return lines
+
+
+def _capacity(cost: TrainingCost) -> int | None:
+    """The device's memory (the whole of it: a training step has no serving engine's reserve)."""
+    memory = None if cost.roofline is None else cost.roofline.hardware.memory_bytes
+    return None if memory is None else int(memory)
+
+
+def memory_lines(states: ModelStates, saved: SavedActivations, recompute: str, optimizer: str) -> list[str]:
+    """Per device: the model states and the saved activations, and the conventions they follow."""
+    activations = saved.kept(recompute)
+    total = states.total + activations
+    zero = (
+        f", ZeRO-{states.zero} over {states.dp} devices"
+        if states.zero
+        else (f", replicated on {states.dp} devices" if states.dp > 1 else "")
+    )
+    return [
+        f"  memory per device: weights {size(states.weights)}, gradients {size(states.gradients)}, "
+        f"optimizer {size(states.optimizer)} ({optimizer}{zero}), activations {size(activations)} "
+        f"(saved for backward, recompute {recompute}), total {size(total)}"
+    ]
+
+
+def _time_lines(cost: TrainingCost, rate: Throughput, tokens: int | None, price: float | None) -> list[str]:
+    step = cost.step
+    assert step is not None and cost.roofline is not None
+    hw = cost.roofline.hardware.name
+    parts = f"compute {seconds(step.compute)}"
+    if step.recompute:
+        parts += f" + recompute {seconds(step.recompute)}"
+    if cost.dp > 1:
+        parts += f"; data-parallel collectives {seconds(step.communication)} (overlapped)"
+    lines = [
+        f"  {hw}: step {seconds(step.time)} ({parts}), {rate.tokens_per_s:,.0f} tokens/s on {cost.dp} "
+        f"device{'s' if cost.dp > 1 else ''}, MFU {rate.mfu:.1%}"
+    ]
+    if tokens is not None:
+        run = f"  {si(tokens)} tokens: {_duration(rate.time_to_train(tokens))}"
+        if price is not None:
+            run += f", ${rate.cost(tokens, price):,.0f} at ${price:g} per device-hour"
+        lines.append(run)
+    return lines
+
+
+def _duration(s: float) -> str:
+    if s < 3600:
+        return seconds(s)
+    if s < 86400 * 2:
+        return f"{s / 3600:,.1f} hours"
+    return f"{s / 86400:,.1f} days"
+
+
+def training_json(cost: TrainingCost, tokens: int | None, price: float | None) -> dict[str, Any]:
+    """``optimizer``, ``zero``, ``dp``, ``recompute``, and with hardware ``step_time``, ``tokens_per_s``,
+    ``mfu``, ``time_to_train`` and ``cost`` (None where not asked)."""
+    out: dict[str, Any] = {
+        "optimizer": cost.optimizer,
+        "zero": cost.zero,
+        "dp": cost.dp,
+        "recompute": cost.recompute,
+        "tokens_per_step": cost.tokens,
+    }
+    step, rate = cost.step, cost.throughput
+    if step is not None and rate is not None:
+        out |= {
+            "step_time": step.time,
+            "compute_time": step.compute,
+            "recompute_time": step.recompute,
+            "communication_time": step.communication,
+            "tokens_per_s": rate.tokens_per_s,
+            "mfu": rate.mfu,
+            "tokens": tokens,
+            "time_to_train": None if tokens is None else rate.time_to_train(tokens),
+            "cost": None if tokens is None or price is None else rate.cost(tokens, price),
+        }
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# A whole model (opcount MODEL --mode train)
+# ------------------------------------------------------------------------------------------------
+def whole_model(analyses: Any, options: Options, text: str) -> str:
+    """The training memory of the model traced in ``analyses`` (one device), added to its report
+    ``text``: lines under a table or tree, ``memory.per_device`` and ``training`` in JSON; a CSV
+    is left as it is (rows of modules)."""
+    trace = analyses.flops.trace()
+    model = trace.model
+    flags = options.training
+    optimizer, recompute = flags.optimizer or DEFAULT_OPTIMIZER, flags.recompute or "none"
+    seq_len = _sequence_length(trace.inputs, trace.kwargs) if options.model.startswith("hf:") else None
+    try:
+        states = states_of(model, optimizer)
+    except OpcountValueError as e:
+        raise OpcountError(f"--mode train: {e}") from None
+    # mixture-of-experts blocks route by expectation, as the trace did (opcount.cli.main)
+    routing = expected_routing(model) if options.model.startswith("hf:") else nullcontext()
+    with routing:
+        saved = measure(model, _as_tuple(trace.inputs), dict(trace.kwargs or {}), seq_len=seq_len)
+    activations = saved.kept(recompute)  # refuses full recomputation without layers
+    memory = {
+        "weights": states.weights,
+        "activations": activations,
+        "gradients": states.gradients,
+        "optimizer": states.optimizer,
+        "total": states.total + activations,
+    }
+    training: dict[str, Any] = {"optimizer": optimizer, "zero": 0, "dp": 1, "recompute": recompute}
+    lines = memory_lines(states, saved, recompute, optimizer)
+    report_ = analyses.roofline
+    if report_ is not None:
+        found = layers_of(model)
+        layers = [f"{found[0]}.{i}" for i in range(len(found[1]))] if found is not None else []
+        extra = recompute_time(report_, trace.calls, forward_calls(trace), layers, effective(saved, recompute), seq_len)
+        step = report_.total_time + extra
+        training |= {"step_time": step, "compute_time": report_.total_time, "recompute_time": extra}
+        lines.append(
+            f"  {report_.hardware.name}: step {seconds(step)} (compute {seconds(report_.total_time)}"
+            + (f" + recompute {seconds(extra)})" if extra else ")")
+        )
+    if options.layout.format == "json":
+        data = json.loads(text)
+        data.setdefault("memory", {})["per_device"] = memory
+        data["training"] = training
+        return json.dumps(data, indent=2)
+    if options.layout.format == "csv":
+        return text
+    return text + "\n\n" + f"training step ({options.model}), one device:\n" + "\n".join(lines)
+
+
+def _sequence_length(inputs: Any, kwargs: Any) -> int | None:
+    """An hf: model's sequence length: the last size of its first [batch, tokens] input (token ids)."""
+    for t in pytree.tree_leaves((inputs, kwargs)):
+        if isinstance(t, torch.Tensor) and t.dim() == 2:
+            return int(t.shape[-1])
+    return None
+
+
+def _as_tuple(inputs: Any) -> tuple[Any, ...]:
+    return inputs if isinstance(inputs, tuple) else (inputs,)

@@ -1,0 +1,331 @@
+"""The cache of a causal LM as serving engines store it, per layer type, and the cache object a
+phase is traced with.
+
+Each layer's cache is one of (``kind``, what one sequence holds):
+
+- ``full_attention``: keys and values of every position, ``2 x kv_heads x head_dim`` per token;
+- ``sliding_attention``: the same per token, at most the window's tokens (a rolling buffer: the
+  new token overwrites the oldest), so any context length is accepted;
+- ``chunked_attention``: the same per token, the tokens of the current chunk only;
+- ``latent_attention`` (multi-head latent attention, DeepSeek-V2/V3): the normalized latent and
+  the shared rope key, ``kv_lora_rank + qk_rope_head_dim`` per token (:mod:`.latent`);
+- ``state``: a state-space or linear-attention layer's conv and recurrent states, a fixed size
+  per sequence whatever the context;
+- ``none``: a layer that keeps nothing of its own (an MLP-only layer, a layer reusing another's KV).
+
+A layer running attention and a state-space mixer side by side (Falcon-H1, Zamba2's ``hybrid``)
+holds both.
+
+The layer types come from transformers' own reading of the config (``layer_types``, or the
+sliding/chunk fields): a type not listed here is an error naming it. The tensors are registered
+on the model as buffers ``kv_cache.L.*`` while a phase is traced, so the records know which
+reads and writes are the cache's (priced in the KV dtype): a step writes its new tokens in place
+(``index_copy_``) and attention reads the tokens held, as engines do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import OpcountError
+from ..messages import first_line
+from .model import KV_PREFIX, kv_geometry, serving_attention, text_config
+
+FULL, SLIDING, CHUNKED, LATENT, STATE, NONE = (
+    "full_attention",
+    "sliding_attention",
+    "chunked_attention",
+    "latent_attention",
+    "state",
+    "none",
+)
+Routing = Callable[[nn.Module], contextlib.AbstractContextManager[Any]]
+_STATE_TYPES = ("linear_attention", "conv", "hybrid", "hybrid_sliding")
+# transformers' layer types holding keys and values, with the kind each is here
+_ATTENTION = {
+    "full_attention": FULL,
+    "sliding_attention": SLIDING,
+    "chunked_attention": CHUNKED,
+    "hybrid": FULL,
+    "hybrid_sliding": SLIDING,
+}
+
+
+@dataclass(frozen=True)
+class LayerCache:
+    """One layer's cache: ``token_elements`` per position held, ``state_elements`` per sequence,
+    and the window (sliding) or chunk (chunked) size."""
+
+    kind: str
+    token_elements: int = 0
+    state_elements: int = 0
+    window: int = 0
+
+    def positions(self, kv_len: int, seq_len: int) -> int:
+        """Token positions held per sequence when ``seq_len`` new tokens follow ``kv_len`` cached ones.
+        A sliding layer keeps the window (and, when several tokens come at once after a cache, the
+        ``seq_len - 1`` more the first of them still sees); a chunked layer keeps from the start of
+        the chunk of its first query that has a cache (the last prompt token's, in a prefill)."""
+        total = kv_len + seq_len
+        if self.kind == SLIDING:
+            return min(total, self.window + (seq_len - 1 if kv_len else 0))
+        if self.kind == CHUNKED:
+            first = kv_len if kv_len else total - 1
+            return total - first // self.window * self.window
+        return total if self.token_elements else 0
+
+    def elements(self, kv_len: int, seq_len: int, batch: int) -> int:
+        """Elements held by ``batch`` sequences."""
+        return batch * (self.token_elements * self.positions(kv_len, seq_len) + self.state_elements)
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    """Every layer's cache, in layer order, with the state tensors' shapes per sequence."""
+
+    layers: tuple[LayerCache, ...]
+    # per layer: the conv states' and the recurrent states' shapes for one sequence
+    state_shapes: tuple[tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]], ...] = ()
+
+    def by_kind(self, kv_len: int, seq_len: int, batch: int) -> dict[str, int]:
+        """Elements held per layer kind, kinds in the order they first appear (a layer running
+        attention and a state-space mixer side by side counts in both)."""
+        out: dict[str, int] = {}
+        for layer in self.layers:
+            if layer.token_elements:
+                tokens = batch * layer.token_elements * layer.positions(kv_len, seq_len)
+                out[layer.kind] = out.get(layer.kind, 0) + tokens
+            if layer.state_elements:
+                out[STATE] = out.get(STATE, 0) + batch * layer.state_elements
+        return out
+
+    def elements(self, kv_len: int, seq_len: int, batch: int) -> int:
+        return sum(self.by_kind(kv_len, seq_len, batch).values())
+
+    def affine_steps(self, prompt_len: int, gen_len: int) -> list[tuple[int, int]]:
+        """The decode steps ``0 .. gen_len - 1`` (step ``j`` after ``prompt_len + j`` cached tokens)
+        cut into runs over which every layer's positions are affine in the step: a sliding layer
+        grows until its window is full, then stays; a chunked layer grows within a chunk and
+        starts again at the next. Each run is ``(first, last)``, inclusive."""
+        starts = {0}
+        for layer in self.layers:
+            if layer.kind == SLIDING:  # the window is full from the step whose cache holds W tokens
+                starts.add(layer.window - prompt_len)
+            elif layer.kind == CHUNKED:  # a new chunk at every multiple of C cached tokens
+                first = -(-prompt_len // layer.window) * layer.window
+                starts.update(range(first - prompt_len, gen_len, layer.window))
+        ordered = sorted(j for j in starts if 0 <= j < gen_len)
+        return [(a, b - 1) for a, b in zip(ordered, [*ordered[1:], gen_len], strict=True)]
+
+    def windows(self) -> dict[int, tuple[str, int]]:
+        """The sliding and chunked layers: layer index -> (kind, window or chunk)."""
+        return {
+            i: (layer.kind, layer.window) for i, layer in enumerate(self.layers) if layer.kind in (SLIDING, CHUNKED)
+        }
+
+    def largest(self, kv_len: int, seq_len: int, batch: int) -> int:
+        """The elements of the largest single cache tensor (for the size limits)."""
+        return max((layer.elements(kv_len, seq_len, batch) for layer in self.layers), default=0)
+
+
+def is_latent(config: Any) -> bool:
+    """Multi-head latent attention: the config gives a KV latent rank and a rope key width."""
+    c = text_config(config)
+    return all(isinstance(getattr(c, a, None), int) for a in ("kv_lora_rank", "qk_rope_head_dim"))
+
+
+def layer_types(config: Any) -> list[tuple[str, dict[str, Any]]]:
+    """transformers' cache layer type of each layer, with its arguments (window)."""
+    from ..transformers_internals import cache_layer_types
+
+    c = text_config(config)
+    try:
+        types = cache_layer_types(c)
+    except Exception as e:  # the helper reads config fields by name, whatever the config's class
+        raise OpcountError(f"{type(c).__name__}: cannot read its layer types: {first_line(e, type(e).__name__)}") from e
+    layers = getattr(c, "num_hidden_layers", None)
+    if isinstance(layers, int) and len(types) != layers:
+        raise OpcountError(f"{type(c).__name__}: {len(types)} layer types for {layers} layers")
+    return types
+
+
+def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.nullcontext) -> CachePlan:
+    """Every layer's cache for ``config``; the state shapes are read from a one-token forward on meta,
+    with ``routing(model)`` around it (the expected routing of mixture-of-experts blocks, which meta
+    tensors cannot route by their values)."""
+    c = text_config(config)
+    name = type(c).__name__
+    types = layer_types(c)
+    states = _state_shapes(model, c, routing) if any(t in _STATE_TYPES for t, _ in types) else {}
+    layers: list[LayerCache] = []
+    for index, (kind, kwargs) in enumerate(types):
+        state = 0
+        if kind in _STATE_TYPES:
+            shapes = states.get(index)
+            if shapes is None or not (shapes[0] or shapes[1]):
+                raise OpcountError(f"{name}: layer {index} ({kind}) stored no state in a forward on meta")
+            state = sum(math.prod(s) for s in (*shapes[0], *shapes[1]))
+        if kind in _ATTENTION:
+            if is_latent(c):
+                if kind != "full_attention":
+                    raise OpcountError(f"{name}: layer {index} is {kind} with latent attention: not modelled")
+                layers.append(LayerCache(LATENT, int(c.kv_lora_rank) + int(c.qk_rope_head_dim)))
+                continue
+            g = kv_geometry(c)
+            window = int(kwargs.get("sliding_window") or 0)
+            layers.append(LayerCache(_ATTENTION[kind], 2 * g.kv_heads * g.head_dim, state, window))
+        elif kind in _STATE_TYPES:
+            layers.append(LayerCache(STATE, state_elements=state))
+        elif kind == "dummy":
+            layers.append(LayerCache(NONE))
+        else:
+            raise OpcountError(f"{name}: layer {index} has a cache of type {kind!r}, which opcount does not model")
+    ordered = tuple(states.get(i, ((), ())) for i in range(len(layers)))
+    return CachePlan(tuple(layers), ordered)
+
+
+Shapes = tuple[tuple[int, ...], ...]
+
+
+def _state_shapes(model: nn.Module, config: Any, routing: Routing) -> dict[int, tuple[Shapes, Shapes]]:
+    """The conv and recurrent state shapes of each state layer for one sequence, as the model's
+    own forward stores them in a transformers cache (one token, on meta, nothing traced)."""
+    from ..transformers_internals import DynamicCache, LinearAttentionCacheLayerMixin, cache_keyword
+
+    cache = DynamicCache(config=config)
+    tokens = torch.zeros((1, 1), dtype=torch.long, device="meta")
+    try:
+        with routing(model), serving_attention(model), torch.no_grad():
+            model(input_ids=tokens, use_cache=True, **{cache_keyword(model): cache})
+    except Exception as e:  # whatever the model's forward raises on meta
+        raise OpcountError(
+            f"{type(config).__name__}: its state layers' shapes could not be read from a forward on meta: "
+            f"{first_line(e, type(e).__name__)}"
+        ) from e
+    shapes: dict[int, tuple[Shapes, Shapes]] = {}
+    for index, layer in enumerate(cache.layers):
+        if isinstance(layer, LinearAttentionCacheLayerMixin):
+            conv, recurrent = (
+                tuple(tuple(t.shape[1:]) for t in found.values() if isinstance(t, torch.Tensor))
+                for found in (layer.conv_states, layer.recurrent_states)
+            )
+            shapes[index] = (conv, recurrent)
+    return shapes
+
+
+# ------------------------------------------------------------------------------------------------
+# The cache a phase is traced with
+# ------------------------------------------------------------------------------------------------
+def _hold_tokens(
+    held: Any, layer: LayerCache, c: Any, batch: int, kv_len: int, seq_len: int, dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
+    """Make the transformers cache layer ``held`` keep the tokens the layer keeps: a prefill writes
+    its last ``positions`` prompt tokens and attends over the prompt; a decode step writes its
+    tokens and attends over all held. Returns the tensors to name."""
+    positions = layer.positions(kv_len, seq_len)
+    latent: torch.Tensor | None = None
+    if layer.kind == LATENT:
+        rank = int(c.kv_lora_rank)
+        latent = torch.empty((batch, 1, positions, layer.token_elements), dtype=dtype, device="meta")
+        keys, values = latent[..., :rank], latent[..., rank:]
+    else:
+        g = kv_geometry(c)
+        shape = (batch, g.kv_heads, positions, g.head_dim)
+        keys, values = (torch.empty(shape, dtype=dtype, device="meta") for _ in range(2))
+
+    def update(key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        n = positions if kv_len == 0 else seq_len
+        index = torch.arange(n, device=key_states.device)  # the device the traced tensors claim
+        k, v = key_states[:, :, key_states.shape[2] - n :], value_states[:, :, value_states.shape[2] - n :]
+        for new, held_tensor in ((k, keys), (v, values)):
+            if new.shape[:2] != held_tensor.shape[:2] or new.shape[-1] != held_tensor.shape[-1]:
+                raise OpcountError(
+                    f"{type(c).__name__}: the model caches {tuple(new.shape)} per step where its config gives "
+                    f"{tuple(held_tensor.shape)} (batch, heads, tokens, width): opcount does not know this layout"
+                )
+        if latent is not None:  # the latent and the rope key side by side, written at once
+            latent.index_copy_(2, index, torch.cat([k, v], dim=-1))
+        else:
+            keys.index_copy_(2, index, k)
+            values.index_copy_(2, index, v)
+        return (key_states, value_states) if kv_len == 0 else (keys, values)
+
+    held.update = update
+    held.get_seq_length = lambda: kv_len
+    held.is_sliding = layer.kind != FULL
+    held.max_cache_len = positions
+    held.latent, held.keys, held.values = latent, keys, values
+    held.max_batch_size, held.dtype, held.device = batch, dtype, keys.device
+    held.is_initialized = True
+    return {"latent": latent} if latent is not None else {"keys": keys, "values": values}
+
+
+def _hold_state(
+    layer: Any, shapes: tuple[Shapes, Shapes], batch: int, kv_len: int, dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
+    """Give the transformers linear-attention cache layer ``layer`` its conv and recurrent states
+    (with a previous state in decode). Returns the tensors to name."""
+    conv, recurrent = shapes
+    named: dict[str, torch.Tensor] = {}
+    for i, shape in enumerate(conv):
+        named[f"conv{i}"] = layer.conv_states[i] = torch.empty((batch, *shape), dtype=dtype, device="meta")
+        layer.conv_kernel_size[i] = shape[-1]
+        layer.is_conv_states_initialized[i] = True
+    for i, shape in enumerate(recurrent):
+        named[f"state{i}"] = layer.recurrent_states[i] = torch.empty((batch, *shape), dtype=dtype, device="meta")
+        layer.is_recurrent_states_initialized[i] = True
+    for i in range(layer.number_of_states):
+        layer.has_previous_state[i] = kv_len > 0
+    layer.dtype, layer.device = dtype, torch.device("meta")
+    return named
+
+
+@contextlib.contextmanager
+def phase_cache(
+    model: nn.Module, config: Any, plan: CachePlan, batch: int, kv_len: int, seq_len: int, dtype: torch.dtype
+) -> Iterator[Any]:
+    """A transformers ``Cache`` holding, per layer, what engines hold for this phase, its tensors
+    registered as the model's buffers ``kv_cache.L.*`` for the block (removed afterwards)."""
+    from .. import transformers_internals
+
+    cache_utils: Any = transformers_internals  # transformers leaves these classes' constructors unannotated
+    c = text_config(config)
+    holder = nn.Module()
+    layers: list[Any] = []
+    for index, layer in enumerate(plan.layers):
+        slot = nn.Module()
+        tensors: dict[str, torch.Tensor] = {}
+        shapes = plan.state_shapes[index]
+        states = max(len(shapes[0]), len(shapes[1]))
+        made: Any
+        if layer.token_elements and layer.state_elements:  # attention beside a state-space mixer (Falcon-H1)
+            made = cache_utils.LinearAttentionAndStaticFullAttentionLayer(max_cache_len=1, number_of_states=states)
+        elif layer.state_elements:
+            made = cache_utils.LinearAttentionLayer(number_of_states=states)
+        elif layer.token_elements:
+            made = cache_utils.StaticLayer(max_cache_len=1)
+        else:
+            made = cache_utils.DummyLayer()
+        if layer.token_elements:
+            tensors |= _hold_tokens(made, layer, c, batch, kv_len, seq_len, dtype)
+        if layer.state_elements:
+            tensors |= _hold_state(made, shapes, batch, kv_len, dtype)
+        for name, t in tensors.items():
+            slot.register_buffer(name, t, persistent=False)
+        holder.add_module(str(index), slot)
+        layers.append(made)
+    cache = cache_utils.Cache(layers=layers)
+    if KV_PREFIX in model._modules:
+        raise OpcountError(f"the model already has a submodule named {KV_PREFIX!r}")
+    model._modules[KV_PREFIX] = holder  # named buffers, not a module the forward calls
+    try:
+        yield cache
+    finally:
+        del model._modules[KV_PREFIX]

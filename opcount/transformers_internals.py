@@ -1,0 +1,128 @@
+"""The transformers names opcount relies on beyond building a model from its config, reached
+through this module alone.
+
+Checked on transformers 4.57 and 5.24. The cache classes and their layers' attributes, the
+attention and mask registries, the config's attention-implementation slot and the keyword a
+forward takes its cache by changed between these releases; each difference is settled here, once,
+so the rest of opcount reads one spelling. transformers is imported when a function is called,
+never at ``import opcount``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import OpcountError
+
+CHECKED_ON = ("4.57.6", "5.24.0")
+
+# The names, by where the installed transformers keeps them; ``from opcount.transformers_internals
+# import StaticCache`` resolves one when it runs (module ``__getattr__``), importing transformers then.
+_NAMES = {
+    "AttentionInterface": "transformers.AttentionInterface",
+    "AttentionMaskInterface": "transformers.masking_utils.AttentionMaskInterface",
+    "AutoConfig": "transformers.AutoConfig",
+    "AutoModelForCausalLM": "transformers.AutoModelForCausalLM",
+    "Cache": "transformers.cache_utils.Cache",
+    "DummyLayer": "transformers.cache_utils.DummyLayer",
+    "DynamicCache": "transformers.DynamicCache",
+    "LinearAttentionAndStaticFullAttentionLayer": "transformers.cache_utils.LinearAttentionAndStaticFullAttentionLayer",
+    "LinearAttentionCacheLayerMixin": "transformers.cache_utils.LinearAttentionCacheLayerMixin",
+    "LinearAttentionLayer": "transformers.cache_utils.LinearAttentionLayer",
+    "StaticLayer": "transformers.cache_utils.StaticLayer",
+    "CONFIG_MAPPING": "transformers.models.auto.configuration_auto.CONFIG_MAPPING",
+    "MODEL_FOR_CAUSAL_LM_MAPPING": "transformers.MODEL_FOR_CAUSAL_LM_MAPPING",
+    "MODEL_FOR_MASKED_LM_MAPPING": "transformers.MODEL_FOR_MASKED_LM_MAPPING",
+    "PretrainedConfig": "transformers.PretrainedConfig",
+    "PreTrainedModel": "transformers.PreTrainedModel",
+    "StaticCache": "transformers.StaticCache",
+    "StaticSlidingWindowLayer": "transformers.cache_utils.StaticSlidingWindowLayer",
+    "hf_logging": "transformers.utils.logging",
+}
+
+
+def __getattr__(name: str) -> Any:
+    path = _NAMES.get(name)
+    if path is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import transformers  # ImportError without it: the callers say which extra adds it
+
+    try:
+        return _resolve(path)
+    except (ImportError, AttributeError):
+        raise OpcountError(
+            f"transformers {transformers.__version__} has no {path}, which opcount uses (checked on transformers "
+            f"{' and '.join(CHECKED_ON)}); install one of those versions"
+        ) from None
+
+
+def _resolve(path: str) -> Any:
+    try:
+        return importlib.import_module(path)  # a module (transformers.utils.logging)
+    except ImportError:
+        module, _, attribute = path.rpartition(".")
+        return getattr(importlib.import_module(module), attribute)
+
+
+def attention_implementation(config: Any) -> Any:
+    """The attention implementation the config names for its model (the private slot transformers
+    reads at each forward; None where it picks its default)."""
+    return config.__dict__.get("_attn_implementation_internal")
+
+
+def set_attention_implementation(config: Any, name: Any) -> None:
+    """Make the config's model run the attention registered as ``name`` (read at each forward)."""
+    config._attn_implementation_internal = name
+
+
+def cache_keyword(model: nn.Module) -> str:
+    """The keyword the model's forward takes its KV cache by: ``cache`` from transformers 5.2x
+    (which warns at the old name), ``past_key_values`` before."""
+    parameters = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def takes_cache_position(model: nn.Module) -> bool:
+    """Whether the forward names ``cache_position`` (transformers 4.x; 5.x's static cache layers
+    count their own positions)."""
+    return "cache_position" in inspect.signature(model.forward).parameters
+
+
+def set_cached_length(layer: Any, tokens: int) -> None:
+    """Tell a static cache layer that ``tokens`` positions are already written, in the type its
+    transformers keeps the count: a tensor on 5.x's ``StaticLayer`` (CPU, a value read as an
+    offset, never one of the traced tensors), a Python int beside it on its sliding layer and on
+    4.x's."""
+    count = getattr(layer, "cumulative_length", None)
+    if isinstance(count, torch.Tensor):
+        layer.cumulative_length = torch.tensor(tokens, dtype=count.dtype)
+    elif count is not None:
+        layer.cumulative_length = tokens
+    if hasattr(layer, "cumulative_length_int"):
+        layer.cumulative_length_int = tokens
+
+
+def cache_layer_types(config: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Each layer's cache type as transformers reads it from a decoder config, with the arguments
+    its cache layer takes (``sliding_window``: a window or a chunk). 5.x reads them per layer
+    (``get_layer_types_and_kwargs``: linear-attention, conv, hybrid and dummy layers too); 4.x's
+    static cache knew full, sliding and chunked attention only, read as it read them."""
+    from transformers import cache_utils
+
+    read = getattr(cache_utils, "get_layer_types_and_kwargs", None)  # None on 4.x
+    if read is not None:
+        types, kwargs = read(config)
+        return list(zip(types, kwargs, strict=False))  # the caller checks the counts
+    layers = int(config.num_hidden_layers)
+    types = getattr(config, "layer_types", None)
+    if types is None:
+        fallback = "sliding_attention" if getattr(config, "sliding_window", None) is not None else None
+        fallback = fallback or ("chunked_attention" if getattr(config, "attention_chunk_size", None) else None)
+        types = [fallback or "full_attention"] * layers
+    window = {"sliding_attention": "sliding_window", "chunked_attention": "attention_chunk_size"}
+    return [(t, {"sliding_window": getattr(config, window[t])} if t in window else {}) for t in types]
