@@ -303,8 +303,15 @@ def run(
         base["gen_len"] = flags.gen_len
     axes = [(SWEEPABLE[k], v) for k, v in flags.sweep]
     analysis = options.analysis
-<<<<<<< HEAD
-=======
+    fitted = not flags.deploy.given() and not {key for key, _ in axes} & set(deploy.SWEEPABLE)
+    if axes and fitted:  # every point from a few traces (opcount.llm.sweep)
+        combos = [
+            {**base, **{key: v for (key, _), v in zip(axes, combo, strict=True)}}
+            for combo in itertools.product(*(values for _, values in axes))
+        ]
+        status(f"tracing {label}: {len(combos)} points from a few traces")
+        rows = sweep_points(llm, combos, flags.phase, hardware, analysis)
+        return _sweep_report(rows, options.layout, label, options.model), rows
     points: list[Point] = []
     phases: dict[tuple[tuple[str, int], ...], Point] = {}
     for combo in itertools.product(*(values for _, values in axes)) if axes else [()]:
@@ -316,18 +323,9 @@ def run(
         point = replace(phases[traced], values=values)
         point.deployment = deploy.deployment(llm, point.phase, point.generation, values, flags, hardware)
         points.append(point)
->>>>>>> main
     if axes:
-        combos = [
-            {**base, **{key: v for (key, _), v in zip(axes, combo, strict=True)}}
-            for combo in itertools.product(*(values for _, values in axes))
-        ]
-        status(f"tracing {label}: {len(combos)} points from a few traces")
-        rows = sweep_points(llm, combos, flags.phase, hardware, analysis)
-        return _sweep_report(rows, options.layout, label, options.model), rows
-    status(f"tracing {label}: {_describe(base, flags.phase)}")
-    point = _point(llm, base, flags.phase, hardware, analysis)
-    return _single_report(llm, point, options.layout, label, options.model), [point]
+        return _sweep_report([SweepPoint.of(p) for p in points], options.layout, label, options.model), points
+    return _single_report(llm, points[0], options.layout, label, options.model), points
 
 
 @dataclass
@@ -337,6 +335,13 @@ class SweepPoint:
     values: dict[str, int]
     phase: PhasePoint
     generation: GenerationPoint | None = None
+    deployment: deploy_lib.Deployment | None = None
+
+    @classmethod
+    def of(cls, point: Point) -> SweepPoint:
+        """A point traced on its own (a deployment sweep), as figures."""
+        gen = None if point.generation is None else GenerationPoint.of(point.generation)
+        return cls(point.values, PhasePoint.of(point.phase), gen, point.deployment)
 
 
 def sweep_points(
@@ -430,12 +435,10 @@ def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, mode
     meta = export_meta(p.flops, model=model, roofline=p.roofline)
     if layout.format == "json":
         data = report.to_dict(p.flops, columns=given, max_depth=layout.depth, extra=extra, meta=meta)
-<<<<<<< HEAD
         gen = None if point.generation is None else GenerationPoint.of(point.generation)
-        data["llm"] = _point_json(point.values, PhasePoint.of(p), gen, label, llm.parameters)
-=======
-        data["llm"] = _point_json(point, label, llm.parameters, llm.active_parameters)
->>>>>>> main
+        data["llm"] = _point_json(
+            point.values, PhasePoint.of(p), gen, label, llm.parameters, llm.active_parameters, point.deployment
+        )
         data["memory"] = (p.memory if point.generation is None else point.generation.memory).as_dict()
         deploy.add_json(data, point.deployment)
         return json.dumps(data, indent=2)
@@ -450,28 +453,23 @@ def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, mode
     return table + "\n\n" + summary(label, point, llm.parameters, llm.active_parameters)
 
 
-<<<<<<< HEAD
 def _point_json(
-    values: dict[str, int], p: PhasePoint, gen: GenerationPoint | None, label: str, parameters: int
+    values: dict[str, int],
+    p: PhasePoint,
+    gen: GenerationPoint | None,
+    label: str,
+    parameters: int,
+    active: int = 0,
+    deployment: deploy_lib.Deployment | None = None,
 ) -> dict[str, Any]:
-=======
-def _point_json(point: Point, label: str, parameters: int, active: int = 0) -> dict[str, Any]:
-    p, gen = point.phase, point.generation
->>>>>>> main
     out: dict[str, Any] = {
         "model": label,
         "phase": "generation" if gen is not None else p.phase,
         **values,
         "precision": {"weight": p.precision.weight, "act": p.precision.act, "kv": p.precision.kv_dtype},
-<<<<<<< HEAD
-        "parameters": parameters,
+        "parameters": {"total": parameters, "active": active},
         "flops": p.flops if gen is None else gen.flops,
         "flops_per_mac": p.flops_per_mac,
-=======
-        "parameters": {"total": parameters, "active": active},
-        "flops": p.flops.total() if gen is None else gen.flops,
-        "flops_per_mac": p.flops.flops_per_mac,
->>>>>>> main
         "memory": (p.memory if gen is None else gen.memory).as_dict(),
     }
     if p.hardware is not None:
@@ -485,7 +483,7 @@ def _point_json(point: Point, label: str, parameters: int, active: int = 0) -> d
                 "tokens_per_s": gen.tokens_per_s,
                 "time": gen.time,
             }
-    deploy.add_json(out, point.deployment)
+    deploy.add_json(out, deployment)
     return out
 
 
@@ -502,7 +500,7 @@ SWEEP_CSV_NAMES = {
 
 def _sweep_report(points: Sequence[SweepPoint], layout: Layout, label: str, model: str) -> str:
     keys = list(points[0].values)
-    rows = [_point_json(pt.values, pt.phase, pt.generation, label, 0) for pt in points]
+    rows = [_point_json(pt.values, pt.phase, pt.generation, label, 0, 0, pt.deployment) for pt in points]
     if layout.format == "json":
         return json.dumps(
             {"model": label, "points": [{k: v for k, v in r.items() if k != "parameters"} for r in rows]}, indent=2
@@ -516,21 +514,14 @@ def _sweep_report(points: Sequence[SweepPoint], layout: Layout, label: str, mode
     header += deploy.sweep_header(points[0].deployment)
     flat = [{**r, **r["memory"], **deploy.sweep_row(pt.deployment)} for r, pt in zip(rows, points, strict=True)]
     if layout.format == "csv":  # a missing value (None) is an empty cell, as in every CSV export
-<<<<<<< HEAD
         first = points[0].phase.cost  # the first point is always traced (opcount.llm.sweep)
         if first is not None:
             write_csv_meta(layout.csv_meta, export_meta(first.flops, model=model, roofline=first.roofline))
-        names = {**report.csv_fields(header, points[0].phase.flops_per_mac), **SWEEP_CSV_NAMES}
-=======
-        write_csv_meta(
-            layout.csv_meta, export_meta(points[0].phase.flops, model=model, roofline=points[0].phase.roofline)
-        )
         names = {
-            **report.csv_fields(header, points[0].phase.flops.flops_per_mac),
+            **report.csv_fields(header, points[0].phase.flops_per_mac),
             **SWEEP_CSV_NAMES,
             **deploy.SWEEP_CSV_NAMES,
         }
->>>>>>> main
         return report.csv_rows(header, flat, names=names).rstrip("\n")
     cells = [[_cell(h, r.get(h)) for h in header] for r in flat]
     return _pipe(header, cells) + f"\n\n{label}: {len(points)} points, {points[0].phase.precision.label()}"
