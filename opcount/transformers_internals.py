@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 from typing import Any
 
-import torch
 from torch import nn
 
 from .errors import OpcountError
@@ -93,18 +93,13 @@ def takes_cache_position(model: nn.Module) -> bool:
     return "cache_position" in inspect.signature(model.forward).parameters
 
 
-def set_cached_length(layer: Any, tokens: int) -> None:
-    """Tell a static cache layer that ``tokens`` positions are already written, in the type its
-    transformers keeps the count: a tensor on 5.x's ``StaticLayer`` (CPU, a value read as an
-    offset, never one of the traced tensors), a Python int beside it on its sliding layer and on
-    4.x's."""
-    count = getattr(layer, "cumulative_length", None)
-    if isinstance(count, torch.Tensor):
-        layer.cumulative_length = torch.tensor(tokens, dtype=count.dtype)
-    elif count is not None:
-        layer.cumulative_length = tokens
-    if hasattr(layer, "cumulative_length_int"):
-        layer.cumulative_length_int = tokens
+def runs_attention_interface(model: nn.Module) -> bool:
+    """Whether the model's attention goes through transformers' registry of attention functions
+    (``ALL_ATTENTION_FUNCTIONS``, what ``AttentionInterface.register`` adds to): its modeling module
+    looks the function up there. Some (MPT, Bloom, Falcon, GPT-Neo) compute attention in their own
+    code, with a mask they need as a tensor."""
+    modules = {type(m).__module__ for m in model.modules()}
+    return any("ALL_ATTENTION_FUNCTIONS" in vars(sys.modules[name]) for name in modules if name in sys.modules)
 
 
 def cache_layer_types(config: Any) -> list[tuple[str, dict[str, Any]]]:

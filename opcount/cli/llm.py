@@ -22,17 +22,20 @@ from ..llm import deploy as deploy_lib
 from ..llm.catalogue import ALIASES, resolve
 from ..llm.catalogue import config as catalogue_config
 from ..llm.limits import MAX_BATCH, MAX_POSITIONS
+from ..llm.local_config import looks_local, read_config, with_values
 from ..llm.model import is_causal_lm
+from ..llm.operators import operator_rows
 from ..llm.phases import PHASES, CausalLM, GenerationCost, PhaseCost, generation
+from ..llm.points import GenerationPoint, PhasePoint
 from ..llm.precision import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
-from ..llm.sweep import GenerationPoint, PhasePoint
 from ..llm.weight_plan import WeightAssignmentError
 from ..report.provenance import export_meta
-from ..units import seconds, si, size
+from ..units import si, size
 from . import deploy
 from . import training as training_cli
 from .args import check_counts, hf_overrides, invalid_config, natural_int, positive_int
 from .llm_rows import SweepPoint, point_json, sweep_points, sweep_report
+from .llm_times import add_kernels_argument, by_operator, time_lines
 from .options import Analysis, Layout, LLMOptions, LLMRun, Options, columns_needing
 from .render import write_csv_meta
 
@@ -48,6 +51,7 @@ LLM_FLAGS = (
     "act_dtype",
     "kv_dtype",
     "sweep",
+    "kernels",
     *deploy.DEPLOY_FLAGS,
     *training_cli.TRAINING_FLAGS,
 )
@@ -84,6 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_sweep,
         help=f"one row per point ({', '.join(SWEEPABLE)}); repeat for a grid",
     )
+    add_kernels_argument(g)
     deploy.add_arguments(parser)
     training_cli.add_arguments(parser)
 
@@ -151,16 +156,18 @@ def check(flags: LLMOptions, options: Options) -> Precision:
     for flag, given in (("profile", options.profile), ("sparsity", analysis.sparsity)):
         if given:
             raise OpcountError(f"--{flag} does not apply to LLM phases (the model is on the meta device)")
-    for flag, value in (("roofline-dtype", analysis.roofline_dtype), ("fuse", analysis.fuse), ("tf32", analysis.tf32)):
+    if analysis.fuse and flags.kernels == "eager":
+        raise OpcountError("--fuse and --kernels eager contradict each other: give one")
+    for flag, value in (("roofline-dtype", analysis.roofline_dtype), ("tf32", analysis.tf32)):
         if value:
             raise OpcountError(
                 f"--{flag} does not apply to LLM phases: they are priced in the dtypes of "
                 "--weight-dtype, --act-dtype and --kv-dtype"
             )
-    if layout.format in ("tree", "md", "repr", "html", "chrome-trace") or layout.by_operator:
-        raise OpcountError(
-            "LLM phases print table, json or csv (--by-operator and tree/md/repr/html/chrome-trace are for whole models)"
-        )
+    if layout.format in ("tree", "md", "repr", "html", "chrome-trace"):
+        raise OpcountError("LLM phases print table, json or csv (tree/md/repr/html/chrome-trace are for whole models)")
+    if layout.by_operator and flags.sweep:
+        raise OpcountError("--by-operator shapes one point's table, not a --sweep's rows")
     _check_columns(layout, options.hardware is not None, bool(flags.sweep))
     deploy.check(flags, options.hardware is not None, options.hardware.spec if options.hardware else None)
     try:
@@ -239,14 +246,15 @@ def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
         overrides = hf_overrides(getattr(transformers, arch.config_class), items)
         return catalogue_config(name, **overrides), f"{name} ({source.split(' ')[0]})"
     name = spec.removeprefix("hf:")
-    cls: Any = getattr(transformers, name, None) if name.isidentifier() else None
+    base = read_config(name) if looks_local(name) else None  # a config.json or a downloaded model's folder
+    cls: Any = type(base) if base is not None else getattr(transformers, name, None) if name.isidentifier() else None
     if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
         cls = cls.config_class
     if not (isinstance(cls, type) and issubclass(cls, transformers.PretrainedConfig)):
         raise OpcountError(f"{spec}: not a transformers config or model class")
     overrides = hf_overrides(cls, items)
     try:
-        return cls(**overrides), name
+        return (with_values(base, overrides) if base is not None else cls(**overrides)), name
     except Exception as e:  # any constructor failure is a bad config value
         raise invalid_config(spec, items, e) from None
 
@@ -309,7 +317,7 @@ def run(
             for combo in itertools.product(*(values for _, values in axes))
         ]
         status(f"tracing {label}: {len(combos)} points from a few traces")
-        rows = sweep_points(llm, combos, flags.phase, hardware, analysis)
+        rows = sweep_points(llm, combos, flags.phase, hardware, analysis, flags.kernels or "fused")
         return sweep_report(rows, options.layout, label, options.model), rows
     points: list[Point] = []
     phases: dict[tuple[tuple[str, int], ...], Point] = {}
@@ -318,7 +326,7 @@ def run(
         status(f"tracing {label}: {_describe(values, flags.phase)}")
         traced = tuple((k, v) for k, v in values.items() if k not in deploy.SWEEPABLE)
         if traced not in phases:  # a layout is arithmetic on the same trace
-            phases[traced] = _point(llm, values, flags.phase, hardware, analysis)
+            phases[traced] = _point(llm, values, flags.phase, hardware, analysis, flags.kernels or "fused")
         point = replace(phases[traced], values=values)
         point.deployment = deploy.deployment(llm, point.phase, point.generation, values, flags, hardware)
         points.append(point)
@@ -333,13 +341,19 @@ def run(
 
 
 def _point(
-    llm: CausalLM, values: dict[str, int], phase: str | None, hardware: Hardware | None, analysis: Analysis
+    llm: CausalLM,
+    values: dict[str, int],
+    phase: str | None,
+    hardware: Hardware | None,
+    analysis: Analysis,
+    kernels: str = "fused",
 ) -> Point:
     common: dict[str, Any] = {
         "batch": values["batch"],
         "hardware": hardware,
         "flops_per_mac": analysis.flops_per_mac,
         "preset": analysis.preset,
+        "kernels": kernels,
     }
     if "gen_len" in values:
         gen = generation(llm, values["seq_len"], values["gen_len"], **common)
@@ -381,22 +395,7 @@ def summary(llm_label: str, point: Point, parameters: int, active: int | None = 
         f"{f' ({by_type})' if len(m.kv_cache_by_type) > 1 else ''}, "
         f"activations (peak) {size(m.activations)}, total {size(m.total)}"
     )
-    if p.roofline is not None:
-        hw = p.roofline.hardware.name
-        if gen is not None:
-            lines.append(f"  {hw}: time to first token {seconds(gen.time_to_first_token)} ({p.bound}-bound)")
-            if gen.gen_len:
-                step = gen.last_step.bound if gen.last_step is not None else "?"
-                lines.append(
-                    f"  {hw}: time per output token {seconds(gen.time_per_output_token)} ({step}-bound at the last "
-                    f"step), {gen.tokens_per_s:,.1f} tokens/s, whole generation {seconds(gen.time)}"
-                )
-        elif p.phase == "prefill":
-            lines.append(
-                f"  {hw}: time to first token {seconds(p.time)} ({p.bound}-bound), {p.tokens_per_s:,.0f} prompt tokens/s"
-            )
-        else:
-            lines.append(f"  {hw}: {seconds(p.time)} per step ({p.bound}-bound), {p.tokens_per_s:,.1f} tokens/s")
+    lines += time_lines(p, gen)
     if point.deployment is not None:
         lines += deploy.summary_lines(point.deployment)
     return "\n".join(lines)
@@ -415,8 +414,14 @@ def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, mode
             point.values, PhasePoint.of(p), gen, label, llm.parameters, llm.active_parameters, point.deployment
         )
         data["memory"] = (p.memory if point.generation is None else point.generation.memory).as_dict()
+        if layout.by_operator:
+            data["llm"]["by_operator"] = operator_rows(p)
         deploy.add_json(data, point.deployment)
         return json.dumps(data, indent=2)
+    if layout.by_operator:
+        return by_operator(p, layout, meta) + (
+            "" if layout.format == "csv" else "\n\n" + summary(label, point, llm.parameters)
+        )
     columns = given or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
     depth = 3 if layout.depth is None else layout.depth
     if layout.format == "csv":

@@ -14,10 +14,12 @@ from .. import report
 from ..hardware.lookup import Hardware
 from ..llm import deploy as deploy_lib
 from ..llm.phases import CausalLM, GenerationCost, PhaseCost
-from ..llm.sweep import GenerationPoint, PhasePoint, generation_points, phase_points
+from ..llm.points import GenerationPoint, PhasePoint
+from ..llm.sweep import generation_points, phase_points
 from ..report.provenance import export_meta
 from ..units import seconds, si, size
 from . import deploy
+from .llm_times import time_fields
 from .options import Analysis, Layout
 from .render import write_csv_meta
 
@@ -45,10 +47,16 @@ class SweepPoint:
 
 
 def sweep_points(
-    llm: CausalLM, combos: Sequence[dict[str, int]], phase: str | None, hardware: Hardware | None, analysis: Analysis
+    llm: CausalLM,
+    combos: Sequence[dict[str, int]],
+    phase: str | None,
+    hardware: Hardware | None,
+    analysis: Analysis,
+    kernels: str = "fused",
 ) -> list[SweepPoint]:
     """Every point of a sweep, fitted from a few traces (equal to tracing each, :mod:`opcount.llm.sweep`)."""
     common: dict[str, Any] = {"hardware": hardware, "flops_per_mac": analysis.flops_per_mac, "preset": analysis.preset}
+    common["kernels"] = kernels
     if "gen_len" in combos[0]:
         gens = generation_points(llm, [(v["batch"], v["seq_len"], v["gen_len"]) for v in combos], **common)
         return [SweepPoint(v, g.prefill, g) for v, g in zip(combos, gens, strict=True)]
@@ -76,22 +84,12 @@ def point_json(
         "flops_per_mac": p.flops_per_mac,
         "memory": (p.memory if gen is None else gen.memory).as_dict(),
     }
-    if p.hardware is not None:
-        out["hardware"] = p.hardware.name
-        if gen is None:
-            out |= {"time": p.time, "bound": p.bound, "tokens_per_s": p.tokens_per_s}
-        else:
-            out |= {
-                "time_to_first_token": gen.time_to_first_token,
-                "time_per_output_token": gen.time_per_output_token,
-                "tokens_per_s": gen.tokens_per_s,
-                "time": gen.time,
-            }
+    out |= time_fields(p, gen)
     deploy.add_json(out, deployment)
     return out
 
 
-SWEEP_COLUMNS = ("flops", "weights", "kv_cache", "activations", "time", "tokens_per_s", "bound")
+SWEEP_COLUMNS = ("flops", "weights", "kv_cache", "activations", "time", "time_bound", "tokens_per_s", "bound")
 # A sweep's CSV headers with their units (the sizes are bytes, the times seconds).
 SWEEP_CSV_NAMES = {
     "weights": "weights_bytes",
@@ -99,6 +97,9 @@ SWEEP_CSV_NAMES = {
     "activations": "activations_bytes",
     "time_to_first_token": "time_to_first_token_s",
     "time_per_output_token": "time_per_output_token_s",
+    "time_bound": "time_bound_s",
+    "time_to_first_token_bound": "time_to_first_token_bound_s",
+    "time_per_output_token_bound": "time_per_output_token_bound_s",
 }
 
 
@@ -111,7 +112,11 @@ def sweep_report(points: Sequence[SweepPoint], layout: Layout, label: str, model
         )
     has_time = points[0].phase.hardware is not None
     gen = points[0].generation is not None
-    time_keys = ["time_to_first_token", "time_per_output_token", "tokens_per_s"] if gen else ["time", "tokens_per_s"]
+    time_keys = (
+        [f"{k}{b}" for k in ("time_to_first_token", "time_per_output_token", "tokens_per_s") for b in ("", "_bound")]
+        if gen
+        else ["time", "time_bound", "tokens_per_s", "tokens_per_s_bound"]
+    )
     header = [*keys, "flops", "weights", "kv_cache", "activations", *(time_keys if has_time else [])]
     if has_time and not gen:
         header.append("bound")
@@ -140,7 +145,7 @@ def _cell(key: str, value: Any) -> str:
         return size(value)
     if key.startswith("time"):
         return seconds(value)
-    if key == "tokens_per_s":
+    if key.startswith("tokens_per_s"):
         return f"{value:,.1f}"
     if key == "flops":
         return si(value)

@@ -4,6 +4,7 @@
     mypkg.models:build             user code: a factory returning a model, (model, inputs) or
     path/file.py:build             (model, inputs, kwargs); the file imported under a private name
     hf:GPT2Config                  a transformers model from its config (or model) class, no download
+    hf:path/to/config.json         the causal LM a local config describes (or hf:MODEL_DIR, its folder)
 
 ``--input`` replaces the default inputs and ``--dtype`` sets their dtype (a float dtype converts
 the model too); ``--meta`` makes them shapes that are never allocated. A spec that names nothing,
@@ -31,6 +32,7 @@ import torch
 from torch import nn
 
 from ..llm.limits import check_config, module_budget
+from ..llm.local_config import looks_local, read_config, with_values
 from ..llm.model import is_causal_lm, learned_positions
 from ..messages import one_line
 from ..torch_internals import pytree
@@ -302,10 +304,16 @@ def _huggingface(name: str, inputs: Inputs) -> Loaded:
         raise UsageError("hf: models need the transformers package (pip install 'opcount[hf]')") from None
     cls: Any = getattr(transformers, name, None) if name.isidentifier() else None
     build: Any = cls
-    if isinstance(cls, type) and issubclass(cls, transformers.PretrainedConfig):
+    config_class: Any = None
+    base: Any = None
+    local = looks_local(name)  # a config.json or a downloaded model's folder: its causal LM
+    if local:
+        base = read_config(name)
+        config_class, build = type(base), transformers.AutoModelForCausalLM.from_config
+    elif isinstance(cls, type) and issubclass(cls, transformers.PretrainedConfig):
         if cls not in transformers.MODEL_MAPPING:
             raise UsageError(f"transformers has no model for {name}: AutoModel knows no model for this config")
-        config_class: Any = cls
+        config_class = cls
         build = transformers.AutoModel.from_config
     elif isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
         config_class = cls.config_class
@@ -317,7 +325,7 @@ def _huggingface(name: str, inputs: Inputs) -> Loaded:
     where = f"hf:{name}"
     overrides = {"use_cache": False, **hf_overrides(config_class, inputs.hf_config)}
     try:
-        config = config_class(**overrides)
+        config = with_values(base, overrides) if local else config_class(**overrides)
         check_config(config)  # a billion layers would hang the build on meta too
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # construction warns about init defaults

@@ -153,6 +153,7 @@ class LLMOptions:
     kv_dtype: str | None = None
     sweep: tuple[tuple[str, tuple[int, ...]], ...] = ()
     deploy: DeployOptions = DeployOptions()
+    kernels: str | None = None
 
     def given(self) -> list[str]:
         """The flags given, as typed (``--kv-len``), in the order of their help."""
@@ -165,6 +166,7 @@ class LLMOptions:
             ("--act-dtype", self.act_dtype),
             ("--kv-dtype", self.kv_dtype),
             ("--sweep", self.sweep or None),
+            ("--kernels", self.kernels),
         )
         return [flag for flag, value in values if value is not None] + self.deploy.given()
 

@@ -222,6 +222,7 @@ def _llm_flags(ns: argparse.Namespace) -> LLMOptions:
         kv_dtype=ns.kv_dtype,
         sweep=tuple(ns.sweep or ()),
         deploy=llm_command.deploy_options(vars(ns)),
+        kernels=ns.kernels,
     )
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ..errors import OpcountKeyError, OpcountValueError
+from .efficiency import Efficiency
 from .interconnect import Interconnect
 from .sparse_support import SparseSupport
 
@@ -68,6 +69,7 @@ class Hardware:
     sparse: SparseSupport = field(default_factory=SparseSupport)
     memory_bytes: float | None = None
     interconnect: Interconnect | None = None
+    efficiency: Efficiency = field(default_factory=Efficiency)  # the LLM estimate's factors
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -101,6 +103,13 @@ class Hardware:
                 raise OpcountValueError(f"{self.name}: {e}") from e
         elif not isinstance(self.sparse, SparseSupport):
             raise OpcountValueError(f"{self.name}: sparse must be a SparseSupport or a table, got {self.sparse!r}")
+        if isinstance(self.efficiency, Mapping):
+            try:
+                object.__setattr__(self, "efficiency", Efficiency.from_dict(self.efficiency))
+            except (TypeError, ValueError) as e:
+                raise OpcountValueError(f"{self.name}: {e}") from e
+        elif not isinstance(self.efficiency, Efficiency):
+            raise OpcountValueError(f"{self.name}: efficiency must be a table, got {self.efficiency!r}")
         if isinstance(self.interconnect, Mapping):
             try:
                 object.__setattr__(self, "interconnect", Interconnect.from_dict(self.interconnect))
@@ -144,6 +153,8 @@ class Hardware:
             out["description"] = self.description
         if self.sparse != SparseSupport():
             out["sparse"] = self.sparse.to_dict()
+        if self.efficiency != Efficiency():
+            out["efficiency"] = self.efficiency.to_dict()
         return out
 
     @classmethod
@@ -159,6 +170,7 @@ class Hardware:
             "sparse",
             "memory_bytes",
             "interconnect",
+            "efficiency",
         }
         unknown = set(data) - allowed
         if unknown:

@@ -152,9 +152,13 @@ def _no_mask(*args: Any, **kwargs: Any) -> None:
 
 @contextlib.contextmanager
 def serving_attention(model: nn.Module) -> Iterator[None]:
-    """The model's attention runs :func:`_serving_attention` for the block."""
-    from ..transformers_internals import AttentionInterface, AttentionMaskInterface
+    """The model's attention runs :func:`_serving_attention` for the block (where it goes through
+    transformers' attention registry: else its own code and masks run)."""
+    from ..transformers_internals import AttentionInterface, AttentionMaskInterface, runs_attention_interface
 
+    if not runs_attention_interface(model):
+        yield
+        return
     AttentionInterface.register(ATTENTION, _serving_attention)
     AttentionMaskInterface.register(ATTENTION, _no_mask)
     configs: dict[int, Any] = {id(c): c for c in (getattr(m, "config", None) for m in model.modules()) if c is not None}

@@ -37,17 +37,20 @@ from ..memory import MemoryTrafficAnalysis
 from ..roofline import RooflineReport, roofline
 from ..tracers.meta import TensorShape
 from ..transformers_internals import cache_keyword, takes_cache_position
+from .bound import positive_part_sum, sum_of_max, time_bound
 from .cache import CachePlan, cache_plan, phase_cache
 from .deploy import Deployment, on_layout
+from .kernels import MODES, KernelPlan, plan
 from .latent import absorbed
 from .limits import check_phase
 from .model import build_on_meta, learned_positions, serving_attention, text_config
 from .moe import active_parameters, expected_routing
 from .parallel import Parallel
+from .phase_checks import PHASES as PHASES  # the phases, where callers have always found them
+from .phase_checks import check_generation, check_phase_request
 from .precision import Precision, footprint_weights, pricing_for
 from .windows import windowed_prefill
 
-PHASES = ("prefill", "decode")
 logger = logging.getLogger(__name__)
 
 
@@ -78,7 +81,9 @@ class Memory:
 @dataclass
 class PhaseCost:
     """What one phase costs: ``flops`` (the analysis: totals, per operator and module),
-    ``memory``, and with hardware its ``roofline`` (speed-of-light time per operator)."""
+    ``memory``, and with hardware its ``roofline`` (each operator's roofline as its own kernel),
+    its kernels per mode (``plans``, :mod:`.kernels`) and its two times: ``time``, the estimate
+    of the chosen mode's kernels, and ``time_bound``, the speed of light."""
 
     phase: str
     batch: int
@@ -89,6 +94,8 @@ class PhaseCost:
     memory: Memory
     roofline: RooflineReport | None = None
     moe_blocks: tuple[str, ...] = ()
+    plans: dict[str, KernelPlan] | None = None  # with hardware: the kernels of each mode (kernels.py)
+    kernels: str = "fused"
 
     @property
     def tokens(self) -> int:
@@ -96,9 +103,22 @@ class PhaseCost:
         return self.batch * self.seq_len
 
     @property
+    def plan(self) -> KernelPlan | None:
+        """The kernels of the chosen mode (None without hardware)."""
+        return None if self.plans is None else self.plans[self.kernels]
+
+    @property
     def time(self) -> float | None:
-        """Speed-of-light seconds (None without hardware)."""
-        return None if self.roofline is None else self.roofline.total_time
+        """The estimate: seconds of the phase's kernels as an engine runs them (None without hardware)."""
+        return None if self.plan is None else self.plan.time
+
+    @property
+    def time_bound(self) -> float | None:
+        """The speed of light: no engine runs the phase faster (:func:`.bound.time_bound`)."""
+        if self.plan is None:
+            return None
+        p = self.plan
+        return time_bound(p.matmul_flops, p.matmul_peak, p.compulsory_bytes, p.hardware.bandwidth)
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -106,8 +126,17 @@ class PhaseCost:
         return None if not time else self.tokens / time
 
     @property
+    def tokens_per_s_bound(self) -> float | None:
+        time = self.time_bound
+        return None if not time else self.tokens / time
+
+    @property
     def bound(self) -> str | None:
-        return None if self.roofline is None else self.roofline.total().bound
+        """What binds the speed of light: ``compute`` or ``memory``."""
+        if self.plan is None:
+            return None
+        compute, memory = self.plan.bound_terms()
+        return "compute" if compute >= memory else "memory"
 
 
 class CausalLM:
@@ -162,39 +191,18 @@ class CausalLM:
         """Refuse ``batch`` sequences of ``positions`` positions over :mod:`.limits`' bounds, before tracing."""
         check_phase(batch, positions, self.caches.largest(positions - 1, 1, batch))
 
+    @property
+    def learned_positions(self) -> tuple[str, int] | None:
+        """The learned position table's name and rows, if the model has one."""
+        return self._positions
+
     def validate_generation(self, prompt_len: int, gen_len: int, *, batch: int = 1) -> None:
         """Refuse a generation :func:`generation` would refuse, before tracing it."""
-        if not isinstance(gen_len, int) or gen_len < 0:
-            raise OpcountValueError(f"gen_len must be an integer >= 0, got {gen_len!r}")
-        if isinstance(prompt_len, int) and isinstance(batch, int):  # phase() checks the types
-            self.check_sizes(batch, prompt_len + gen_len)  # the last step's, before the prefill is traced
-        self.validate("prefill", seq_len=prompt_len, batch=batch)
-        if gen_len:
-            self.validate("decode", kv_len=prompt_len, batch=batch)
-            self.validate("decode", kv_len=prompt_len + gen_len - 1, batch=batch)
+        check_generation(self, prompt_len, gen_len, batch)
 
     def validate(self, phase: str, *, seq_len: int | None = None, kv_len: int = 0, batch: int = 1) -> int:
         """Refuse a phase :meth:`phase` would refuse, before tracing it; returns its ``seq_len``."""
-        if phase not in PHASES:
-            raise OpcountValueError(f"unknown phase {phase!r}; choose prefill or decode")
-        if seq_len is None:
-            if phase == "prefill":
-                raise OpcountValueError("prefill needs seq_len (the prompt's tokens)")
-            seq_len = 1
-        if phase == "prefill" and kv_len:
-            raise OpcountValueError("prefill starts from an empty cache: kv_len is for decode")
-        for name, value, least in (("seq_len", seq_len, 1), ("kv_len", kv_len, 0), ("batch", batch, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise OpcountValueError(f"{name} must be an integer >= {least}, got {value!r}")
-        self.check_sizes(batch, kv_len + seq_len)
-        if self._positions is not None and kv_len + seq_len > self._positions[1]:
-            # On meta an out-of-range position is never looked up: the real model fails, the trace would not
-            name, rows = self._positions
-            raise OpcountValueError(
-                f"{kv_len + seq_len} positions (kv_len {kv_len} + seq_len {seq_len}) exceed the {rows} rows of "
-                f"{type(self.model).__name__}'s learned position table '{name}'"
-            )
-        return seq_len
+        return check_phase_request(self, phase, seq_len, kv_len, batch)
 
     def phase(
         self,
@@ -206,9 +214,13 @@ class CausalLM:
         hardware: Hardware | str | None = None,
         flops_per_mac: int = 1,
         preset: str = "default",
+        kernels: str = "fused",
     ) -> PhaseCost:
-        """The cost of one phase; ``seq_len`` defaults to 1 for decode and is required for prefill."""
+        """The cost of one phase; ``seq_len`` defaults to 1 for decode and is required for prefill.
+        ``kernels``: ``fused`` (as serving engines run them) or ``eager`` (one kernel per operator)."""
         seq_len = self.validate(phase, seq_len=seq_len, kv_len=kv_len, batch=batch)
+        if kernels not in MODES:
+            raise OpcountValueError(f"unknown kernels {kernels!r}; choose {' or '.join(MODES)}")
         hw = lookup_hardware(hardware) if hardware is not None else None
         flops, traffic, blocks = self._trace(seq_len, kv_len, batch, flops_per_mac, preset)
         by_type = self.kv_bytes_by_type(kv_len, seq_len, batch)
@@ -218,10 +230,16 @@ class CausalLM:
             peak_activations(traffic.traffic_per_call(), self._pricing),
             by_type,
         )
-        report = None
+        report = plans = None
         if hw is not None:
             report = roofline(traffic, hardware=hw, dtype=self.precision.act, itemsize=self._pricing)
-        return PhaseCost(phase, batch, seq_len, kv_len, self.precision, flops, memory, report, tuple(blocks))
+            plans = {
+                mode: plan(traffic, report, mode, dtype=self.precision.act, itemsize=self._pricing, moe_blocks=blocks)
+                for mode in MODES
+            }
+        cost = PhaseCost(phase, batch, seq_len, kv_len, self.precision, flops, memory, report, tuple(blocks))
+        cost.plans, cost.kernels = plans, kernels
+        return cost
 
     def records(
         self,
@@ -334,6 +352,7 @@ class GenerationCost:
     decode_time: float | None
     # the traced step holding the most cache (the last, unless a chunked layer started a new chunk)
     fullest_step: PhaseCost | None = None
+    decode_time_bound: float | None = None
 
     @property
     def flops(self) -> float:
@@ -359,8 +378,18 @@ class GenerationCost:
         return self.prefill.time + self.decode_time
 
     @property
+    def time_bound(self) -> float | None:
+        if self.prefill.time_bound is None or self.decode_time_bound is None:
+            return None
+        return self.prefill.time_bound + self.decode_time_bound
+
+    @property
     def time_to_first_token(self) -> float | None:
         return self.prefill.time
+
+    @property
+    def time_to_first_token_bound(self) -> float | None:
+        return self.prefill.time_bound
 
     @property
     def time_per_output_token(self) -> float | None:
@@ -369,9 +398,20 @@ class GenerationCost:
         return self.decode_time / self.gen_len
 
     @property
+    def time_per_output_token_bound(self) -> float | None:
+        if self.decode_time_bound is None or not self.gen_len:
+            return None
+        return self.decode_time_bound / self.gen_len
+
+    @property
     def tokens_per_s(self) -> float | None:
         """Generated tokens per second in the decode phase, over the whole batch."""
         tpot = self.time_per_output_token
+        return None if not tpot else self.prefill.batch / tpot
+
+    @property
+    def tokens_per_s_bound(self) -> float | None:
+        tpot = self.time_per_output_token_bound
         return None if not tpot else self.prefill.batch / tpot
 
 
@@ -384,32 +424,53 @@ def generation(
     hardware: Hardware | str | None = None,
     flops_per_mac: int = 1,
     preset: str = "default",
+    kernels: str = "fused",
 ) -> GenerationCost:
     """Prefill ``prompt_len`` tokens, then ``gen_len`` decode steps of one token each; step
     ``j`` (0-based) attends to ``prompt_len + j`` cached tokens. Three traces whatever ``gen_len``
     (two more for each run a sliding window fills or a chunk starts: :meth:`.CachePlan.affine_steps`)."""
-    if not isinstance(gen_len, int) or gen_len < 0:
-        raise OpcountValueError(f"gen_len must be an integer >= 0, got {gen_len!r}")
-    if isinstance(prompt_len, int) and isinstance(batch, int):  # phase() checks the types
-        llm.check_sizes(batch, prompt_len + gen_len)  # the last step's, before the prefill is traced
-    step: dict[str, Any] = {"batch": batch, "hardware": hardware, "flops_per_mac": flops_per_mac, "preset": preset}
+    llm.validate_generation(prompt_len, gen_len, batch=batch)
+    step: dict[str, Any] = {
+        "batch": batch,
+        "hardware": hardware,
+        "flops_per_mac": flops_per_mac,
+        "preset": preset,
+        "kernels": kernels,
+    }
     prefill = llm.phase("prefill", seq_len=prompt_len, **step)
     if gen_len == 0:
-        return GenerationCost(prefill, None, None, 0, 0.0, 0.0 if hardware is not None else None)
+        zero = 0.0 if hardware is not None else None
+        return GenerationCost(prefill, None, None, 0, 0.0, zero, None, zero)
     # each run of steps over which every operator's cost is affine in the cache length (a sliding
     # window filling, a chunk): two traces a run, the sum over its steps an arithmetic series
-    flops, time, traced, opening = 0.0, 0.0 if hardware is not None else None, [], None
+    flops, traced, opening = 0.0, [], None
+    time = bound = 0.0 if hardware is not None else None
     for a, b in llm.caches.affine_steps(prompt_len, gen_len):
         first = llm.phase("decode", kv_len=prompt_len + a, **step)
         last = first if a == b else llm.phase("decode", kv_len=prompt_len + b, **step)
         traced.append(last)
         flops += (first.flops.total() + last.flops.total()) * (b - a + 1) / 2
-        if time is not None and first.roofline is not None and last.roofline is not None:
-            time += _affine_time(first.roofline, last.roofline, b - a + 1)
+        if time is not None and bound is not None and first.plan is not None and last.plan is not None:
+            run_time, run_bound = decode_times(first.plan, last.plan, b - a + 1)
+            time, bound = time + run_time, bound + run_bound
         if a == 0:
             opening = first
     fullest = max(traced, key=lambda p: p.memory.kv_cache)
-    return GenerationCost(prefill, opening, traced[-1], gen_len, flops, time, fullest)
+    return GenerationCost(prefill, opening, traced[-1], gen_len, flops, time, fullest, bound)
+
+
+def decode_times(first: KernelPlan, last: KernelPlan, steps: int) -> tuple[float, float]:
+    """(estimate, bound) summed over ``steps`` decode steps, each kernel's and the bound's figures
+    interpolated linearly between the first and the last step, in closed form (:func:`.bound.sum_of_max`)."""
+    if len(first.kernels) != len(last.kernels) or any(
+        a.calls != b.calls for a, b in zip(first.kernels, last.kernels, strict=True)
+    ):
+        raise OpcountError("internal error: decode steps at two cache lengths ran different kernels")
+    estimate = float(sum_of_max(first.compute_memory(), last.compute_memory(), steps).sum())
+    estimate += steps * first.launch_s
+    (c0, m0), (c1, m1) = first.bound_terms(), last.bound_terms()
+    one = (np.array([c0]), np.array([m0])), (np.array([c1]), np.array([m1]))
+    return estimate, float(sum_of_max(*one, steps).sum())
 
 
 def _affine_time(first: RooflineReport, last: RooflineReport, steps: int) -> float:
@@ -422,47 +483,15 @@ def _affine_time(first: RooflineReport, last: RooflineReport, steps: int) -> flo
         raise OpcountError("internal error: decode steps at two cache lengths ran different operators")
     if steps == 1:
         return first.total_time
+    bandwidth = first.hardware.bandwidth
     peak = np.array([t.peak for t in a], dtype=np.float64)
-    figures = [
-        (
-            peak,
-            np.array([t.layer.flops for t in r], dtype=np.float64),
-            np.array([t.layer.bytes for t in r], dtype=np.float64),
-        )
-        for r in (a, b)
-    ]
-    return affine_sum(figures[0], figures[1], first.hardware.bandwidth, steps)
-
-
-def affine_sum(first: Sequence[np.ndarray], last: Sequence[np.ndarray], bandwidth: float, steps: int) -> float:
-    """:func:`_affine_time` of two steps given as arrays of each layer's (peak FLOP/s, flops, bytes)."""
-    peak, f0, b0 = first
-    _, f1, b1 = last
-    c0 = f0 / peak  # compute time at the first step
-    c1 = f1 / peak
-    m0 = b0 / bandwidth  # memory time
-    m1 = b1 / bandwidth
+    c0 = np.array([t.layer.flops for t in a], dtype=np.float64) / peak  # compute time at the first step
+    c1 = np.array([t.layer.flops for t in b], dtype=np.float64) / peak
+    m0 = np.array([t.layer.bytes for t in a], dtype=np.float64) / bandwidth  # memory time
+    m1 = np.array([t.layer.bytes for t in b], dtype=np.float64) / bandwidth
     # step j of 0..steps-1 is at j / (steps - 1) of the way: time(j) = start + slope * j
     dm = (m1 - m0) / (steps - 1)
     dc = (c1 - c0) / (steps - 1)
     memory = steps * m0 + dm * (steps * (steps - 1) / 2)
     # max(compute, memory) = memory + max(compute - memory, 0)
     return float((memory + positive_part_sum(c0 - m0, dc - dm, steps)).sum())
-
-
-def positive_part_sum(start: np.ndarray, slope: np.ndarray, steps: int) -> np.ndarray:
-    """``sum(max(start + slope * j, 0) for j in range(steps))`` elementwise, in closed form: the
-    terms are positive on one interval of j (a suffix when the slope is positive, a prefix when it
-    is negative), an arithmetic series there. Where a term is near 0 at the interval's end,
-    counting it or not changes the sum by that near-0 term only."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        root = np.where(slope != 0, -start / np.where(slope != 0, slope, 1), 0.0)  # where the term is 0
-    rising = slope > 0
-    falling = slope < 0
-    # the first and last positive j of 0..steps-1
-    lo = np.where(rising, np.clip(np.ceil(root), 0, steps), 0)
-    hi = np.where(falling, np.clip(np.floor(root), -1, steps - 1), steps - 1)
-    flat = slope == 0
-    lo = np.where(flat & (start <= 0), steps, lo)  # a constant term that is never positive: no steps
-    count = np.maximum(hi - lo + 1, 0)
-    return np.where(count > 0, count * start + slope * (lo + hi) * count / 2, 0.0)

@@ -41,7 +41,11 @@ def save_llm_chart(points: Sequence[Any], path: str | Path, *, model: str, sweep
         time_ax.plot(xs, [t * 1e3 for t in times], marker="o", label=label)
         memory_ax.plot(xs, [p.phase.memory.total / 1e9 for p in members], marker="o", label=label)
     gen = points[0].generation is not None
-    time_ax.set_ylabel("time per output token (ms)" if gen else "speed-of-light time (ms)")
+    time_ax.set_ylabel(
+        f"time per output token (ms), {points[0].phase.kernels} kernels"
+        if gen
+        else f"time (ms), {points[0].phase.kernels} kernels"
+    )
     memory_ax.set_ylabel("memory: weights + KV cache + activations (GB)")
     for ax in (time_ax, memory_ax):
         ax.set_xlabel(x_key.replace("_", "-"))

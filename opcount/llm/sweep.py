@@ -2,10 +2,12 @@
 
 The records of a phase are fitted once per region as polynomials in batch, tokens and cache
 length (:mod:`.symbolic`), checked against one more trace, and rebuilt at every other point.
-A point's FLOPs, bytes, roofline time and activation peak are then those of its rebuilt records,
-computed by the same analyses as a traced phase (:class:`~opcount.analysis.FlopCountAnalysis`,
-:class:`~opcount.memory.MemoryTrafficAnalysis`, :func:`~opcount.roofline.roofline`), run once on
-the records that differ (the layers of a decoder repeat one another's) for all points together.
+A point's FLOPs and activation peak are then those of its rebuilt records, computed by the same
+analyses as a traced phase (:class:`~opcount.analysis.FlopCountAnalysis`, run once on the records
+that differ, the layers of a decoder repeating one another's, for all points together). Its two
+times, the kernels' estimate and the speed of light, come from its whole rebuilt record list priced
+as a traced phase prices it (:func:`~opcount.roofline.roofline`, :func:`.kernels.plan`): fused
+kernels group records by the data flow between them, so no record is priced alone.
 The other traces of a fit keep their records only (nothing rolled up per module); the first point
 of each region is analyzed in full and its figures must equal the rebuilt ones. Where a fit is
 refused, the region's points are traced one by one and the reason is logged.
@@ -15,12 +17,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from ..analysis import FlopCountAnalysis
+from ..errors import OpcountValueError
 from ..hardware.lookup import Hardware
 from ..hardware.lookup import hardware as lookup_hardware
 from ..ir import OpCall, Spec, TensorSpec
@@ -28,10 +31,11 @@ from ..memory import MemoryTrafficAnalysis
 from ..roofline import roofline
 from ..tracing import Trace
 from .cache import CHUNKED, SLIDING
+from .kernels import MODES, KernelPlan, plan
 from .model import text_config
 from .moe import find_experts
-from .phases import CausalLM, GenerationCost, Memory, PhaseCost, affine_sum
-from .precision import Precision
+from .phases import CausalLM, Memory, PhaseCost, decode_times
+from .points import GenerationPoint, PhasePoint
 from .symbolic import (
     FitError,
     Point,
@@ -50,111 +54,7 @@ from .symbolic import (
 )
 
 logger = logging.getLogger(__name__)
-Layers = tuple[np.ndarray, np.ndarray, np.ndarray]  # each layer's peak FLOP/s, flops, bytes
-
-
-@dataclass(frozen=True)
-class PhasePoint:
-    """The figures of one phase at one point: ``traced`` when they come from the point's own analyzed
-    trace (``cost``), else from the records rebuilt by a fit."""
-
-    phase: str
-    batch: int
-    seq_len: int
-    kv_len: int
-    precision: Precision
-    flops: int | float
-    flops_per_mac: int
-    memory: Memory
-    hardware: Hardware | None
-    time: float | None
-    bound: str | None
-    traced: bool
-    layers: Layers | None = field(default=None, repr=False, compare=False)
-    cost: PhaseCost | None = field(default=None, repr=False, compare=False)  # the traced phase, if traced
-
-    @property
-    def tokens(self) -> int:
-        return self.batch * self.seq_len
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        time = self.time
-        return None if not time else self.tokens / time
-
-    @classmethod
-    def of(cls, cost: PhaseCost) -> PhasePoint:
-        """The figures of a traced phase."""
-        r = cost.roofline
-        layers = None
-        if r is not None:
-            layers = (
-                np.array([t.peak for t in r.layers], dtype=np.float64),
-                np.array([t.layer.flops for t in r.layers], dtype=np.float64),
-                np.array([t.layer.bytes for t in r.layers], dtype=np.float64),
-            )
-        hw = None if r is None else r.hardware
-        return cls(
-            cost.phase, cost.batch, cost.seq_len, cost.kv_len, cost.precision, cost.flops.total(),
-            cost.flops.flops_per_mac, cost.memory, hw, cost.time, cost.bound, True, layers, cost,
-        )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class GenerationPoint:
-    """A generation's figures (see :class:`~opcount.llm.phases.GenerationCost`) from its phases' points."""
-
-    prefill: PhasePoint
-    first_step: PhasePoint | None
-    last_step: PhasePoint | None
-    gen_len: int
-    decode_flops: float
-    decode_time: float | None
-    fullest_step: PhasePoint | None = None  # the step holding the most cache
-
-    @classmethod
-    def of(cls, gen: GenerationCost) -> GenerationPoint:
-        """The figures of a traced generation."""
-        first, last, fullest = (
-            None if s is None else PhasePoint.of(s) for s in (gen.first_step, gen.last_step, gen.fullest_step)
-        )
-        return cls(PhasePoint.of(gen.prefill), first, last, gen.gen_len, gen.decode_flops, gen.decode_time, fullest)
-
-    @property
-    def flops(self) -> float:
-        return self.prefill.flops + self.decode_flops
-
-    @property
-    def memory(self) -> Memory:
-        last = self.last_step or self.prefill
-        fullest = self.fullest_step or last
-        return Memory(
-            self.prefill.memory.weights,
-            fullest.memory.kv_cache,
-            max(self.prefill.memory.activations, last.memory.activations),
-            fullest.memory.kv_cache_by_type,
-        )
-
-    @property
-    def time(self) -> float | None:
-        if self.prefill.time is None or self.decode_time is None:
-            return None
-        return self.prefill.time + self.decode_time
-
-    @property
-    def time_to_first_token(self) -> float | None:
-        return self.prefill.time
-
-    @property
-    def time_per_output_token(self) -> float | None:
-        if self.decode_time is None or not self.gen_len:
-            return None
-        return self.decode_time / self.gen_len
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        tpot = self.time_per_output_token
-        return None if not tpot else self.prefill.batch / tpot
+Shapes = dict[int, tuple[TensorSpec, tuple[Poly, ...]]]  # each tensor's first record and dimensions' polynomials
 
 
 @dataclass(frozen=True)
@@ -164,13 +64,14 @@ class _Run:
     hardware: Hardware | None
     flops_per_mac: int
     preset: str
+    kernels: str
 
     def trace(self, point: Point) -> PhaseCost:
         """The phase at ``point``, traced and analyzed."""
         batch, tokens, cache = point
         return self.llm.phase(
             self.phase, seq_len=tokens, kv_len=cache, batch=batch, hardware=self.hardware,
-            flops_per_mac=self.flops_per_mac, preset=self.preset,
+            flops_per_mac=self.flops_per_mac, preset=self.preset, kernels=self.kernels,
         )  # fmt: skip
 
     def records(self, point: Point) -> Trace:
@@ -210,12 +111,16 @@ def phase_points(
     hardware: Hardware | str | None = None,
     flops_per_mac: int = 1,
     preset: str = "default",
+    kernels: str = "fused",
 ) -> list[PhasePoint]:
     """The figures of ``phase`` at each ``(batch, seq_len, kv_len)`` point: equal to
     ``PhasePoint.of(llm.phase(...))`` at each, from a few traces per region."""
+    if kernels not in MODES:
+        raise OpcountValueError(f"unknown kernels {kernels!r}; choose {' or '.join(MODES)}")
     for batch, tokens, cache in points:
         llm.validate(phase, seq_len=tokens, kv_len=cache, batch=batch)
-    run = _Run(llm, phase, lookup_hardware(hardware) if hardware is not None else None, flops_per_mac, preset)
+    hw = lookup_hardware(hardware) if hardware is not None else None
+    run = _Run(llm, phase, hw, flops_per_mac, preset, kernels)
     structure = structure_of(llm)
     groups: dict[Any, list[Point]] = {}
     for p in dict.fromkeys(points):
@@ -322,23 +227,22 @@ def _evaluate(run: _Run, template: Template, points: list[Point], first: PhaseCo
     values = np.array(per_call, dtype=object)
     # Python integers (exact whatever their size), each distinct record's count times its FLOPs
     totals = [int(x) for x in sum((int(c) * values[at[u]] for u, c in enumerate(counts)), np.zeros(len(points), int))]
-    times = _times(run, trace, which, at, len(points)) if run.hardware is not None else None
+    hw, shapes = run.hardware, template.tensor_shapes()
+    plans = None if hw is None else [_plan(run, hw, template, shapes, p, first.moe_blocks) for p in points]
     activations = _activations(llm, template, points)
     out: dict[Point, PhasePoint] = {}
     for k, p in enumerate(points):
         batch, tokens, cache = p
         by_type = llm.kv_bytes_by_type(cache, tokens, batch)
         memory = Memory(llm._weights, sum(by_type.values()), activations[k], by_type)
-        time = bound = layers = None
-        if times is not None:
-            time, bound, layers = times[k]
         out[p] = PhasePoint(
             run.phase, batch, tokens, cache, llm.precision, totals[k], run.flops_per_mac, memory, run.hardware,
-            time, bound, False, layers,
+            False, None if plans is None else plans[k],
         )  # fmt: skip
     got, want = out[points[0]], PhasePoint.of(first)
-    if (got.flops, got.memory, got.time, got.bound) != (want.flops, want.memory, want.time, want.bound):
-        raise FitError(f"the rebuilt records' costs at {points[0]} differ from its trace's")
+    figures = [(x.flops, x.memory, x.time, x.time_bound, x.bound) for x in (got, want)]
+    if figures[0] != figures[1]:
+        raise FitError(f"the rebuilt records' costs at {points[0]} differ from its trace's: {figures}")
     out[points[0]] = want  # the same figures, with the analysis an export's metadata describes
     return out
 
@@ -362,48 +266,28 @@ def _distinct_calls(template: Template, unique: list[int], points: list[Point]) 
     return calls, at
 
 
-def _times(run: _Run, trace: Trace, which: list[int], at: np.ndarray, n_points: int) -> list[tuple[float, str, Layers]]:
-    """Each point's roofline time, bound and layers, summed in the order a traced phase sums them."""
-    llm = run.llm
+def _plan(
+    run: _Run, hw: Hardware, template: Template, shapes: Shapes, point: Point, moe_blocks: Sequence[str]
+) -> KernelPlan:
+    """The kernels of the point's whole rebuilt record list, priced as :meth:`.phases.CausalLM.phase` prices
+    a trace: fused kernels read the data flow between records, so each point is priced in full; the
+    model's outputs (written once, never fused away) are rebuilt at the point too."""
+    outputs = []
+    for spec in template.trace.outputs:
+        if not spec.shape:  # a 0-d counter: nothing to rebuild
+            outputs.append(spec)
+            continue
+        known = shapes.get(spec.id) if spec.id is not None else None
+        if known is None or known[0].shape != spec.shape:
+            raise FitError(f"the model's output {spec.id} has a size no record gives it")
+        outputs.append(replace(spec, shape=tuple(poly.at(point) for poly in known[1])))
+    calls = tuple(template.at(point))
+    trace = Trace(template.trace.tree, calls, template.trace.called, tuple(outputs), "dispatch", template.trace.mode)
     memory = MemoryTrafficAnalysis(trace)
     memory.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
-    report = roofline(memory, hardware=run.hardware, dtype=llm.precision.act, itemsize=llm._pricing)
-    index = {id(c): i for i, c in enumerate(trace.calls)}
-    of_call: list[list[Any]] = [[] for _ in trace.calls]
-    for t in report.layers:
-        of_call[index[id(t.layer.call)]].append(t)
-    figures = np.array(
-        [
-            [(t.effective_time, t.time, t.compute_time >= t.memory_time, t.peak, t.layer.flops, t.layer.bytes)
-             for t in ts] + [(0.0,) * 6] * (2 - len(ts))
-            for ts in of_call
-        ],
-        dtype=np.float64,
-    )  # calls x 2 layers at most (a convolution's bias gradient) x 6 figures  # fmt: skip
-    widths = np.array([len(ts) for ts in of_call])
-    columns: list[np.ndarray] = []  # each unique record's layers: (unique record, layer) -> its figures at every point
-    starts = [0]
-    for u in range(len(at)):
-        width = set(widths[at[u]].tolist())
-        if len(width) != 1:
-            raise FitError("an operator makes roofline layers at some points and not at others")
-        n = width.pop()
-        columns.extend(figures[at[u], m] for m in range(n))  # points x 6
-        starts.append(starts[-1] + n)
-    order = np.array([s for u in which for s in range(starts[u], starts[u + 1])], dtype=np.int64)
-    grid = np.stack(columns, axis=1) if columns else np.zeros((n_points, 0, 6))  # points x layers x 6
-    effective, time, compute, peak, flops, nbytes = (grid[:, :, i] for i in range(6))
-    bound_c = np.zeros(n_points)
-    bound_m = np.zeros(n_points)
-    for s in order:  # in sequence, as a traced phase's summary adds them
-        bound_c += np.where(compute[:, s] == 1, time[:, s], 0.0)
-        bound_m += np.where(compute[:, s] == 1, 0.0, time[:, s])
-    out = []
-    for k in range(n_points):
-        total = sum(effective[k, order].tolist())
-        bound = "" if not len(order) else ("compute" if bound_c[k] >= bound_m[k] else "memory")
-        out.append((total, bound, (peak[k, order], flops[k, order], nbytes[k, order])))
-    return out
+    llm = run.llm
+    report = roofline(memory, hardware=hw, dtype=llm.precision.act, itemsize=llm._pricing)
+    return plan(memory, report, run.kernels, dtype=llm.precision.act, itemsize=llm._pricing, moe_blocks=moe_blocks)
 
 
 def _activations(llm: CausalLM, template: Template, points: list[Point]) -> list[int]:
@@ -461,40 +345,38 @@ def generation_points(
     hardware: Hardware | str | None = None,
     flops_per_mac: int = 1,
     preset: str = "default",
+    kernels: str = "fused",
 ) -> list[GenerationPoint]:
     """:func:`~opcount.llm.phases.generation` at each ``(batch, prompt_len, gen_len)`` point: the
-    prefills are one sweep of points, the first and last decode steps another."""
+    prefills are one sweep of points, the first and last decode steps of each affine run another."""
     for batch, prompt, gen in points:  # what generation() refuses, in its order, before any trace
         llm.validate_generation(prompt, gen, batch=batch)
     common: dict[str, Any] = {"hardware": hardware, "flops_per_mac": flops_per_mac, "preset": preset}
+    common["kernels"] = kernels
     prefills = phase_points(llm, "prefill", [(b, prompt, 0) for b, prompt, _ in points], **common)
     # the runs of steps over which every cost is affine in the cache length (generation()'s): two steps a run
     runs = [llm.caches.affine_steps(prompt, gen) if gen else [] for _, prompt, gen in points]
     steps = sorted({(b, 1, prompt + j) for (b, prompt, _), rs in zip(points, runs, strict=True) for r in rs for j in r})
     found = dict(zip(steps, phase_points(llm, "decode", steps, **common), strict=True))
+    zero = 0.0 if hardware is not None else None
     out = []
     for (batch, prompt, gen), prefill, rs in zip(points, prefills, runs, strict=True):
         if gen == 0:
-            out.append(GenerationPoint(prefill, None, None, 0, 0.0, 0.0 if hardware is not None else None))
+            out.append(GenerationPoint(prefill, None, None, 0, 0.0, zero, None, zero))
             continue
-        flops, time = 0.0, 0.0 if hardware is not None else None
+        flops, time, bound = 0.0, zero, zero
         traced: list[PhasePoint] = []
         opening = None
-        for a, b in rs:
+        for a, b in rs:  # summed as generation() sums them
             first = found[(batch, 1, prompt + a)]
             last = first if a == b else found[(batch, 1, prompt + b)]
             traced.append(last)
             flops += (first.flops + last.flops) * (b - a + 1) / 2
-            if time is not None and first.layers is not None and last.layers is not None and first.hardware:
-                if len(first.layers[0]) != len(last.layers[0]):
-                    raise FitError("internal error: decode steps at two cache lengths ran different operators")
-                steps_in_run = b - a + 1
-                if steps_in_run == 1:
-                    time += first.time or 0.0
-                else:
-                    time += affine_sum(first.layers, last.layers, first.hardware.bandwidth, steps_in_run)
+            if time is not None and bound is not None and first.plan is not None and last.plan is not None:
+                run_time, run_bound = decode_times(first.plan, last.plan, b - a + 1)
+                time, bound = time + run_time, bound + run_bound
             if a == 0:
                 opening = first
         fullest = max(traced, key=lambda p: p.memory.kv_cache)
-        out.append(GenerationPoint(prefill, opening, traced[-1], gen, flops, time, fullest))
+        out.append(GenerationPoint(prefill, opening, traced[-1], gen, flops, time, fullest, bound))
     return out

@@ -7,6 +7,8 @@ A :class:`Column` reads the analyses it needs from :class:`Sources` by role; a r
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -18,7 +20,17 @@ from ..scopes import ModuleTree
 from ..units import NumberFormat, exact, format_number, unprefixed
 from .parameters import parameter_counts
 
-__all__ = ["COLUMNS", "Column", "Sources", "Values", "register_column", "resolve_columns", "uncalled_rows"]
+__all__ = [
+    "COLUMNS",
+    "Column",
+    "Sources",
+    "Values",
+    "flops_unit",
+    "register_column",
+    "resolve_columns",
+    "uncalled_rows",
+    "with_unit",
+]
 
 Values = Mapping[str, Any]  # row name -> number (None: undefined there)
 
@@ -202,9 +214,22 @@ for _column in (
     register_column(_column)
 
 
-def resolve_columns(keys: Iterable[str | Column], sources: Sources) -> list[Column]:
-    """The columns named by ``keys``; a ValueError names an unknown one, or one whose analysis
-    ``sources`` lacks."""
+def flops_unit(flops_per_mac: object) -> str:
+    """What a count is in: ``MACs`` under fvcore's convention (a multiply-add counts 1), ``FLOPs``
+    when it counts 2; ``flops`` when the convention is unknown."""
+    return {1: "MACs", 2: "FLOPs"}.get(flops_per_mac, "flops") if isinstance(flops_per_mac, int) else "flops"
+
+
+def with_unit(column: Column, flops_per_mac: object) -> Column:
+    """``column`` with the word ``flops`` of its header replaced by its unit (``#flops`` -> ``#MACs``)."""
+    header = re.sub(r"\bflops\b", flops_unit(flops_per_mac), column.header)
+    return column if header == column.header else dataclasses.replace(column, header=header)
+
+
+def resolve_columns(keys: Iterable[str | Column], sources: Sources, *, units: bool = True) -> list[Column]:
+    """The columns named by ``keys``, each header saying its count's unit (:func:`with_unit`;
+    ``units=False`` keeps fvcore's ``#flops``); a ValueError names an unknown one, or one whose
+    analysis ``sources`` lacks."""
     if isinstance(keys, str):  # iterated, "flops" was the columns 'f', 'l', ...
         raise OpcountTypeError(f"columns must be a list of column names, got the string {keys!r}: write [{keys!r}]")
     chosen = []
@@ -216,7 +241,7 @@ def resolve_columns(keys: Iterable[str | Column], sources: Sources) -> list[Colu
             if sources.get(role) is None:
                 how = f"{role}=..." if role in ("activations", "memory") else f"extra={{{role!r}: ...}}"
                 raise OpcountValueError(f"column {column.key!r} needs the {role} analysis; pass {how}")
-        chosen.append(column)
+        chosen.append(with_unit(column, getattr(sources.flops, "flops_per_mac", None)) if units else column)
     if len({c.key for c in chosen}) != len(chosen):
         raise OpcountValueError(f"a column is named twice in {[c.key for c in chosen]}")
     return chosen

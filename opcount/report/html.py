@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import OpcountTypeError, OpcountValueError
 from ..units import seconds, si, size
+from .columns import flops_unit
 from .exports import ROOT, to_dict
 from .layout import check_kind, check_max_depth
 
@@ -149,6 +150,13 @@ def _section(ident: str, heading: str, content: str, note: str = "") -> str:
 # ----- numbers -------------------------------------------------------------------------------
 
 
+def _head(key: str, data: Mapping[str, Any]) -> str:
+    """A column's header; a count says its unit (MACs or FLOPs, by the export's convention)."""
+    if key == "flops":
+        return flops_unit((data.get("meta") or {}).get("flops_per_mac"))
+    return _HEADERS.get(key, key)
+
+
 def _cell_text(key: str, value: Any) -> str:
     """A value as its column writes it: 3 significant figures with a prefix, times in seconds."""
     if value is None:
@@ -180,7 +188,8 @@ def _summary(data: Mapping[str, Any], roofline: Any) -> str:
     cards: list[tuple[str, str, Any, str]] = []  # label, text, exact value, hint
     if "flops" in total:
         convention = f"{per_mac} per multiply-add" if per_mac else ""
-        cards.append(("FLOPs", si(total["flops"], unit="FLOP"), total["flops"], convention))
+        unit = flops_unit(per_mac)
+        cards.append((unit, si(total["flops"], unit=unit.rstrip("s")), total["flops"], convention))
     if "params" in total:
         cards.append(("parameters", si(total["params"]), total["params"], ""))
     if "activations" in total:
@@ -225,7 +234,7 @@ def _tree(data: Mapping[str, Any]) -> str:
     for m in modules:
         if m["parent"] is not None:
             children.setdefault(m["parent"], []).append(m)
-    heads = "".join(f'<span class="num">{_e(_HEADERS.get(k, k))}</span>' for k in keys)
+    heads = "".join(f'<span class="num">{_e(_head(k, data))}</span>' for k in keys)
     header = f'<div class="row head"><span class="name">module</span><span class="type">type</span>{heads}</div>'
     # Children before their parents, from a stack: a model may nest deeper than Python's recursion limit.
     order, pending = [], [root]
@@ -242,7 +251,7 @@ def _tree(data: Mapping[str, Any]) -> str:
         '<div class="tools"><button type="button" data-tree="expand">expand all</button>'
         '<button type="button" data-tree="collapse">collapse all</button></div>'
     )
-    bars = ", ".join(_HEADERS[k] for k in scale)
+    bars = ", ".join(_head(k, data) for k in scale)
     note = f"Click a module to show or hide its children. Bars: {bars}, as a share of the whole model." if bars else ""
     grid = f"--cols: {len(keys)}"
     content = f'{buttons}<div class="tree" id="tree" style="{grid}">{header}{body}</div>'
@@ -291,9 +300,9 @@ def _operators(data: Mapping[str, Any]) -> str:
     rows = [r for r in data["operators"] if r["module"] == ROOT]
     columns: list[tuple[str, str, str]] = [("operator", "operator", "text")]
     for k in keys:
-        columns.append((k, _HEADERS.get(k, k), "text" if k == "bound" else "number"))
+        columns.append((k, _head(k, data), "text" if k == "bound" else "number"))
         if k in ("flops", "bytes", "time"):
-            columns.append((f"{k}%", f"% {_HEADERS[k]}", "number"))
+            columns.append((f"{k}%", f"% {_head(k, data)}", "number"))
     # The slowest operator first; without a roofline the heaviest, without a count the names in order.
     first = next((k for k in ("time", "flops", "bytes") if k in keys), None)
     if first is None:

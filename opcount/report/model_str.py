@@ -65,7 +65,7 @@ def flop_count_str(
     return (_NA_NOTE + "\n" + text) if any_uncalled else text
 
 
-_SHORT_LABELS = {"params": "#params", "flops": "#flops", "activations": "#acts"}  # fvcore's
+_SHORT_LABELS = {"params": "#params", "activations": "#acts"}  # fvcore's; counts say their unit (#MACs)
 
 
 def _annotated_repr(sources: Sources, columns: Sequence[str | Column], fmt: NumberFormat) -> str:

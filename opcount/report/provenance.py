@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from .._version import __version__
+from .columns import flops_unit
 
 __all__ = ["export_meta", "input_specs"]
 
@@ -65,6 +66,7 @@ def export_meta(analysis: Any, *, model: str | None = None, roofline: Any = None
         "device": _device(analysis),
         "preset": getattr(analysis, "preset", None),
         "flops_per_mac": getattr(analysis, "flops_per_mac", None),
+        "flops_unit": flops_unit(getattr(analysis, "flops_per_mac", None)),
         "hardware": None if roofline is None else roofline.hardware.name,
         "roofline_dtype": None if roofline is None else roofline.dtype,
     }

@@ -98,8 +98,10 @@ def module_table(
     extra: Mapping[str, Any] | None = None,
     number_format: NumberFormat = FVCORE_TABLE,
     show_param_shapes: bool = True,
+    units: bool = True,
 ) -> str:
-    """A per-module table in fvcore's layout with the chosen columns (keys of :data:`COLUMNS`).
+    """A per-module table in fvcore's layout with the chosen columns (keys of :data:`COLUMNS`),
+    counts headed by their unit (``#MACs``, ``#FLOPs``; ``units=False``: fvcore's ``#flops``).
 
     Modules whose values are all zero are left out unless a descendant is shown; a module
     the analysis never saw called gets blank analysis cells; with ``"params"`` the parameters
@@ -107,7 +109,7 @@ def module_table(
     """
     check_max_depth(max_depth)
     sources = Sources(analysis, activations, memory, extra or {})
-    chosen = resolve_columns(columns, sources)
+    chosen = resolve_columns(columns, sources, units=units)
     values = {c.key: c.modules(sources) for c in chosen}
     with_params = "params" in values
     layout = build_layout(sources.tree, with_params)
@@ -139,6 +141,7 @@ def flop_count_table(
         max_depth=max_depth,
         activations=activations,
         show_param_shapes=show_param_shapes,
+        units=False,  # fvcore's text, to the character
     )
 
 

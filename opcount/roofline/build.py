@@ -314,3 +314,16 @@ def fuse_modules(
         write = tuple(a for a in t.write if not hidden(a, group))
         out.append(Traffic(read, write, t.alias, t.fusable))
     return out
+
+
+def access_bytes(
+    a: Access, dtype: str, traced: str, itemsize: Callable[[TensorSpec], float | None] | None = None
+) -> float:
+    """Bytes of one access as :func:`roofline` prices it (floating-point data stored in ``dtype``,
+    or as ``itemsize`` prices its tensor)."""
+    return _in_dtype(a, dtype, traced, itemsize)
+
+
+def traced_dtype(calls: Sequence[OpCall]) -> str:
+    """The dtype a model was traced in, as :func:`roofline` reads it from its calls."""
+    return _traced_dtype(calls)

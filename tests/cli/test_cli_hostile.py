@@ -4,6 +4,7 @@ built (sizes), with its first cause (a config that fails when traced), and nothi
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -203,7 +204,9 @@ def test_without_quiet_transformers_says_why_before_the_error(
     assert run.returncode == 2
     *warnings, error = run.stderr.strip().splitlines()
     assert error.startswith("opcount: error: "), run.stderr
-    assert "opcount: warning: transformers: `rope_scaling`'s factor field must be a float >= 1, got x" in warnings
+    # transformers 5 names the field rope_parameters (rope_scaling is its old name) and takes ints too
+    said = r"opcount: warning: transformers: `rope_(scaling|parameters)`'s factor field must be a float (or int )?>= 1"
+    assert any(re.fullmatch(said + ", got x", line) for line in warnings), run.stderr
     assert all(line.startswith("opcount: warning: transformers: ") for line in warnings), run.stderr
 
 
@@ -214,10 +217,15 @@ def test_a_valid_config_warns_once_attributed_or_not_at_all(
     assert quiet.returncode == 0 and loud.returncode == 0, loud.stderr
     assert quiet.stderr == ""
     lines = loud.stderr.strip().splitlines()
-    assert len(lines) == 1, loud.stderr
-    assert lines[0].startswith(
-        "opcount: warning: transformers: config.rope_scaling['original_max_position_embeddings']"
-    )
+    # transformers 4.x warns that yarn lacks original_max_position_embeddings; 5.x takes the default silently
+    expected = ["opcount: warning: transformers: config.rope_scaling['original_max_position_embeddings']"]
+    assert [line[: len(expected[0])] for line in lines] == (expected if transformers_major() < 5 else []), loud.stderr
+
+
+def transformers_major() -> int:
+    import transformers
+
+    return int(transformers.__version__.split(".")[0])
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,7 @@ def _pipe_rows(text: str) -> list[list[str]]:
 
 def test_one_row_per_model(capsys: pytest.CaptureFixture[str]) -> None:
     rows = _pipe_rows(_run(capsys, "--units", "exact", "-q"))
-    assert rows[0] == ["model", "#parameters", "#flops"]
+    assert rows[0] == ["model", "#parameters", "#MACs"]
     assert rows[2:] == [[TINY, "472", "127360"], [NESTED, "355", "1260"]]
 
 
@@ -98,7 +98,7 @@ def test_hardware_adds_time_and_bound_as_the_single_model_command_does(capsys: p
     alone = json.loads(capsys.readouterr().out)["total"]
     assert data["models"][1]["total"]["time"] == alone["time"] and data["models"][1]["total"]["bound"] == alone["bound"]
     text = _run(capsys, "--hardware", "h100-sxm", "-q")
-    assert _pipe_rows(text)[0] == ["model", "#parameters", "#flops", "time", "bound"]
+    assert _pipe_rows(text)[0] == ["model", "#parameters", "#MACs", "time", "bound"]
     assert text.rstrip().endswith("(roofline; docs/roofline.md)")
 
 

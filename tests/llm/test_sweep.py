@@ -2,7 +2,8 @@
 trace of every point (``CausalLM.phase`` / ``generation``, the path a single point takes).
 
 Each sweep holds points that are not among the fitted ones (``traced`` False): their FLOPs,
-memory, roofline time and bound must equal the traced phase's to the last digit. The unit
+memory and both times (the fused or eager kernels' estimate and the speed of light, with what
+binds it) must equal the traced phase's to the last digit. The unit
 tests of the fit use closed forms worked by hand.
 """
 
@@ -22,7 +23,8 @@ from opcount.errors import OpcountError  # noqa: E402
 from opcount.ir import Const, OpCall, TensorSpec  # noqa: E402
 from opcount.llm import sweep as sweep_module  # noqa: E402
 from opcount.llm.phases import CausalLM, generation  # noqa: E402
-from opcount.llm.sweep import GenerationPoint, PhasePoint, generation_points, phase_points, structure_of  # noqa: E402
+from opcount.llm.points import GenerationPoint, PhasePoint  # noqa: E402
+from opcount.llm.sweep import generation_points, phase_points, structure_of  # noqa: E402
 from opcount.llm.symbolic import (  # noqa: E402
     FitError,
     Poly,
@@ -40,7 +42,15 @@ HW = "h100-sxm"
 
 
 def figures(p: PhasePoint) -> tuple[Any, ...]:
-    return (p.flops, p.memory, p.time, p.bound, p.tokens_per_s)
+    assert p.time is not None and p.time_bound is not None  # with hardware, both times
+    return (p.flops, p.memory, p.kernels, p.time, p.time_bound, p.bound, p.tokens_per_s, p.tokens_per_s_bound)
+
+
+def generation_figures(g: GenerationPoint) -> tuple[Any, ...]:
+    return (
+        g.flops, g.memory, g.time, g.time_bound, g.time_to_first_token, g.time_to_first_token_bound,
+        g.time_per_output_token, g.time_per_output_token_bound, g.tokens_per_s, g.tokens_per_s_bound,
+    )  # fmt: skip
 
 
 def check_phase(
@@ -65,13 +75,16 @@ def mixtral() -> CausalLM:
     return CausalLM(transformers.MixtralConfig(**GEOMETRY, num_local_experts=4, num_experts_per_tok=2))
 
 
-def test_dense_decode_grid(dense: CausalLM) -> None:
-    check_phase(dense, "decode", [(b, 1, k) for b in (1, 2, 3, 7) for k in (1, 9, 33, 100)])
+@pytest.mark.parametrize("kernels", ["fused", "eager"])
+def test_dense_decode_grid(dense: CausalLM, kernels: str) -> None:
+    got = check_phase(dense, "decode", [(b, 1, k) for b in (1, 2, 3, 7) for k in (1, 9, 33, 100)], kernels=kernels)
+    assert {p.kernels for p in got} == {kernels}
 
 
 def test_dense_prefill_grid_and_conventions(dense: CausalLM) -> None:
     points = [(b, t, 0) for b in (1, 2, 5) for t in (2, 7, 16, 40)]
     check_phase(dense, "prefill", points, flops_per_mac=2, preset="fvcore")
+    check_phase(dense, "prefill", points, kernels="eager")
 
 
 def test_quantized_weights(dense: CausalLM) -> None:
@@ -87,6 +100,7 @@ def test_mixtral_loads_are_integer_divided(mixtral: CausalLM) -> None:
     assert structure_of(mixtral) == Structure((), ((2, 4),))
     points = [(b, 1, k) for b in (1, 2, 3, 4, 5, 6, 8, 9, 10, 13) for k in (4, 50)]
     check_phase(mixtral, "decode", points)
+    check_phase(mixtral, "decode", points, kernels="eager")
     check_phase(mixtral, "prefill", [(b, t, 0) for b in (1, 2, 3) for t in (3, 5, 6, 8, 11)], rebuilt=5)
 
 
@@ -103,22 +117,18 @@ def test_mistral_with_sliding_window() -> None:
     # the cache holds min(L + T, 64) positions: points below, at and past the window
     check_phase(llm, "decode", [(b, 1, k) for b in (1, 2, 5) for k in (2, 11, 30, 62, 63, 64, 70, 100, 200)])
     check_phase(llm, "prefill", [(b, t, 0) for b in (1, 3) for t in (5, 20, 64, 65, 90, 150)], rebuilt=2)
+    check_phase(llm, "decode", [(b, 1, k) for b in (1, 2, 5) for k in (2, 30, 63, 64, 100)], kernels="eager")
 
 
 def test_generations(dense: CausalLM, mixtral: CausalLM) -> None:
     points = [(b, p, g) for b in (1, 3) for p in (5, 12) for g in (0, 1, 2, 9, 40, 80)]
     sliding = CausalLM(transformers.MistralConfig(**GEOMETRY, sliding_window=32))  # runs: filling, then full
-    for llm in (dense, mixtral, sliding):
-        got = generation_points(llm, points, hardware=HW)
+    for llm, kernels in ((dense, "fused"), (mixtral, "fused"), (sliding, "fused"), (sliding, "eager")):
+        got = generation_points(llm, points, hardware=HW, kernels=kernels)
         for (batch, prompt, gen), g in zip(points, got, strict=True):
-            want = GenerationPoint.of(generation(llm, prompt, gen, batch=batch, hardware=HW))
-            assert (g.flops, g.memory, g.time, g.time_per_output_token, g.tokens_per_s) == (
-                want.flops,
-                want.memory,
-                want.time,
-                want.time_per_output_token,
-                want.tokens_per_s,
-            )
+            want = GenerationPoint.of(generation(llm, prompt, gen, batch=batch, hardware=HW, kernels=kernels))
+            assert g.time is not None and g.time_bound is not None
+            assert generation_figures(g) == generation_figures(want), (kernels, batch, prompt, gen)
 
 
 def test_invalid_point_refused_before_any_trace(dense: CausalLM, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -196,15 +206,34 @@ def test_poly_must_be_whole() -> None:
 # ------------------------------------------------------------------------------------------------
 # The command line
 # ------------------------------------------------------------------------------------------------
-def test_cli_sweep_rows_equal_traced_points(capsys: pytest.CaptureFixture[str], dense: CausalLM) -> None:
-    tiny = [f"{k}={v}" for k, v in GEOMETRY.items()]
-    args = ["hf:LlamaConfig", *(a for kv in tiny for a in ("--hf-config", kv)), "--phase", "decode"]
-    status = main([*args, "--sweep", "batch=1,2,5", "--sweep", "kv-len=4,10,30", "--hardware", HW, "--format", "json"])
+def _cli_json(capsys: pytest.CaptureFixture[str], args: list[str]) -> Any:
+    status = main([*args, "--format", "json"])
     out, err = capsys.readouterr()
     assert status == 0, err
-    rows = json.loads(out)["points"]
-    assert len(rows) == 9
+    return json.loads(out)
+
+
+@pytest.mark.parametrize(
+    ("phase", "sweeps", "kernels"),
+    [
+        (["--phase", "decode"], ["batch=1,2,5", "kv-len=4,10,30"], "fused"),
+        (["--phase", "decode"], ["batch=1,3", "kv-len=4,30"], "eager"),
+        (["--gen-len", "6"], ["batch=1,2", "seq-len=3,9"], "fused"),
+    ],
+)
+def test_cli_sweep_rows_equal_each_point_run_alone(
+    capsys: pytest.CaptureFixture[str], phase: list[str], sweeps: list[str], kernels: str
+) -> None:
+    tiny = [f"{k}={v}" for k, v in GEOMETRY.items()]
+    args = ["hf:LlamaConfig", *(a for kv in tiny for a in ("--hf-config", kv)), *phase]
+    args += ["--hardware", HW, "--kernels", kernels]
+    rows = _cli_json(capsys, [*args, *(a for s in sweeps for a in ("--sweep", s))])["points"]
+    assert len(rows) == 4 if len(sweeps[0].split(",")) == 2 else len(rows) == 9
+    flags = {"batch": "--batch", "kv_len": "--kv-len", "seq_len": "--seq-len"}
     for row in rows:
-        want = dense.phase("decode", kv_len=row["kv_len"], batch=row["batch"], hardware=HW)
-        assert (row["flops"], row["time"], row["bound"]) == (want.flops.total(), want.time, want.bound)
-        assert row["memory"] == want.memory.as_dict()
+        swept = [a for key in ("batch", "kv_len", "seq_len") if key in row for a in (flags[key], str(row[key]))]
+        alone = _cli_json(capsys, [*args, *swept])["llm"]
+        assert {k: v for k, v in row.items() if k != "model"} == {
+            k: v for k, v in alone.items() if k not in ("model", "parameters")
+        }
+        assert row["kernels"] == kernels and row["time"] is not None and row["time_bound"] is not None

@@ -45,6 +45,7 @@ def test_json_meta_names_versions_model_inputs_and_conventions(nested: FlopCount
         "device": None,
         "preset": "macs",
         "flops_per_mac": 2,
+        "flops_unit": "FLOPs",
         "hardware": None,
         "roofline_dtype": None,
     }

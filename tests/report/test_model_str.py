@@ -34,10 +34,11 @@ def test_columns_inline_with_their_shares(model_and_flops) -> None:
     _, flops = model_and_flops
     text = R.flop_count_str(flops, columns=("params", "flops"), number_format=R.EXACT)
     found = _annotations(text)
-    assert found["Nested("] == "#params: 355 (100.0%), #flops: 1260 (100.0%)"
-    assert found["(inner): Inner("] == "#params: 325 (91.5%), #flops: 1200 (95.2%)"
-    assert found["in_features=5, out_features=3, bias=True"] == "#params: 18 (5.1%), #flops: 60 (4.8%)"
-    assert found["in_features=3, out_features=3, bias=True"] == "#params: 12 (3.4%), #flops: N/A"
+    # counts under fvcore's convention (1 per multiply-add) say their unit: MACs
+    assert found["Nested("] == "#params: 355 (100.0%), #MACs: 1260 (100.0%)"
+    assert found["(inner): Inner("] == "#params: 325 (91.5%), #MACs: 1200 (95.2%)"
+    assert found["in_features=5, out_features=3, bias=True"] == "#params: 18 (5.1%), #MACs: 60 (4.8%)"
+    assert found["in_features=3, out_features=3, bias=True"] == "#params: 12 (3.4%), #MACs: N/A"
     assert text.startswith("N/A indicates")
 
 
@@ -51,10 +52,10 @@ def _fvcore_str(model: Nested) -> str:
 def test_the_model_is_laid_out_as_fvcore_lays_it_out(model_and_flops) -> None:
     model, flops = model_and_flops
     ours = R.flop_count_str(flops, columns=("percent", "params", "flops"))
-    assert "% flops: 95.2%, #params: 0.33K (91.5%), #flops: 1.2K (95.2%)" in ours  # fvcore's 2 decimals
+    assert "% MACs: 95.2%, #params: 0.33K (91.5%), #MACs: 1.2K (95.2%)" in ours  # fvcore's 2 decimals
 
     def layout(text: str) -> list[str]:
-        return [line for line in text.splitlines() if not line.strip().startswith(("#params", "% flops"))]
+        return [line for line in text.splitlines() if not line.strip().startswith(("#params", "% MACs"))]
 
     assert layout(ours) == layout(_fvcore_str(model))
 
@@ -64,7 +65,7 @@ def test_activations_keep_fvcores_label(model_and_flops) -> None:
     acts = ActivationCountAnalysis(model, torch.randn(4, 10))
     text = R.flop_count_str(flops, acts, columns=("flops", "activations"), number_format=R.EXACT)
     # fvcore's activations of a linear layer: its output elements, 4*20 for fc1
-    assert "#flops: 800 (63.5%), #acts: 80 (" in text
+    assert "#MACs: 800 (63.5%), #acts: 80 (" in text
 
 
 def test_without_columns_the_text_is_fvcores(model_and_flops) -> None:
@@ -75,11 +76,11 @@ def test_without_columns_the_text_is_fvcores(model_and_flops) -> None:
 def test_format_repr_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([NESTED, "--format", "repr", "--units", "exact", "-q"]) == 0
     out = capsys.readouterr().out
-    assert "    #params: 220 (62.0%), #flops: 800 (63.5%)" in out
+    assert "    #params: 220 (62.0%), #MACs: 800 (63.5%)" in out
     assert main([NESTED, "--format", "repr", "--hardware", "h100-sxm", "-q"]) == 0
     out = capsys.readouterr().out
     root = out.splitlines()[2]
-    assert root.startswith("  #params: 355 (100.0%), #flops: 1.26K (100.0%), time: ") and root.endswith("bound: memory")
+    assert root.startswith("  #params: 355 (100.0%), #MACs: 1.26K (100.0%), time: ") and root.endswith("bound: memory")
     assert "% time" not in out  # the share is inline
     assert "h100-sxm (float32):" in out  # the roofline summary, as with the other text formats
 

@@ -242,6 +242,6 @@ def test_registered_columns_extend_every_report(resnet18: FlopCountAnalysis) -> 
 def test_tree_marks_uncalled_modules_but_keeps_container_values() -> None:
     model, x = tiny()
     text = R.tree_str(FlopCountAnalysis(model, x))
-    assert "└─ unused (Linear)                    20     N/A" in text
-    assert "├─ blocks (ModuleList)               212     384" in text
+    assert "└─ unused (Linear)                    20    N/A" in text  # under "#MACs", 5 wide
+    assert "├─ blocks (ModuleList)               212    384" in text
     assert text.endswith("its cost is in its caller's.")

@@ -1,0 +1,69 @@
+"""Published serving measurements set beside the bound and the estimate (docs/measured/serving.csv).
+
+Each case names its engine, model, precision, GPU, parallelism, batch and lengths. A throughput
+case (``out_tokens_per_s``: ``batch x output`` tokens over a whole static batch) is a prefill of
+``input`` tokens and ``output - 1`` decode steps (the prefill yields the first token); a
+``first_token_ms`` case is the prefill alone; a ``decode_step_ms`` case is one decode step of
+``batch`` sequences with ``input`` tokens cached. Models are the catalogue's (:mod:`.catalogue`: their
+published configs).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import OpcountValueError
+from .catalogue import config
+from .phases import CausalLM, generation
+from .precision import Precision
+
+
+@dataclass(frozen=True)
+class Case:
+    """One published measurement and what opcount makes of it, all in seconds."""
+
+    row: dict[str, str]
+    measured: float
+    bound: float
+    estimate: float
+
+    @property
+    def error(self) -> float:
+        """The estimate over the measurement, less 1."""
+        return self.estimate / self.measured - 1
+
+    @property
+    def missed(self) -> str:
+        return self.row.get("missed", "")
+
+
+def load(path: str | Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def evaluate(row: dict[str, str]) -> Case:
+    """The bound and the estimate of one measured case."""
+    if int(row["tp"]) != 1:
+        raise OpcountValueError(f"{row['case']}: tensor parallelism is not modelled here")
+    llm = CausalLM(config(row["model"]), Precision(row["weight"], row["act"], row["kv"] or None))
+    batch, prompt, output = int(row["batch"]), int(row["input"]), int(row["output"])
+    if row["metric"] == "decode_step_ms":
+        step = llm.phase("decode", kv_len=prompt, batch=batch, hardware=row["hardware"])
+        assert step.time_bound is not None and step.time is not None  # hardware was given
+        return Case(row, float(row["measured"]) / 1e3, step.time_bound, step.time)
+    gen = generation(
+        llm, prompt, output - 1 if row["metric"] == "out_tokens_per_s" else 0, batch=batch, hardware=row["hardware"]
+    )
+    if row["metric"] == "out_tokens_per_s":
+        measured = batch * output / float(row["measured"])
+        bound, estimate = gen.time_bound, gen.time
+    elif row["metric"] == "first_token_ms":
+        measured = float(row["measured"]) / 1e3
+        bound, estimate = gen.time_to_first_token_bound, gen.time_to_first_token
+    else:
+        raise OpcountValueError(f"{row['case']}: unknown metric {row['metric']!r}")
+    assert bound is not None and estimate is not None  # hardware was given
+    return Case(row, measured, bound, estimate)

@@ -1,0 +1,118 @@
+"""Every decoder-only causal LM of the installed transformers, built from its default config made
+small (tests/llm/small_configs.py: 2 layers, or one of each layer type) on meta: a prompt of 16
+tokens and one decode step run, and the step's multiply-adds are at least those of the weights one
+token must touch.
+
+The lower bound: a token goes through every linear layer of the decoder and the output projection
+once (``in x out`` multiply-adds each, transformers' ``Conv1D`` alike), experts left out (a token
+reaches only ``top_k`` of them, so none is a bound that holds), and so are a multimodal model's
+other encoders and its cross-attention to them (a text-only phase runs neither). What the decoder
+runs besides (attention, recurrent state) only adds. Models that do not run yet are listed in :data:`KNOWN`
+with the reason, as docs/llm.md lists them; an entry that starts to run fails the test too, so
+that the list is kept true.
+"""
+
+from __future__ import annotations
+
+import pytest
+from torch import nn
+
+transformers = pytest.importorskip("transformers")
+
+from opcount.llm.phases import CausalLM  # noqa: E402
+from tests.llm.small_configs import causal_lm_config_classes, small  # noqa: E402
+
+INDEXED = "a cache of type 'indexed_attention' (DeepSeek sparse attention's indexer keys), which opcount does not model"
+MOE = "a mixture-of-experts block opcount does not recognise (its routing cannot be followed on meta)"
+STATE = "recurrent state whose shapes opcount cannot read from a forward on meta"
+NO_HEADS = "a recurrent model without attention heads (RWKV, xLSTM): opcount reads one KV geometry per model"
+GEOMETRY = "the model caches other KV heads or head sizes than its config says where opcount reads them"
+DEFAULTS = "transformers cannot build a model from this config's defaults (the same error without opcount)"
+PER_LAYER = "per-layer configs (heads and head size vary by layer): opcount reads one KV geometry per model"
+KV_SHARE = "layers that reuse another layer's KV cache: the small config breaks the sharing pattern"
+KNOWN: dict[str, str] = {}  # filled below, by class name
+
+
+def _known(reason: str, *names: str) -> None:
+    KNOWN.update(dict.fromkeys(names, reason))
+
+
+_known(
+    INDEXED,
+    "AXK2Config",
+    "DeepseekV32Config",
+    "Dots3NoteConfig",
+    "Dots3NoteTextConfig",
+    "GlmMoeDsaConfig",
+    "HYV4Config",
+)
+_known(MOE, "DeepseekV2Config", "JetMoeConfig", "LongcatFlashConfig")
+_known(STATE, "BambaConfig", "GraniteMoeHybridConfig", "MiniMaxConfig", "RecurrentGemmaConfig", "Zamba2Config")
+_known(NO_HEADS, "RwkvConfig", "xLSTMConfig")
+_known(GEOMETRY, "FalconConfig", "InklingTextConfig", "MiMoV2FlashConfig")
+_known(DEFAULTS, "CohereCompassTextConfig", "DbrxConfig", "Dots1Config", "Gemma4AssistantConfig",
+       "HunYuanDenseV1Config", "HunYuanMoEV1Config", "Lfm2MoeConfig", "MinistralConfig", "NemotronConfig",
+       "Qwen4ExpConfig", "Qwen4ExpTextConfig")  # fmt: skip
+_known(PER_LAYER, "Gemma4Config", "Gemma4TextConfig", "Gemma4UnifiedConfig", "Gemma4UnifiedTextConfig")
+_known(KV_SHARE, "Gemma3nTextConfig", "Gemma4UnifiedAssistantConfig")
+_known("a cache layer type opcount does not know ('heavily_compressed_attention')", "DeepseekV4Config")
+_known("byte-level: three transformers (local encoder, global, local decoder), heads kept per part", "BltConfig")
+_known("prepends prompt_length learned tokens to every input: more positions than the phase's cache", "CpmAntConfig")
+_known("the multimodal wrapper builds a timm vision tower (timm is not a dependency)", "Gemma3nConfig")
+_known("a Mamba hybrid whose shared attention block is tied across layers: 2 layers do not build", "ZambaConfig")
+
+
+# what a text token of a decoder-only phase need not run: another modality's encoder and the
+# cross-attention to it (run only with images or audio), and experts (a token reaches top_k of them)
+_NOT_RUN_BY_TEXT = ("experts", "vision", "visual", "image", "audio", "cross", "encoder_attn")
+
+
+def token_macs_lower_bound(model: nn.Module) -> int:
+    """``in x out`` of every linear layer (transformers' ``Conv1D`` alike) a text token must run,
+    each module once however many names it has."""
+    from transformers.pytorch_utils import Conv1D
+
+    get_decoder = getattr(model, "get_decoder", None)
+    decoder = get_decoder() if callable(get_decoder) else model  # a multimodal model's text decoder
+    head = model.get_output_embeddings()
+    named = [*decoder.named_modules(), *([("lm_head", head)] if head is not None else [])]
+    layers = {
+        id(m): m
+        for name, m in named
+        if isinstance(m, (nn.Linear, Conv1D)) and not any(part in name for part in _NOT_RUN_BY_TEXT)
+    }
+    return sum(m.weight.shape[0] * m.weight.shape[1] for m in layers.values())
+
+
+def _run(cls: type) -> None:
+    llm = CausalLM(small(cls))
+    llm.phase("prefill", seq_len=16)
+    step = llm.phase("decode", kv_len=16, preset="macs")
+    macs, bound = step.flops.total(), token_macs_lower_bound(llm.model)
+    assert macs >= bound > 0, f"{macs} multiply-adds in a decode step, fewer than the {bound} of its linear layers"
+
+
+@pytest.mark.slow
+def test_a_prompt_and_a_decode_step_run() -> None:
+    # one test over every class (not one per class): listing them imports every config module of
+    # transformers, which the default suite's collection should not pay for
+    failed: dict[str, str] = {}
+    ran: list[str] = []
+    for cls in causal_lm_config_classes():
+        try:
+            _run(cls)
+            ran.append(cls.__name__)
+        except Exception as e:
+            failed[cls.__name__] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    assert {name: why for name, why in failed.items() if name not in KNOWN} == {}
+    assert [name for name in ran if name in KNOWN] == []  # they run now: take them off the list (and the docs)
+
+
+def test_the_documented_list_is_the_tested_one() -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "llm.md").read_text()
+    section = page.split("## Which transformers models run")[1].split("\n## ")[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    documented = {name.strip() + "Config" for row in rows for name in row.split(",")}
+    assert documented == set(KNOWN)

@@ -1,0 +1,203 @@
+"""Kernels as engines fuse them, and the bound: worked by hand on tiny models."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+
+import pytest
+from transformers import GPT2Config, LlamaConfig, MixtralConfig
+
+from opcount.errors import OpcountValueError
+from opcount.hardware.spec import Hardware
+from opcount.llm.bound import time_bound
+from opcount.llm.kernels import ATTENTION_KINDS, attention_work
+from opcount.llm.phases import CausalLM, PhaseCost, generation
+
+H, FFN, LAYERS, HEADS, KV_HEADS, VOCAB = 64, 128, 2, 4, 2, 1000
+HEAD_DIM = H // HEADS  # 16
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # transformers' deprecation notices on the cache argument
+        yield
+
+
+def tiny_llama() -> CausalLM:
+    return CausalLM(
+        LlamaConfig(
+            hidden_size=H,
+            intermediate_size=FFN,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS,
+            num_key_value_heads=KV_HEADS,
+            vocab_size=VOCAB,
+        )
+    )
+
+
+def tiny_gpt2() -> CausalLM:
+    return CausalLM(GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=1000, n_positions=256))
+
+
+def tiny_mixtral() -> CausalLM:
+    return CausalLM(
+        MixtralConfig(
+            hidden_size=H,
+            intermediate_size=FFN,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS,
+            num_key_value_heads=KV_HEADS,
+            vocab_size=VOCAB,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+        )
+    )
+
+
+def attention_calls(cost: PhaseCost) -> list[int]:
+    return [i for i, c in enumerate(cost.flops.trace().calls) if c.kind in ATTENTION_KINDS]
+
+
+def test_causal_prefill_attention_computes_the_lower_triangle() -> None:
+    llm, batch, t = tiny_llama(), 2, 24
+    cost = llm.phase("prefill", seq_len=t, batch=batch, hardware="h100-sxm")
+    calls = cost.flops.trace().calls
+    macs = sum(attention_work(calls[i], causal=True)[0] for i in attention_calls(cost))
+    # per head and layer: T(T+1)/2 = 300 (query, key) pairs, each q.k and p.v over head_dim 16
+    assert macs == LAYERS * batch * HEADS * (t * (t + 1) // 2) * HEAD_DIM * 2 == 2 * 2 * 4 * 300 * 32
+    # the bound's FLOPs: 2 per multiply-add of every projection (one token each) and of that attention
+    per_token = H * H + 2 * H * KV_HEADS * HEAD_DIM + H * H + 3 * H * FFN  # q, k and v, o, gate/up/down
+    linear = LAYERS * batch * t * per_token + batch * H * VOCAB  # lm_head: the last token's logits only
+    assert cost.plans is not None
+    assert cost.plans["fused"].matmul_flops == 2 * (linear + macs)
+
+
+def test_decode_attends_to_every_cached_token() -> None:
+    cost = tiny_llama().phase("decode", kv_len=10, batch=3, hardware="h100-sxm")
+    calls = cost.flops.trace().calls
+    # one new token over 11 positions: 11 pairs per head, whatever causal says
+    for i in attention_calls(cost):
+        assert attention_work(calls[i], causal=True)[0] == 3 * HEADS * 11 * HEAD_DIM * 2
+
+
+def test_no_score_matrix_bytes_under_fused_kernels() -> None:
+    def attention_bytes(t: int) -> float:
+        cost = tiny_llama().phase("prefill", seq_len=t, hardware="h100-sxm")
+        assert cost.plans is not None
+        return sum(k.bytes for k in cost.plans["fused"].kernels if k.kind == "attention")
+
+    # every tensor the attention kernels move (Q, K, V, the cache, the output, rotary) grows linearly
+    # with T: equal steps from T to 2T to 3T; a T x T score matrix would make the second step larger
+    one, two, three = attention_bytes(128), attention_bytes(256), attention_bytes(384)
+    assert three - two == pytest.approx(two - one, rel=1e-12)
+    scores = HEADS * 128 * 128 * 2  # what one layer's bf16 scores alone would take at T = 128
+    assert one / LAYERS < scores
+
+
+def test_decode_bound_bytes_by_hand() -> None:
+    llm, batch, cached = tiny_llama(), 3, 10
+    cost = llm.phase("decode", kv_len=cached, batch=batch, hardware="h100-sxm")
+    params = sum(p.numel() for p in llm.model.parameters())
+    # bfloat16 weights read once, the embedding table only for the 3 looked-up rows
+    weights = (params - VOCAB * H) * 2 + batch * H * 2
+    kv_read = 2 * LAYERS * KV_HEADS * (cached + 1) * HEAD_DIM * 2 * batch  # keys and values, whole cache
+    kv_written = 2 * LAYERS * KV_HEADS * 1 * HEAD_DIM * 2 * batch  # the new token's
+    rotary = HEAD_DIM // 2 * 2  # the rotary inverse frequencies, a buffer of head_dim / 2 values
+    io = batch * 8 + batch * VOCAB * 2  # int64 token ids in, the last token's logits out
+    assert cost.plans is not None
+    assert cost.plans["fused"].compulsory_bytes == weights + rotary + kv_read + kv_written + io
+
+
+@pytest.mark.parametrize("make", [tiny_llama, tiny_gpt2, tiny_mixtral])
+@pytest.mark.parametrize("hw", ["h100-sxm", "a100-sxm"])
+def test_bound_below_fused_below_eager(make: object, hw: str) -> None:
+    llm = make()  # type: ignore[operator]
+    phases = [
+        llm.phase("prefill", seq_len=32, batch=2, hardware=hw),
+        llm.phase("decode", kv_len=32, batch=2, hardware=hw),
+        llm.phase("decode", seq_len=4, kv_len=32, hardware=hw),
+    ]
+    for cost in phases:
+        assert cost.plans is not None and cost.time_bound is not None
+        assert cost.time_bound <= cost.plans["fused"].time <= cost.plans["eager"].time
+        # the eager kernels move at least the roofline's bytes per operator
+        assert cost.roofline is not None
+    gen = generation(llm, 16, 5, batch=2, hardware=hw)
+    assert gen.time_bound is not None and gen.time is not None
+    assert gen.time_bound <= gen.time
+    eager = generation(llm, 16, 5, batch=2, hardware=hw, kernels="eager")
+    assert eager.time is not None and gen.time <= eager.time
+    assert eager.time_bound == pytest.approx(gen.time_bound, rel=1e-12)
+
+
+def test_decode_sums_are_exact() -> None:
+    llm, prompt, steps = tiny_llama(), 12, 4
+    gen = generation(llm, prompt, steps, hardware="h100-sxm")
+    each = [llm.phase("decode", kv_len=prompt + j, hardware="h100-sxm") for j in range(steps)]
+    assert gen.decode_time == pytest.approx(sum(c.time or 0 for c in each), rel=1e-9)
+    assert gen.decode_time_bound == pytest.approx(sum(c.time_bound or 0 for c in each), rel=1e-9)
+
+
+def test_time_bound_of_plain_numbers() -> None:
+    # 1e15 FLOPs at 1e15 FLOP/s: 1 s; 2e12 bytes at 1e12 bytes/s: 2 s; 3 s of communication
+    assert time_bound(1e15, 1e15, 2e12, 1e12) == 2.0
+    assert time_bound(1e15, 1e15, 2e12, 1e12, communication=3.0) == 3.0
+    assert time_bound(4e15, 1e15, 2e12, 1e12) == 4.0
+    with pytest.raises(OpcountValueError, match="bandwidth"):
+        time_bound(1.0, 1.0, 1.0, 0.0)
+
+
+def test_efficiency_from_a_hardware_file_and_its_ranges() -> None:
+    base = {"name": "x", "peak": {"tensor": {"bfloat16": 1e15}, "vector": {"float32": 1e13}}, "bandwidth": 1e12}
+    hw = Hardware.from_dict({**base, "efficiency": {"gemm": 0.5, "launch_s": 0.0}})
+    assert (hw.efficiency.gemm, hw.efficiency.attention, hw.efficiency.launch_s) == (0.5, 0.6, 0.0)
+    assert Hardware.from_dict(hw.to_dict()) == hw
+    with pytest.raises(OpcountValueError, match=r"efficiency.stream must be a number from 0.001 to 1"):
+        Hardware.from_dict({**base, "efficiency": {"stream": 1.5}})
+    with pytest.raises(OpcountValueError, match="unknown efficiency keys"):
+        Hardware.from_dict({**base, "efficiency": {"gemm_eff": 0.5}})
+
+
+def test_an_unknown_kernels_mode_is_refused() -> None:
+    with pytest.raises(OpcountValueError, match="unknown kernels 'graph'; choose fused or eager"):
+        tiny_llama().phase("prefill", seq_len=4, kernels="graph")
+
+
+def test_k_and_v_stream_once_per_query_tile_past_the_buffer() -> None:
+    llm, t = tiny_llama(), 256
+    peaks = {"tensor": {"bfloat16": 1e15}, "vector": {"bfloat16": 1e13, "float32": 1e13}}
+    roomy = Hardware("roomy", peaks, bandwidth=1e12, buffer_bytes=1e9)
+    tiny = Hardware("tiny", peaks, bandwidth=1e12, buffer_bytes=1024)  # less than one head's K and V
+
+    def attention_bytes(hw: Hardware) -> float:
+        cost = llm.phase("prefill", seq_len=t, hardware=hw)
+        assert cost.plans is not None
+        return sum(k.bytes for k in cost.plans["fused"].kernels if k.kind == "attention")
+
+    # a prompt attends to its own keys and values: V [1, kv_heads, T, head_dim] as the projection wrote
+    # it, K made in the kernel by rotary from the projection's K and the cos and sin tables [1, T,
+    # head_dim]; past the buffer what K and V are read from streams once per tile of 128 queries,
+    # 256 / 128 = 2 times: once more, per layer
+    k_and_v = 2 * KV_HEADS * t * HEAD_DIM * 2
+    cos_and_sin = 2 * t * HEAD_DIM * 2
+    assert attention_bytes(tiny) - attention_bytes(roomy) == LAYERS * (k_and_v + cos_and_sin)
+
+
+def test_experts_run_as_grouped_gemms() -> None:
+    cost = tiny_mixtral().phase("decode", kv_len=8, batch=2, hardware="h100-sxm")
+    assert cost.plans is not None
+    calls = cost.flops.trace().calls
+    kernels = cost.plans["fused"].kernels
+    grouped = [k for k in kernels if k.kind == "grouped_gemm"]
+    # per layer: the router with every expert's gate/up projection (one input read once), and every
+    # expert's down projection; 2 tokens x top-2 over 4 experts: each expert runs once
+    assert len(grouped) == 2 * LAYERS
+    for k in grouped:
+        products = [calls[i] for i in k.calls if calls[i].kind == "aten::linear"]
+        assert len(products) in (1 + 4, 4)
+    experts = [i for i, c in enumerate(calls) if c.kind == "aten::linear" and ".experts" in c.scope[-1]]
+    assert len(experts) == LAYERS * 4 * 2
+    assert all(kernels[cost.plans["fused"].kernel_of[i]].kind == "grouped_gemm" for i in experts)
