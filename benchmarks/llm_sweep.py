@@ -80,7 +80,8 @@ def api(model: str, batches: list[int], kv_lens: list[int], layers: int | None, 
 
     from opcount.llm.catalogue import config
     from opcount.llm.phases import CausalLM
-    from opcount.llm.sweep import PhasePoint, phase_points
+    from opcount.llm.points import PhasePoint
+    from opcount.llm.sweep import phase_points
 
     overrides = {"num_hidden_layers": layers} if layers else {}
     t1 = time.perf_counter()
@@ -103,7 +104,7 @@ def api(model: str, batches: list[int], kv_lens: list[int], layers: int | None, 
         traced = [PhasePoint.of(llm.phase("decode", kv_len=k, batch=b, hardware="h100-sxm")) for b, _, k in points]
         out["traced"] = time.perf_counter() - t3
         same = all(
-            (a.flops, a.memory, a.time, a.bound) == (b.flops, b.memory, b.time, b.bound)
+            (a.flops, a.memory, a.time, a.time_bound, a.bound) == (b.flops, b.memory, b.time, b.time_bound, b.bound)
             for a, b in zip(fitted, traced, strict=True)
         )
         out["equal"] = same
