@@ -29,6 +29,7 @@ _NAMES = {
     "AutoConfig": "transformers.AutoConfig",
     "AutoModelForCausalLM": "transformers.AutoModelForCausalLM",
     "Cache": "transformers.cache_utils.Cache",
+    "CacheLayerMixin": "transformers.cache_utils.CacheLayerMixin",
     "DummyLayer": "transformers.cache_utils.DummyLayer",
     "DynamicCache": "transformers.DynamicCache",
     "LinearAttentionAndStaticFullAttentionLayer": "transformers.cache_utils.LinearAttentionAndStaticFullAttentionLayer",

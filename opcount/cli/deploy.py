@@ -190,17 +190,24 @@ def summary_lines(d: Deployment) -> list[str]:
     if d.parallel.tp * d.parallel.pp * d.parallel.ep > 1:  # a layout that communicates
         timed = f", {seconds(d.communication_time)}" if d.communication_time is not None else ""
         lines.append(f"  communication: {size(d.communication_bytes)} sent per device per step{timed}")
-    if d.time is not None:
+    if d.time is not None and d.time_bound is not None:
+        devices = f"{d.parallel.devices} device{'s' if d.parallel.devices > 1 else ''}"
         lines.append(
-            f"  per device and {'output token' if d.generated else 'step'}: compute/memory {seconds(d.compute_time)} + communication {seconds(d.communication_time)} "
-            f"= {seconds(d.time)}, {d.tokens_per_s:,.1f} tokens/s on {d.parallel.devices} device{'s' if d.parallel.devices > 1 else ''}"
+            f"  per device and {'output token' if d.generated else 'step'}: estimate {seconds(d.compute_time)} kernels "
+            f"+ {seconds(d.communication_time)} communication (not overlapped) = {seconds(d.time)}, "
+            f"{d.tokens_per_s:,.1f} tokens/s on {devices}; bound {seconds(d.time_bound)}, {d.tokens_per_s_bound:,.1f} tokens/s"
         )
     if d.prefill_time is not None:
         lines.append(
-            f"  per device: time to first token {seconds(d.prefill_time)}, whole generation {seconds(d.generation_time)}"
+            f"  per device: time to first token {seconds(d.prefill_time)} (bound {seconds(d.prefill_time_bound)}), "
+            f"whole generation {seconds(d.generation_time)} (bound {seconds(d.generation_time_bound)})"
         )
     if d.cost is not None:
-        lines.append("  cost: " + ", ".join(f"${v:,.4g} per 1M {k} tokens" for k, v in d.cost.items()))
+        bound = d.cost_bound or {}
+        lines.append(
+            "  cost: "
+            + ", ".join(f"${v:,.4g} per 1M {k} tokens (bound ${bound.get(k, 0):,.4g})" for k, v in d.cost.items())
+        )
     if d.max_batch is not None:
         lines.append(f"  max batch: {d.max_batch} sequences fit a device")
     return lines
@@ -216,12 +223,28 @@ def add_json(out: dict[str, Any], d: Deployment | None) -> None:
     memory |= {"per_device": d.per_device.as_dict(), "capacity": d.capacity, "fits": d.fits}
     out["communication"] = {"bytes_per_device": d.communication_bytes, "time": d.communication_time}
     if d.time is not None:
-        out["time_per_device"] = {"compute": d.compute_time, "communication": d.communication_time, "total": d.time}
+        out["time_per_device"] = {
+            "compute": d.compute_time,
+            "communication": d.communication_time,
+            "total": d.time,
+            "time_bound": d.time_bound,
+        }
         if d.prefill_time is not None:
-            out["time_per_device"] |= {"time_to_first_token": d.prefill_time, "generation": d.generation_time}
+            out["time_per_device"] |= {
+                "time_to_first_token": d.prefill_time,
+                "time_to_first_token_bound": d.prefill_time_bound,
+                "generation": d.generation_time,
+                "generation_bound": d.generation_time_bound,
+            }
         out["tokens_per_s_all_devices"] = d.tokens_per_s
+        out["tokens_per_s_all_devices_bound"] = d.tokens_per_s_bound
     if d.cost is not None:
-        out["cost"] = {"per_million_tokens": d.cost, "usd_per_device_hour": d.price, "devices": d.parallel.devices}
+        out["cost"] = {
+            "per_million_tokens": d.cost,
+            "per_million_tokens_bound": d.cost_bound,
+            "usd_per_device_hour": d.price,
+            "devices": d.parallel.devices,
+        }
     if d.max_batch is not None:
         out["max_batch"] = d.max_batch
 
@@ -233,14 +256,17 @@ SWEEP_CELLS: dict[str, Callable[[Any], str]] = {
     "fits": lambda v: "yes" if v else "no",
     "communication_time": seconds,
     "step_time": seconds,
+    "step_time_bound": seconds,
     "tokens_per_s_all_devices": lambda v: f"{v:,.1f}",
     "usd_per_1m_tokens": lambda v: f"{v:,.4g}",
+    "usd_per_1m_tokens_bound": lambda v: f"{v:,.4g}",
     "max_batch": str,
 }
 SWEEP_CSV_NAMES = {
     "per_device": "per_device_bytes",
     "communication_time": "communication_time_s",
     "step_time": "step_time_s",
+    "step_time_bound": "step_time_bound_s",
 }
 
 
@@ -249,9 +275,9 @@ def sweep_header(d: Deployment | None) -> list[str]:
         return []
     keys = ["devices", "per_device", "fits"]
     if d.time is not None:
-        keys += ["communication_time", "step_time", "tokens_per_s_all_devices"]
+        keys += ["communication_time", "step_time", "step_time_bound", "tokens_per_s_all_devices"]
     if d.cost is not None:
-        keys.append("usd_per_1m_tokens")
+        keys += ["usd_per_1m_tokens", "usd_per_1m_tokens_bound"]
     if d.max_batch is not None:
         keys.append("max_batch")
     return keys
@@ -262,13 +288,16 @@ def sweep_row(d: Deployment | None) -> dict[str, Any]:
     if d is None:
         return {}
     cost = None if d.cost is None else d.cost.get("generated", d.cost.get("prompt"))
+    bound = None if d.cost_bound is None else d.cost_bound.get("generated", d.cost_bound.get("prompt"))
     return {
         "devices": d.parallel.devices,
         "per_device": d.per_device.total,
         "fits": d.fits,
         "communication_time": d.communication_time,
         "step_time": d.time,
+        "step_time_bound": d.time_bound,
         "tokens_per_s_all_devices": d.tokens_per_s,
         "usd_per_1m_tokens": cost,
+        "usd_per_1m_tokens_bound": bound,
         "max_batch": d.max_batch,
     }

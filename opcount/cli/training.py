@@ -107,7 +107,13 @@ def check_llm(flags: LLMOptions, model: str) -> None:
         raise OpcountError(
             f"{inference[0]} is for inference phases: --mode train traces one training step of --batch x --seq-len tokens"
         )
-    layout = [f for f in flags.deploy.given() if f in ("--tp", "--pp", "--ep", "--micro-batches", "--max-batch")]
+    serving = [f for f in flags.deploy.given() if f in ("--max-batch", "--reserve")]
+    if serving:  # a serving engine's figures: a training step's capacity is the device's whole memory
+        raise OpcountError(
+            f"{serving[0]} applies to inference (a serving engine's batch and workspace): --mode train fits the "
+            "device's whole memory"
+        )
+    layout = [f for f in flags.deploy.given() if f in ("--tp", "--pp", "--ep", "--micro-batches")]
     if layout:
         raise OpcountError(
             f"{layout[0]}: --mode train prices data parallelism (--dp, --zero); tensor, pipeline and expert "
@@ -244,14 +250,16 @@ def _time_lines(cost: TrainingCost, rate: Throughput, tokens: int | None, price:
     step = cost.step
     assert step is not None and cost.roofline is not None
     hw = cost.roofline.hardware.name
-    parts = f"compute {seconds(step.compute)}"
+    parts = f"kernels {seconds(step.compute)}"
     if step.recompute:
         parts += f" + recompute {seconds(step.recompute)}"
     if cost.dp > 1:
-        parts += f"; data-parallel collectives {seconds(step.communication)} (overlapped)"
+        parts += f" + exposed collectives {seconds(step.exposed)} (of {seconds(step.communication)}, overlapped)"
     lines = [
         f"  {hw}: step {seconds(step.time)} ({parts}), {rate.tokens_per_s:,.0f} tokens/s on {cost.dp} "
-        f"device{'s' if cost.dp > 1 else ''}, MFU {rate.mfu:.1%}"
+        f"device{'s' if cost.dp > 1 else ''}, MFU {rate.mfu:.1%}",
+        f"  speed of light: step {seconds(step.time_bound)} ({step.bound}-bound), "
+        f"{rate.tokens_per_s_bound or 0:,.0f} tokens/s, MFU at the bound {rate.mfu_bound or 0:.1%}",
     ]
     if tokens is not None:
         run = f"  {si(tokens)} tokens: {_duration(rate.time_to_train(tokens))}"
@@ -283,11 +291,16 @@ def training_json(cost: TrainingCost, tokens: int | None, price: float | None) -
     if step is not None and rate is not None:
         out |= {
             "step_time": step.time,
+            "step_time_bound": step.time_bound,
+            "bound": step.bound,
             "compute_time": step.compute,
             "recompute_time": step.recompute,
             "communication_time": step.communication,
+            "exposed_communication_time": step.exposed,
             "tokens_per_s": rate.tokens_per_s,
+            "tokens_per_s_bound": rate.tokens_per_s_bound,
             "mfu": rate.mfu,
+            "mfu_bound": rate.mfu_bound,
             "tokens": tokens,
             "time_to_train": None if tokens is None else rate.time_to_train(tokens),
             "cost": None if tokens is None or price is None else rate.cost(tokens, price),

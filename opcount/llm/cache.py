@@ -36,7 +36,10 @@ from torch import nn
 
 from ..errors import OpcountError
 from ..messages import first_line
-from .model import KV_PREFIX, kv_geometry, serving_attention, text_config
+from .kv_layout import ForwardLayout, KVShape, Shapes, forward_layout
+from .lightning import lightning_cache, lightning_states
+from .model import KV_PREFIX, kv_geometry, text_config
+from .xlstm import xlstm_cache, xlstm_states
 
 FULL, SLIDING, CHUNKED, LATENT, STATE, NONE = (
     "full_attention",
@@ -93,6 +96,8 @@ class CachePlan:
     layers: tuple[LayerCache, ...]
     # per layer: the conv states' and the recurrent states' shapes for one sequence
     state_shapes: tuple[tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]], ...] = ()
+    # per layer: the keys' and values' heads and widths of a layer holding them (else None)
+    kv_shapes: tuple[KVShape | None, ...] = ()
 
     def by_kind(self, kv_len: int, seq_len: int, batch: int) -> dict[str, int]:
         """Elements held per layer kind, kinds in the order they first appear (a layer running
@@ -157,30 +162,38 @@ def layer_types(config: Any) -> list[tuple[str, dict[str, Any]]]:
 
 
 def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.nullcontext) -> CachePlan:
-    """Every layer's cache for ``config``; the state shapes are read from a one-token forward on meta,
-    with ``routing(model)`` around it (the expected routing of mixture-of-experts blocks, which meta
-    tensors cannot route by their values)."""
+    """Every layer's cache for ``config``; the KV and state shapes are read from a one-token forward
+    on meta (:mod:`.kv_layout`), with ``routing(model)`` around it (the expected routing of
+    mixture-of-experts blocks, which meta tensors cannot route by their values)."""
     c = text_config(config)
     name = type(c).__name__
+    recurrent = xlstm_states(model, c)
+    if recurrent:  # a recurrent model whose config gives no layer types
+        elements = [sum(math.prod(s) for s in shapes[1]) for shapes in recurrent.values()]
+        return CachePlan(tuple(LayerCache(STATE, state_elements=n) for n in elements), tuple(recurrent.values()))
     types = layer_types(c)
-    states = _state_shapes(model, c, routing) if any(t in _STATE_TYPES for t, _ in types) else {}
+    layout = _layout(model, c, routing, needed=any(t in _STATE_TYPES for t, _ in types))
+    states = layout.states
     layers: list[LayerCache] = []
+    shapes: list[KVShape | None] = []
     for index, (kind, kwargs) in enumerate(types):
         state = 0
+        shapes.append(None)
         if kind in _STATE_TYPES:
-            shapes = states.get(index)
-            if shapes is None or not (shapes[0] or shapes[1]):
+            found = states.get(index)
+            if found is None or not (found[0] or found[1]):
                 raise OpcountError(f"{name}: layer {index} ({kind}) stored no state in a forward on meta")
-            state = sum(math.prod(s) for s in (*shapes[0], *shapes[1]))
+            state = sum(math.prod(s) for s in (*found[0], *found[1]))
         if kind in _ATTENTION:
             if is_latent(c):
                 if kind != "full_attention":
                     raise OpcountError(f"{name}: layer {index} is {kind} with latent attention: not modelled")
                 layers.append(LayerCache(LATENT, int(c.kv_lora_rank) + int(c.qk_rope_head_dim)))
                 continue
-            g = kv_geometry(c)
+            shape = layout.kv.get(index) or _config_shape(c)
+            shapes[-1] = shape
             window = int(kwargs.get("sliding_window") or 0)
-            layers.append(LayerCache(_ATTENTION[kind], 2 * g.kv_heads * g.head_dim, state, window))
+            layers.append(LayerCache(_ATTENTION[kind], shape.elements, state, window))
         elif kind in _STATE_TYPES:
             layers.append(LayerCache(STATE, state_elements=state))
         elif kind == "dummy":
@@ -188,43 +201,53 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
         else:
             raise OpcountError(f"{name}: layer {index} has a cache of type {kind!r}, which opcount does not model")
     ordered = tuple(states.get(i, ((), ())) for i in range(len(layers)))
-    return CachePlan(tuple(layers), ordered)
+    return CachePlan(tuple(layers), ordered, tuple(shapes))
 
 
-Shapes = tuple[tuple[int, ...], ...]
+def _config_shape(c: Any) -> KVShape:
+    g = kv_geometry(c)
+    return KVShape(g.kv_heads, g.head_dim, g.head_dim)
 
 
-def _state_shapes(model: nn.Module, config: Any, routing: Routing) -> dict[int, tuple[Shapes, Shapes]]:
-    """The conv and recurrent state shapes of each state layer for one sequence, as the model's
-    own forward stores them in a transformers cache (one token, on meta, nothing traced)."""
-    from ..transformers_internals import DynamicCache, LinearAttentionCacheLayerMixin, cache_keyword
-
-    cache = DynamicCache(config=config)
-    tokens = torch.zeros((1, 1), dtype=torch.long, device="meta")
+def _layout(model: nn.Module, c: Any, routing: Routing, needed: bool) -> ForwardLayout:
+    """What the layers store in a forward on meta. Needed for state layers; for attention alone
+    the config's geometry stands in when the forward cannot run (the traced cache still checks
+    that the model writes that shape)."""
+    found = lightning_states(model)
+    if found:  # MiniMax keeps its state outside the cache's layers
+        return ForwardLayout({}, found)
     try:
-        with routing(model), serving_attention(model), torch.no_grad():
-            model(input_ids=tokens, use_cache=True, **{cache_keyword(model): cache})
-    except Exception as e:  # whatever the model's forward raises on meta
-        raise OpcountError(
-            f"{type(config).__name__}: its state layers' shapes could not be read from a forward on meta: "
-            f"{first_line(e, type(e).__name__)}"
-        ) from e
-    shapes: dict[int, tuple[Shapes, Shapes]] = {}
-    for index, layer in enumerate(cache.layers):
-        if isinstance(layer, LinearAttentionCacheLayerMixin):
-            conv, recurrent = (
-                tuple(tuple(t.shape[1:]) for t in found.values() if isinstance(t, torch.Tensor))
-                for found in (layer.conv_states, layer.recurrent_states)
-            )
-            shapes[index] = (conv, recurrent)
-    return shapes
+        return forward_layout(model, c, routing, prepare=lambda cache: _known_length(cache, 0))
+    except OpcountError:
+        if needed:
+            raise
+        return ForwardLayout({}, {})
+
+
+def _known_length(cache: Any, kv_len: int) -> None:
+    """A cache of state layers only (a Bamba or Granite-4 whose layers are all Mamba) answers
+    ``kv_len`` positions seen and no mask to build: transformers reads both from an attention layer
+    and raises when there is none, though the positions are known here."""
+    from ..transformers_internals import CacheLayerMixin
+
+    if any(isinstance(layer, CacheLayerMixin) for layer in cache.layers):
+        return
+    cache.get_seq_length = lambda layer_idx=0: kv_len
+    cache.get_mask_sizes = lambda query_length, layer_idx=0: (kv_len + query_length, 0)
 
 
 # ------------------------------------------------------------------------------------------------
 # The cache a phase is traced with
 # ------------------------------------------------------------------------------------------------
 def _hold_tokens(
-    held: Any, layer: LayerCache, c: Any, batch: int, kv_len: int, seq_len: int, dtype: torch.dtype
+    held: Any,
+    layer: LayerCache,
+    shape: KVShape | None,
+    c: Any,
+    batch: int,
+    kv_len: int,
+    seq_len: int,
+    dtype: torch.dtype,
 ) -> dict[str, torch.Tensor]:
     """Make the transformers cache layer ``held`` keep the tokens the layer keeps: a prefill writes
     its last ``positions`` prompt tokens and attends over the prompt; a decode step writes its
@@ -236,9 +259,11 @@ def _hold_tokens(
         latent = torch.empty((batch, 1, positions, layer.token_elements), dtype=dtype, device="meta")
         keys, values = latent[..., :rank], latent[..., rank:]
     else:
-        g = kv_geometry(c)
-        shape = (batch, g.kv_heads, positions, g.head_dim)
-        keys, values = (torch.empty(shape, dtype=dtype, device="meta") for _ in range(2))
+        kv = shape or _config_shape(c)
+        keys, values = (
+            torch.empty((batch, kv.kv_heads, positions, width), dtype=dtype, device="meta")
+            for width in (kv.key_dim, kv.value_dim)
+        )
 
     def update(key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         n = positions if kv_len == 0 else seq_len
@@ -314,14 +339,20 @@ def phase_cache(
         else:
             made = cache_utils.DummyLayer()
         if layer.token_elements:
-            tensors |= _hold_tokens(made, layer, c, batch, kv_len, seq_len, dtype)
+            kv_shape = plan.kv_shapes[index] if plan.kv_shapes else None
+            tensors |= _hold_tokens(made, layer, kv_shape, c, batch, kv_len, seq_len, dtype)
         if layer.state_elements:
             tensors |= _hold_state(made, shapes, batch, kv_len, dtype)
         for name, t in tensors.items():
             slot.register_buffer(name, t, persistent=False)
         holder.add_module(str(index), slot)
         layers.append(made)
-    cache = cache_utils.Cache(layers=layers)
+    cache = (
+        lightning_cache(model, layers, kv_len)
+        or xlstm_cache(model, c, layers, kv_len)
+        or cache_utils.Cache(layers=layers)
+    )
+    _known_length(cache, kv_len)
     if KV_PREFIX in model._modules:
         raise OpcountError(f"the model already has a submodule named {KV_PREFIX!r}")
     model._modules[KV_PREFIX] = holder  # named buffers, not a module the forward calls

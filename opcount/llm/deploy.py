@@ -9,10 +9,12 @@ Per device, from the phase's single-device trace (:mod:`.parallel` says what is 
 - **KV cache**: ``kv_heads / tp`` heads a device (one when ``tp`` exceeds them, copied as vLLM
   does), the stage's layers; **activations**: the stage's peak working set, each tensor at the
   device's share of the operator writing it (:mod:`.device_activations`);
-- **time**: each operator's FLOPs and bytes divided as its region is (``1 / tp`` in a split
-  attention or MLP, ``dp / ep`` of the experts' tokens and ``1 / ep`` of their weights), priced at
-  the roofline, plus the collectives, which do not overlap the compute: a bound, as the roofline is.
-  :func:`step_time` is where they combine.
+- **time**: each kernel's FLOPs and bytes divided as its region is (``1 / tp`` in a split
+  attention or MLP, ``dp / ep`` of the experts' tokens and ``1 / ep`` of their weights,
+  :mod:`.device_times`), two ways as a phase is: ``time``, the estimate (the device's share of the
+  fused or eager kernels, then the collectives, which this estimate does not overlap with the
+  compute: :func:`step_time`), and ``time_bound``, the speed of light
+  (``max(device FLOPs / peak, device compulsory bytes / bandwidth, communication)``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ..hardware.lookup import Hardware
 from ..ir import DTYPE_BYTES, OpCall
 from ..memory import MemoryTrafficAnalysis
 from .device_activations import peaks_per_stage
+from .device_times import stage_times
 from .limits import MAX_BATCH
 from .model import KV_PREFIX
 from .parallel import Parallel, Sharding, check_layout, kv_heads_per_device
@@ -83,12 +86,15 @@ class Deployment:
     capacity: float | None
     communication_bytes: float
     communication_time: float | None
-    compute_time: float | None
+    compute_time: float | None  # the estimate's kernels, communication excepted
     tokens: int  # per step per replica
+    compute_bound: float | None = None  # the speed of light of the kernels' work, communication excepted
     price: float | None = None
-    cost: dict[str, float] | None = None
+    cost: dict[str, float] | None = None  # dollars per million tokens, from the estimate
+    cost_bound: dict[str, float] | None = None  # from the bound: the least any engine could charge
     max_batch: int | None = None
     prefill_time: float | None = None  # a generation: the time to first token per device
+    prefill_time_bound: float | None = None
     generated: int = 0  # a generation: its decode steps
 
     @property
@@ -113,12 +119,31 @@ class Deployment:
         return even if self.fits else max(even, devices + 1)
 
     @property
+    def generation_time_bound(self) -> float | None:
+        if self.prefill_time_bound is None or self.time_bound is None:
+            return None
+        return self.prefill_time_bound + self.generated * self.time_bound
+
+    @property
     def time(self) -> float | None:
+        """The estimate of a step per device: its kernels, then its collectives."""
         return step_time(self.compute_time, self.communication_time)
+
+    @property
+    def time_bound(self) -> float | None:
+        """The speed of light of a step per device: no engine runs it faster."""
+        if self.compute_bound is None:
+            return None
+        return max(self.compute_bound, self.communication_time or 0.0)
 
     @property
     def tokens_per_s(self) -> float | None:
         time = self.time
+        return None if not time else self.tokens * self.parallel.dp / time
+
+    @property
+    def tokens_per_s_bound(self) -> float | None:
+        time = self.time_bound
         return None if not time else self.tokens * self.parallel.dp / time
 
 
@@ -221,9 +246,11 @@ def _touches_cache(call: OpCall) -> bool:
 # ------------------------------------------------------------------------------------------------
 @dataclass
 class _Step:
-    """One traced phase on the layout, per stage: compute/memory seconds, collectives."""
+    """One traced phase on the layout, per stage: the estimate's and the bound's seconds of its
+    kernels, its collectives."""
 
     compute: list[float]
+    bound: list[float]
     collectives: list[list[Collective]]
     p2p: Collective | None
 
@@ -238,17 +265,15 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
     p, s = placement.parallel, placement.sharding
     calls = cost.flops.trace().calls
     kv_share = placement.kv_share(calls)
-    compute = [0.0] * p.pp
-    if cost.roofline is not None:
-        for lt in cost.roofline.layers:
-            layer = lt.layer
-            flops_share, weight_share = _shares(placement, layer.owners)
-            if layer.call is not None and _touches_cache(layer.call):
-                weight_share = kv_share
-            nbytes = (layer.ifmap_bytes + layer.ofmap_bytes) * flops_share + layer.weight_bytes * weight_share
-            compute[placement.stage(layer.owners)] += max(
-                layer.flops * flops_share / lt.peak, nbytes / cost.roofline.hardware.bandwidth
-            )
+    compute = bound = [0.0] * p.pp
+    if cost.roofline is not None and cost.plan is not None:
+
+        def shares(call: OpCall) -> tuple[float, float]:
+            flops_share, weight_share = _shares(placement, call.scope)
+            return flops_share, kv_share if _touches_cache(call) else weight_share
+
+        times = stage_times(cost.plan, cost.roofline, calls, lambda c: placement.stage(c.scope), shares, p.pp)
+        compute, bound = times.estimate, times.bounds(cost.plan)
     link = hardware.interconnect if hardware is not None else None
     collectives: list[list[Collective]] = [[] for _ in range(p.pp)]
     # the residual stream is communicated in the dtype the model computes it in (bfloat16 under
@@ -284,7 +309,7 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
             if link is not None
             else Collective("send_recv", 2, payload, payload, 1, math.nan)
         )
-    return _Step(compute, collectives, p2p)
+    return _Step(compute, bound, collectives, p2p)
 
 
 def _priced(kind: Any, payload: float, devices: int, link: Any) -> Collective:
@@ -317,9 +342,10 @@ def _shares(placement: Placement, owners: Sequence[str]) -> tuple[float, float]:
 # ------------------------------------------------------------------------------------------------
 # A phase, a generation
 # ------------------------------------------------------------------------------------------------
-def _timing(step: _Step, micro: int) -> tuple[float, float, float]:
-    """(compute, communication, bytes sent per device) of a whole step: every stage once, then
-    ``micro - 1`` more micro-batches through the slowest stage (the pipeline's bubble)."""
+def _timing(step: _Step, micro: int) -> tuple[float, float, float, float]:
+    """(compute, communication, bytes sent per device, compute at the bound) of a whole step: every
+    stage once, then ``micro - 1`` more micro-batches through the slowest stage (the pipeline's
+    bubble); at the bound the slowest stage is the bound's."""
     pp = len(step.compute)
     totals = [step.compute[i] + step.communication(i) for i in range(pp)]
     slowest = max(range(pp), key=totals.__getitem__)
@@ -330,7 +356,7 @@ def _timing(step: _Step, micro: int) -> tuple[float, float, float]:
     communication = sum(step.communication(i) for i in range(pp)) + (micro - 1) * step.communication(slowest)
     communication += hops * p2p_time
     sent = max(step.sent(i) for i in range(pp)) * micro + (micro if pp > 1 else 0) * p2p_sent
-    return compute, communication, sent
+    return compute, communication, sent, sum(step.bound) + (micro - 1) * max(step.bound)
 
 
 def _memory(placement: Placement, steps: Sequence[PhaseCost], kv_cache: float) -> list[DeviceMemory]:
@@ -380,6 +406,8 @@ def deploy(
             f"--micro-batches {parallel.micro_batches}: needs the phase traced at batch / micro-batches "
             f"(--batch {cost.batch} must be a multiple of it)"
         )
+    if generation is not None and generation.first_step is None:  # --gen-len 0: no decode step, its prefill alone
+        generation = None
     placement = Placement(llm.model, llm.config, llm.precision, parallel)
     steps = [cost] if generation is None else [s for s in (generation.first_step, generation.last_step) if s]
     memory_of = cost.memory if generation is None else generation.memory
@@ -389,6 +417,7 @@ def deploy(
     timed = [_timing(_step(placement, micro or s, hardware), parallel.micro_batches) for s in steps]
     compute = sum(t[0] for t in timed) / len(timed)  # a generation: the mean of its first and last step
     communication = sum(t[1] for t in timed) / len(timed)
+    bound = sum(t[3] for t in timed) / len(timed)
     capacity = None if hardware is None or hardware.memory_bytes is None else hardware.memory_bytes * (1 - reserve)
     timed_ok = hardware is not None and cost.roofline is not None
     d = Deployment(
@@ -402,22 +431,33 @@ def deploy(
         communication if timed_ok else None,
         compute if timed_ok else None,
         steps[-1].tokens,
+        bound if timed_ok else None,
         price,
     )
     if generation is not None and timed_ok:
         prefill = _timing(_step(placement, cost, hardware), 1)
         d.prefill_time, d.generated = step_time(prefill[0], prefill[1]), generation.gen_len
+        d.prefill_time_bound = max(prefill[3], prefill[1])
     if price is not None and d.time:
         per_second = parallel.tp * parallel.pp * price / 3600  # one replica's devices, dollars a second
-        if generation is None:
-            d.cost = {"prompt" if cost.phase == "prefill" else "generated": per_second * d.time / d.tokens * 1e6}
-        else:
-            d.cost = {"generated": per_second * d.time / d.tokens * 1e6}
-            if d.prefill_time:
-                d.cost = {"prompt": per_second * d.prefill_time / cost.tokens * 1e6, **d.cost}
+        d.cost = _costs(per_second, cost, generation is not None, d.prefill_time, d.time, d.tokens)
+        d.cost_bound = _costs(per_second, cost, generation is not None, d.prefill_time_bound, d.time_bound, d.tokens)
     if max_batch and capacity is not None:
         d.max_batch = largest_batch(stages, steps[-1].batch, capacity)
     return d
+
+
+def _costs(
+    per_second: float, cost: PhaseCost, generation: bool, prefill: float | None, step: float | None, tokens: int
+) -> dict[str, float]:
+    """Dollars per million prompt and generated tokens at the step time ``step`` (a generation's
+    prompt at ``prefill``): ``per_second`` is one replica's devices' dollars a second."""
+    out: dict[str, float] = {}
+    if generation and prefill:
+        out["prompt"] = per_second * prefill / cost.tokens * 1e6
+    if step:
+        out["generated" if generation or cost.phase == "decode" else "prompt"] = per_second * step / tokens * 1e6
+    return out
 
 
 def on_layout(

@@ -91,6 +91,12 @@ class KernelPlan:
     matmul_flops: float
     matmul_peak: float
     compulsory_bytes: float
+    # per call: its matrix-product FLOPs and the compulsory bytes it is charged, of weights and
+    # caches and of inputs and outputs (a tensor read by several calls is charged to the largest
+    # read): what a device's share of the bound sums (:mod:`.device_times`)
+    call_flops: list[float] = field(default_factory=list)
+    call_weight_bytes: list[float] = field(default_factory=list)
+    call_io_bytes: list[float] = field(default_factory=list)
 
     def compute_memory(self) -> tuple[np.ndarray, np.ndarray]:
         """Per kernel, seconds of compute and of memory at the efficiencies reached."""
@@ -241,8 +247,11 @@ def plan(
 
     flops = sum(w[3] for w in work)
     seconds = sum(w[0] for w in work)
-    compulsory = _compulsory(moved, root, producer, returned, price)
-    return KernelPlan(mode, hw, kernels, kernel_of, flops, flops / seconds if seconds else 1.0, compulsory)
+    weights, io = _compulsory(moved, root, producer, returned, price)
+    peak = flops / seconds if seconds else 1.0
+    return KernelPlan(
+        mode, hw, kernels, kernel_of, flops, peak, sum(weights) + sum(io), [w[3] for w in work], weights, io
+    )
 
 
 def attention_work(call: OpCall, causal: bool) -> tuple[float, float]:
@@ -366,30 +375,37 @@ def _compulsory(
     producer: dict[int, int],
     returned: set[int | None],
     price: Callable[[Access], float],
-) -> float:
+) -> tuple[list[float], list[float]]:
     """Bytes no engine avoids: each weight and cache tensor read once (its largest read: an
     embedding table's looked-up rows, unless a tied output layer reads it all), every cache write,
     the inputs read once and the returned outputs written once (0-d ones, counters and offsets, are
-    kernel arguments)."""
-    reads: dict[object, float] = {}
-    writes = 0.0
-    outputs: dict[object, float] = {}
-    for t in moved:
+    kernel arguments). Per call: the bytes of weights and caches, and of inputs and outputs, charged
+    to it, each tensor to the call reading (or writing) the most of it."""
+    once: dict[object, tuple[float, int]] = {}  # a tensor read or output once -> (its bytes, the call charged)
+    weights, io = [0.0] * len(moved), [0.0] * len(moved)
+    for i, t in enumerate(moved):
         if t is None or t.alias:
             continue
         for a in t.read:
             s = a.tensor
             r = root(s)
             if s is not None and s.param is not None:
-                reads[s.param] = max(reads.get(s.param, 0.0), price(a))
+                key: object = s.param
             elif r is not None and r not in producer and s is not None and s.shape:
-                # a model input; a 0-d one (a position offset) is a kernel argument, not a read
-                reads[r] = max(reads.get(r, 0.0), price(a))
+                key = r  # a model input; a 0-d one (a position offset) is a kernel argument, not a read
+            else:
+                continue
+            if price(a) > once.get(key, (0.0, i))[0]:
+                once[key] = (price(a), i)
         for a in t.write:
             s = a.tensor
             r = root(s)
             if s is not None and s.param is not None:
-                writes += price(a)
+                weights[i] += price(a)
             elif r is not None and r in returned and s is not None and s.shape:
-                outputs[r] = max(outputs.get(r, 0.0), price(a))
-    return sum(reads.values()) + writes + sum(outputs.values())
+                key = ("output", r)
+                if price(a) > once.get(key, (0.0, i))[0]:
+                    once[key] = (price(a), i)
+    for key, (nbytes, i) in once.items():
+        (weights if isinstance(key, str) else io)[i] += nbytes  # a str key: a parameter's name
+    return weights, io

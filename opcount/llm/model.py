@@ -6,6 +6,7 @@ run as serving kernels run it (mixture-of-experts blocks: :mod:`.moe`; the cache
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -90,7 +91,8 @@ def build_on_meta(config: Any, dtype: torch.dtype = torch.bfloat16) -> nn.Module
     try:
         with torch.device("meta"), module_budget(name):
             # transformers leaves from_config unannotated
-            model: nn.Module = AutoModelForCausalLM.from_config(config, dtype=dtype)
+            # a copy: from_config writes its dtype into the config it is given, the caller's
+            model: nn.Module = AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=dtype)
     except SizeError:
         raise
     except Exception as e:  # raised by the constructors on the config's values, whatever its type

@@ -191,6 +191,11 @@ def check_layout(model: nn.Module, config: Any, layout: Parallel, sharding: Shar
                 f"--tp {layout.tp}: {type(model).__name__} has no tensor-parallel plan (tp_plan) in transformers: "
                 "opcount does not guess which weights to split"
             )
+        if not sharding.regions:  # e.g. GPT-OSS in transformers 5: the vocabulary tables alone, every layer replicated
+            raise OpcountValueError(
+                f"--tp {layout.tp}: {type(model).__name__}'s tensor-parallel plan (tp_plan) splits no attention, MLP "
+                f"or experts block (only {', '.join(sorted(sharding.styles))}): opcount does not guess which weights to split"
+            )
         check_heads(config, layout.tp)
     layers = getattr(config, "num_hidden_layers", None)
     if isinstance(layers, int) and layout.pp > layers:

@@ -37,7 +37,7 @@ from ..memory import MemoryTrafficAnalysis
 from ..roofline import RooflineReport, roofline
 from ..tracers.meta import TensorShape
 from ..transformers_internals import cache_keyword, takes_cache_position
-from .bound import positive_part_sum, sum_of_max, time_bound
+from .bound import sum_of_max, time_bound
 from .cache import CachePlan, cache_plan, phase_cache
 from .deploy import Deployment, on_layout
 from .kernels import MODES, KernelPlan, plan
@@ -471,27 +471,3 @@ def decode_times(first: KernelPlan, last: KernelPlan, steps: int) -> tuple[float
     (c0, m0), (c1, m1) = first.bound_terms(), last.bound_terms()
     one = (np.array([c0]), np.array([m0])), (np.array([c1]), np.array([m1]))
     return estimate, float(sum_of_max(*one, steps).sum())
-
-
-def _affine_time(first: RooflineReport, last: RooflineReport, steps: int) -> float:
-    """Sum over steps of each layer's max(compute, memory) time, its flops and bytes interpolated
-    linearly between the first and the last step, in closed form: memory and memory-minus-compute
-    are affine in the step, so the sum is an arithmetic series plus the positive part of one
-    (:func:`positive_part_sum`). Memory and time are O(layers) whatever ``steps``."""
-    a, b = first.layers, last.layers
-    if len(a) != len(b) or any(x.layer.op != y.layer.op for x, y in zip(a, b, strict=True)):
-        raise OpcountError("internal error: decode steps at two cache lengths ran different operators")
-    if steps == 1:
-        return first.total_time
-    bandwidth = first.hardware.bandwidth
-    peak = np.array([t.peak for t in a], dtype=np.float64)
-    c0 = np.array([t.layer.flops for t in a], dtype=np.float64) / peak  # compute time at the first step
-    c1 = np.array([t.layer.flops for t in b], dtype=np.float64) / peak
-    m0 = np.array([t.layer.bytes for t in a], dtype=np.float64) / bandwidth  # memory time
-    m1 = np.array([t.layer.bytes for t in b], dtype=np.float64) / bandwidth
-    # step j of 0..steps-1 is at j / (steps - 1) of the way: time(j) = start + slope * j
-    dm = (m1 - m0) / (steps - 1)
-    dc = (c1 - c0) / (steps - 1)
-    memory = steps * m0 + dm * (steps * (steps - 1) / 2)
-    # max(compute, memory) = memory + max(compute - memory, 0)
-    return float((memory + positive_part_sum(c0 - m0, dc - dm, steps)).sum())

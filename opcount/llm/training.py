@@ -1,6 +1,6 @@
 """One training step of a causal LM, per device: its memory (weights, gradients, optimizer
-states, activations saved for backward), its time at the bound with the data-parallel
-collectives, tokens/s, MFU, and the time and cost of a run of N tokens.
+states, activations saved for backward), its two times (the estimate and the bound) with the
+data-parallel collectives, tokens/s, MFU, and the time and cost of a run of N tokens.
 
 The step is traced once on the meta device (:class:`opcount.llm.phases.CausalLM`'s model, the
 dispatch tracer with ``mode="train"``: forward, the model's own loss on ``labels``, backward);
@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..analysis import FlopCountAnalysis
@@ -28,7 +29,8 @@ from ..roofline import RooflineReport, roofline
 from ..tracers.meta import TensorShape
 from ..training.saved import RECOMPUTE, SavedActivations, effective, layers_of, measure
 from ..training.states import OPTIMIZERS, ModelStates, model_states
-from ..training.step import StepTime, Throughput, forward_calls, gradient_sync, recompute_time
+from ..training.step import StepTime, Throughput, forward_calls, gradient_sync, recomputed
+from .kernels import plan
 from .model import learned_positions
 from .moe import expected_routing
 from .phases import CausalLM
@@ -146,17 +148,34 @@ def train_step(
     trace = flops.trace()
     found = layers_of(model)
     layers = [f"{found[0]}.{i}" for i in range(len(found[1]))] if found is not None else []
-    extra = recompute_time(report, trace.calls, forward_calls(trace), layers, effective(saved, recompute), seq_len)
+    again = recomputed(trace.calls, forward_calls(trace), layers, effective(saved, recompute), seq_len)
     whole = model_states(shapes, weight_bytes, optimizer=optimizer, weight_itemsize=itemsize)
     collectives = gradient_sync(whole.gradients, whole.weights, zero, dp, getattr(hw, "interconnect", None))
-    step = StepTime(report.total_time, extra, float(sum(c.time for c in collectives)))
+    kernels = plan(traffic, report, "eager", dtype=llm.precision.act)  # one kernel a call, as eager training runs
+    compute, memory = kernels.compute_memory()
+    seconds = np.maximum(compute, memory) + hw.efficiency.launch_s
+    extra = float(sum(seconds[kernels.kernel_of[i]] for i in again if i in kernels.kernel_of))
     peak = hw.peak_of("tensor", llm.precision.act) or max(
         (p for u in hw.units if (p := hw.peak_of(u, llm.precision.act)) is not None), default=0.0
     )
     if not peak:
         raise OpcountValueError(f"{hw.name} has no peak for {llm.precision.act}: MFU needs one")
     model_flops = flops.total() * 2 / flops_per_mac
-    throughput = Throughput(batch * seq_len * dp, step.time, dp, model_flops * dp, peak * dp)
+    # the bound's compute: the matrix products at their peak, and no less than the FLOPs MFU counts
+    # (every FLOP of the step, recomputed ones added) at the tensor peak, so MFU at the bound <= 1
+    again_ids = {id(trace.calls[i]) for i in again}
+    recomputed_flops = sum(t.layer.flops for t in report.layers if id(t.layer.call) in again_ids)
+    matmul = (kernels.matmul_flops + sum(kernels.call_flops[i] for i in again)) / kernels.matmul_peak
+    # compulsory: the trace's (weights read once, inputs, the loss), and every gradient written once
+    compulsory = kernels.compulsory_bytes + whole.gradients
+    step = StepTime(
+        float(seconds.sum()),
+        extra,
+        float(sum(c.time for c in collectives)),
+        max(matmul, (model_flops + recomputed_flops) / peak),
+        compulsory / hw.bandwidth,
+    )
+    throughput = Throughput(batch * seq_len * dp, step.time, dp, model_flops * dp, peak * dp, step.time_bound)
     cost.roofline, cost.step, cost.collectives, cost.throughput = report, step, collectives, throughput
     saved.kept(recompute)
     return cost

@@ -1,20 +1,26 @@
-"""A training step's time at the bound, its throughput, model FLOPs utilisation, and what a run
-of a given number of tokens takes and costs.
+"""A training step's two times (the bound and the estimate), its throughput, model FLOPs
+utilisation, and what a run of a given number of tokens takes and costs.
 
-The step's operators (forward, loss, backward: one dispatch trace in ``mode="train"``) are
-priced by the roofline (:mod:`opcount.roofline`): that is the step's compute time on one
-device. Recomputation adds the forward operators it runs again: ``full`` every forward
+The step's operators (forward, loss, backward: one dispatch trace in ``mode="train"``) run as
+one kernel each (:mod:`opcount.llm.kernels`, eager). Its **estimate** (``time``): each kernel's
+``max(compute, memory)`` with the efficiency factors (:mod:`opcount.hardware.efficiency`) plus
+its launch, the recomputed kernels again, and the data-parallel collectives where they outlast
+the compute they overlap. Its **bound** (``time_bound``, the speed of light): ``max(the step's
+FLOPs, recomputed ones included, at the tensor peak; compulsory bytes (each weight read once,
+every gradient written once, the inputs and the loss) at the bandwidth; the collectives)``, the
+FLOPs those MFU counts (every FLOP, not only the matrix products', so MFU at the bound is at most 1).
+Recomputation adds the forward operators it runs again: ``full`` every forward
 operator of the checkpointed layers, ``selective`` those of the attention core (the operators
 that read or write a ``[batch, heads, query, key]`` score matrix: ``QK^T``, its softmax and
 dropout, the product with the values; or ``scaled_dot_product_attention``, all of them in one),
 when the measured saved activations hold score matrices to drop (a fused kernel saves none, and
 there is nothing to recompute). Data parallelism adds its collectives
 (:func:`gradient_sync`), which engines overlap with the backward pass (DeepSpeed, PyTorch
-FSDP): the step's time at the bound is the larger of its compute and its communication.
+FSDP): only what outlasts the compute is exposed.
 
 MFU (model FLOPs utilisation, Chowdhery et al. 2022, "PaLM", appendix B) is the step's model
 FLOPs (forward and backward, 2 per multiply-add, recomputation not counted) over the step's time
-times the device's peak FLOP/s.
+times the device's peak FLOP/s: from the estimate, and from the bound (the most any engine reaches).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from dataclasses import dataclass
 from ..errors import OpcountError
 from ..hardware.interconnect import Collective, Interconnect, all_gather, all_reduce, reduce_scatter
 from ..ir import OpCall, TensorSpec
+from ..llm.bound import time_bound
 from ..roofline import RooflineReport
 from ..tracing import Trace
 
@@ -52,24 +59,28 @@ def recompute_time(
     recompute: str,
     seq_len: int | None,
 ) -> float:
-    """Seconds of the forward operators run again under ``recompute``: of the first ``forward``
+    """Roofline seconds of the forward operators run again under ``recompute`` (:func:`recomputed`)."""
+    again = {id(calls[i]) for i in recomputed(calls, forward, layers, recompute, seq_len)}
+    return sum(t.effective_time for t in report.layers if t.layer.call is not None and id(t.layer.call) in again)
+
+
+def recomputed(
+    calls: Sequence[OpCall], forward: int, layers: Sequence[str], recompute: str, seq_len: int | None
+) -> list[int]:
+    """The indices of the forward calls run again under ``recompute``: of the first ``forward``
     ``calls``, those in the modules ``layers`` (``full``), or among them those of the attention
     core (``selective``: an input or output ``[..., seq_len, seq_len]`` of four dimensions or more)."""
     if recompute == "none":
-        return 0.0
-    inside = {id(c) for c in calls[:forward]}
+        return []
     prefixes = tuple(f"{name}." for name in layers)
-    total = 0.0
-    for t in report.layers:
-        call = t.layer.call
-        if call is None or id(call) not in inside:
-            continue
-        if not any(o in layers or o.startswith(prefixes) for o in t.layer.owners):
+    out = []
+    for i, call in enumerate(calls[:forward]):
+        if not any(o in layers or o.startswith(prefixes) for o in call.scope):
             continue
         if recompute == "selective" and not _scores(call, seq_len):
             continue
-        total += t.effective_time
-    return total
+        out.append(i)
+    return out
 
 
 def _scores(call: OpCall, seq_len: int | None) -> bool:
@@ -101,32 +112,59 @@ def gradient_sync(
 
 @dataclass(frozen=True)
 class StepTime:
-    """Seconds of one step: ``compute`` (the traced step), ``recompute`` (forward operators run
-    again), ``communication`` (the data-parallel collectives, overlapped with the compute)."""
+    """Seconds of one step. The estimate's: ``compute`` (the traced step's kernels), ``recompute``
+    (forward kernels run again), ``communication`` (the data-parallel collectives, overlapped with
+    the compute). The bound's: ``flops_at_peak`` (matrix products, recomputed ones included) and
+    ``bytes_at_bandwidth`` (the compulsory bytes)."""
 
     compute: float
     recompute: float
     communication: float
+    flops_at_peak: float = 0.0
+    bytes_at_bandwidth: float = 0.0
+
+    @property
+    def exposed(self) -> float:
+        """The collectives' seconds the compute does not hide."""
+        return max(self.communication - self.compute - self.recompute, 0.0)
 
     @property
     def time(self) -> float:
-        return max(self.compute + self.recompute, self.communication)
+        """The estimate: compute + recompute + exposed collectives."""
+        return self.compute + self.recompute + self.exposed
+
+    @property
+    def time_bound(self) -> float:
+        """The speed of light: no engine runs the step faster."""
+        return time_bound(self.flops_at_peak, 1.0, self.bytes_at_bandwidth, 1.0, self.communication)
 
     @property
     def bound(self) -> str:
-        return "communication" if self.communication > self.compute + self.recompute else "compute and memory"
+        """What binds the speed of light: ``compute``, ``memory`` or ``communication``."""
+        terms = {"compute": self.flops_at_peak, "memory": self.bytes_at_bandwidth, "communication": self.communication}
+        return max(terms, key=terms.__getitem__)
 
 
 @dataclass(frozen=True)
 class Throughput:
     """What a step of ``tokens`` (over every device) taking ``time`` seconds on ``devices`` devices
-    of ``peak`` FLOP/s achieves, ``model_flops`` (2 per multiply-add) per device."""
+    of ``peak`` FLOP/s achieves, ``model_flops`` (2 per multiply-add) per device; ``time_bound``
+    (the step's speed of light) gives the figures no engine exceeds."""
 
     tokens: int
     time: float
     devices: int
     model_flops: float
     peak: float
+    time_bound: float | None = None
+
+    @property
+    def tokens_per_s_bound(self) -> float | None:
+        return None if not self.time_bound else self.tokens / self.time_bound
+
+    @property
+    def mfu_bound(self) -> float | None:
+        return None if not self.time_bound else self.model_flops / (self.time_bound * self.peak)
 
     @property
     def tokens_per_s(self) -> float:

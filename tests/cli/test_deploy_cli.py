@@ -49,6 +49,9 @@ def test_json_has_the_layout_per_device_memory_communication_and_cost(capsys: py
     assert llm["communication"]["bytes_per_device"] == 5 * 1024 + 2000
     total = llm["time_per_device"]["total"]
     assert llm["cost"]["per_million_tokens"]["generated"] == pytest.approx(2 * 0.001 * total / 2 * 1e6)
+    bound = llm["time_per_device"]["time_bound"]
+    assert 0 < bound <= total
+    assert llm["cost"]["per_million_tokens_bound"]["generated"] == pytest.approx(2 * 0.001 * bound / 2 * 1e6)
     assert llm["max_batch"] > 1000
 
 
@@ -56,7 +59,8 @@ def test_the_summary_shows_memory_fit_communication_and_time(capsys: pytest.Capt
     status, out, err = run(capsys, *DECODE, "--tp", "2", "--hardware", "h100-sxm", "--depth", "0")
     assert status == 0, err
     assert "layout: tp2 = 2 devices (the lines above: one device); per device: weights" in out
-    assert ": fits" in out and "communication:" in out and "per device and step: compute/memory" in out
+    assert ": fits" in out and "communication:" in out and "per device and step: estimate" in out
+    assert "communication (not overlapped)" in out and "; bound " in out
 
 
 def test_a_sweep_over_tp_has_a_row_a_layout(capsys: pytest.CaptureFixture[str]) -> None:

@@ -138,3 +138,17 @@ def test_markers_are_recognised() -> None:
             before = text[: match.start()].rstrip().rsplit("\n", 1)[-1]
             if before.startswith("<!--"):
                 assert MARKER.search(before), f"{_name(page)}: unknown marker {before!r}"
+
+
+def test_hardware_file_example_loads_every_field(tmp_path: Path) -> None:
+    """hardware.md's TOML example, as printed: a key written after a table header belongs to that
+    table, so ``memory_bytes`` once landed in ``[peak.vector]`` and the file was refused."""
+    from opcount.hardware.lookup import hardware
+
+    text = (Path(__file__).parents[2] / "docs" / "hardware.md").read_text()
+    block = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "my-npu.toml"
+    path.write_text(block)
+    hw = hardware(path)
+    assert hw.name == "my-npu" and hw.memory_bytes == 32e9  # the file's own figure
+    assert hw.interconnect is not None and hw.interconnect.devices_per_node == 8

@@ -11,6 +11,30 @@ from opcount.llm.model import is_causal_lm
 # what a config calls its per-layer kinds: a settable list, or a property derived from other fields
 _TYPE_FIELDS = ("layer_types", "layers_block_type")
 
+# fields a config's defaults leave missing or invalid, so that transformers itself cannot build a
+# model from them (the same error without opcount); each set to its published model's value
+_DEFAULTS_FIXED: dict[str, dict[str, Any]] = {
+    # rope_parameters defaults to {} but the rotary embedding reads rope_parameters[layer_type]
+    "CohereCompassTextConfig": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+    # attn_config has no rope_theta, which the attention reads, and its clip_qkv of None makes the
+    # attention's clamp raise (DBRX's config.json: 500000 and 8)
+    "DbrxConfig": {"attn_config": {"rope_theta": 500000.0, "clip_qkv": 8.0}},
+    # the experts' counts default to None (dots.llm1's config.json: 128 routed, 2 shared, top 6)
+    "Dots1Config": {"n_routed_experts": 128, "n_shared_experts": 2, "num_experts_per_tok": 6},
+    # num_experts_per_tok defaults to None, which the router's topk cannot take (DeepSeek-V2-Lite's
+    # config.json, whose 64 routed and 2 shared experts are the defaults: 6)
+    "DeepseekV2Config": {"num_experts_per_tok": 6},
+    # head_dim defaults to None, which the attention raises to a power (hidden_size / heads: 128)
+    "HunYuanDenseV1Config": {"head_dim": 128},
+    "HunYuanMoEV1Config": {"head_dim": 128},
+    "MinistralConfig": {"head_dim": 128},
+    # layer_types defaults to None, which every layer indexes (LFM2-8B-A1B: convolutions and attention);
+    # its first num_dense_layers (2) are dense: 1 keeps one mixture-of-experts layer in the small config
+    "Lfm2MoeConfig": {"layer_types": ["conv", "full_attention"], "num_hidden_layers": 2, "num_dense_layers": 1},
+    # num_key_value_heads defaults to None, which the attention divides by (Minitron-8B's config.json: 8)
+    "NemotronConfig": {"num_key_value_heads": 8},
+}
+
 
 def causal_lm_config_classes() -> list[type]:
     """Every config class transformers maps to a causal LM, masked LMs and encoder-decoders left
@@ -33,10 +57,12 @@ def causal_lm_config_classes() -> list[type]:
 def small(cls: type) -> Any:
     """``cls`` with its defaults but its decoder at 2 layers, or at one layer of each type: built
     with those values as arguments, so that what the config derives from them is derived again."""
-    config = cls()
+    config = cls(**_DEFAULTS_FIXED.get(cls.__name__, {}))
     text = config.get_text_config(decoder=True)
     kinds, field = _layer_kinds(text)
     values: dict[str, Any] = {"num_hidden_layers": 2}
+    if field is not None:  # an alias given as an argument is set after the config derives from the field
+        field = getattr(text, "attribute_map", {}).get(field, field)  # (Zamba2's hybrid_layer_ids)
     if len(set(kinds)) > 1 and field is not None and _settable(text, field):
         values[field] = list(dict.fromkeys(kinds))  # one layer of each kind, in their first order
         values["num_hidden_layers"] = len(values[field])
@@ -44,15 +70,32 @@ def small(cls: type) -> Any:
         values["num_hidden_layers"] = next(n for n in range(2, len(kinds) + 1) if set(kinds[:n]) == set(kinds))
     elif field is not None and _settable(text, field):
         values[field] = kinds[:1] * 2
+    values |= _kv_sharing(text, values)
     try:
         if text is config:
-            return cls(**values)
+            return cls(**{**_DEFAULTS_FIXED.get(cls.__name__, {}), **values})
         holder = next(name for name, value in vars(config).items() if value is text)  # text_config, mostly
         return cls(**{holder: {**text.to_dict(), **values}})
     except Exception:  # a field that must agree with the depth (GPT-Neo's attention_types): set after
         for name, value in values.items():
             setattr(text, name, value)
         return config
+
+
+def _kv_sharing(text: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """Where the last ``num_kv_shared_layers`` layers reuse the KV of the last earlier layer of
+    their type (Gemma 3n), the layers chosen twice: the first of each type producing, the second
+    reusing; a per-layer list of the config's (Gemma 3n's ``activation_sparsity_pattern``) cut to
+    the new depth."""
+    shared, layers, field = getattr(text, "num_kv_shared_layers", 0), text.num_hidden_layers, "layer_types"
+    if not (isinstance(shared, int) and 0 < shared < layers and isinstance(values.get(field), list)):
+        return {}
+    kinds = values[field]
+    out: dict[str, Any] = {field: kinds * 2, "num_hidden_layers": 2 * len(kinds), "num_kv_shared_layers": len(kinds)}
+    for name, value in text.to_dict().items():
+        if isinstance(value, list) and len(value) == layers and name != field:
+            out[name] = value[: 2 * len(kinds)]
+    return out
 
 
 def _layer_kinds(text: Any) -> tuple[list[Any], str | None]:

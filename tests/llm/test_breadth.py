@@ -24,12 +24,10 @@ from tests.llm.small_configs import causal_lm_config_classes, small  # noqa: E40
 
 INDEXED = "a cache of type 'indexed_attention' (DeepSeek sparse attention's indexer keys), which opcount does not model"
 MOE = "a mixture-of-experts block opcount does not recognise (its routing cannot be followed on meta)"
-STATE = "recurrent state whose shapes opcount cannot read from a forward on meta"
-NO_HEADS = "a recurrent model without attention heads (RWKV, xLSTM): opcount reads one KV geometry per model"
-GEOMETRY = "the model caches other KV heads or head sizes than its config says where opcount reads them"
+STATE = "keeps its recurrent state in its modules (conv1d_state, recurrent_states), outside transformers' cache"
+NO_HEADS = "RWKV-4 passes its state outside transformers' cache (a state list, three of its five parts in float32)"
 DEFAULTS = "transformers cannot build a model from this config's defaults (the same error without opcount)"
-PER_LAYER = "per-layer configs (heads and head size vary by layer): opcount reads one KV geometry per model"
-KV_SHARE = "layers that reuse another layer's KV cache: the small config breaks the sharing pattern"
+DRAFTER = "a speculative-decoding drafter: every layer reads the KV cache of a target model it is given"
 KNOWN: dict[str, str] = {}  # filled below, by class name
 
 
@@ -46,15 +44,11 @@ _known(
     "GlmMoeDsaConfig",
     "HYV4Config",
 )
-_known(MOE, "DeepseekV2Config", "JetMoeConfig", "LongcatFlashConfig")
-_known(STATE, "BambaConfig", "GraniteMoeHybridConfig", "MiniMaxConfig", "RecurrentGemmaConfig", "Zamba2Config")
-_known(NO_HEADS, "RwkvConfig", "xLSTMConfig")
-_known(GEOMETRY, "FalconConfig", "InklingTextConfig", "MiMoV2FlashConfig")
-_known(DEFAULTS, "CohereCompassTextConfig", "DbrxConfig", "Dots1Config", "Gemma4AssistantConfig",
-       "HunYuanDenseV1Config", "HunYuanMoEV1Config", "Lfm2MoeConfig", "MinistralConfig", "NemotronConfig",
-       "Qwen4ExpConfig", "Qwen4ExpTextConfig")  # fmt: skip
-_known(PER_LAYER, "Gemma4Config", "Gemma4TextConfig", "Gemma4UnifiedConfig", "Gemma4UnifiedTextConfig")
-_known(KV_SHARE, "Gemma3nTextConfig", "Gemma4UnifiedAssistantConfig")
+_known(MOE, "JetMoeConfig", "LongcatFlashConfig")
+_known(STATE, "RecurrentGemmaConfig")
+_known(NO_HEADS, "RwkvConfig")
+_known(DEFAULTS, "Qwen4ExpConfig", "Qwen4ExpTextConfig")
+_known(DRAFTER, "Gemma4AssistantConfig", "Gemma4UnifiedAssistantConfig")
 _known("a cache layer type opcount does not know ('heavily_compressed_attention')", "DeepseekV4Config")
 _known("byte-level: three transformers (local encoder, global, local decoder), heads kept per part", "BltConfig")
 _known("prepends prompt_length learned tokens to every input: more positions than the phase's cache", "CpmAntConfig")

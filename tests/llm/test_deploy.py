@@ -59,9 +59,8 @@ def test_one_device_holds_the_footprint(llm: CausalLM) -> None:
     d = llm.deploy(cost, Parallel())
     assert (d.per_device.weights, d.per_device.kv_cache) == (cost.memory.weights, cost.memory.kv_cache)
     assert d.per_device.weights == ((2 * V * D + N * LAYER) + NORMS * D) * BYTES
-    # a layout's time is each operator's roofline (not yet the phase's fused estimate, cost.time)
-    assert cost.roofline is not None
-    assert d.communication_bytes == 0 and d.time == pytest.approx(cost.roofline.total_time)
+    # one device runs the phase's kernels: the phase's two times (tests/llm/test_deploy_times.py)
+    assert d.communication_bytes == 0 and d.time == pytest.approx(cost.time, rel=1e-12)
     assert d.per_device.activations == cost.memory.activations  # the same working set, the same liveness
 
 
@@ -158,6 +157,18 @@ def test_a_generation_prices_prompt_and_generated_tokens(llm: CausalLM) -> None:
     assert llm.deploy(gen).per_device.activations == gen.memory.activations  # the larger of prefill and decode
 
 
+def test_a_generation_of_no_token_is_its_prefill(llm: CausalLM) -> None:
+    from opcount.llm.phases import generation
+
+    # gen_len 0: no decode step (a mean over no step divided by zero); the prompt's 2 x 16 tokens are
+    # priced as the prefill alone: 2 devices x $0.001 a second x its step time / 32 tokens, x 1e6
+    gen = generation(llm, 16, 0, batch=2, hardware=DEVICE)
+    d = llm.deploy(gen, Parallel(tp=2), price=3.6)
+    assert d.time is not None and d.cost == {"prompt": pytest.approx(2 * 0.001 * d.time / 32 * 1e6)}
+    assert d.per_device.kv_cache == kv_bytes(2, 16) / 2  # the prompt's 16 positions, half on each device
+    assert d == llm.deploy(gen.prefill, Parallel(tp=2), price=3.6)
+
+
 @pytest.mark.parametrize(
     ("layout", "message"),
     [
@@ -230,3 +241,15 @@ def test_llama_3_8b_tensor_parallel_communication_is_megatrons() -> None:
     assert d.communication_bytes == pytest.approx(65 * 4096 * 2 * 2 * 7 / 8 + 128256 * 2 * 7 / 8)
     # 65 all-reduces of 2 x 7 = 14 steps and a gather of 7, 1 us each, beside the bytes at 100 GB/s
     assert d.communication_time == pytest.approx(d.communication_bytes / 100e9 + (65 * 14 + 7) * 1e-6)
+
+
+def test_a_plan_that_splits_no_layer_is_refused() -> None:
+    # transformers 5.24's GPT-OSS plan names the embedding and lm_head alone: followed, --tp 2 would
+    # replicate every attention and expert weight (gpt-oss-120b with MXFP4 experts: 67.7 GB on one
+    # device, 66.6 GB on each of two) and report that as tensor parallelism
+    config = transformers.GptOssConfig(
+        hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, num_local_experts=4, num_experts_per_tok=2, vocab_size=100,
+    )  # fmt: skip
+    with pytest.raises(OpcountError, match=r"--tp 2: GptOssForCausalLM's tensor-parallel plan .* splits no attention"):
+        CausalLM(config).deploy(CausalLM(config).phase("decode", kv_len=3, hardware=DEVICE), Parallel(tp=2))

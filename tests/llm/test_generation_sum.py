@@ -10,7 +10,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from opcount.llm.phases import CausalLM, _affine_time, positive_part_sum
+from opcount.llm.bound import positive_part_sum
+from opcount.llm.phases import CausalLM, decode_times
 from tests.llm.test_llm import llama
 
 
@@ -25,13 +26,14 @@ def test_positive_part_sum_is_the_explicit_sum(steps: int) -> None:
 
 def test_generation_time_memory_does_not_grow_with_steps() -> None:
     llm = CausalLM(llama())
-    first = llm.phase("decode", kv_len=8, hardware="h100-sxm")
-    last = llm.phase("decode", kv_len=8 + 10**6, hardware="h100-sxm")
+    first = llm.phase("decode", kv_len=8, hardware="h100-sxm").plan
+    last = llm.phase("decode", kv_len=8 + 10**6, hardware="h100-sxm").plan
+    assert first is not None and last is not None
     tracemalloc.start()
     try:
-        _affine_time(first.roofline, last.roofline, 10**6 + 1)  # type: ignore[arg-type]
+        decode_times(first, last, 10**6 + 1)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    # a steps x layers float64 array would be 10**6 x len(layers) x 8 bytes
+    # a steps x kernels float64 array would be 10**6 x len(kernels) x 8 bytes
     assert peak < 10**6

@@ -181,3 +181,12 @@ def test_errors(llm: CausalLM) -> None:
         real = transformers.LlamaForCausalLM(llama())
     with pytest.raises(OpcountError, match="real weights"):
         CausalLM(real)
+
+
+def test_the_callers_config_is_left_as_it_was() -> None:
+    # transformers' from_config writes the dtype it builds in (bfloat16) into the config it is given
+    config = llama()
+    before = config.to_dict()  # type: ignore[attr-defined]
+    llm = CausalLM(config)
+    llm.phase("decode", kv_len=3, batch=2)
+    assert config.to_dict() == before  # type: ignore[attr-defined]

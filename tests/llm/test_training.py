@@ -57,6 +57,13 @@ def test_json_per_device_and_training(capsys: pytest.CaptureFixture[str]) -> Non
     assert t["time_to_train"] == pytest.approx(1e9 / t["tokens_per_s"])
     assert t["cost"] == pytest.approx(t["time_to_train"] / 3600 * 4 * 2)
     assert 0 < t["mfu"] < 1
+    # the bound: the largest of its terms, never above the estimate; MFU at the bound the same FLOPs over it
+    assert 0 < t["step_time_bound"] <= t["step_time"]
+    assert t["mfu_bound"] == pytest.approx(t["mfu"] * t["step_time"] / t["step_time_bound"])
+    # the bound counts the FLOPs MFU counts (2 per multiply-add) at the H100 SXM's 989.4 TFLOP/s in
+    # bfloat16 (NVIDIA's datasheet, dense), so MFU at the bound is at most 1
+    assert t["step_time_bound"] >= 2 * data["llm"]["flops"] / 989.4e12 and t["mfu_bound"] <= 1
+    assert t["step_time"] == pytest.approx(t["compute_time"] + t["recompute_time"] + t["exposed_communication_time"])
     assert data["parallel"] == {"tp": 1, "pp": 1, "ep": 1, "dp": 4, "devices": 4}
     # ZeRO-3: a reduce-scatter of the gradients and two all-gathers of the weights, 3 x 3/4 x 2 bytes per parameter
     assert data["communication"]["bytes_per_device"] == pytest.approx(3 * 3 / 4 * 2 * params)
@@ -87,6 +94,9 @@ def test_summary_and_recompute(capsys: pytest.CaptureFixture[str]) -> None:
         (["--mode", "train", "--tokens", "1e20"], "argument --tokens: expected 1 to 1e+16 tokens"),
         (["--mode", "train", "--tokens", "1e9"], "--tokens needs --hardware"),
         (["--mode", "train", "--tp", "2"], "--tp: --mode train prices data parallelism"),
+        # --reserve was accepted and ignored (the capacity stayed the whole 80 GB): refused instead
+        (["--mode", "train", "--reserve", "0.5", "--hardware", "h100-sxm"], "--reserve applies to inference"),
+        (["--mode", "train", "--max-batch", "--hardware", "h100-sxm"], "--max-batch applies to inference"),
         (["--mode", "train", "--seq-len", "2048"], "exceeds the 1024 rows of the learned position table"),
     ],
 )

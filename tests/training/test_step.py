@@ -22,9 +22,26 @@ def test_throughput_mfu_time_and_cost() -> None:
 
 
 def test_step_overlaps_communication() -> None:
+    # the estimate: compute + recompute + the collectives' seconds the compute does not hide
     assert StepTime(0.3, 0.1, 0.2).time == pytest.approx(0.4)  # compute 0.3 + recompute 0.1 hides 0.2
-    assert StepTime(0.3, 0.0, 0.5).time == 0.5
-    assert StepTime(0.3, 0.0, 0.5).bound == "communication"
+    assert StepTime(0.3, 0.1, 0.2).exposed == 0
+    step = StepTime(0.3, 0.0, 0.5)
+    assert step.exposed == pytest.approx(0.2)  # 0.5 - 0.3
+    assert step.time == pytest.approx(0.5)  # 0.3 + 0.2
+    assert step.bound == "communication" and step.time_bound == 0.5
+
+
+def test_step_bound_is_the_largest_of_its_three_terms() -> None:
+    # estimate 0.3 + 0.1 = 0.4 s; bound max(FLOPs at peak 0.25, bytes at bandwidth 0.15, collectives 0.2)
+    step = StepTime(0.3, 0.1, 0.2, flops_at_peak=0.25, bytes_at_bandwidth=0.15)
+    assert (step.time_bound, step.bound) == (0.25, "compute")
+    memory = StepTime(0.3, 0.1, 0.2, flops_at_peak=0.1, bytes_at_bandwidth=0.35)
+    assert (memory.time_bound, memory.bound) == (0.35, "memory")
+    # MFU and tokens/s at the bound: 8 x 4096 tokens, 100 TFLOP per device at 1000 TFLOP/s, 0.25 s
+    rate = Throughput(8 * 4096, step.time, 8, 8 * 100e12, 8 * 1000e12, step.time_bound)
+    assert rate.mfu == pytest.approx(0.25)  # 100e12 / (0.4 x 1000e12)
+    assert rate.mfu_bound == pytest.approx(0.4)  # 100e12 / (0.25 x 1000e12)
+    assert rate.tokens_per_s_bound == pytest.approx(8 * 4096 / 0.25)
 
 
 def test_data_parallel_collectives() -> None:

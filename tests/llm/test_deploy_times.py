@@ -1,0 +1,135 @@
+"""A deployment's two times per device: the bound (speed of light) and the estimate (kernels,
+then collectives), against the phase's on one device and closed forms worked by hand.
+
+Notation and model as tests/llm/test_deploy.py: d hidden, f MLP width, n layers, h query heads,
+g KV heads, e = d/h, V vocab, B batch; bfloat16 (2 bytes). Its test device: 1e15 FLOP/s on the
+tensor unit, 1e12 bytes/s, a link of 100 GB/s and 1 us a step.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+
+from opcount.hardware.interconnect import Interconnect  # noqa: E402
+from opcount.hardware.lookup import Hardware  # noqa: E402
+from opcount.llm.parallel import Parallel  # noqa: E402
+from opcount.llm.phases import CausalLM, generation  # noqa: E402
+from tests.llm.test_deploy import DEVICE, NORMS, D, E, F, G, H, N, V, llama  # noqa: E402
+
+# a link so fast (1e15 B/s, 1 ns a step) that communication never binds: the bound is FLOPs or bytes
+INSTANT = Hardware("instant-link", DEVICE.peak, DEVICE.bandwidth, interconnect=Interconnect(1e15, 1e-9, 8))
+
+
+@pytest.fixture(scope="module")
+def llm() -> CausalLM:
+    return CausalLM(llama())
+
+
+@pytest.fixture(scope="module")
+def mixtral() -> CausalLM:
+    config = transformers.MixtralConfig(
+        hidden_size=D,
+        intermediate_size=F,
+        num_hidden_layers=N,
+        num_attention_heads=H,
+        num_key_value_heads=G,
+        vocab_size=V,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+    )
+    return CausalLM(config)
+
+
+@pytest.mark.parametrize("kernels", ["fused", "eager"])
+@pytest.mark.parametrize("phase", [("prefill", {"seq_len": 32}), ("decode", {"kv_len": 7})])
+def test_one_device_has_the_phases_two_times(llm: CausalLM, kernels: str, phase: tuple[str, dict[str, int]]) -> None:
+    cost = llm.phase(phase[0], batch=2, hardware=DEVICE, kernels=kernels, **phase[1])
+    d = llm.deploy(cost, Parallel())
+    assert d.communication_time == 0
+    assert d.time == pytest.approx(cost.time, rel=1e-12)
+    assert d.time_bound == pytest.approx(cost.time_bound, rel=1e-12)
+    assert d.tokens_per_s == pytest.approx(cost.tokens_per_s, rel=1e-12)
+    assert d.tokens_per_s_bound == pytest.approx(cost.tokens_per_s_bound, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [Parallel(tp=2), Parallel(tp=4), Parallel(pp=2), Parallel(tp=2, pp=2), Parallel(tp=2, dp=3)],
+    ids=str,
+)
+@pytest.mark.parametrize("hardware", [DEVICE, INSTANT], ids=["link", "instant"])
+def test_the_bound_never_exceeds_the_estimate_llama(llm: CausalLM, layout: Parallel, hardware: Hardware) -> None:
+    for kernels in ("fused", "eager"):
+        for cost in (
+            llm.phase("prefill", seq_len=32, batch=2, hardware=hardware, kernels=kernels),
+            llm.phase("decode", kv_len=7, batch=2, hardware=hardware, kernels=kernels),
+        ):
+            d = llm.deploy(cost, layout)
+            assert d.time_bound is not None and d.time is not None
+            assert 0 < d.time_bound <= d.time
+            assert d.time == pytest.approx(d.compute_time + d.communication_time)
+
+
+@pytest.mark.parametrize("layout", [Parallel(tp=2, ep=2), Parallel(ep=2, dp=2), Parallel(tp=2, ep=4, dp=2)], ids=str)
+@pytest.mark.parametrize("hardware", [DEVICE, INSTANT], ids=["link", "instant"])
+def test_the_bound_never_exceeds_the_estimate_mixtral(mixtral: CausalLM, layout: Parallel, hardware: Hardware) -> None:
+    for cost in (
+        mixtral.phase("prefill", seq_len=32, batch=2, hardware=hardware),
+        mixtral.phase("decode", kv_len=7, batch=2, hardware=hardware),
+    ):
+        d = mixtral.deploy(cost, layout)
+        assert d.time_bound is not None and d.time is not None
+        assert 0 < d.time_bound <= d.time
+
+
+def test_micro_batches_keep_the_bound_below_the_estimate(llm: CausalLM) -> None:
+    whole = llm.phase("decode", kv_len=7, batch=4, hardware=DEVICE)
+    micro = llm.phase("decode", kv_len=7, batch=2, hardware=DEVICE)
+    d = llm.deploy(whole, Parallel(pp=2, micro_batches=2), micro=micro)
+    assert d.time_bound is not None and d.time is not None and d.time_bound <= d.time
+
+
+def test_tensor_parallel_bound_is_the_devices_half_of_the_bytes(llm: CausalLM) -> None:
+    # decode, B = 2, tp 2: every compulsory byte is split in 2 (the planned weights, the embedding's
+    # looked-up rows, the 2 KV heads one a device, the logits' columns) except what both devices read
+    # whole: the 2n + 1 norms' weights, d each, and the rotary embedding's e / 2 = 16 inverse frequencies
+    # (2 bytes each, as the phase prices them): device bytes = (phase bytes - replicated) / 2 + replicated.
+    # Memory binds a decode step on the test device (1e12 B/s against 1e15 FLOP/s); the link takes 11 ns.
+    cost = llm.phase("decode", kv_len=7, batch=2, hardware=INSTANT)
+    assert cost.plan is not None
+    norms = NORMS * D * 2 + E // 2 * 2
+    device_bytes = (cost.plan.compulsory_bytes - norms) / 2 + norms
+    d = llm.deploy(cost, Parallel(tp=2))
+    assert d.time_bound == pytest.approx(device_bytes / 1e12, rel=1e-12)
+    # the estimate's kernels: less than the phase's, more than half of them (norms and launches stay)
+    assert cost.time is not None and cost.time / 2 < d.compute_time < cost.time
+
+
+def test_tensor_parallel_bound_is_the_communication_when_it_is_slower(llm: CausalLM) -> None:
+    # the same step on the 100 GB/s, 1 us link: 7120 bytes sent and 11 steps (tests/llm/test_deploy.py),
+    # 11.07 us, above the device's ~0.85 MB at 1e12 B/s (< 1 us): the bound is the communication
+    cost = llm.phase("decode", kv_len=7, batch=2, hardware=DEVICE)
+    d = llm.deploy(cost, Parallel(tp=2))
+    assert d.time_bound == pytest.approx(7120 / 100e9 + 11e-6)
+    assert d.time == pytest.approx(d.compute_time + d.time_bound)
+
+
+def test_costs_from_the_estimate_and_the_bound(llm: CausalLM) -> None:
+    # $3.60 a device-hour = $0.001 a device-second, 2 devices a replica, B = 4 tokens a step
+    cost = llm.phase("decode", kv_len=7, batch=4, hardware=DEVICE)
+    d = llm.deploy(cost, Parallel(tp=2), price=3.6)
+    assert d.cost == {"generated": pytest.approx(2 * 0.001 * d.time / 4 * 1e6)}
+    assert d.cost_bound == {"generated": pytest.approx(2 * 0.001 * d.time_bound / 4 * 1e6)}
+
+
+def test_a_generation_has_both_times(llm: CausalLM) -> None:
+    gen = generation(llm, 16, 4, batch=2, hardware=DEVICE)
+    d = llm.deploy(gen, Parallel(tp=2), price=3.6)
+    assert d.prefill_time_bound is not None and d.prefill_time is not None
+    assert d.prefill_time_bound <= d.prefill_time
+    assert d.generation_time_bound is not None and d.generation_time is not None
+    assert d.generation_time_bound <= d.generation_time
+    assert d.cost is not None and d.cost_bound is not None and set(d.cost_bound) == {"prompt", "generated"}
+    assert all(d.cost_bound[k] <= d.cost[k] for k in d.cost)

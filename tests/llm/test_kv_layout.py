@@ -1,0 +1,72 @@
+"""The KV cache per layer as the model's attention keeps it, not one geometry per config: Falcon's
+one KV head (``multi_query``), values narrower than keys and per-type KV heads (MiMo-V2-Flash),
+heads and head sizes per layer (Gemma 4), layers reusing another layer's KV (Gemma 3n). Every
+expected size is worked by hand below from the config's values, which each test asserts first."""
+
+from __future__ import annotations
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+
+from opcount.llm.phases import CausalLM  # noqa: E402
+from tests.llm.small_configs import small  # noqa: E402
+from tests.llm.test_caches import cache_traffic  # noqa: E402
+
+# a decode step after 16 cached tokens holds T = 16 + 1 = 17 positions per full-attention layer
+T = 17
+
+
+def test_falcon_multi_query_caches_one_kv_head() -> None:
+    config = transformers.FalconConfig(
+        vocab_size=128, hidden_size=256, num_attention_heads=4, num_hidden_layers=2, multi_query=True
+    )
+    llm = CausalLM(config)
+    # head_dim = 256 / 4 = 64; multi_query: 1 KV head (not the 4 query heads) -> 2 x 1 x 64 = 128 per token
+    assert [layer.token_elements for layer in llm.caches.layers] == [128, 128]
+    # 2 layers x 17 positions x 128 = 4,352 elements (4 heads would be 17,408)
+    assert llm.caches.elements(16, 1, 1) == 4_352
+    step = llm.phase("decode", kv_len=16)
+    assert step.flops.total() > 0
+
+
+def test_mimo_v2_flash_values_narrower_than_keys_and_sliding_layers_own_heads() -> None:
+    config = small(transformers.MiMoV2FlashConfig)
+    assert (config.head_dim, config.v_head_dim, config.num_key_value_heads) == (192, 128, 4)
+    assert config.layer_types == ["full_attention", "sliding_attention"] and config.sliding_window == 129
+    llm = CausalLM(config)
+    # full layer: 4 KV heads x (192 + 128) = 1,280; sliding layer: its own 8 KV heads x 320 = 2,560
+    # (the published model: 4 KV heads on full layers, 8 on sliding ones, keys 192 and values 128 wide)
+    assert [layer.token_elements for layer in llm.caches.layers] == [1_280, 2_560]
+    # at 16 cached + 1: both layers hold 17 positions (17 < window 129): (1,280 + 2,560) x 17 = 65,280
+    assert llm.caches.elements(16, 1, 1) == 65_280
+
+
+def test_gemma4_global_layers_keep_their_own_head_size() -> None:
+    config = small(transformers.Gemma4TextConfig)
+    assert config.layer_types == ["sliding_attention", "full_attention"]
+    assert [(layer.num_key_value_heads, layer.head_dim) for layer in config.per_layer_config] == [(4, 256), (4, 512)]
+    llm = CausalLM(config)
+    # sliding: 2 x 4 x 256 = 2,048 per token; global: 2 x 4 x 512 = 4,096 (global_head_dim)
+    assert [layer.token_elements for layer in llm.caches.layers] == [2_048, 4_096]
+    assert llm.caches.elements(16, 1, 1) == (2_048 + 4_096) * T
+
+
+def test_gemma3n_kv_sharing_layers_hold_nothing() -> None:
+    config = small(transformers.Gemma3nTextConfig)
+    # the small config keeps the sharing: one producer of each type, then one consumer of each
+    assert config.layer_types == ["sliding_attention", "full_attention"] * 2 and config.num_kv_shared_layers == 2
+    assert (config.num_key_value_heads, config.head_dim) == (2, 256)
+    llm = CausalLM(config)
+    # producers: 2 x 2 x 256 = 1,024 per token; the 2 consumers read those and hold none
+    assert [layer.token_elements for layer in llm.caches.layers] == [1_024, 1_024, 0, 0]
+    assert [layer.kind for layer in llm.caches.layers][2:] == ["none", "none"]
+    # 17 positions each (under the 512 window): 2 x 1,024 x 17 = 34,816
+    assert llm.caches.elements(16, 1, 1) == 34_816
+    cost = llm.phase("decode", kv_len=16)
+    assert cost.memory.kv_cache == 34_816 * 2  # bf16
+    read, written = cache_traffic(cost)
+    # each producer's 17 tokens are read twice, by itself and by the layer reusing them:
+    # 2 x 17 x 1,024 x 2 bytes = 69,632 per producer; the new token written once per producer
+    assert read == {f"kv_cache.{i}.{part}": 2 * 17 * 512 * 2 for i in (0, 1) for part in ("keys", "values")}
+    assert sum(written.values()) == 2 * 1_024 * 2
