@@ -34,9 +34,12 @@ def test_speed_machinery_times_each_piece_with_and_without():
             assert re.search(rf"^\| {piece}[^|]* \| mlp20 {tracer}{row}", out, re.MULTILINE), out
 
 
-@pytest.mark.slow  # three fresh interpreters importing transformers: ~15 s of CPU
+@pytest.mark.slow  # four fresh interpreters importing transformers: ~20 s of CPU
 def test_llm_sweep_times_the_api_and_the_cli():
-    out = run("llm_sweep.py", "--layers", "1", "--batch", "1,2", "--kv-len", "8")
+    out = run("llm_sweep.py", "--layers", "1", "--batch", "1,2", "--kv-len", "8", "--runs", "1")
     assert re.search(r"API: imports [0-9.]+ s, built in [0-9.]+ s, 2 points in [0-9.]+ s", out), out
     assert re.search(r"CLI sweep: 2 rows in [0-9.]+ s wall, [0-9.]+ s CPU", out), out
+    assert re.search(r"baseline \(import torch, transformers; .*\): [0-9.]+ s wall", out), out
+    assert re.search(r"API grid: 1000 points in [0-9.]+ s", out), out
+    assert "figures equal: True" in out
     assert re.search(r"CLI, one point \(llm:llama-3-70b --meta .*\): [0-9.]+ s wall, [0-9.]+ s CPU, peak RSS", out), out

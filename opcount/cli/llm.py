@@ -15,8 +15,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import tabulate
-
 from .. import report
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
@@ -28,14 +26,16 @@ from ..llm.local_config import looks_local, read_config, with_values
 from ..llm.model import is_causal_lm
 from ..llm.operators import operator_rows
 from ..llm.phases import PHASES, CausalLM, GenerationCost, PhaseCost, generation
+from ..llm.points import GenerationPoint, PhasePoint
 from ..llm.precision import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
 from ..llm.weight_plan import WeightAssignmentError
 from ..report.provenance import export_meta
-from ..units import seconds, si, size
+from ..units import si, size
 from . import deploy
 from . import training as training_cli
 from .args import check_counts, hf_overrides, invalid_config, natural_int, positive_int
-from .llm_times import add_kernels_argument, by_operator, time_fields, time_lines
+from .llm_rows import SweepPoint, point_json, sweep_points, sweep_report
+from .llm_times import add_kernels_argument, by_operator, time_lines
 from .options import Analysis, Layout, LLMOptions, LLMRun, Options, columns_needing
 from .render import write_csv_meta
 
@@ -183,7 +183,7 @@ def _check_sizes(flags: LLMOptions, seq_len: int | None) -> None:
     of a sequence together, before a model is built: past them torch's int64 sizes overflow."""
     swept = dict(flags.sweep)
     points = math.prod(len(values) for values in swept.values())
-    if points > MAX_SWEEP_POINTS:  # each point is traced
+    if points > MAX_SWEEP_POINTS:  # each point is rebuilt and priced (opcount.llm.sweep)
         raise OpcountError(f"--sweep: {points:,} points, more than {MAX_SWEEP_POINTS:,} (the limit)")
     given = {"batch": flags.batch, "seq-len": seq_len, "kv-len": flags.kv_len, "gen-len": flags.gen_len}
     largest = {
@@ -283,7 +283,7 @@ class Point:
 
 def run(
     options: Options, wanted: LLMRun, hardware: Hardware | None, status: Callable[[str], None]
-) -> tuple[str, list[Point]]:
+) -> tuple[str, list[Point] | list[SweepPoint]]:
     """Analyze the LLM ``options`` describe (``wanted``: its LLM flags, checked; ``hardware``: resolved
     once by the caller); returns the rendered report and the points."""
     flags, items = wanted.flags, options.inputs.hf_config
@@ -310,6 +310,15 @@ def run(
         base["gen_len"] = flags.gen_len
     axes = [(SWEEPABLE[k], v) for k, v in flags.sweep]
     analysis = options.analysis
+    fitted = not flags.deploy.given() and not {key for key, _ in axes} & set(deploy.SWEEPABLE)
+    if axes and fitted:  # every point from a few traces (opcount.llm.sweep)
+        combos = [
+            {**base, **{key: v for (key, _), v in zip(axes, combo, strict=True)}}
+            for combo in itertools.product(*(values for _, values in axes))
+        ]
+        status(f"tracing {label}: {len(combos)} points from a few traces")
+        rows = sweep_points(llm, combos, flags.phase, hardware, analysis, flags.kernels or "fused")
+        return sweep_report(rows, options.layout, label, options.model), rows
     points: list[Point] = []
     phases: dict[tuple[tuple[str, int], ...], Point] = {}
     for combo in itertools.product(*(values for _, values in axes)) if axes else [()]:
@@ -322,7 +331,12 @@ def run(
         point.deployment = deploy.deployment(llm, point.phase, point.generation, values, flags, hardware)
         points.append(point)
     if axes:
-        return _sweep_report(points, options.layout, label, options.model), points
+        return sweep_report(
+            [SweepPoint.of(p.values, p.phase, p.generation, p.deployment) for p in points],
+            options.layout,
+            label,
+            options.model,
+        ), points
     return _single_report(llm, points[0], options.layout, label, options.model), points
 
 
@@ -395,7 +409,10 @@ def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, mode
     meta = export_meta(p.flops, model=model, roofline=p.roofline)
     if layout.format == "json":
         data = report.to_dict(p.flops, columns=given, max_depth=layout.depth, extra=extra, meta=meta)
-        data["llm"] = _point_json(point, label, llm.parameters, llm.active_parameters)
+        gen = None if point.generation is None else GenerationPoint.of(point.generation)
+        data["llm"] = point_json(
+            point.values, PhasePoint.of(p), gen, label, llm.parameters, llm.active_parameters, point.deployment
+        )
         data["memory"] = (p.memory if point.generation is None else point.generation.memory).as_dict()
         if layout.by_operator:
             data["llm"]["by_operator"] = operator_rows(p)
@@ -414,87 +431,3 @@ def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, mode
         p.flops, columns=columns, max_depth=depth, extra=extra, show_param_shapes=layout.param_shapes
     )
     return table + "\n\n" + summary(label, point, llm.parameters, llm.active_parameters)
-
-
-def _point_json(point: Point, label: str, parameters: int, active: int = 0) -> dict[str, Any]:
-    p, gen = point.phase, point.generation
-    out: dict[str, Any] = {
-        "model": label,
-        "phase": "generation" if gen is not None else p.phase,
-        **point.values,
-        "precision": {"weight": p.precision.weight, "act": p.precision.act, "kv": p.precision.kv_dtype},
-        "parameters": {"total": parameters, "active": active},
-        "flops": p.flops.total() if gen is None else gen.flops,
-        "flops_per_mac": p.flops.flops_per_mac,
-        "memory": (p.memory if gen is None else gen.memory).as_dict(),
-    }
-    out |= time_fields(p, gen)
-    deploy.add_json(out, point.deployment)
-    return out
-
-
-SWEEP_COLUMNS = ("flops", "weights", "kv_cache", "activations", "time", "time_bound", "tokens_per_s", "bound")
-# A sweep's CSV headers with their units (the sizes are bytes, the times seconds).
-SWEEP_CSV_NAMES = {
-    "weights": "weights_bytes",
-    "kv_cache": "kv_cache_bytes",
-    "activations": "activations_bytes",
-    "time_to_first_token": "time_to_first_token_s",
-    "time_per_output_token": "time_per_output_token_s",
-    "time_bound": "time_bound_s",
-    "time_to_first_token_bound": "time_to_first_token_bound_s",
-    "time_per_output_token_bound": "time_per_output_token_bound_s",
-}
-
-
-def _sweep_report(points: Sequence[Point], layout: Layout, label: str, model: str) -> str:
-    keys = list(points[0].values)
-    rows = [_point_json(pt, label, 0) for pt in points]
-    if layout.format == "json":
-        return json.dumps(
-            {"model": label, "points": [{k: v for k, v in r.items() if k != "parameters"} for r in rows]}, indent=2
-        )
-    has_time = points[0].phase.roofline is not None
-    gen = points[0].generation is not None
-    time_keys = (
-        [f"{k}{b}" for k in ("time_to_first_token", "time_per_output_token", "tokens_per_s") for b in ("", "_bound")]
-        if gen
-        else ["time", "time_bound", "tokens_per_s", "tokens_per_s_bound"]
-    )
-    header = [*keys, "flops", "weights", "kv_cache", "activations", *(time_keys if has_time else [])]
-    if has_time and not gen:
-        header.append("bound")
-    header += deploy.sweep_header(points[0].deployment)
-    flat = [{**r, **r["memory"], **deploy.sweep_row(pt.deployment)} for r, pt in zip(rows, points, strict=True)]
-    if layout.format == "csv":  # a missing value (None) is an empty cell, as in every CSV export
-        write_csv_meta(
-            layout.csv_meta, export_meta(points[0].phase.flops, model=model, roofline=points[0].phase.roofline)
-        )
-        names = {
-            **report.csv_fields(header, points[0].phase.flops.flops_per_mac),
-            **SWEEP_CSV_NAMES,
-            **deploy.SWEEP_CSV_NAMES,
-        }
-        return report.csv_rows(header, flat, names=names).rstrip("\n")
-    cells = [[_cell(h, r.get(h)) for h in header] for r in flat]
-    return _pipe(header, cells) + f"\n\n{label}: {len(points)} points, {points[0].phase.precision.label()}"
-
-
-def _cell(key: str, value: Any) -> str:
-    if value is None:
-        return ""
-    if key in deploy.SWEEP_CELLS:
-        return deploy.SWEEP_CELLS[key](value)
-    if key in ("weights", "kv_cache", "activations"):
-        return size(value)
-    if key.startswith("time"):
-        return seconds(value)
-    if key.startswith("tokens_per_s"):  # and its _bound
-        return f"{value:,.1f}"
-    if key == "flops":
-        return si(value)
-    return str(value)
-
-
-def _pipe(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    return str(tabulate.tabulate(rows, headers=list(header), tablefmt="pipe", disable_numparse=True))

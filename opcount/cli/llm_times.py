@@ -14,6 +14,7 @@ from ..errors import OpcountError
 from ..llm.kernels import MODES
 from ..llm.operators import operator_rows
 from ..llm.phases import GenerationCost, PhaseCost
+from ..llm.points import GenerationPoint, PhasePoint
 from ..units import seconds, si, size
 from .options import Layout
 from .render import write_csv_meta
@@ -85,11 +86,13 @@ def time_lines(p: PhaseCost, gen: GenerationCost | None) -> list[str]:
     return lines
 
 
-def time_fields(p: PhaseCost, gen: GenerationCost | None) -> dict[str, Any]:
-    """The JSON fields of times (none without hardware): each with its ``_bound``."""
-    if p.roofline is None:
+def time_fields(p: PhaseCost | PhasePoint, gen: GenerationCost | GenerationPoint | None) -> dict[str, Any]:
+    """The JSON fields of times (none without hardware): each with its ``_bound``; a traced phase's
+    or a swept point's (:mod:`opcount.llm.points`) alike."""
+    hw = (None if p.roofline is None else p.roofline.hardware) if isinstance(p, PhaseCost) else p.hardware
+    if hw is None:
         return {}
-    out: dict[str, Any] = {"hardware": p.roofline.hardware.name, "kernels": p.kernels}
+    out: dict[str, Any] = {"hardware": hw.name, "kernels": p.kernels}
     if gen is None:
         return out | {
             "time": p.time,

@@ -46,10 +46,11 @@ from .limits import check_phase
 from .model import build_on_meta, learned_positions, serving_attention, text_config
 from .moe import active_parameters, expected_routing
 from .parallel import Parallel
+from .phase_checks import PHASES as PHASES  # the phases, where callers have always found them
+from .phase_checks import check_generation, check_phase_request
 from .precision import Precision, footprint_weights, pricing_for
 from .windows import windowed_prefill
 
-PHASES = ("prefill", "decode")
 logger = logging.getLogger(__name__)
 
 
@@ -190,6 +191,19 @@ class CausalLM:
         """Refuse ``batch`` sequences of ``positions`` positions over :mod:`.limits`' bounds, before tracing."""
         check_phase(batch, positions, self.caches.largest(positions - 1, 1, batch))
 
+    @property
+    def learned_positions(self) -> tuple[str, int] | None:
+        """The learned position table's name and rows, if the model has one."""
+        return self._positions
+
+    def validate_generation(self, prompt_len: int, gen_len: int, *, batch: int = 1) -> None:
+        """Refuse a generation :func:`generation` would refuse, before tracing it."""
+        check_generation(self, prompt_len, gen_len, batch)
+
+    def validate(self, phase: str, *, seq_len: int | None = None, kv_len: int = 0, batch: int = 1) -> int:
+        """Refuse a phase :meth:`phase` would refuse, before tracing it; returns its ``seq_len``."""
+        return check_phase_request(self, phase, seq_len, kv_len, batch)
+
     def phase(
         self,
         phase: str = "prefill",
@@ -204,27 +218,9 @@ class CausalLM:
     ) -> PhaseCost:
         """The cost of one phase; ``seq_len`` defaults to 1 for decode and is required for prefill.
         ``kernels``: ``fused`` (as serving engines run them) or ``eager`` (one kernel per operator)."""
-        if phase not in PHASES:
-            raise OpcountValueError(f"unknown phase {phase!r}; choose prefill or decode")
+        seq_len = self.validate(phase, seq_len=seq_len, kv_len=kv_len, batch=batch)
         if kernels not in MODES:
             raise OpcountValueError(f"unknown kernels {kernels!r}; choose {' or '.join(MODES)}")
-        if seq_len is None:
-            if phase == "prefill":
-                raise OpcountValueError("prefill needs seq_len (the prompt's tokens)")
-            seq_len = 1
-        if phase == "prefill" and kv_len:
-            raise OpcountValueError("prefill starts from an empty cache: kv_len is for decode")
-        for name, value, least in (("seq_len", seq_len, 1), ("kv_len", kv_len, 0), ("batch", batch, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise OpcountValueError(f"{name} must be an integer >= {least}, got {value!r}")
-        self.check_sizes(batch, kv_len + seq_len)
-        if self._positions is not None and kv_len + seq_len > self._positions[1]:
-            # On meta an out-of-range position is never looked up: the real model fails, the trace would not
-            name, rows = self._positions
-            raise OpcountValueError(
-                f"{kv_len + seq_len} positions (kv_len {kv_len} + seq_len {seq_len}) exceed the {rows} rows of "
-                f"{type(self.model).__name__}'s learned position table '{name}'"
-            )
         hw = lookup_hardware(hardware) if hardware is not None else None
         flops, traffic, blocks = self._trace(seq_len, kv_len, batch, flops_per_mac, preset)
         by_type = self.kv_bytes_by_type(kv_len, seq_len, batch)
@@ -245,13 +241,27 @@ class CausalLM:
         cost.plans, cost.kernels = plans, kernels
         return cost
 
+    def records(
+        self,
+        phase: str = "prefill",
+        *,
+        seq_len: int | None = None,
+        kv_len: int = 0,
+        batch: int = 1,
+        flops_per_mac: int = 1,
+        preset: str = "default",
+    ) -> FlopCountAnalysis:
+        """The phase's trace alone, nothing rolled up yet: the records a sweep fits (:mod:`.sweep`)."""
+        seq_len = self.validate(phase, seq_len=seq_len, kv_len=kv_len, batch=batch)
+        return self._trace(seq_len, kv_len, batch, flops_per_mac, preset, records_only=True)[0]
+
     def deploy(self, cost: PhaseCost | GenerationCost, parallel: Parallel | None = None, **options: Any) -> Deployment:
         """``cost`` (a phase or a generation of this model) on a parallel layout: per-device memory,
         fit, communication, time and cost (:func:`opcount.llm.deploy.deploy`, its options)."""
         return on_layout(self, cost, parallel, **options)
 
     def _trace(
-        self, seq_len: int, kv_len: int, batch: int, flops_per_mac: int, preset: str
+        self, seq_len: int, kv_len: int, batch: int, flops_per_mac: int, preset: str, records_only: bool = False
     ) -> tuple[FlopCountAnalysis, MemoryTrafficAnalysis, list[str]]:
         model = self.model
         plan, dtype = self.caches, self.precision.traced
@@ -283,6 +293,8 @@ class CausalLM:
                     model, (), kwargs, tracer="dispatch", flops_per_mac=flops_per_mac, preset=preset
                 )
                 flops.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+                if records_only:
+                    return flops, MemoryTrafficAnalysis(flops.trace()), blocks
                 flops.total()
                 traffic = MemoryTrafficAnalysis(flops.trace())  # the same trace: one forward per phase
                 traffic.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
@@ -417,10 +429,7 @@ def generation(
     """Prefill ``prompt_len`` tokens, then ``gen_len`` decode steps of one token each; step
     ``j`` (0-based) attends to ``prompt_len + j`` cached tokens. Three traces whatever ``gen_len``
     (two more for each run a sliding window fills or a chunk starts: :meth:`.CachePlan.affine_steps`)."""
-    if not isinstance(gen_len, int) or gen_len < 0:
-        raise OpcountValueError(f"gen_len must be an integer >= 0, got {gen_len!r}")
-    if isinstance(prompt_len, int) and isinstance(batch, int):  # phase() checks the types
-        llm.check_sizes(batch, prompt_len + gen_len)  # the last step's, before the prefill is traced
+    llm.validate_generation(prompt_len, gen_len, batch=batch)
     step: dict[str, Any] = {
         "batch": batch,
         "hardware": hardware,

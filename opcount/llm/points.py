@@ -1,0 +1,157 @@
+"""A phase's and a generation's figures as plain values (:mod:`.sweep` computes them at many points
+from a few traces; :meth:`PhasePoint.of` and :meth:`GenerationPoint.of` take them from a traced
+phase or generation): FLOPs, memory, and with hardware the chosen kernels (:mod:`.kernels`) whose
+estimate and speed of light are the point's two times, as :mod:`.phases` computes them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..hardware.lookup import Hardware
+from .bound import time_bound
+from .kernels import KernelPlan
+from .phases import GenerationCost, Memory, PhaseCost
+from .precision import Precision
+
+
+@dataclass(frozen=True)
+class PhasePoint:
+    """The figures of one phase at one point: ``traced`` when they come from the point's own analyzed
+    trace (``cost``), else from the records rebuilt by a fit."""
+
+    phase: str
+    batch: int
+    seq_len: int
+    kv_len: int
+    precision: Precision
+    flops: int | float
+    flops_per_mac: int
+    memory: Memory
+    hardware: Hardware | None
+    traced: bool
+    plan: KernelPlan | None = field(default=None, repr=False, compare=False)  # the chosen kernels, with hardware
+    cost: PhaseCost | None = field(default=None, repr=False, compare=False)  # the traced phase, if traced
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq_len
+
+    @property
+    def kernels(self) -> str | None:
+        return None if self.plan is None else self.plan.mode
+
+    @property
+    def time(self) -> float | None:
+        """The estimate, as :attr:`.phases.PhaseCost.time`."""
+        return None if self.plan is None else self.plan.time
+
+    @property
+    def time_bound(self) -> float | None:
+        """The speed of light, as :attr:`.phases.PhaseCost.time_bound`."""
+        p = self.plan
+        return (
+            None if p is None else time_bound(p.matmul_flops, p.matmul_peak, p.compulsory_bytes, p.hardware.bandwidth)
+        )
+
+    @property
+    def bound(self) -> str | None:
+        if self.plan is None:
+            return None
+        compute, memory = self.plan.bound_terms()
+        return "compute" if compute >= memory else "memory"
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        time = self.time
+        return None if not time else self.tokens / time
+
+    @property
+    def tokens_per_s_bound(self) -> float | None:
+        time = self.time_bound
+        return None if not time else self.tokens / time
+
+    @classmethod
+    def of(cls, cost: PhaseCost) -> PhasePoint:
+        """The figures of a traced phase."""
+        hw = None if cost.roofline is None else cost.roofline.hardware
+        return cls(
+            cost.phase, cost.batch, cost.seq_len, cost.kv_len, cost.precision, cost.flops.total(),
+            cost.flops.flops_per_mac, cost.memory, hw, True, cost.plan, cost,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GenerationPoint:
+    """A generation's figures (see :class:`~opcount.llm.phases.GenerationCost`) from its phases' points."""
+
+    prefill: PhasePoint
+    first_step: PhasePoint | None
+    last_step: PhasePoint | None
+    gen_len: int
+    decode_flops: float
+    decode_time: float | None
+    fullest_step: PhasePoint | None = None  # the step holding the most cache
+    decode_time_bound: float | None = None
+
+    @classmethod
+    def of(cls, gen: GenerationCost) -> GenerationPoint:
+        """The figures of a traced generation."""
+        first, last, fullest = (
+            None if s is None else PhasePoint.of(s) for s in (gen.first_step, gen.last_step, gen.fullest_step)
+        )
+        prefill, flops = PhasePoint.of(gen.prefill), gen.decode_flops
+        return cls(prefill, first, last, gen.gen_len, flops, gen.decode_time, fullest, gen.decode_time_bound)
+
+    @property
+    def flops(self) -> float:
+        return self.prefill.flops + self.decode_flops
+
+    @property
+    def memory(self) -> Memory:
+        last = self.last_step or self.prefill
+        fullest = self.fullest_step or last
+        return Memory(
+            self.prefill.memory.weights,
+            fullest.memory.kv_cache,
+            max(self.prefill.memory.activations, last.memory.activations),
+            fullest.memory.kv_cache_by_type,
+        )
+
+    @property
+    def time(self) -> float | None:
+        if self.prefill.time is None or self.decode_time is None:
+            return None
+        return self.prefill.time + self.decode_time
+
+    @property
+    def time_bound(self) -> float | None:
+        if self.prefill.time_bound is None or self.decode_time_bound is None:
+            return None
+        return self.prefill.time_bound + self.decode_time_bound
+
+    @property
+    def time_to_first_token(self) -> float | None:
+        return self.prefill.time
+
+    @property
+    def time_to_first_token_bound(self) -> float | None:
+        return self.prefill.time_bound
+
+    @property
+    def time_per_output_token(self) -> float | None:
+        return None if self.decode_time is None or not self.gen_len else self.decode_time / self.gen_len
+
+    @property
+    def time_per_output_token_bound(self) -> float | None:
+        d = self.decode_time_bound
+        return None if d is None or not self.gen_len else d / self.gen_len
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        tpot = self.time_per_output_token
+        return None if not tpot else self.prefill.batch / tpot
+
+    @property
+    def tokens_per_s_bound(self) -> float | None:
+        tpot = self.time_per_output_token_bound
+        return None if not tpot else self.prefill.batch / tpot
