@@ -16,6 +16,7 @@ from ..llm import deploy as deploy_lib
 from ..llm.phases import CausalLM, GenerationCost, PhaseCost
 from ..llm.points import GenerationPoint, PhasePoint
 from ..llm.sweep import generation_points, phase_points
+from ..report.columns import flops_unit
 from ..report.provenance import export_meta
 from ..units import seconds, si, size
 from . import deploy
@@ -133,7 +134,9 @@ def sweep_report(points: Sequence[SweepPoint], layout: Layout, label: str, model
         }
         return report.csv_rows(header, flat, names=names).rstrip("\n")
     cells = [[_cell(h, r.get(h)) for h in header] for r in flat]
-    return _pipe(header, cells) + f"\n\n{label}: {len(points)} points, {points[0].phase.precision.label()}"
+    unit = flops_unit(points[0].phase.flops_per_mac)  # a count's header says its unit
+    shown = [unit if h == "flops" else h for h in header]
+    return _pipe(shown, cells) + f"\n\n{label}: {len(points)} points, {points[0].phase.precision.label()}"
 
 
 def _cell(key: str, value: Any) -> str:
