@@ -340,23 +340,16 @@ def _bytes(spec: TensorSpec, itemsize: Any) -> int:
 # ------------------------------------------------------------------------------------------------
 # A whole generation
 # ------------------------------------------------------------------------------------------------
-@dataclass
-class GenerationCost:
-    """A prompt of ``prompt_len`` tokens then ``gen_len`` generated ones, per sequence of ``batch``."""
+class GenerationFigures:
+    """A generation's figures from its prefill and decode steps, whether traced
+    (:class:`GenerationCost`) or rebuilt from a fit (:class:`~opcount.llm.points.GenerationPoint`)."""
 
-    prefill: PhaseCost
-    first_step: PhaseCost | None
-    last_step: PhaseCost | None
+    prefill: Any
+    last_step: Any
+    fullest_step: Any
     gen_len: int
-    decode_flops: float
     decode_time: float | None
-    # the traced step holding the most cache (the last, unless a chunked layer started a new chunk)
-    fullest_step: PhaseCost | None = None
-    decode_time_bound: float | None = None
-
-    @property
-    def flops(self) -> float:
-        return self.prefill.flops.total() + self.decode_flops
+    decode_time_bound: float | None
 
     @property
     def memory(self) -> Memory:
@@ -373,35 +366,32 @@ class GenerationCost:
 
     @property
     def time(self) -> float | None:
-        if self.prefill.time is None or self.decode_time is None:
-            return None
-        return self.prefill.time + self.decode_time
+        prefill: float | None = self.prefill.time
+        return None if prefill is None or self.decode_time is None else prefill + self.decode_time
 
     @property
     def time_bound(self) -> float | None:
-        if self.prefill.time_bound is None or self.decode_time_bound is None:
-            return None
-        return self.prefill.time_bound + self.decode_time_bound
+        prefill: float | None = self.prefill.time_bound
+        return None if prefill is None or self.decode_time_bound is None else prefill + self.decode_time_bound
 
     @property
     def time_to_first_token(self) -> float | None:
-        return self.prefill.time
+        value: float | None = self.prefill.time
+        return value
 
     @property
     def time_to_first_token_bound(self) -> float | None:
-        return self.prefill.time_bound
+        value: float | None = self.prefill.time_bound
+        return value
 
     @property
     def time_per_output_token(self) -> float | None:
-        if self.decode_time is None or not self.gen_len:
-            return None
-        return self.decode_time / self.gen_len
+        return None if self.decode_time is None or not self.gen_len else self.decode_time / self.gen_len
 
     @property
     def time_per_output_token_bound(self) -> float | None:
-        if self.decode_time_bound is None or not self.gen_len:
-            return None
-        return self.decode_time_bound / self.gen_len
+        d = self.decode_time_bound
+        return None if d is None or not self.gen_len else d / self.gen_len
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -413,6 +403,25 @@ class GenerationCost:
     def tokens_per_s_bound(self) -> float | None:
         tpot = self.time_per_output_token_bound
         return None if not tpot else self.prefill.batch / tpot
+
+
+@dataclass
+class GenerationCost(GenerationFigures):
+    """A prompt of ``prompt_len`` tokens then ``gen_len`` generated ones, per sequence of ``batch``."""
+
+    prefill: PhaseCost
+    first_step: PhaseCost | None
+    last_step: PhaseCost | None
+    gen_len: int
+    decode_flops: float
+    decode_time: float | None
+    # the traced step holding the most cache (the last, unless a chunked layer started a new chunk)
+    fullest_step: PhaseCost | None = None
+    decode_time_bound: float | None = None
+
+    @property
+    def flops(self) -> float:
+        return self.prefill.flops.total() + self.decode_flops
 
 
 def generation(

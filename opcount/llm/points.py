@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from ..hardware.lookup import Hardware
 from .bound import time_bound
 from .kernels import KernelPlan
-from .phases import GenerationCost, Memory, PhaseCost
+from .phases import GenerationCost, GenerationFigures, Memory, PhaseCost
 from .precision import Precision
 
 
@@ -81,7 +81,7 @@ class PhasePoint:
 
 
 @dataclass(frozen=True)
-class GenerationPoint:
+class GenerationPoint(GenerationFigures):
     """A generation's figures (see :class:`~opcount.llm.phases.GenerationCost`) from its phases' points."""
 
     prefill: PhasePoint
@@ -105,53 +105,3 @@ class GenerationPoint:
     @property
     def flops(self) -> float:
         return self.prefill.flops + self.decode_flops
-
-    @property
-    def memory(self) -> Memory:
-        last = self.last_step or self.prefill
-        fullest = self.fullest_step or last
-        return Memory(
-            self.prefill.memory.weights,
-            fullest.memory.kv_cache,
-            max(self.prefill.memory.activations, last.memory.activations),
-            fullest.memory.kv_cache_by_type,
-        )
-
-    @property
-    def time(self) -> float | None:
-        if self.prefill.time is None or self.decode_time is None:
-            return None
-        return self.prefill.time + self.decode_time
-
-    @property
-    def time_bound(self) -> float | None:
-        if self.prefill.time_bound is None or self.decode_time_bound is None:
-            return None
-        return self.prefill.time_bound + self.decode_time_bound
-
-    @property
-    def time_to_first_token(self) -> float | None:
-        return self.prefill.time
-
-    @property
-    def time_to_first_token_bound(self) -> float | None:
-        return self.prefill.time_bound
-
-    @property
-    def time_per_output_token(self) -> float | None:
-        return None if self.decode_time is None or not self.gen_len else self.decode_time / self.gen_len
-
-    @property
-    def time_per_output_token_bound(self) -> float | None:
-        d = self.decode_time_bound
-        return None if d is None or not self.gen_len else d / self.gen_len
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        tpot = self.time_per_output_token
-        return None if not tpot else self.prefill.batch / tpot
-
-    @property
-    def tokens_per_s_bound(self) -> float | None:
-        tpot = self.time_per_output_token_bound
-        return None if not tpot else self.prefill.batch / tpot
