@@ -175,7 +175,9 @@ def test_parity_gpt2_and_bert_default_sizes() -> None:
     assert dispatch.by_module_and_operator() == jit.by_module_and_operator()
     bert = transformers.BertModel(transformers.BertConfig(num_hidden_layers=4)).eval()
     jit, dispatch = _both(bert, (), {"input_ids": ids, "attention_mask": torch.ones_like(ids)})
-    assert jit.by_operator() - dispatch.by_operator() == Counter({"sub": 2 * 64 * 64})
+    # transformers 4 builds the additive mask under jit only (one subtraction per element); 5.x under both
+    jit_only = Counter() if int(transformers.__version__.split(".")[0]) >= 5 else Counter({"sub": 2 * 64 * 64})
+    assert jit.by_operator() - dispatch.by_operator() == jit_only
 
 
 # ----- meta tensors and shapes as inputs ----------------------------------------------------------
