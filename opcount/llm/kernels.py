@@ -47,6 +47,7 @@ from ..memory import MemoryTrafficAnalysis, alias_roots
 from ..roofline import RooflineReport
 from ..roofline.build import access_bytes, traced_dtype
 from ..roofline.model import FLOPS_PER_MAC, gemm_channels
+from .bound import time_bound
 
 MODES = ("fused", "eager")
 ATTENTION_KINDS = frozenset(
@@ -118,6 +119,17 @@ class KernelPlan:
     def bound_terms(self) -> tuple[float, float]:
         """(compute seconds, memory seconds) of the bound."""
         return self.matmul_flops / self.matmul_peak, self.compulsory_bytes / self.hardware.bandwidth
+
+    @property
+    def time_bound(self) -> float:
+        """The speed of light of the phase these kernels run (:func:`.bound.time_bound`)."""
+        return time_bound(self.matmul_flops, self.matmul_peak, self.compulsory_bytes, self.hardware.bandwidth)
+
+    @property
+    def binds(self) -> str:
+        """What binds the speed of light: ``compute`` or ``memory``."""
+        compute, memory = self.bound_terms()
+        return "compute" if compute >= memory else "memory"
 
     def kernel_name(self, call: int) -> str | None:
         k = self.kernel_of.get(call)

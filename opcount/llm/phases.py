@@ -37,7 +37,7 @@ from ..memory import MemoryTrafficAnalysis
 from ..roofline import RooflineReport, roofline
 from ..tracers.meta import TensorShape
 from ..transformers_internals import cache_keyword, takes_cache_position
-from .bound import sum_of_max, time_bound
+from .bound import sum_of_max
 from .cache import CachePlan, cache_plan, phase_cache
 from .deploy import Deployment, on_layout
 from .kernels import MODES, KernelPlan, plan
@@ -115,10 +115,7 @@ class PhaseCost:
     @property
     def time_bound(self) -> float | None:
         """The speed of light: no engine runs the phase faster (:func:`.bound.time_bound`)."""
-        if self.plan is None:
-            return None
-        p = self.plan
-        return time_bound(p.matmul_flops, p.matmul_peak, p.compulsory_bytes, p.hardware.bandwidth)
+        return None if self.plan is None else self.plan.time_bound
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -133,10 +130,7 @@ class PhaseCost:
     @property
     def bound(self) -> str | None:
         """What binds the speed of light: ``compute`` or ``memory``."""
-        if self.plan is None:
-            return None
-        compute, memory = self.plan.bound_terms()
-        return "compute" if compute >= memory else "memory"
+        return None if self.plan is None else self.plan.binds
 
 
 class CausalLM:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hardware.lookup import Hardware
-from .bound import time_bound
 from .kernels import KernelPlan
 from .phases import GenerationCost, GenerationFigures, Memory, PhaseCost
 from .precision import Precision
@@ -48,17 +47,11 @@ class PhasePoint:
     @property
     def time_bound(self) -> float | None:
         """The speed of light, as :attr:`.phases.PhaseCost.time_bound`."""
-        p = self.plan
-        return (
-            None if p is None else time_bound(p.matmul_flops, p.matmul_peak, p.compulsory_bytes, p.hardware.bandwidth)
-        )
+        return None if self.plan is None else self.plan.time_bound
 
     @property
     def bound(self) -> str | None:
-        if self.plan is None:
-            return None
-        compute, memory = self.plan.bound_terms()
-        return "compute" if compute >= memory else "memory"
+        return None if self.plan is None else self.plan.binds
 
     @property
     def tokens_per_s(self) -> float | None:
