@@ -36,6 +36,14 @@ def llama(**extra: object) -> object:
     return transformers.LlamaConfig(**geometry, num_key_value_heads=G, vocab_size=V, **extra)
 
 
+def mixtral(experts: int) -> object:
+    """The same geometry with ``experts`` experts in each layer, 2 per token."""
+    geometry = {"hidden_size": D, "intermediate_size": F, "num_hidden_layers": N, "num_attention_heads": H}
+    return transformers.MixtralConfig(
+        **geometry, num_key_value_heads=G, vocab_size=V, num_local_experts=experts, num_experts_per_tok=2
+    )
+
+
 @pytest.fixture(scope="module")
 def llm() -> CausalLM:
     return CausalLM(llama())
@@ -206,17 +214,7 @@ def test_expert_parallel_spreads_the_experts() -> None:
     # Mixtral-like: X = 4 experts of gate+up (2*f*d) and down (d*f) each, top 2; router d*X replicated.
     # tp 2 = ep 2: attention split in 2, the experts 2 a device (whole), the router and norms replicated.
     X = 4
-    config = transformers.MixtralConfig(
-        hidden_size=D,
-        intermediate_size=F,
-        num_hidden_layers=N,
-        num_attention_heads=H,
-        num_key_value_heads=G,
-        vocab_size=V,
-        num_local_experts=X,
-        num_experts_per_tok=2,
-    )
-    moe = CausalLM(config)
+    moe = CausalLM(mixtral(X))
     cost = moe.phase("decode", kv_len=7, batch=2, hardware=DEVICE)
     d = moe.deploy(cost, Parallel(tp=2, ep=2))
     attention = 2 * D * D + 2 * D * G * E

@@ -16,7 +16,8 @@ from opcount.hardware.interconnect import Interconnect  # noqa: E402
 from opcount.hardware.lookup import Hardware  # noqa: E402
 from opcount.llm.parallel import Parallel  # noqa: E402
 from opcount.llm.phases import CausalLM, generation  # noqa: E402
-from tests.llm.test_deploy import DEVICE, NORMS, D, E, F, G, H, N, V, llama  # noqa: E402
+from tests.llm.test_deploy import DEVICE, NORMS, D, E, llama  # noqa: E402
+from tests.llm.test_deploy import mixtral as mixtral_config  # noqa: E402
 
 # a link so fast (1e15 B/s, 1 ns a step) that communication never binds: the bound is FLOPs or bytes
 INSTANT = Hardware("instant-link", DEVICE.peak, DEVICE.bandwidth, interconnect=Interconnect(1e15, 1e-9, 8))
@@ -29,17 +30,7 @@ def llm() -> CausalLM:
 
 @pytest.fixture(scope="module")
 def mixtral() -> CausalLM:
-    config = transformers.MixtralConfig(
-        hidden_size=D,
-        intermediate_size=F,
-        num_hidden_layers=N,
-        num_attention_heads=H,
-        num_key_value_heads=G,
-        vocab_size=V,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-    )
-    return CausalLM(config)
+    return CausalLM(mixtral_config(4))
 
 
 @pytest.mark.parametrize("kernels", ["fused", "eager"])
