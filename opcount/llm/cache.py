@@ -185,16 +185,9 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
     mixture-of-experts blocks, which meta tensors cannot route by their values)."""
     c = text_config(config)
     name = type(c).__name__
-    recurrent, float32 = xlstm_states(model, c), frozenset[int]()
-    if not recurrent:
-        recurrent, float32 = rwkv_states(model), RWKV_FLOAT32
-    if recurrent:  # a recurrent model whose config gives no layer types
-        wide = tuple(float32 for _ in recurrent)
-        layers = tuple(
-            LayerCache(STATE, state_elements=_size(s), float32_elements=_size(s, f))
-            for s, f in zip(recurrent.values(), wide, strict=True)
-        )
-        return CachePlan(layers, tuple(recurrent.values()), float32=wide)
+    recurrent = _recurrent_plan(model, c)
+    if recurrent is not None:
+        return recurrent
     types = layer_types(c)
     layout = _layout(model, c, routing, needed=any(t in _STATE_TYPES for t, _ in types))
     states = layout.states
@@ -231,6 +224,20 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
     return CachePlan(
         tuple(layers), ordered, tuple(shapes), tuple(wide if i in states else frozenset() for i in range(len(layers)))
     )
+
+
+def _recurrent_plan(model: nn.Module, c: Any) -> CachePlan | None:
+    """The plan of a recurrent model whose config gives no layer types (xLSTM, RWKV-4), read from
+    its modules; None for another model."""
+    recurrent, float32 = xlstm_states(model, c), frozenset[int]()
+    if not recurrent:
+        recurrent, float32 = rwkv_states(model), RWKV_FLOAT32
+    if not recurrent:
+        return None
+    layers = tuple(
+        LayerCache(STATE, state_elements=_size(s), float32_elements=_size(s, float32)) for s in recurrent.values()
+    )
+    return CachePlan(layers, tuple(recurrent.values()), float32=tuple(float32 for _ in recurrent))
 
 
 def _size(shapes: tuple[Shapes, Shapes], float32: frozenset[int] | None = None) -> int:

@@ -118,7 +118,7 @@ def rwkv_phase(model: nn.Module, layers: list[Any], seq_len: int) -> Iterator[Rw
         _Part([layer.recurrent_states[p] for layer in layers], p in SHIFT_PARTS and seq_len > 1) for p in range(PARTS)
     )
     state.layers = layers
-    holders = [m for m in model.modules() if isinstance(getattr(m, "layers_are_rescaled", None), bool)]
+    holders: list[Any] = [m for m in model.modules() if isinstance(getattr(m, "layers_are_rescaled", None), bool)]
     saved = [m.layers_are_rescaled for m in holders]
     try:
         for m in holders:
