@@ -120,9 +120,11 @@ def test_griffin_state_and_local_attention_window() -> None:
     for cost in (short, long):
         assert cost.memory.kv_cache_by_type == {"state": 2 * B * state, "sliding_attention": B * window}
         read, written = cache_traffic(cost)
-        for layer in (0, 1):  # the conv state read once (torch.cat), each state written once
+        for layer in (0, 1):  # each state read once (torch.cat; the RG-LRU's a * h), written once
             assert read[f"kv_cache.{layer}.conv0"] == written[f"kv_cache.{layer}.conv0"] == B * D * 3 * BF16
-            assert written[f"kv_cache.{layer}.state0_float32"] == B * D * F32
+            assert (
+                read[f"kv_cache.{layer}.state0_float32"] == written[f"kv_cache.{layer}.state0_float32"] == B * D * F32
+            )
         assert read["kv_cache.2.keys"] == read["kv_cache.2.values"] == B * 2 * 8 * 8 * BF16  # the window
         assert written["kv_cache.2.keys"] == written["kv_cache.2.values"] == B * 2 * 8 * BF16  # the new token
     # multiply-adds a token: each recurrent block linear_x, linear_y, linear_out (3 D^2 = 3072) and
@@ -165,8 +167,11 @@ def test_zamba_mamba_and_tied_attention_layers() -> None:
             "full_attention": 2 * B * per_token * (n + 1),
         }
         read, written = cache_traffic(cost)
-        for layer in (0, 1, 2):  # the Mamba conv state: read once, written once
+        for layer in (0, 1, 2):  # the Mamba states: read once, written once; the SSM state head by head
             assert read[f"kv_cache.{layer}.conv0"] == written[f"kv_cache.{layer}.conv0"] == B * 256 * BF16
+            for head in (0, 1):  # 32 x 8 per head
+                name = f"kv_cache.{layer}.state0_head{head}"
+                assert read[name] == written[name] == B * 32 * 8 * BF16
         for layer in (1, 2):  # each hybrid layer's own keys and values (the block's weights are shared)
             assert read[f"kv_cache.{layer}.keys"] == B * 2 * 16 * (n + 1) * BF16
             assert written[f"kv_cache.{layer}.keys"] == B * 2 * 16 * BF16
