@@ -16,6 +16,7 @@ import pytest
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("transformers.cache_utils", reason="layer types need transformers 5")
 
+from opcount.errors import OpcountError  # noqa: E402
 from opcount.ir import TensorSpec  # noqa: E402
 from opcount.llm.phases import CausalLM  # noqa: E402
 from opcount.llm.precision import Precision, pricing_for  # noqa: E402
@@ -93,6 +94,13 @@ def test_rwkv_step_runs_one_token_per_sequence() -> None:
     # sequence it would run batch x batch tokens; the head's output is one token per sequence here
     cost = _rwkv().phase("decode", kv_len=SHORT, batch=3, preset="macs")
     assert cost.flops.by_module()["head"] == 3 * D * V
+
+
+def test_rwkv_time_mix_of_another_width_is_refused_naming_it() -> None:
+    # the state parts are hidden_size wide (RwkvModel.forward): a 64-wide time mix does not fit them
+    config = transformers.RwkvConfig(vocab_size=V, hidden_size=D, attention_hidden_size=64, num_hidden_layers=2)
+    with pytest.raises(OpcountError, match=r"rwkv\.blocks\.0\.attention: an RWKV time mix whose width differs"):
+        CausalLM(config)
 
 
 def test_float32_state_parts_stay_float32_whatever_the_kv_dtype() -> None:
@@ -180,6 +188,18 @@ def test_zamba_mamba_and_tied_attention_layers() -> None:
     shared = [n for n, _ in llm.model.named_parameters() if "shared_transf.self_attn.q_proj" in n]
     assert len(shared) == 1
     llm.phase("prefill", seq_len=16, batch=B)
+    # a step's multiply-adds a token. Each Mamba mixer (3): in_proj D x 2 * 64 = 4096, out_proj 64 x D =
+    # 2048; per head (2) x_proj (dt_rank 2 + 2 * 8) x 32 = 576, dt_proj 32 x 2 = 64, the state times C 32 x 8
+    # = 256 (matmul: 2 * 896 = 1792); the reference causal_conv1d_update convolves the 4 held and the new
+    # column, 2 outputs of 64 channels x 4 taps (512). Each hybrid layer (2): the shared block's q (64 x 64),
+    # k, v (64 x 32 each), o (64 x 32): 10240, its MLP 3 x 32 x 64 = 6144, its linear D x D = 1024, and
+    # attention 4 heads x (L + 1) keys x (16 + 16). The head: D x V = 3200.
+    for n in (SHORT, LONG):
+        macs = llm.phase("decode", kv_len=n, batch=B, preset="macs").flops.by_operator()
+        assert macs["linear"] == B * (3 * (4096 + 2048) + 2 * (10240 + 6144 + 1024) + 3200) == 112_896
+        assert macs["matmul"] == B * 3 * 2 * (576 + 64 + 256) == 10_752
+        assert macs["conv"] == B * 3 * 2 * 64 * 4 == 3072
+        assert macs["scaled_dot_product_attention"] == B * 2 * 4 * (n + 1) * 32
 
 
 # ------------------------------------------------------------------------------------------------
