@@ -14,7 +14,9 @@ microbenchmarks rather than from the serving measurements they are checked again
   FlashAttention-3 reaches 75% of the H100's in FP16 and about 1.2 of its 1.98 PFLOP/s in FP8,
   61% (Shah et al. 2024, abstract): one factor serves both, as FP8 reaches no less.
 - ``stream`` 0.9: a streaming kernel reaches about 90% of the datasheet bandwidth on HBM GPUs
-  (BabelStream's triad on A100 and H100).
+  (BabelStream's triad on A100 and H100; an A100 80 GB read kernel at 1.80 of 2.04 TB/s, 88%, in
+  NVIDIA's developer forum; a 1 GiB copy at 2.99 of 3.35 TB/s, 89%, on an H100 SXM in
+  docs/measured/h100_llm_step.md).
 - ``launch_s`` 2e-6: the gap a kernel launch leaves between back-to-back kernels on one stream
   without CUDA graphs: about 2.1 us on an H100 (Hazy Research's "No Bubbles" blog; 1.3 us within
   a graph), 0.9 us on a V100 (NVIDIA's "Getting Started with CUDA Graphs" blog: 3.8 us per
