@@ -233,6 +233,8 @@ def plan(
                 if r is not None and producer.get(r) in inside and a.tensor is not None and a.tensor.param is None:
                     continue  # made on chip by this kernel
                 key: object = r if r is not None else (i, n)
+                if a.tensor is not None and a.tensor.param is not None and a.tensor.id != r:
+                    key = (r, a.tensor.id)  # a named view (a cache read head by head): its own part
                 read[key] = max(read.get(key, 0.0), price(a))
             for a in t.write:
                 r = root(a.tensor)
@@ -260,7 +262,8 @@ def plan(
 
     flops = sum(w[3] for w in work)
     seconds = sum(w[0] for w in work)
-    weights, io = _compulsory(moved, root, producer, returned, price)
+    whole = {s.param: price(Access(s, s.nbytes)) for s in roots.values() if s.param is not None}
+    weights, io = _compulsory(moved, root, producer, returned, price, whole)
     peak = flops / seconds if seconds else 1.0
     return KernelPlan(
         mode, hw, kernels, kernel_of, flops, peak, sum(weights) + sum(io), [w[3] for w in work], weights, io
@@ -388,9 +391,12 @@ def _compulsory(
     producer: dict[int, int],
     returned: set[int | None],
     price: Callable[[Access], float],
+    whole: Mapping[str, float],
 ) -> tuple[list[float], list[float]]:
     """Bytes no engine avoids: each weight and cache tensor read once (its largest read: an
-    embedding table's looked-up rows, unless a tied output layer reads it all), every cache write,
+    embedding table's looked-up rows, unless a tied output layer reads it all; a tensor read through
+    several views, a state head by head, the sum of each view's largest read, at most ``whole``,
+    the tensor's bytes), every cache write,
     the inputs read once and the returned outputs written once (0-d ones, counters and offsets, are
     kernel arguments). Per call: the bytes of weights and caches, and of inputs and outputs, charged
     to it, each tensor to the call reading (or writing) the most of it."""
@@ -403,7 +409,7 @@ def _compulsory(
             s = a.tensor
             r = root(s)
             if s is not None and s.param is not None:
-                key: object = s.param
+                key: object = s.param if s.id == r else (s.param, s.id)  # a named view: its own part
             elif r is not None and r not in producer and s is not None and s.shape:
                 key = r  # a model input; a 0-d one (a position offset) is a kernel argument, not a read
             else:
@@ -419,6 +425,15 @@ def _compulsory(
                 key = ("output", r)
                 if price(a) > once.get(key, (0.0, i))[0]:
                     once[key] = (price(a), i)
+    parts: dict[str, float] = {}  # a tensor read through views -> the bytes of all its parts
+    for key, (nbytes, _) in once.items():
+        name = key if isinstance(key, str) else key[0] if isinstance(key, tuple) and key[0] in whole else None
+        if name is not None:
+            parts[name] = parts.get(name, 0.0) + nbytes
     for key, (nbytes, i) in once.items():
-        (weights if isinstance(key, str) else io)[i] += nbytes  # a str key: a parameter's name
+        name = key if isinstance(key, str) else key[0] if isinstance(key, tuple) and key[0] in whole else None
+        if name is None:
+            io[i] += nbytes
+        else:  # a parameter or a cache tensor, its parts never more than the tensor
+            weights[i] += nbytes * min(1.0, whole.get(name, parts[name]) / parts[name]) if parts[name] else 0.0
     return weights, io
