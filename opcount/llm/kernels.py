@@ -262,8 +262,9 @@ def plan(
 
     flops = sum(w[3] for w in work)
     seconds = sum(w[0] for w in work)
-    whole = {s.param: price(Access(s, s.nbytes)) for s in roots.values() if s.param is not None}
-    weights, io = _compulsory(moved, root, producer, returned, price, whole)
+    weights, io = _compulsory(
+        moved, lambda s: None if s is None else roots.get(s.id, s) if s.id is not None else s, producer, returned, price
+    )
     peak = flops / seconds if seconds else 1.0
     return KernelPlan(
         mode, hw, kernels, kernel_of, flops, peak, sum(weights) + sum(io), [w[3] for w in work], weights, io
@@ -387,53 +388,56 @@ def _expert_key(
 
 def _compulsory(
     moved: Sequence[Traffic | None],
-    root: Callable[[TensorSpec | None], int | None],
+    base: Callable[[TensorSpec | None], TensorSpec | None],
     producer: dict[int, int],
     returned: set[int | None],
     price: Callable[[Access], float],
-    whole: Mapping[str, float],
 ) -> tuple[list[float], list[float]]:
     """Bytes no engine avoids: each weight and cache tensor read once (its largest read: an
-    embedding table's looked-up rows, unless a tied output layer reads it all; a tensor read through
-    several views, a state head by head, the sum of each view's largest read, at most ``whole``,
-    the tensor's bytes), every cache write,
+    embedding table's looked-up rows, unless a tied output layer reads it all; read through several
+    views, a state head by head, the sum of each view's largest read, never more than the tensor:
+    an expanded view of a bias reads the bias), every cache write,
     the inputs read once and the returned outputs written once (0-d ones, counters and offsets, are
     kernel arguments). Per call: the bytes of weights and caches, and of inputs and outputs, charged
     to it, each tensor to the call reading (or writing) the most of it."""
-    once: dict[object, tuple[float, int]] = {}  # a tensor read or output once -> (its bytes, the call charged)
+    # a tensor read, output or a named tensor's view read once -> (its bytes, the call charged)
+    once: dict[object, tuple[float, int]] = {}
+    named: dict[object, TensorSpec] = {}  # a weight's or cache tensor's key -> the tensor
     weights, io = [0.0] * len(moved), [0.0] * len(moved)
     for i, t in enumerate(moved):
         if t is None or t.alias:
             continue
         for a in t.read:
-            s = a.tensor
-            r = root(s)
-            if s is not None and s.param is not None:
-                key: object = s.param if s.id == r else (s.param, s.id)  # a named view: its own part
-            elif r is not None and r not in producer and s is not None and s.shape:
-                key = r  # a model input; a 0-d one (a position offset) is a kernel argument, not a read
+            s, b = a.tensor, base(a.tensor)
+            if s is None or b is None:
+                continue
+            key: object
+            if b.param is not None:  # a weight or a cache tensor, itself or one of its views
+                key = (b.param, s.id)
+                named[key] = b
+            elif b.id not in producer and s.shape:
+                key = b.id  # a model input; a 0-d one (a position offset) is a kernel argument, not a read
             else:
                 continue
             if price(a) > once.get(key, (0.0, i))[0]:
                 once[key] = (price(a), i)
         for a in t.write:
-            s = a.tensor
-            r = root(s)
-            if s is not None and s.param is not None:
+            s, b = a.tensor, base(a.tensor)
+            if s is None or b is None:
+                continue
+            if b.param is not None:
                 weights[i] += price(a)
-            elif r is not None and r in returned and s is not None and s.shape:
-                key = ("output", r)
+            elif b.id in returned and s.shape:
+                key = ("output", b.id)
                 if price(a) > once.get(key, (0.0, i))[0]:
                     once[key] = (price(a), i)
-    parts: dict[str, float] = {}  # a tensor read through views -> the bytes of all its parts
-    for key, (nbytes, _) in once.items():
-        name = key if isinstance(key, str) else key[0] if isinstance(key, tuple) and key[0] in whole else None
-        if name is not None:
-            parts[name] = parts.get(name, 0.0) + nbytes
+    parts: dict[str, float] = {}  # a named tensor -> the bytes read of its parts, summed
+    for key, b in named.items():
+        parts[b.param or ""] = parts.get(b.param or "", 0.0) + once[key][0]
     for key, (nbytes, i) in once.items():
-        name = key if isinstance(key, str) else key[0] if isinstance(key, tuple) and key[0] in whole else None
-        if name is None:
+        b = named.get(key)
+        if b is None:
             io[i] += nbytes
-        else:  # a parameter or a cache tensor, its parts never more than the tensor
-            weights[i] += nbytes * min(1.0, whole.get(name, parts[name]) / parts[name]) if parts[name] else 0.0
+        elif parts[b.param or ""]:  # its parts, never more than the whole tensor
+            weights[i] += nbytes * min(1.0, price(Access(b, b.nbytes)) / parts[b.param or ""])
     return weights, io
