@@ -130,6 +130,11 @@ class WeightPlan:
         return chosen
 
 
+    def assigned(self, weights: Sequence[Weight]) -> set[str]:
+        """The parameter names of the weights an assignment names (whatever the default is)."""
+        return {w.param for w in weights if any(_matches(p, w.path) for p, _ in self.assignments)}
+
+
 def _matches(pattern: str, path: str) -> bool:
     """Whether the glob ``pattern`` matches a run of whole components of the dotted ``path``."""
     parts = path.split(".")
