@@ -78,7 +78,14 @@ STEPS = {
     # Mamba-2: two layers of 832 (n_groups 1, 4 heads of 16); float32 logits
     "mamba2": Step(
         lambda: transformers.Mamba2Config(
-            vocab_size=V, hidden_size=D, state_size=8, num_hidden_layers=2, expand=2, num_heads=4, head_dim=16, n_groups=1
+            vocab_size=V,
+            hidden_size=D,
+            state_size=8,
+            num_hidden_layers=2,
+            expand=2,
+            num_heads=4,
+            head_dim=16,
+            n_groups=1,
         ),
         states=(MAMBA2_STATE,) * 2,
         logits=4,
@@ -288,7 +295,9 @@ STEPS = {
         tokens=((TOKEN, FULL),),
         extra=2 * 2 + 2,
     ),
-    "llama": Step(lambda: transformers.LlamaConfig(**GQA, num_hidden_layers=2), tokens=((TOKEN, FULL),) * 2, extra=ROTARY),
+    "llama": Step(
+        lambda: transformers.LlamaConfig(**GQA, num_hidden_layers=2), tokens=((TOKEN, FULL),) * 2, extra=ROTARY
+    ),
     # Mistral with a window of 4 < L + 1: each layer reads the 4 tokens of its window
     "mistral": Step(
         lambda: transformers.MistralConfig(**GQA, num_hidden_layers=2, sliding_window=4),
