@@ -9,6 +9,8 @@ Each layer's cache is one of (``kind``, what one sequence holds):
 - ``chunked_attention``: the same per token, the tokens of the current chunk only;
 - ``latent_attention`` (multi-head latent attention, DeepSeek-V2/V3): the normalized latent and
   the shared rope key, ``kv_lora_rank + qk_rope_head_dim`` per token (:mod:`.latent`);
+  DeepSeek sparse attention's layers (``indexed_attention``) hold the same and their indexer's
+  keys besides, reported as ``indexer_keys`` and stored in float8 with scales (:mod:`.indexed`);
 - ``state``: a state-space or linear-attention layer's conv and recurrent states, a fixed size
   per sequence whatever the context;
 - ``none``: a layer that keeps nothing of its own (an MLP-only layer, a layer reusing another's KV).
@@ -37,6 +39,7 @@ from torch import nn
 from ..errors import OpcountError
 from ..messages import first_line
 from .kv_layout import ForwardLayout, KVShape, Shapes, forward_layout
+from .indexed import INDEX_BUFFER, INDEXED, INDEXER_KEYS, hold_index_keys, index_key_bytes, indexed_layers
 from .lightning import lightning_cache, lightning_states
 from .model import KV_PREFIX, kv_geometry, text_config
 from .xlstm import xlstm_cache, xlstm_states
@@ -64,12 +67,15 @@ _ATTENTION = {
 @dataclass(frozen=True)
 class LayerCache:
     """One layer's cache: ``token_elements`` per position held, ``state_elements`` per sequence,
-    and the window (sliding) or chunk (chunked) size."""
+    and the window (sliding) or chunk (chunked) size; a DSA layer's ``index_elements`` (its indexer
+    key per position) and the ``topk`` tokens it attends to."""
 
     kind: str
     token_elements: int = 0
     state_elements: int = 0
     window: int = 0
+    index_elements: int = 0
+    topk: int = 0
 
     def positions(self, kv_len: int, seq_len: int) -> int:
         """Token positions held per sequence when ``seq_len`` new tokens follow ``kv_len`` cached ones.
@@ -114,6 +120,15 @@ class CachePlan:
     def elements(self, kv_len: int, seq_len: int, batch: int) -> int:
         return sum(self.by_kind(kv_len, seq_len, batch).values())
 
+    def fixed_bytes(self, kv_len: int, seq_len: int, batch: int) -> dict[str, int]:
+        """Bytes of what is held in a fixed format whatever the KV dtype: DSA indexer keys (:mod:`.indexed`)."""
+        held = sum(
+            index_key_bytes(layer.index_elements) * layer.positions(kv_len, seq_len)
+            for layer in self.layers
+            if layer.index_elements
+        )
+        return {INDEXER_KEYS: batch * held} if held else {}
+
     def affine_steps(self, prompt_len: int, gen_len: int) -> list[tuple[int, int]]:
         """The decode steps ``0 .. gen_len - 1`` (step ``j`` after ``prompt_len + j`` cached tokens)
         cut into runs over which every layer's positions are affine in the step: a sliding layer
@@ -126,6 +141,8 @@ class CachePlan:
             elif layer.kind == CHUNKED:  # a new chunk at every multiple of C cached tokens
                 first = -(-prompt_len // layer.window) * layer.window
                 starts.update(range(first - prompt_len, gen_len, layer.window))
+            if layer.topk:  # DSA: the attention stops growing from the step whose cache holds topk tokens
+                starts.add(layer.topk - prompt_len)
         ordered = sorted(j for j in starts if 0 <= j < gen_len)
         return [(a, b - 1) for a, b in zip(ordered, [*ordered[1:], gen_len], strict=True)]
 
@@ -172,6 +189,7 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
         elements = [sum(math.prod(s) for s in shapes[1]) for shapes in recurrent.values()]
         return CachePlan(tuple(LayerCache(STATE, state_elements=n) for n in elements), tuple(recurrent.values()))
     types = layer_types(c)
+    indexed = indexed_layers(model, c) if any(t == INDEXED for t, _ in types) else {}
     layout = _layout(model, c, routing, needed=any(t in _STATE_TYPES for t, _ in types))
     states = layout.states
     layers: list[LayerCache] = []
@@ -196,12 +214,25 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
             layers.append(LayerCache(_ATTENTION[kind], shape.elements, state, window))
         elif kind in _STATE_TYPES:
             layers.append(LayerCache(STATE, state_elements=state))
+        elif kind == INDEXED:
+            layers.append(_indexed(name, index, c, indexed))
         elif kind == "dummy":
             layers.append(LayerCache(NONE))
         else:
             raise OpcountError(f"{name}: layer {index} has a cache of type {kind!r}, which opcount does not model")
     ordered = tuple(states.get(i, ((), ())) for i in range(len(layers)))
     return CachePlan(tuple(layers), ordered, tuple(shapes))
+
+
+def _indexed(name: str, index: int, c: Any, indexed: dict[int, tuple[int, int]]) -> LayerCache:
+    """A DSA layer: the latent as a latent layer holds it, the indexer keys, the top-k."""
+    if not is_latent(c) or index not in indexed:
+        raise OpcountError(
+            f"{name}: layer {index} is {INDEXED} without DeepSeek sparse attention's latent attention and indexer "
+            "(an MLA module with wq_b, wk and weights_proj): not modelled"
+        )
+    topk, width = indexed[index]
+    return LayerCache(LATENT, int(c.kv_lora_rank) + int(c.qk_rope_head_dim), index_elements=width, topk=topk)
 
 
 def _config_shape(c: Any) -> KVShape:
@@ -341,6 +372,8 @@ def phase_cache(
         if layer.token_elements:
             kv_shape = plan.kv_shapes[index] if plan.kv_shapes else None
             tensors |= _hold_tokens(made, layer, kv_shape, c, batch, kv_len, seq_len, dtype)
+        if layer.index_elements:
+            tensors[INDEX_BUFFER] = hold_index_keys(made, batch, kv_len, seq_len, layer.index_elements, dtype)
         if layer.state_elements:
             tensors |= _hold_state(made, shapes, batch, kv_len, dtype)
         for name, t in tensors.items():

@@ -42,6 +42,7 @@ from .cache import CachePlan, cache_plan, phase_cache
 from .deploy import Deployment, on_layout
 from .kernels import MODES, KernelPlan, plan
 from .latent import absorbed
+from .indexed import sparse
 from .limits import check_phase
 from .model import build_on_meta, learned_positions, serving_attention, text_config
 from .moe import active_parameters, expected_routing
@@ -179,7 +180,8 @@ class CausalLM:
         from ..ir import DTYPE_BYTES
 
         size = DTYPE_BYTES[self.precision.kv_dtype]
-        return {k: math.ceil(n * size) for k, n in self.caches.by_kind(kv_len, seq_len, batch).items()}
+        held = {k: math.ceil(n * size) for k, n in self.caches.by_kind(kv_len, seq_len, batch).items()}
+        return held | self.caches.fixed_bytes(kv_len, seq_len, batch)  # DSA's indexer keys: their own format
 
     def check_sizes(self, batch: int, positions: int) -> None:
         """Refuse ``batch`` sequences of ``positions`` positions over :mod:`.limits`' bounds, before tracing."""
@@ -263,13 +265,16 @@ class CausalLM:
             latents = {
                 i: layer.latent for i, layer in enumerate(cache.layers) if getattr(layer, "latent", None) is not None
             }
+            topk = {i: layer.topk for i, layer in enumerate(plan.layers) if layer.topk}  # DSA: absorbed in prompts too
+            absorbing = latents if kv_len else {i: t for i, t in latents.items() if i in topk}
             with (
                 expected_routing(model) as blocks,
                 serving_attention(model),
-                absorbed(model, latents if kv_len else {}) as changed,
+                absorbed(model, absorbing) as changed,
+                sparse(model, topk, kv_len, seq_len, batch, dtype),
                 windowed_prefill(model, {} if kv_len else plan.windows(), seq_len),
             ):
-                if changed != (len(latents) if kv_len else 0):
+                if changed != len(absorbing):
                     raise OpcountError(
                         f"{type(model).__name__}: {len(latents)} latent-attention caches but {changed} attention "
                         "modules opcount recognises as multi-head latent attention"
