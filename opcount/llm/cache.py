@@ -38,8 +38,16 @@ from torch import nn
 
 from ..errors import OpcountError
 from ..messages import first_line
+from .indexed import (
+    INDEX_BUFFER,
+    INDEXED,
+    INDEXER_KEYS,
+    hold_index_keys,
+    hold_sparse_reads,
+    index_key_bytes,
+    indexed_layers,
+)
 from .kv_layout import ForwardLayout, KVShape, Shapes, forward_layout
-from .indexed import INDEX_BUFFER, INDEXED, INDEXER_KEYS, hold_index_keys, index_key_bytes, indexed_layers
 from .lightning import lightning_cache, lightning_states
 from .model import KV_PREFIX, kv_geometry, text_config
 from .xlstm import xlstm_cache, xlstm_states
@@ -372,6 +380,8 @@ def phase_cache(
         if layer.token_elements:
             kv_shape = plan.kv_shapes[index] if plan.kv_shapes else None
             tensors |= _hold_tokens(made, layer, kv_shape, c, batch, kv_len, seq_len, dtype)
+        if layer.topk:
+            tensors |= hold_sparse_reads(made, tensors["latent"], layer.topk, kv_len, seq_len)
         if layer.index_elements:
             tensors[INDEX_BUFFER] = hold_index_keys(made, batch, kv_len, seq_len, layer.index_elements, dtype)
         if layer.state_elements:

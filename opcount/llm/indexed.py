@@ -99,52 +99,77 @@ def hold_index_keys(held: Any, batch: int, kv_len: int, seq_len: int, width: int
                 "(batch, tokens, width): opcount does not know this layout"
             )
         keys.index_copy_(1, torch.arange(kv_len, kv_len + seq_len, device=new.device), new)
-        return new if kv_len == 0 else keys
+        # the scoring kernel reads the float8 keys and scores in float32 (the model's own .float() then
+        # has nothing to do): the conversion is its prologue, the keys read at their stored size
+        return new if kv_len == 0 else keys.float()
 
     held.update_indexer = update_indexer
     held.indexer_keys = keys
     return keys
 
 
+def hold_sparse_reads(held: Any, latent: torch.Tensor, topk: int, kv_len: int, seq_len: int) -> dict[str, torch.Tensor]:
+    """The latents the step's sparse attention reads, made before the trace as named views of the
+    held ``latent`` ``[b, 1, kv_len + seq_len, w]`` (so they are priced as the cache is): the
+    positions the dense queries see (``latent[dense]``: the first ``kv_len + m``) and each other
+    query's ``topk`` (``latent[chosen]``: ``[b, s - m, 1, topk, w]``, the first ``topk`` positions
+    standing for the chosen ones, one gather per query). Returns the tensors to name."""
+    m = dense_queries(topk, kv_len, seq_len)
+    named: dict[str, torch.Tensor] = {}
+    if 0 < m and kv_len + m < latent.shape[2]:
+        named["latent[dense]"] = latent[:, :, : kv_len + m]
+    if m < seq_len:
+        named["latent[chosen]"] = latent[:, :, :topk].unsqueeze(1).expand(-1, seq_len - m, -1, -1, -1)
+    held.sparse_reads = (named.get("latent[dense]", latent if m else None), named.get("latent[chosen]"))
+    return named
+
+
+def dense_queries(topk: int, kv_len: int, seq_len: int) -> int:
+    """How many of ``seq_len`` queries after ``kv_len`` cached tokens see at most ``topk`` tokens."""
+    return max(0, min(topk - kv_len, seq_len))
+
+
 def sparse_attention(
     module: Any,
-    topk: int,
-    kv_len: int,
+    reads: tuple[torch.Tensor | None, torch.Tensor | None],
     query: torch.Tensor,
     latent: torch.Tensor,
     value: torch.Tensor,
     scaling: float | None,
 ) -> tuple[torch.Tensor, None]:
-    """The absorbed attention of ``query [b, heads, s, nope + rope]`` (positions ``kv_len ..``) over
-    the latent ``[b, 1, kv_len + s, rank + rope]``, each query over ``min(position + 1, topk)``
-    latents; returns ``[b, s, heads, v_head_dim]``."""
+    """The absorbed attention of ``query [b, heads, s, nope + rope]``, each query over
+    ``min(position + 1, topk)`` latents (``reads``: :func:`hold_sparse_reads`); returns
+    ``[b, s, heads, v_head_dim]``."""
     sinks = getattr(module, "sinks", None)  # HY-V4's learned sink logit per head, passed as ``s_aux``
-    attend = functools.partial(_capped, topk, kv_len, sinks if isinstance(sinks, torch.Tensor) else None)
+    attend = functools.partial(_capped, reads, sinks if isinstance(sinks, torch.Tensor) else None)
     return absorbed_attention(module, query, latent, value, scaling, attend)
 
 
 def _capped(
-    topk: int, kv_len: int, sinks: torch.Tensor | None, q: torch.Tensor, latent: torch.Tensor, scaling: float | None
+    reads: tuple[torch.Tensor | None, torch.Tensor | None],
+    sinks: torch.Tensor | None,
+    q: torch.Tensor,
+    latent: torch.Tensor,
+    scaling: float | None,
 ) -> torch.Tensor:
-    """``q [b, h, s, w]`` over ``latent [b, 1, T, w]``: the first ``m`` queries (those seeing at most
-    ``topk`` tokens) over all they see, the others over ``topk`` latents each, gathered per query;
-    a sink logit per head adds its softmax term as the serving attention prices it."""
+    """``q [b, h, s, w]``: the first ``m`` queries (those seeing at most ``topk`` tokens) over the
+    ``dense`` latents they see, the others over their ``chosen`` ``topk`` each; a sink logit per head
+    adds its softmax term as the serving attention prices it."""
+    dense, chosen = reads
     s = q.shape[2]
-    m = max(0, min(topk - kv_len, s))
+    m = s if chosen is None else s - chosen.shape[1]
     outs = []
-    if m:  # as a dense latent layer: causal in a prompt, over every held token in a decode step
-        dense = latent[:, :, : kv_len + m]
+    if dense is not None:  # as a dense latent layer: causal in a prompt, over every held token in a decode step
+        prompt = dense.shape[2] == m
         outs.append(
             F.scaled_dot_product_attention(
-                q[:, :, :m], dense, dense, scale=scaling, is_causal=kv_len == 0 and m > 1, enable_gqa=True
+                q[:, :, :m], dense, dense, scale=scaling, is_causal=prompt and m > 1, enable_gqa=True
             )
         )
-    if m < s:  # [b, s - m, h, w] over [b, s - m, topk, w]: the heads are a query's rows (MQA), its
-        # topk latents its own (one gather per query; the first topk stand for the chosen ones)
-        rows = q[:, :, m:].transpose(1, 2)
-        chosen = latent[:, :, :topk].expand(-1, s - m, -1, -1)
-        out = F.scaled_dot_product_attention(rows, chosen, chosen, scale=scaling)
-        outs.append(out.transpose(1, 2))
+    if chosen is not None:  # one query a row: [b, s - m, h, 1, w] over its own topk latents [b, s - m, 1, topk, w]
+        rows = q[:, :, m:].transpose(1, 2).unsqueeze(-2)
+        out = F.scaled_dot_product_attention(rows, chosen, chosen, scale=scaling, enable_gqa=True)
+        outs.append(out.squeeze(-2).transpose(1, 2))
     out = torch.cat(outs, dim=2) if len(outs) > 1 else outs[0]
     if sinks is not None:
         sink_terms(sinks, out)
@@ -152,25 +177,25 @@ def _capped(
 
 
 @contextlib.contextmanager
-def sparse(
-    model: nn.Module, topk: Mapping[int, int], kv_len: int, seq_len: int, batch: int, dtype: torch.dtype
-) -> Iterator[None]:
-    """For the block, the DSA attention modules of the layers in ``topk`` (layer: top-k; already in
-    the absorbed form, :func:`.latent.absorbed`) attend sparsely, and their indexer gets a zero
+def sparse(model: nn.Module, held: Mapping[int, Any], kv_len: int, seq_len: int, dtype: torch.dtype) -> Iterator[None]:
+    """For the block, the DSA attention modules of the layers in ``held`` (layer: its cache layer,
+    :func:`hold_sparse_reads`; already in the absorbed form, :func:`.latent.absorbed`) attend
+    sparsely, and their indexer gets a zero
     additive mask (``[batch, 1, seq_len, kv_len + seq_len]``, made before the trace) where the
     serving attention gives none: the indexer adds it to its scores, as the model does with its own."""
     modules: list[Any] = [
-        m for m in model.modules() if is_latent_attention(m) and hasattr(m, "indexer") and m.layer_idx in topk
+        m for m in model.modules() if is_latent_attention(m) and hasattr(m, "indexer") and m.layer_idx in held
     ]
-    missing = sorted(set(topk) - {m.layer_idx for m in modules})
+    missing = sorted(set(held) - {m.layer_idx for m in modules})
     if missing:
         raise OpcountError(
             f"{type(model).__name__}: layers {missing} cache indexer keys but opcount recognises no DSA attention "
             "module (latent attention with an indexer) there"
         )
+    batch = next((h.max_batch_size for h in held.values()), 1)
     mask = torch.zeros((batch, 1, seq_len, kv_len + seq_len), dtype=dtype, device="meta")
     for m in modules:
-        setattr(m, HOOK, functools.partial(sparse_attention, m, topk[m.layer_idx], kv_len))
+        setattr(m, HOOK, functools.partial(sparse_attention, m, held[m.layer_idx].sparse_reads))
         m.forward = functools.partial(_with_mask, m.forward, inspect.signature(m.forward), mask)
     try:
         yield

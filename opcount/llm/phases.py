@@ -40,9 +40,9 @@ from ..transformers_internals import cache_keyword, takes_cache_position
 from .bound import sum_of_max
 from .cache import CachePlan, cache_plan, phase_cache
 from .deploy import Deployment, on_layout
+from .indexed import sparse
 from .kernels import MODES, KernelPlan, plan
 from .latent import absorbed
-from .indexed import sparse
 from .limits import check_phase
 from .model import build_on_meta, learned_positions, serving_attention, text_config
 from .moe import active_parameters, expected_routing
@@ -271,7 +271,7 @@ class CausalLM:
                 expected_routing(model) as blocks,
                 serving_attention(model),
                 absorbed(model, absorbing) as changed,
-                sparse(model, topk, kv_len, seq_len, batch, dtype),
+                sparse(model, {i: cache.layers[i] for i in topk}, kv_len, seq_len, dtype),
                 windowed_prefill(model, {} if kv_len else plan.windows(), seq_len),
             ):
                 if changed != len(absorbing):
