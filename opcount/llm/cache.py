@@ -325,7 +325,10 @@ def _hold_tokens(
     held.get_seq_length = lambda: kv_len
     held.is_sliding = layer.kind != FULL
     held.max_cache_len = positions
-    held.latent, held.keys, held.values = latent, keys, values
+    held.latent = latent
+    # what the layer holds, the latent once (its halves are views no record names: a sweep rebuilds
+    # the model's outputs, this cache among them, from the records)
+    held.keys, held.values = (latent, latent) if latent is not None else (keys, values)
     held.max_batch_size, held.dtype, held.device = batch, dtype, keys.device
     held.is_initialized = True
     return {"latent": latent} if latent is not None else {"keys": keys, "values": values}
