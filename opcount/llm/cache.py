@@ -38,6 +38,7 @@ from torch import nn
 
 from ..errors import OpcountError
 from ..messages import first_line
+from ..transformers_internals import layer_config
 from .indexed import (
     INDEX_BUFFER,
     INDEXED,
@@ -75,8 +76,9 @@ _ATTENTION = {
 @dataclass(frozen=True)
 class LayerCache:
     """One layer's cache: ``token_elements`` per position held, ``state_elements`` per sequence,
-    and the window (sliding) or chunk (chunked) size; a DSA layer's ``index_elements`` (its indexer
-    key per position) and the ``topk`` tokens it attends to."""
+    and the window (sliding) or chunk (chunked) size; a latent layer's ``rank`` (its cache one
+    tensor, the latent then the rope key); a DSA layer's ``index_elements`` (its indexer key per
+    position) and the ``topk`` tokens it attends to."""
 
     kind: str
     token_elements: int = 0
@@ -84,6 +86,7 @@ class LayerCache:
     window: int = 0
     index_elements: int = 0
     topk: int = 0
+    rank: int = 0
 
     def positions(self, kv_len: int, seq_len: int) -> int:
         """Token positions held per sequence when ``seq_len`` new tokens follow ``kv_len`` cached ones.
@@ -210,11 +213,10 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
             if found is None or not (found[0] or found[1]):
                 raise OpcountError(f"{name}: layer {index} ({kind}) stored no state in a forward on meta")
             state = sum(math.prod(s) for s in (*found[0], *found[1]))
+        lc = layer_config(c, index)  # Dots 3's sliding layers have other latent sizes than its DSA layers
         if kind in _ATTENTION:
-            if is_latent(c):
-                if kind != "full_attention":
-                    raise OpcountError(f"{name}: layer {index} is {kind} with latent attention: not modelled")
-                layers.append(LayerCache(LATENT, int(c.kv_lora_rank) + int(c.qk_rope_head_dim)))
+            if is_latent(lc):
+                layers.append(_latent(name, index, kind, kwargs, lc, state))
                 continue
             shape = layout.kv.get(index) or _config_shape(c)
             shapes[-1] = shape
@@ -223,13 +225,24 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
         elif kind in _STATE_TYPES:
             layers.append(LayerCache(STATE, state_elements=state))
         elif kind == INDEXED:
-            layers.append(_indexed(name, index, c, indexed))
+            layers.append(_indexed(name, index, lc, indexed))
         elif kind == "dummy":
             layers.append(LayerCache(NONE))
         else:
             raise OpcountError(f"{name}: layer {index} has a cache of type {kind!r}, which opcount does not model")
     ordered = tuple(states.get(i, ((), ())) for i in range(len(layers)))
     return CachePlan(tuple(layers), ordered, tuple(shapes))
+
+
+def _latent(name: str, index: int, kind: str, kwargs: dict[str, Any], c: Any, state: int) -> LayerCache:
+    """A latent-attention layer: every position (full) or the window's (sliding, Dots 3)."""
+    rank = int(c.kv_lora_rank)
+    elements = rank + int(c.qk_rope_head_dim)
+    if _ATTENTION[kind] == FULL and not state:
+        return LayerCache(LATENT, elements, rank=rank)
+    if _ATTENTION[kind] == SLIDING and not state:
+        return LayerCache(SLIDING, elements, window=int(kwargs.get("sliding_window") or 0), rank=rank)
+    raise OpcountError(f"{name}: layer {index} is {kind} with latent attention: not modelled")
 
 
 def _indexed(name: str, index: int, c: Any, indexed: dict[int, tuple[int, int]]) -> LayerCache:
@@ -240,7 +253,8 @@ def _indexed(name: str, index: int, c: Any, indexed: dict[int, tuple[int, int]])
             "(an MLA module with wq_b, wk and weights_proj): not modelled"
         )
     topk, width = indexed[index]
-    return LayerCache(LATENT, int(c.kv_lora_rank) + int(c.qk_rope_head_dim), index_elements=width, topk=topk)
+    rank = int(c.kv_lora_rank)
+    return LayerCache(LATENT, rank + int(c.qk_rope_head_dim), index_elements=width, topk=topk, rank=rank)
 
 
 def _config_shape(c: Any) -> KVShape:
@@ -293,8 +307,8 @@ def _hold_tokens(
     tokens and attends over all held. Returns the tensors to name."""
     positions = layer.positions(kv_len, seq_len)
     latent: torch.Tensor | None = None
-    if layer.kind == LATENT:
-        rank = int(c.kv_lora_rank)
+    if layer.rank:
+        rank = layer.rank
         latent = torch.empty((batch, 1, positions, layer.token_elements), dtype=dtype, device="meta")
         keys, values = latent[..., :rank], latent[..., rank:]
     else:
