@@ -47,6 +47,7 @@ from .indexed import (
     hold_sparse_reads,
     index_key_bytes,
     indexed_layers,
+    unrecognised,
 )
 from .kv_layout import ForwardLayout, KVShape, Shapes, forward_layout
 from .lightning import lightning_cache, lightning_states
@@ -201,6 +202,12 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
         return CachePlan(tuple(LayerCache(STATE, state_elements=n) for n in elements), tuple(recurrent.values()))
     types = layer_types(c)
     indexed = indexed_layers(model, c) if any(t == INDEXED for t, _ in types) else {}
+    for index, (kind, _) in enumerate(types):  # before the forward on meta, which such a layer may not run
+        if kind == INDEXED and (index not in indexed or not is_latent(layer_config(c, index))):
+            raise OpcountError(
+                f"{name}: layer {index} is {INDEXED} but {unrecognised(model, index)} is not DeepSeek sparse "
+                "attention's (latent attention and an indexer with wq_b, wk and weights_proj): not modelled"
+            )
     layout = _layout(model, c, routing, needed=any(t in _STATE_TYPES for t, _ in types))
     states = layout.states
     layers: list[LayerCache] = []
@@ -225,7 +232,7 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
         elif kind in _STATE_TYPES:
             layers.append(LayerCache(STATE, state_elements=state))
         elif kind == INDEXED:
-            layers.append(_indexed(name, index, lc, indexed))
+            layers.append(_indexed(lc, indexed[index]))
         elif kind == "dummy":
             layers.append(LayerCache(NONE))
         else:
@@ -245,14 +252,9 @@ def _latent(name: str, index: int, kind: str, kwargs: dict[str, Any], c: Any, st
     raise OpcountError(f"{name}: layer {index} is {kind} with latent attention: not modelled")
 
 
-def _indexed(name: str, index: int, c: Any, indexed: dict[int, tuple[int, int]]) -> LayerCache:
+def _indexed(c: Any, found: tuple[int, int]) -> LayerCache:
     """A DSA layer: the latent as a latent layer holds it, the indexer keys, the top-k."""
-    if not is_latent(c) or index not in indexed:
-        raise OpcountError(
-            f"{name}: layer {index} is {INDEXED} without DeepSeek sparse attention's latent attention and indexer "
-            "(an MLA module with wq_b, wk and weights_proj): not modelled"
-        )
-    topk, width = indexed[index]
+    topk, width = found
     rank = int(c.kv_lora_rank)
     return LayerCache(LATENT, rank + int(c.qk_rope_head_dim), index_elements=width, topk=topk, rank=rank)
 

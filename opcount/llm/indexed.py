@@ -86,6 +86,16 @@ def indexed_layers(model: nn.Module, config: Any) -> dict[int, tuple[int, int]]:
     return found
 
 
+def unrecognised(model: nn.Module, layer: int) -> str:
+    """What layer ``layer``'s attention is, for an error: the module path and class of its indexer
+    (or of the attention module, where it has none opcount recognises)."""
+    for name, m in model.named_modules():
+        if getattr(m, "layer_idx", None) == layer and hasattr(m, "indexer"):
+            part, found = (f"{name}.indexer", m.indexer) if m.indexer is not None else (name, m)
+            return f"{part} ({type(found).__name__})"
+    return "no attention module with an indexer"
+
+
 def hold_index_keys(held: Any, batch: int, kv_len: int, seq_len: int, width: int, dtype: torch.dtype) -> torch.Tensor:
     """Give the transformers cache layer ``held`` an indexer key cache of ``kv_len + seq_len``
     positions: the step writes its new keys in place and the indexer reads every key held (a

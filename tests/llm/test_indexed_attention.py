@@ -195,5 +195,9 @@ def test_an_indexer_opcount_does_not_recognise_is_an_error(monkeypatch: pytest.M
     from opcount.llm import indexed
 
     monkeypatch.setattr(indexed, "is_indexer", lambda module: False)
-    with pytest.raises(OpcountError, match=r"layer 0 is indexed_attention without .* not modelled"):
+    with pytest.raises(
+        OpcountError,
+        match=r"layer 0 is indexed_attention but model.layers.0.self_attn.indexer "
+        r"\(DeepseekV32Indexer\) is not DeepSeek sparse attention's",
+    ):
         CausalLM(tiny())
