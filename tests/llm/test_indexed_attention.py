@@ -201,3 +201,25 @@ def test_an_indexer_opcount_does_not_recognise_is_an_error(monkeypatch: pytest.M
         r"\(DeepseekV32Indexer\) is not DeepSeek sparse attention's",
     ):
         CausalLM(tiny())
+
+
+def test_dots3_sliding_latent_layers_hold_their_window() -> None:
+    # Dots 3: a DSA layer (as above) then a sliding-window latent layer with its own sizes: 2 heads,
+    # a 48-wide latent and the 8-wide rope key, a window of 4
+    config = transformers.Dots3NoteTextConfig(
+        vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=2, pad_token_id=0,
+        layer_types=["indexed_attention", "sliding_attention"], mlp_layer_types=["dense", "dense"],
+        num_attention_heads=H, num_key_value_heads=H, q_lora_rank=QR, kv_lora_rank=R, qk_rope_head_dim=P,
+        qk_nope_head_dim=N, v_head_dim=VH, head_dim=N + P, index_n_heads=IH, index_head_dim=ID, index_topk=K,
+        sliding_window=4, swa_num_attention_heads=2, swa_num_key_value_heads=2, swa_q_lora_rank=QR,
+        swa_kv_lora_rank=48, swa_head_dim=N + P, swa_qk_nope_head_dim=N, swa_v_head_dim=VH,
+    )  # fmt: skip
+    b, cached = 2, 20
+    cost = CausalLM(config).phase("decode", kv_len=cached, batch=b, preset="macs")
+    assert cost.memory.kv_cache_by_type == {
+        "latent_attention": b * (cached + 1) * (R + P) * BF16,  # 2 * 21 * 40 * 2 = 3360
+        "sliding_attention": b * 4 * (48 + P) * BF16,  # the window's 4 latents, 56 wide: 896
+        "indexer_keys": b * (cached + 1) * (ID + 4),  # 840
+    }
+    # the DSA layer over K latents, the sliding layer's 2 heads absorbed over its window's 4
+    assert cost.flops.by_operator()["scaled_dot_product_attention"] == b * (PAIR * K + 2 * 4 * 2 * (48 + P))
