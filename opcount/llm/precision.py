@@ -28,7 +28,7 @@ from ..errors import OpcountValueError
 from ..hardware.lookup import DType, dtype_name
 from ..ir import DTYPE_BYTES, TensorSpec
 from .indexed import INDEX_BUFFER, element_bytes
-from .model import KV_PREFIX
+from .model import FLOAT32_STATE, KV_PREFIX
 from .weight_formats import ALIASES, BITS, FORMATS, GROUP_SIZE, PLAIN, stacked_bytes
 from .weight_plan import WeightPlan, WeightSpec, quantizable
 
@@ -137,8 +137,10 @@ class Pricing:
         name = spec.param
         if name is None:
             return self._act
-        if name.startswith(KV_PREFIX + "."):  # DSA's indexer keys in their own format
-            return element_bytes(spec.shape[-1]) if name.endswith("." + INDEX_BUFFER) else self._kv
+        if name.startswith(KV_PREFIX + "."):  # DSA's indexer keys, a state part kept in float32: their own formats
+            if name.endswith("." + INDEX_BUFFER):
+                return element_bytes(spec.shape[-1])
+            return 4 if name.endswith(FLOAT32_STATE) else self._kv
         # an expert's slice of a fused stack (``experts.gate_up_proj[3]``, opcount.llm.moe) is priced as its stack
         return self._per_element.get(name, self._per_element.get(name.partition("[")[0], self._other))
 

@@ -27,8 +27,6 @@ QSA = (
     "data-dependent loops, which opcount does not model (DeepSeek sparse attention's indexer it does)"
 )
 MOE = "a mixture-of-experts block opcount does not recognise (its routing cannot be followed on meta)"
-STATE = "keeps its recurrent state in its modules (conv1d_state, recurrent_states), outside transformers' cache"
-NO_HEADS = "RWKV-4 passes its state outside transformers' cache (a state list, three of its five parts in float32)"
 DRAFTER = "a speculative-decoding drafter: every layer reads the KV cache of a target model it is given"
 KNOWN: dict[str, str] = {}  # filled below, by class name
 
@@ -38,15 +36,12 @@ def _known(reason: str, *names: str) -> None:
 
 
 _known(MOE, "JetMoeConfig", "LongcatFlashConfig")
-_known(STATE, "RecurrentGemmaConfig")
-_known(NO_HEADS, "RwkvConfig")
 _known(QSA, "Qwen4ExpConfig", "Qwen4ExpTextConfig")
 _known(DRAFTER, "Gemma4AssistantConfig", "Gemma4UnifiedAssistantConfig")
 _known("a cache layer type opcount does not know ('heavily_compressed_attention')", "DeepseekV4Config")
 _known("byte-level: three transformers (local encoder, global, local decoder), heads kept per part", "BltConfig")
 _known("prepends prompt_length learned tokens to every input: more positions than the phase's cache", "CpmAntConfig")
 _known("the multimodal wrapper builds a timm vision tower (timm is not a dependency)", "Gemma3nConfig")
-_known("a Mamba hybrid whose shared attention block is tied across layers: 2 layers do not build", "ZambaConfig")
 
 
 # what a text token of a decoder-only phase need not run: another modality's encoder and the
