@@ -86,6 +86,12 @@ def indexed_layers(model: nn.Module, config: Any) -> dict[int, tuple[int, int]]:
     return found
 
 
+def indexer_scopes(model: nn.Module) -> tuple[str, ...]:
+    """The module paths of ``model``'s DSA indexers: their scores and the scores' weighted sum run
+    as one kernel (DeepGEMM's ``fp8_mqa_logits``, which vLLM calls), the per-head scores kept on chip."""
+    return tuple(name for name, m in model.named_modules() if is_indexer(m))
+
+
 def unrecognised(model: nn.Module, layer: int) -> str:
     """What layer ``layer``'s attention is, for an error: the module path and class of its indexer
     (or of the attention module, where it has none opcount recognises)."""

@@ -40,7 +40,7 @@ from ..transformers_internals import cache_keyword, takes_cache_position
 from .bound import sum_of_max
 from .cache import CachePlan, cache_plan, phase_cache
 from .deploy import Deployment, on_layout
-from .indexed import sparse
+from .indexed import indexer_scopes, sparse
 from .kernels import MODES, KernelPlan, plan
 from .latent import absorbed
 from .limits import check_phase
@@ -160,6 +160,7 @@ class CausalLM:
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._pricing = pricing_for(model, self.precision)
         self._positions = learned_positions(model, self.config)
+        self.indexers = indexer_scopes(model)  # DSA indexers: their scores run as one kernel
 
     @property
     def parameters(self) -> int:
@@ -228,7 +229,15 @@ class CausalLM:
         if hw is not None:
             report = roofline(traffic, hardware=hw, dtype=self.precision.act, itemsize=self._pricing)
             plans = {
-                mode: plan(traffic, report, mode, dtype=self.precision.act, itemsize=self._pricing, moe_blocks=blocks)
+                mode: plan(
+                    traffic,
+                    report,
+                    mode,
+                    dtype=self.precision.act,
+                    itemsize=self._pricing,
+                    moe_blocks=blocks,
+                    chains=self.indexers,
+                )
                 for mode in MODES
             }
         cost = PhaseCost(phase, batch, seq_len, kv_len, self.precision, flops, memory, report, tuple(blocks))

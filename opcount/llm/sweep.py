@@ -289,7 +289,10 @@ def _plan(
     memory.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     llm = run.llm
     report = roofline(memory, hardware=hw, dtype=llm.precision.act, itemsize=llm._pricing)
-    return plan(memory, report, run.kernels, dtype=llm.precision.act, itemsize=llm._pricing, moe_blocks=moe_blocks)
+    return plan(
+        memory, report, run.kernels, dtype=llm.precision.act, itemsize=llm._pricing, moe_blocks=moe_blocks,
+        chains=llm.indexers,
+    )  # fmt: skip
 
 
 def _activations(llm: CausalLM, template: Template, points: list[Point]) -> list[int]:

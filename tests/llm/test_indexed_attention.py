@@ -223,3 +223,15 @@ def test_dots3_sliding_latent_layers_hold_their_window() -> None:
     }
     # the DSA layer over K latents, the sliding layer's 2 heads absorbed over its window's 4
     assert cost.flops.by_operator()["scaled_dot_product_attention"] == b * (PAIR * K + 2 * 4 * 2 * (48 + P))
+
+
+def test_the_indexer_scores_and_their_weighted_sum_run_as_one_kernel(llm: CausalLM) -> None:
+    # DeepGEMM's fp8_mqa_logits: the IH per-head scores of every token stay on chip
+    cost = llm.phase("decode", kv_len=20, batch=2, hardware=HW)
+    assert cost.plan is not None
+    calls = cost.flops.trace().calls
+    for layer in range(LAYERS):
+        scope = f"model.layers.{layer}.self_attn.indexer"
+        products = [i for i, c in enumerate(calls) if c.kind == "aten::matmul" and c.scope[-1] == scope]
+        assert len(products) == 2  # the scores, their weighted sum
+        assert [set(products) <= set(k.calls) for k in cost.plan.kernels].count(True) == 1
