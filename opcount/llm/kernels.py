@@ -11,7 +11,8 @@ Q, K and V are read once (K and V once per tile of queries when one head's K and
 on-chip buffer), and a causal block computes only its kept (query, key) pairs,
 ``s x S - s (s - 1) / 2`` for ``s`` new tokens over ``S`` positions (``T (T + 1) / 2`` for a
 prompt). A DSA indexer's products of activations (its scores, their weighted sum) run as one
-kernel, the module paths given by the caller (:func:`.indexed.indexer_scopes`). The grouping reads
+kernel computing a prompt's kept pairs only, the module paths given by the caller
+(:func:`.indexed.indexer_scopes`). The grouping reads
 module scopes and data flow, never a family's module names.
 
 Within a kernel a tensor produced by one member is not read back, and is not written at all
@@ -150,7 +151,7 @@ def plan(
 ) -> KernelPlan:
     """The kernels of the phase whose trace ``traffic`` holds and whose eager roofline is ``report``;
     in each module of ``chains`` the products of two activations run as one kernel (a DSA indexer's
-    scores and their weighted sum: DeepGEMM's ``fp8_mqa_logits``)."""
+    scores and their weighted sum: DeepGEMM's ``fp8_mqa_logits``), a prompt's causally (its kept pairs)."""
     hw = report.hardware
     per_call = traffic.traffic_per_call()
     calls = [c for c, _ in per_call]
@@ -197,7 +198,8 @@ def plan(
             if ck is not None and out is not None and ck[1]:
                 shape = tile_utilization(out.numel // ck[1], ck[1])
             gemm = eff.gemm_at(lt.layer.precision)
-            work.append((lt.compute_time, lt.compute_time / (gemm * shape), 0.0, lt.layer.flops))
+            kept = _causal_share(call) if fused and call.scope[-1] in chains else 1.0
+            work.append((kept * lt.compute_time, kept * lt.compute_time / (gemm * shape), 0.0, kept * lt.layer.flops))
         else:
             work.append((0.0, 0.0, lt.compute_time, 0.0))
 
@@ -284,6 +286,16 @@ def attention_work(call: OpCall, causal: bool) -> tuple[float, float]:
     heads = math.prod(out.shape[:-2])
     pairs = s * total - s * (s - 1) // 2 if causal and s > 1 else s * total
     return float(heads * pairs * (q.shape[-1] + v.shape[-1])), float(heads * (3 * pairs - s))
+
+
+def _causal_share(call: OpCall) -> float:
+    """The share of a DSA indexer's (query, key) products a causal kernel computes: ``[b, s, heads,
+    T]`` scores of ``s`` queries, the last of ``T`` positions, keep ``s T - s (s - 1) / 2`` pairs."""
+    out = next(flat_tensors(call.outputs), None)
+    if out is None or len(out.shape) != 4 or out.shape[1] <= 1:
+        return 1.0
+    s, total = out.shape[1], out.shape[-1]
+    return (s * total - s * (s - 1) // 2) / (s * total)
 
 
 def _kv_passes(call: OpCall, hw: Hardware) -> float:
