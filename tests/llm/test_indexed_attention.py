@@ -248,3 +248,23 @@ def test_a_prompts_indexer_kernel_computes_its_kept_pairs(llm: CausalLM) -> None
     kept = s * (s + 1) // 2
     assert sum(cost.plan.call_flops[i] for i in products) == 2 * b * LAYERS * SCORE * kept
     assert cost.flops.by_operator()["matmul"] == b * LAYERS * SCORE * s * s
+
+
+def test_command_line_json_breaks_the_cache_down(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from opcount.cli import main
+
+    hf: list[str] = []
+    for key, value in tiny().to_dict().items():
+        if key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                   "num_key_value_heads", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+                   "v_head_dim", "index_n_heads", "index_head_dim", "index_topk", "first_k_dense_replace"):  # fmt: skip
+            hf += ["--hf-config", f"{key}={value}"]
+    b, cached = 2, 20
+    args = ["hf:DeepseekV32Config", *hf, "--phase", "decode", "--kv-len", str(cached), "--batch", str(b)]
+    assert main([*args, "--format", "json"]) == 0
+    memory = json.loads(capsys.readouterr().out)["llm"]["memory"]
+    # 2 layers x 2 sequences x 21 positions: the latent 40 elements in bf16, the indexer key 16 + 4 bytes
+    assert memory["kv_cache_by_type"] == {"latent_attention": 6720, "indexer_keys": 1680}
+    assert memory["kv_cache"] == 2 * b * (cached + 1) * (40 * BF16 + 20)  # 8400
