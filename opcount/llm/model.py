@@ -18,6 +18,7 @@ from ..errors import OpcountValueError
 from ..messages import first_line
 from ..transformers_internals import attention_implementation, set_attention_implementation
 from .limits import SizeError, check_config, module_budget
+from .zero_experts import drop_unused
 
 KV_PREFIX = "kv_cache"
 
@@ -97,6 +98,7 @@ def build_on_meta(config: Any, dtype: torch.dtype = torch.bfloat16) -> nn.Module
         raise
     except Exception as e:  # raised by the constructors on the config's values, whatever its type
         raise OpcountValueError(f"{name}: invalid config: {first_line(e, type(e).__name__)}") from e
+    drop_unused(model)  # transformers' LongCat-Flash stacks weights for its identity experts too
     return model.to(dtype).eval()
 
 
