@@ -17,6 +17,7 @@ from torch import nn
 from ..errors import OpcountValueError
 from ..messages import first_line
 from ..transformers_internals import attention_implementation, set_attention_implementation
+from .composite import text_decoder_instead
 from .limits import SizeError, check_config, module_budget
 from .zero_experts import drop_unused
 
@@ -97,6 +98,9 @@ def build_on_meta(config: Any, dtype: torch.dtype = torch.bfloat16) -> nn.Module
     except SizeError:
         raise
     except Exception as e:  # raised by the constructors on the config's values, whatever its type
+        text = text_decoder_instead(config, e)  # a wrapper that needs an optional package
+        if text is not None:
+            return build_on_meta(text, dtype)
         raise OpcountValueError(f"{name}: invalid config: {first_line(e, type(e).__name__)}") from e
     drop_unused(model)  # transformers' LongCat-Flash stacks weights for its identity experts too
     return model.to(dtype).eval()
