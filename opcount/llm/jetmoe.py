@@ -35,7 +35,9 @@ _MOE, _MOA = "JetMoeMoE", "JetMoeMoA"
 def _stack(module: Any) -> bool:
     """JetMoE's parallel experts: ``weight`` of ``[experts, out, in]``."""
     weight, count = getattr(module, "weight", None), getattr(module, "num_experts", None)
-    return isinstance(weight, nn.Parameter) and weight.dim() == 3 and isinstance(count, int) and weight.shape[0] == count
+    return (
+        isinstance(weight, nn.Parameter) and weight.dim() == 3 and isinstance(count, int) and weight.shape[0] == count
+    )
 
 
 def _is_block(module: nn.Module, kind: str) -> bool:
@@ -62,7 +64,9 @@ def _is_attention(module: nn.Module) -> bool:
 def _record(name: str, block: str, module: Any) -> Experts:
     inp, out = module.input_linear.weight, module.output_linear.weight
     if inp.shape[0] != out.shape[0] or module.router.layer.out_features != inp.shape[0]:
-        raise OpcountError(f"{name}: {inp.shape[0]} input experts, {out.shape[0]} output, router over a different count")
+        raise OpcountError(
+            f"{name}: {inp.shape[0]} input experts, {out.shape[0]} output, router over a different count"
+        )
     per_expert = inp[0].numel() + out[0].numel()
     return Experts(name, block, int(inp.shape[0]), int(module.router.top_k), per_expert)
 
@@ -93,8 +97,10 @@ def _gates(router: Any, flat: torch.Tensor) -> torch.Tensor:
     return torch.softmax(top, dim=1).type_as(flat)
 
 
-def _project(stack: Any, e: int, x: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.linear(x, stack._buffers[f"weight[{e}]"])
+def _project(stack: nn.Module, e: int, x: torch.Tensor) -> torch.Tensor:
+    weight = stack._buffers[f"weight[{e}]"]
+    assert weight is not None  # made by add_slices for every expert
+    return torch.nn.functional.linear(x, weight)
 
 
 def _moe_forward(self: Any, layer_input: torch.Tensor) -> torch.Tensor:
@@ -110,7 +116,8 @@ def _moe_forward(self: Any, layer_input: torch.Tensor) -> torch.Tensor:
         gate, up = _project(self.input_linear, e, flat[:load]).chunk(2, dim=-1)
         y = _project(self.output_linear, e, self.activation(gate) * up) * gates[:load, :1]
         out.index_add_(0, torch.arange(load, device=flat.device), y)
-    return out.view(batch, length, width) + self.bias
+    bias: torch.Tensor = self.bias
+    return out.view(batch, length, width) + bias
 
 
 def _attention_forward(

@@ -18,6 +18,9 @@ Recognised layouts:
   two products. Each active expert reads its slice of the fused weights once, as a grouped GEMM does;
 - **Llama 4** (``Llama4TextMoe``): transposed fused experts, weighted on their input, plus a shared expert;
 - **a list of experts** (``gate: nn.Linear`` + ``experts: nn.ModuleList`` + ``top_k``: transformers 4).
+- families whose blocks their own module recognises and routes: JetMoE's parallel experts and
+  mixture of attention heads (:mod:`.jetmoe`), experts beside identity slots (LongCat-Flash,
+  :mod:`.zero_experts`); the arithmetic they share is :mod:`.routing`'s.
 
 Anything else that looks like experts (an ``experts`` attribute, a module named ``*Experts``,
 ``*MoE`` or ``*Router`` outside a recognised block, a 3-D weight with one slice per expert) is an
@@ -377,7 +380,7 @@ def expected_routing(model: nn.Module) -> Iterator[list[str]]:
     sliced: list[nn.Module] = []
     with contextlib.ExitStack() as families:
         try:
-            everything, routed, own = find_experts(model), [], set()
+            everything, routed, own = find_experts(model), [], set[str]()
             for family in _FAMILIES:
                 theirs = family.find(modules, getattr(model, "config", None))[0]
                 routed += families.enter_context(family.routed(model, theirs))

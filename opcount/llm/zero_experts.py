@@ -66,7 +66,8 @@ def find(modules: dict[str, nn.Module], config: Any) -> tuple[list[Experts], set
         top_k, slots = getattr(router, "top_k", None), getattr(router, "n_routed_experts", None)
         if not isinstance(top_k, int) or slots != real + zero:
             raise OpcountError(f"{name}: {real} experts and {zero} identity slots, but no router choosing among both")
-        gate_up, down = module.gate_up_proj, module.down_proj
+        gate_up, down = module._parameters["gate_up_proj"], module._parameters["down_proj"]
+        assert gate_up is not None and down is not None  # checked by _counts
         if gate_up.shape[0] != real or down.shape[0] != real:
             raise OpcountError(
                 f"{name}: gate_up_proj holds {gate_up.shape[0]} experts and down_proj {down.shape[0]} for {real} "
