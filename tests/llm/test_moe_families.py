@@ -190,3 +190,15 @@ def test_longcat_untrimmed_stack_is_refused() -> None:
         model = transformers.AutoModelForCausalLM.from_config(longcat_config())
     with pytest.raises(OpcountError, match=r"model\.layers\.0\.mlp\.experts: gate_up_proj holds 6 experts"):
         find_experts(model)
+
+
+def test_jetmoe_8b_parameters() -> None:
+    """JetMoE-8B's shape (transformers' JetMoeConfig defaults at 24 layers, the model card's
+    jetmoe/jetmoe-8b): the model card's 8B total and "2.2B" activated parameters."""
+    llm = CausalLM(transformers.JetMoeConfig(num_hidden_layers=24))
+    # per layer: MLP experts 8 x 3·5632·2048 = 276,824,064; attention experts 8 x 2·2048·2048 =
+    # 67,108,864; kv_proj 2048·4096 = 8,388,608; two routers 2 x 16,384; two biases and two norms 4 x 2,048
+    layer = 8 * 3 * 5632 * 2048 + 8 * 2 * 2048 * 2048 + 2048 * 4096 + 2 * 8 * 2048 + 4 * 2048
+    assert llm.parameters == 24 * layer + 32000 * 2048 + 2048 == 8_522_237_952  # tied embedding, final norm
+    # 6 of 8 experts idle in both blocks: 24 x 6 x (34,603,008 + 8,388,608)
+    assert llm.active_parameters == llm.parameters - 24 * 6 * (3 * 5632 * 2048 + 2 * 2048 * 2048) == 2_331_445_248
