@@ -191,7 +191,8 @@ def plan(
             shape = 1.0
             if ck is not None and out is not None and ck[1]:
                 shape = tile_utilization(out.numel // ck[1], ck[1])
-            work.append((lt.compute_time, lt.compute_time / (eff.gemm * shape), 0.0, lt.layer.flops))
+            gemm = eff.gemm_at(lt.layer.precision)
+            work.append((lt.compute_time, lt.compute_time / (gemm * shape), 0.0, lt.layer.flops))
         else:
             work.append((0.0, 0.0, lt.compute_time, 0.0))
 
