@@ -5,6 +5,7 @@ of a stacked weight named so that it is priced as the weight it is."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +38,17 @@ class Experts:
         """Parameters of the experts a token does not go to: ``(count - top_k) x per_expert``, or
         ``count`` less the real experts a token reaches on average where some slots are identities."""
         return self.count * self.per_expert - real_routes(1, self.top_k * self.per_expert, self.count, self.identity)
+
+    @property
+    def regions(self) -> tuple[int, int]:
+        """``(k, n)`` such that the loads of ``T`` tokens are affine in ``T`` within one residue of
+        ``T·k mod n`` (:func:`.symbolic.region`): ``(top_k, count)``; with identity slots, the real
+        routes ``⌊T·top_k·count / (count + identity)⌋`` repeat their residue mod ``count`` every
+        ``b·count`` tokens, ``b`` the denominator of ``top_k·count / (count + identity)``: ``(1, b·count)``."""
+        if not self.identity:
+            return self.top_k, self.count
+        slots = self.count + self.identity
+        return 1, slots // math.gcd(self.top_k * self.count, slots) * self.count
 
 
 def real_routes(tokens: int, top_k: int, count: int, identity: int) -> int:

@@ -202,3 +202,26 @@ def test_jetmoe_8b_parameters() -> None:
     assert llm.parameters == 24 * layer + 32000 * 2048 + 2048 == 8_522_237_952  # tied embedding, final norm
     # 6 of 8 experts idle in both blocks: 24 x 6 x (34,603,008 + 8,388,608)
     assert llm.active_parameters == llm.parameters - 24 * 6 * (3 * 5632 * 2048 + 2 * 2048 * 2048) == 2_331_445_248
+
+
+def test_identity_slots_cut_sweeps_where_the_loads_repeat(caplog: pytest.LogCaptureFixture) -> None:
+    """2 picks over 4 + 2 slots: ⌊8T/6⌋ = ⌊4T/3⌋ real routes, whose residue mod 4 repeats every
+    3 x 4 = 12 tokens: the sweep's regions are T mod 12, and its fitted points match their traces."""
+    import logging
+
+    from opcount.llm.routing import Experts
+    from opcount.llm.sweep import phase_points, structure_of
+
+    assert Experts("e", "b", count=4, top_k=2, per_expert=1, identity=2).regions == (1, 12)
+    assert Experts("e", "b", count=512, top_k=12, per_expert=1, identity=256).regions == (1, 512)  # 8 a token
+    assert Experts("e", "b", count=4, top_k=2, per_expert=1).regions == (2, 4)
+    config = longcat_config()
+    config.moe_topk = 2
+    llm = CausalLM(config)
+    assert (1, 12) in structure_of(llm).experts
+    points = [(batch, 1, 16) for batch in (1, 13, 25, 37, 5, 17, 29)]  # two residues mod 12, fitted
+    with caplog.at_level(logging.INFO, logger="opcount"):
+        fitted = phase_points(llm, "decode", points)
+    assert not [r for r in caplog.records if "instead of fitting" in r.getMessage()]
+    for (batch, _, cache), point in zip(points, fitted, strict=True):
+        assert point.flops == llm.phase("decode", kv_len=cache, batch=batch).flops.total()
