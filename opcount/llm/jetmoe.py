@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..errors import OpcountError
+from ..transformers_internals import attention_implementation
 from .model import ATTENTION
 from .routing import Experts, add_slices, expert_loads, remove_slices
 
@@ -154,7 +155,7 @@ def _attention_forward(
     cache = cache if cache is not None else kwargs.pop("past_key_values", None)
     if cache is not None:
         key, value = cache.update(key, value, self.layer_idx, kwargs=kwargs)
-    implementation = self.config._attn_implementation
+    implementation = attention_implementation(self.config)
     if implementation != ATTENTION:  # transformers' kernels pair query head h with KV head h mod kv_heads
         key, value = key.repeat(1, k, 1, 1), value.repeat(1, k, 1, 1)
     attend = model_code.ALL_ATTENTION_FUNCTIONS.get_interface(implementation, model_code.eager_attention_forward)
