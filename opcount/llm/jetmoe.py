@@ -74,16 +74,13 @@ def _record(name: str, block: str, module: Any) -> Experts:
 
 def find(modules: dict[str, nn.Module], config: Any) -> tuple[list[Experts], set[str]]:
     """JetMoE's expert blocks in ``modules`` and every module name inside them. A ``JetMoeMoA``
-    whose parent is not the attention it serves is an error naming it."""
+    anywhere but in the attention it serves is left to :func:`.moe.find_experts`, which refuses it."""
     found: list[Experts] = []
     for name, module in modules.items():
         if _is_block(module, _MOE):
             found.append(_record(name, name, module))
-        elif _is_block(module, _MOA):
-            parent = name.rpartition(".")[0]
-            if not name.endswith(".experts") or not _is_attention(modules[parent]):
-                raise OpcountError(f"{name} ({_MOA}) outside the attention opcount knows it in: not routed")
-            found.append(_record(name, parent, module))
+        elif _is_attention(module):
+            found.append(_record(f"{name}.experts", name, module.experts))
     blocks = tuple(e.block + "." for e in found)
     return found, {n for n in modules if (n + ".").startswith(blocks)}
 

@@ -54,15 +54,15 @@ def drop_unused(model: nn.Module) -> None:
 
 
 def find(modules: dict[str, nn.Module], config: Any) -> tuple[list[Experts], set[str]]:
-    """The experts with identity slots in ``modules`` and every module name inside their blocks."""
+    """The experts with identity slots in ``modules`` (a block's ``experts``) and every module name
+    inside their blocks; such experts anywhere else are left to :func:`.moe.find_experts`, which refuses them."""
     found: list[Experts] = []
-    for name, module in modules.items():
-        counts = _counts(module)
-        if counts is None:
+    for block, holder in modules.items():
+        module = getattr(holder, "experts", None)
+        if not isinstance(module, nn.Module) or (counts := _counts(module)) is None:
             continue
-        real, zero = counts
-        block = name.rpartition(".")[0]
-        router = getattr(modules.get(block), "router", None)
+        (real, zero), name = counts, f"{block}.experts"
+        router = getattr(holder, "router", None)
         top_k, slots = getattr(router, "top_k", None), getattr(router, "n_routed_experts", None)
         if not isinstance(top_k, int) or slots != real + zero:
             raise OpcountError(f"{name}: {real} experts and {zero} identity slots, but no router choosing among both")
