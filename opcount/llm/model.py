@@ -22,6 +22,8 @@ from .limits import SizeError, check_config, module_budget
 from .zero_experts import drop_unused
 
 KV_PREFIX = "kv_cache"
+# the end of a cache tensor's name that the model keeps in float32 whatever the KV dtype (a recurrent state part)
+FLOAT32_STATE = "_float32"
 
 
 @dataclass(frozen=True)

@@ -180,9 +180,8 @@ class CausalLM:
         """Bytes of the cache per layer kind when ``seq_len`` tokens follow ``kv_len`` cached ones."""
         from ..ir import DTYPE_BYTES
 
-        size = DTYPE_BYTES[self.precision.kv_dtype]
         lengths = cache_lengths(self._prefix, kv_len, seq_len)
-        return {k: math.ceil(n * size) for k, n in self.caches.by_kind(*lengths, batch).items()}
+        return self.caches.bytes_by_kind(*lengths, batch, DTYPE_BYTES[self.precision.kv_dtype])
 
     def check_sizes(self, batch: int, positions: int) -> None:
         """Refuse ``batch`` sequences of ``positions`` positions over :mod:`.limits`' bounds, before tracing."""

@@ -23,8 +23,6 @@ from opcount.llm.phases import CausalLM  # noqa: E402
 from tests.llm.small_configs import causal_lm_config_classes, small  # noqa: E402
 
 INDEXED = "a cache of type 'indexed_attention' (DeepSeek sparse attention's indexer keys), which opcount does not model"
-STATE = "keeps its recurrent state in its modules (conv1d_state, recurrent_states), outside transformers' cache"
-NO_HEADS = "RWKV-4 passes its state outside transformers' cache (a state list, three of its five parts in float32)"
 DEFAULTS = "transformers cannot build a model from this config's defaults (the same error without opcount)"
 DRAFTER = "a speculative-decoding drafter: every layer reads the KV cache of a target model it is given"
 KNOWN: dict[str, str] = {}  # filled below, by class name
@@ -43,13 +41,10 @@ _known(
     "GlmMoeDsaConfig",
     "HYV4Config",
 )
-_known(STATE, "RecurrentGemmaConfig")
-_known(NO_HEADS, "RwkvConfig")
 _known(DEFAULTS, "Qwen4ExpConfig", "Qwen4ExpTextConfig")
 _known(DRAFTER, "Gemma4AssistantConfig", "Gemma4UnifiedAssistantConfig")
 _known("a cache layer type opcount does not know ('heavily_compressed_attention')", "DeepseekV4Config")
 _known("byte-level: three transformers (local encoder, global, local decoder), heads kept per part", "BltConfig")
-_known("a Mamba hybrid whose shared attention block is tied across layers: 2 layers do not build", "ZambaConfig")
 
 
 # what a text token of a decoder-only phase need not run: another modality's encoder and the
