@@ -400,8 +400,9 @@ def _expert_key(
     if weight is None or weight.param is None:
         return None
     inside = [s for s in call.scope if any(s == e or s.startswith(e + ".") for e in experts)]
-    if not inside:
-        return None
+    if not inside:  # an expert's slice of a stack outside a module named experts (JetMoE's, opcount.llm.jetmoe)
+        stacked = re.fullmatch(r"(.+)\[\d+\]", weight.param)
+        return None if stacked is None else (stacked[1], "", weight.shape)
     block = next(e for e in experts if inside[-1] == e or inside[-1].startswith(e + "."))
     member = re.sub(r"\[\d+\]$", "", weight.param.removeprefix(block))  # one module's stacked weights
     member = re.sub(r"^\.\d+\.", ".", member)  # a module list's expert index

@@ -50,6 +50,7 @@ from .parallel import Parallel
 from .phase_checks import PHASES as PHASES  # the phases, where callers have always found them
 from .phase_checks import check_generation, check_phase_request
 from .precision import Precision, footprint_weights, pricing_for
+from .prompt_tokens import cache_lengths, new_positions_only, prompt_length
 from .windows import windowed_prefill
 
 logger = logging.getLogger(__name__)
@@ -160,6 +161,7 @@ class CausalLM:
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._pricing = pricing_for(model, self.precision)
         self._positions = learned_positions(model, self.config)
+        self._prefix = prompt_length(model)  # positions run in front of every sequence (CPM-Ant)
         self.indexers = indexer_scopes(model)  # DSA indexers: their scores run as one kernel
 
     @property
@@ -180,7 +182,8 @@ class CausalLM:
         """Bytes of the cache per layer kind when ``seq_len`` tokens follow ``kv_len`` cached ones."""
         from ..ir import DTYPE_BYTES
 
-        return self.caches.bytes_by_kind(kv_len, seq_len, batch, DTYPE_BYTES[self.precision.kv_dtype])
+        lengths = cache_lengths(self._prefix, kv_len, seq_len)
+        return self.caches.bytes_by_kind(*lengths, batch, DTYPE_BYTES[self.precision.kv_dtype])
 
     def check_sizes(self, batch: int, positions: int) -> None:
         """Refuse ``batch`` sequences of ``positions`` positions over :mod:`.limits`' bounds, before tracing."""
@@ -268,7 +271,8 @@ class CausalLM:
     ) -> tuple[FlopCountAnalysis, MemoryTrafficAnalysis, list[str]]:
         model = self.model
         plan, dtype = self.caches, self.precision.traced
-        with phase_cache(model, self.config, plan, batch, kv_len, seq_len, dtype) as cache:
+        lengths = cache_lengths(self._prefix, kv_len, seq_len)
+        with phase_cache(model, self.config, plan, batch, *lengths, dtype) as cache, new_positions_only(model):
             latents = {
                 i: layer.latent for i, layer in enumerate(cache.layers) if getattr(layer, "latent", None) is not None
             }

@@ -95,7 +95,7 @@ def structure_of(llm: CausalLM) -> Structure:
         w = getattr(config, key, None)
         if isinstance(w, int) and not isinstance(w, bool) and w > 0:
             (chunks if key == "attention_chunk_size" else windows).add(w)
-    experts = {(e.top_k, e.count) for e in find_experts(llm.model, llm.config)}
+    experts = {e.regions for e in find_experts(llm.model, llm.config)}
     # and from the config, whatever module runs the experts: the loads are integer-divided all the same
     top_k = getattr(config, "num_experts_per_tok", None)
     for key in ("num_local_experts", "num_experts", "n_routed_experts"):
