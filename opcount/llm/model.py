@@ -143,11 +143,11 @@ def _serving_attention(
     )
     sinks = kwargs.get("s_aux")
     if isinstance(sinks, torch.Tensor):
-        _sink_terms(sinks, out)
+        sink_terms(sinks, out)
     return out.transpose(1, 2).contiguous(), None
 
 
-def _sink_terms(sinks: torch.Tensor, out: torch.Tensor) -> None:
+def sink_terms(sinks: torch.Tensor, out: torch.Tensor) -> None:
     """GPT-OSS's learned sink logit per head adds one term to each softmax row's denominator,
     ``exp(sink - row max)``, and no value: a kernel (FlashAttention with sinks) does it on its
     running max and sum, 3 flops a row (subtract, exp, add), traced here on a row-sized stand-in."""

@@ -40,6 +40,7 @@ from ..transformers_internals import cache_keyword, takes_cache_position
 from .bound import sum_of_max
 from .cache import CachePlan, cache_plan, phase_cache
 from .deploy import Deployment, on_layout
+from .indexed import indexer_scopes, sparse
 from .kernels import MODES, KernelPlan, plan
 from .latent import absorbed
 from .limits import check_phase
@@ -161,6 +162,7 @@ class CausalLM:
         self._pricing = pricing_for(model, self.precision)
         self._positions = learned_positions(model, self.config)
         self._prefix = prompt_length(model)  # positions run in front of every sequence (CPM-Ant)
+        self.indexers = indexer_scopes(model)  # DSA indexers: their scores run as one kernel
 
     @property
     def parameters(self) -> int:
@@ -230,7 +232,15 @@ class CausalLM:
         if hw is not None:
             report = roofline(traffic, hardware=hw, dtype=self.precision.act, itemsize=self._pricing)
             plans = {
-                mode: plan(traffic, report, mode, dtype=self.precision.act, itemsize=self._pricing, moe_blocks=blocks)
+                mode: plan(
+                    traffic,
+                    report,
+                    mode,
+                    dtype=self.precision.act,
+                    itemsize=self._pricing,
+                    moe_blocks=blocks,
+                    chains=self.indexers,
+                )
                 for mode in MODES
             }
         cost = PhaseCost(phase, batch, seq_len, kv_len, self.precision, flops, memory, report, tuple(blocks))
@@ -266,13 +276,16 @@ class CausalLM:
             latents = {
                 i: layer.latent for i, layer in enumerate(cache.layers) if getattr(layer, "latent", None) is not None
             }
+            topk = {i: layer.topk for i, layer in enumerate(plan.layers) if layer.topk}  # DSA: absorbed in prompts too
+            absorbing = latents if kv_len else {i: t for i, t in latents.items() if i in topk}
             with (
                 expected_routing(model) as blocks,
                 serving_attention(model),
-                absorbed(model, latents if kv_len else {}) as changed,
+                absorbed(model, absorbing) as changed,
+                sparse(model, {i: cache.layers[i] for i in topk}, kv_len, seq_len, dtype),
                 windowed_prefill(model, {} if kv_len else plan.windows(), seq_len),
             ):
-                if changed != (len(latents) if kv_len else 0):
+                if changed != len(absorbing):
                     raise OpcountError(
                         f"{type(model).__name__}: {len(latents)} latent-attention caches but {changed} attention "
                         "modules opcount recognises as multi-head latent attention"
