@@ -10,7 +10,10 @@ runs as one grouped GEMM. Attention is FlashAttention: scores and probabilities 
 Q, K and V are read once (K and V once per tile of queries when one head's K and V exceed the
 on-chip buffer), and a causal block computes only its kept (query, key) pairs,
 ``s x S - s (s - 1) / 2`` for ``s`` new tokens over ``S`` positions (``T (T + 1) / 2`` for a
-prompt). The grouping reads module scopes and data flow, never a family's module names.
+prompt). A DSA indexer's products of activations (its scores, their weighted sum) run as one
+kernel computing a prompt's kept pairs only, the module paths given by the caller
+(:func:`.indexed.indexer_scopes`). The grouping reads
+module scopes and data flow, never a family's module names.
 
 Within a kernel a tensor produced by one member is not read back, and is not written at all
 when no call outside the kernel reads it and the model does not return it; a tensor read by
@@ -144,8 +147,11 @@ def plan(
     dtype: str,
     itemsize: Callable[[TensorSpec], float | None] | None = None,
     moe_blocks: Sequence[str] = (),
+    chains: Sequence[str] = (),
 ) -> KernelPlan:
-    """The kernels of the phase whose trace ``traffic`` holds and whose eager roofline is ``report``."""
+    """The kernels of the phase whose trace ``traffic`` holds and whose eager roofline is ``report``;
+    in each module of ``chains`` the products of two activations run as one kernel (a DSA indexer's
+    scores and their weighted sum: DeepGEMM's ``fp8_mqa_logits``), a prompt's causally (its kept pairs)."""
     hw = report.hardware
     per_call = traffic.traffic_per_call()
     calls = [c for c, _ in per_call]
@@ -192,11 +198,12 @@ def plan(
             if ck is not None and out is not None and ck[1]:
                 shape = tile_utilization(out.numel // ck[1], ck[1])
             gemm = eff.gemm_at(lt.layer.precision)
-            work.append((lt.compute_time, lt.compute_time / (gemm * shape), 0.0, lt.layer.flops))
+            kept = _causal_share(call) if fused and call.scope[-1] in chains else 1.0
+            work.append((kept * lt.compute_time, kept * lt.compute_time / (gemm * shape), 0.0, kept * lt.layer.flops))
         else:
             work.append((0.0, 0.0, lt.compute_time, 0.0))
 
-    groups = _group(calls, moved, root, moe_blocks) if fused else _eager(calls, timed)
+    groups = _group(calls, moved, root, moe_blocks, chains) if fused else _eager(calls, timed)
     producer: dict[int, int] = {}
     readers: dict[int, set[int]] = {}
     for i, (call, t) in enumerate(zip(calls, moved, strict=True)):
@@ -285,6 +292,16 @@ def attention_work(call: OpCall, causal: bool) -> tuple[float, float]:
     return float(heads * pairs * (q.shape[-1] + v.shape[-1])), float(heads * (3 * pairs - s))
 
 
+def _causal_share(call: OpCall) -> float:
+    """The share of a DSA indexer's (query, key) products a causal kernel computes: ``[b, s, heads,
+    T]`` scores of ``s`` queries, the last of ``T`` positions, keep ``s T - s (s - 1) / 2`` pairs."""
+    out = next(flat_tensors(call.outputs), None)
+    if out is None or len(out.shape) != 4 or out.shape[1] <= 1:
+        return 1.0
+    s, total = out.shape[1], out.shape[-1]
+    return (s * total - s * (s - 1) // 2) / (s * total)
+
+
 def _kv_passes(call: OpCall, hw: Hardware) -> float:
     """How many times attention reads K and V: once when one head's K and V fit the on-chip buffer
     (every query tile finds them there), else once per tile of queries; Q is read once."""
@@ -317,6 +334,7 @@ def _group(
     moved: Sequence[Traffic | None],
     root: Callable[[TensorSpec | None], int | None],
     moe_blocks: Sequence[str],
+    chains: Sequence[str] = (),
 ) -> list[Group]:
     """The fused kernels (module docstring): (name, kind, call indices) in launch order."""
     groups: list[Group] = []
@@ -325,6 +343,7 @@ def _group(
     by_expert: dict[tuple[str, str, tuple[int, ...]], int] = {}  # an experts' projection -> its grouped GEMM
     last = -1  # the kernel most recently given a call
     experts = tuple(f"{b}.experts" for b in moe_blocks)
+    chained: dict[str, int] = {}  # a module of ``chains`` -> the kernel of its products of activations
     for i, call in enumerate(calls):
         handle = FLOPS.handles.get(call.kind)
         if not getattr(handle, "macs", False):
@@ -340,6 +359,11 @@ def _group(
         source = root(acts[0]) if len(acts) == 1 else None
         expert_key = _expert_key(call, weight, experts)
         target = by_input.get(source) if source is not None else None
+        chain = call.scope[-1] if weight is None and call.scope[-1] in chains else None
+        if chain is not None and chain in chained:  # the calls since the chain's last product run inside it
+            groups[chained[chain]][2].extend([*pending, i])
+            pending, last = [], chained[chain]
+            continue
         if target is None and expert_key is not None:
             target = by_expert.get(expert_key)
         if target is not None:
@@ -353,6 +377,8 @@ def _group(
             continue
         groups.append((call.scope[-1], "gemm", [*pending, i]))
         pending, last = [], len(groups) - 1
+        if chain is not None:
+            chained[chain] = last
         if source is not None:
             by_input[source] = last
         if expert_key is not None:
@@ -378,8 +404,9 @@ def _expert_key(
     if weight is None or weight.param is None:
         return None
     inside = [s for s in call.scope if any(s == e or s.startswith(e + ".") for e in experts)]
-    if not inside:
-        return None
+    if not inside:  # an expert's slice of a stack outside a module named experts (JetMoE's, opcount.llm.jetmoe)
+        stacked = re.fullmatch(r"(.+)\[\d+\]", weight.param)
+        return None if stacked is None else (stacked[1], "", weight.shape)
     block = next(e for e in experts if inside[-1] == e or inside[-1].startswith(e + "."))
     member = re.sub(r"\[\d+\]$", "", weight.param.removeprefix(block))  # one module's stacked weights
     member = re.sub(r"^\.\d+\.", ".", member)  # a module list's expert index

@@ -31,6 +31,7 @@ from torch import nn
 from ..errors import OpcountValueError
 from ..hardware.lookup import DType, dtype_name
 from ..ir import DTYPE_BYTES, TensorSpec
+from .indexed import INDEX_BUFFER, element_bytes
 from .kept_float32 import kept_in_float32
 from .model import FLOAT32_STATE, KV_PREFIX
 from .weight_formats import ALIASES, BITS, FORMATS, GROUP_SIZE, PLAIN, stacked_bytes
@@ -155,7 +156,9 @@ class Pricing:
         name = spec.param
         if name is None:
             return self._act
-        if name.startswith(KV_PREFIX + "."):  # a state part the model keeps in float32 stays so
+        if name.startswith(KV_PREFIX + "."):  # DSA's indexer keys, a state part kept in float32: their own formats
+            if name.endswith("." + INDEX_BUFFER):
+                return element_bytes(spec.shape[-1])
             return 4 if name.endswith(FLOAT32_STATE) else self._kv
         # an expert's slice of a fused stack (``experts.gate_up_proj[3]``, opcount.llm.moe) is priced as its stack
         stack = name.partition("[")[0]

@@ -89,11 +89,13 @@ def structure_of(llm: CausalLM) -> Structure:
     kinds = llm.caches.windows().values()
     windows = {w for kind, w in kinds if kind == SLIDING}
     chunks = {w for kind, w in kinds if kind == CHUNKED}
+    # DSA's top-k caps attention as a window does: dense up to topk - 1 cached tokens, capped from topk
+    windows |= {w for layer in llm.caches.layers if layer.topk for w in (layer.topk - 1, layer.topk)}
     for key in ("sliding_window", "attention_chunk_size"):  # as the config says them too, used or not
         w = getattr(config, key, None)
         if isinstance(w, int) and not isinstance(w, bool) and w > 0:
             (chunks if key == "attention_chunk_size" else windows).add(w)
-    experts = {(e.top_k, e.count) for e in find_experts(llm.model, llm.config)}
+    experts = {e.regions for e in find_experts(llm.model, llm.config)}
     # and from the config, whatever module runs the experts: the loads are integer-divided all the same
     top_k = getattr(config, "num_experts_per_tok", None)
     for key in ("num_local_experts", "num_experts", "n_routed_experts"):
@@ -287,7 +289,10 @@ def _plan(
     memory.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     llm = run.llm
     report = roofline(memory, hardware=hw, dtype=llm.precision.act, itemsize=llm._pricing)
-    return plan(memory, report, run.kernels, dtype=llm.precision.act, itemsize=llm._pricing, moe_blocks=moe_blocks)
+    return plan(
+        memory, report, run.kernels, dtype=llm.precision.act, itemsize=llm._pricing, moe_blocks=moe_blocks,
+        chains=llm.indexers,
+    )  # fmt: skip
 
 
 def _activations(llm: CausalLM, template: Template, points: list[Point]) -> list[int]:
