@@ -240,6 +240,8 @@ def plan(
                 if r is not None and producer.get(r) in inside and a.tensor is not None and a.tensor.param is None:
                     continue  # made on chip by this kernel
                 key: object = r if r is not None else (i, n)
+                if a.tensor is not None and a.tensor.param is not None and a.tensor.id != r:
+                    key = (r, a.tensor.id)  # a named view (a cache read head by head): its own part
                 read[key] = max(read.get(key, 0.0), price(a))
             for a in t.write:
                 r = root(a.tensor)
@@ -267,7 +269,9 @@ def plan(
 
     flops = sum(w[3] for w in work)
     seconds = sum(w[0] for w in work)
-    weights, io = _compulsory(moved, root, producer, returned, price)
+    weights, io = _compulsory(
+        moved, lambda s: None if s is None else roots.get(s.id, s) if s.id is not None else s, producer, returned, price
+    )
     peak = flops / seconds if seconds else 1.0
     return KernelPlan(
         mode, hw, kernels, kernel_of, flops, peak, sum(weights) + sum(io), [w[3] for w in work], weights, io
@@ -411,41 +415,56 @@ def _expert_key(
 
 def _compulsory(
     moved: Sequence[Traffic | None],
-    root: Callable[[TensorSpec | None], int | None],
+    base: Callable[[TensorSpec | None], TensorSpec | None],
     producer: dict[int, int],
     returned: set[int | None],
     price: Callable[[Access], float],
 ) -> tuple[list[float], list[float]]:
     """Bytes no engine avoids: each weight and cache tensor read once (its largest read: an
-    embedding table's looked-up rows, unless a tied output layer reads it all), every cache write,
+    embedding table's looked-up rows, unless a tied output layer reads it all; read through several
+    views, a state head by head, the sum of each view's largest read, never more than the tensor:
+    an expanded view of a bias reads the bias), every cache write,
     the inputs read once and the returned outputs written once (0-d ones, counters and offsets, are
     kernel arguments). Per call: the bytes of weights and caches, and of inputs and outputs, charged
     to it, each tensor to the call reading (or writing) the most of it."""
-    once: dict[object, tuple[float, int]] = {}  # a tensor read or output once -> (its bytes, the call charged)
+    # a tensor read, output or a named tensor's view read once -> (its bytes, the call charged)
+    once: dict[object, tuple[float, int]] = {}
+    named: dict[object, TensorSpec] = {}  # a weight's or cache tensor's key -> the tensor
     weights, io = [0.0] * len(moved), [0.0] * len(moved)
     for i, t in enumerate(moved):
         if t is None or t.alias:
             continue
         for a in t.read:
-            s = a.tensor
-            r = root(s)
-            if s is not None and s.param is not None:
-                key: object = s.param
-            elif r is not None and r not in producer and s is not None and s.shape:
-                key = r  # a model input; a 0-d one (a position offset) is a kernel argument, not a read
+            s, b = a.tensor, base(a.tensor)
+            if s is None or b is None:
+                continue
+            key: object
+            if b.param is not None:  # a weight or a cache tensor, itself or one of its views
+                key = (b.param, s.id)
+                named[key] = b
+            elif b.id not in producer and s.shape:
+                key = b.id  # a model input; a 0-d one (a position offset) is a kernel argument, not a read
             else:
                 continue
             if price(a) > once.get(key, (0.0, i))[0]:
                 once[key] = (price(a), i)
         for a in t.write:
-            s = a.tensor
-            r = root(s)
-            if s is not None and s.param is not None:
+            s, b = a.tensor, base(a.tensor)
+            if s is None or b is None:
+                continue
+            if b.param is not None:
                 weights[i] += price(a)
-            elif r is not None and r in returned and s is not None and s.shape:
-                key = ("output", r)
+            elif b.id in returned and s.shape:
+                key = ("output", b.id)
                 if price(a) > once.get(key, (0.0, i))[0]:
                     once[key] = (price(a), i)
+    parts: dict[str, float] = {}  # a named tensor -> the bytes read of its parts, summed
+    for key, b in named.items():
+        parts[b.param or ""] = parts.get(b.param or "", 0.0) + once[key][0]
     for key, (nbytes, i) in once.items():
-        (weights if isinstance(key, str) else io)[i] += nbytes  # a str key: a parameter's name
+        b = named.get(key)
+        if b is None:
+            io[i] += nbytes
+        elif parts[b.param or ""]:  # its parts, never more than the whole tensor
+            weights[i] += nbytes * min(1.0, price(Access(b, b.nbytes)) / parts[b.param or ""])
     return weights, io

@@ -32,7 +32,7 @@ from ..roofline import roofline
 from ..tracing import Trace
 from .cache import CHUNKED, SLIDING
 from .kernels import MODES, KernelPlan, plan
-from .model import text_config
+from .model import CACHE_NAMES, text_config
 from .moe import find_experts
 from .phases import CausalLM, Memory, PhaseCost, decode_times
 from .points import GenerationPoint, PhasePoint
@@ -285,7 +285,7 @@ def _plan(
         outputs.append(replace(spec, shape=tuple(poly.at(point) for poly in known[1])))
     calls = tuple(template.at(point))
     trace = Trace(template.trace.tree, calls, template.trace.called, tuple(outputs), "dispatch", template.trace.mode)
-    memory = MemoryTrafficAnalysis(trace)
+    memory = MemoryTrafficAnalysis(trace, named_views=CACHE_NAMES)
     memory.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     llm = run.llm
     report = roofline(memory, hardware=hw, dtype=llm.precision.act, itemsize=llm._pricing)
@@ -298,7 +298,7 @@ def _plan(
 def _activations(llm: CausalLM, template: Template, points: list[Point]) -> list[int]:
     """Each point's peak of activations alive at once, as :func:`~opcount.llm.phases.peak_activations`
     walks a traced phase: the same births and deaths, the sizes of each point."""
-    memory = MemoryTrafficAnalysis(template.trace)
+    memory = MemoryTrafficAnalysis(template.trace, named_views=CACHE_NAMES)
     memory.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     traffic = [t for _, t in memory.traffic_per_call()]
     shapes = template.tensor_shapes()
