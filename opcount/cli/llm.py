@@ -407,7 +407,7 @@ def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, mode
     p = point.phase
     # with hardware the times are the chosen kernels' estimate by module, headed by the mode (llm_times)
     columns, extra = table_columns(p, layout.columns)
-    given = columns if layout.columns is not None or extra is not None else None
+    given = columns if layout.columns is not None else None
     # the model as typed (llm:gpt2), not the class it builds (GPT2LMHeadModel); device: meta
     meta = export_meta(p.flops, model=model, roofline=p.roofline)
     if layout.format == "json":

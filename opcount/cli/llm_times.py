@@ -22,7 +22,6 @@ from .options import Layout
 from .render import write_csv_meta
 
 
-
 def add_kernels_argument(group: Any) -> None:
     """``--kernels``, in the LLM flags' help group."""
     group.add_argument(
@@ -47,7 +46,15 @@ def by_operator(cost: PhaseCost, layout: Layout, meta: Mapping[str, Any]) -> str
         fields = ("operator", "calls", "flops", "bytes_eager", f"time_{mode}", f"bound_{mode}", "kernels")
         names = {"flops": unit.lower(), f"time_{mode}": f"time_{mode}_s", "kernels": f"{mode}_kernels"}
         return report.csv_rows(fields, rows, names=names).rstrip("\n")
-    headers = ["operator", "calls", unit, "bytes (eager)", f"time ({mode})", f"bound ({mode})", f"{mode} kernels it ran in"]
+    headers = [
+        "operator",
+        "calls",
+        unit,
+        "bytes (eager)",
+        f"time ({mode})",
+        f"bound ({mode})",
+        f"{mode} kernels it ran in",
+    ]
     cells = [
         [
             r["operator"],

@@ -80,14 +80,20 @@ def call_times(cost: PhaseCost) -> list[CallTime]:
         total, whole = sum(weights), max(c, m) + launch
         for i, w, t in zip(members, weights, own, strict=True):
             call = calls[i]
-            op = t.layer.op if t is not None else getattr(FLOPS.handles.get(call.kind), "name", None) or op_key(call.kind)
+            op = t.layer.op if t is not None else _op(call.kind)
             out.append(CallTime(i, whole * w / total, binds, op, tree.owners(call.scope[-1])))
     return out
 
 
+def _op(kind: str) -> str:
+    """An operator's key, as the roofline names it (a view has no layer of its own)."""
+    name: str | None = getattr(FLOPS.handles.get(kind), "name", None)
+    return name or op_key(kind)
+
+
 def _row(parts: Iterable[CallTime]) -> Row:
-    time: Counter[str] = Counter()
-    calls: Counter[str] = Counter()
+    time = {"compute": 0.0, "memory": 0.0}
+    calls = {"compute": 0.0, "memory": 0.0}
     for p in parts:
         time[p.bound] += p.seconds
         calls[p.bound] += 1
@@ -156,7 +162,9 @@ def columns(mode: str) -> dict[str, Column]:
 
     def op_shares(s: Sources) -> Mapping[str, Mapping[str, Any]]:
         total = s.get(ROLE).time
-        return {m: {op: 100 * t / total if total > 0 else None for op, t in ops.items()} for m, ops in op_times(s).items()}
+        return {
+            m: {op: 100 * t / total if total > 0 else None for op, t in ops.items()} for m, ops in op_times(s).items()
+        }
 
     def bounds(s: Sources) -> Mapping[str, Any]:
         return {name: row.bound for name, row in s.get(ROLE).by_module().items()}

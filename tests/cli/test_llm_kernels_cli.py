@@ -76,7 +76,15 @@ def test_by_operator_says_which_kernel(capsys: pytest.CaptureFixture[str]) -> No
     )
     assert status == 0, err
     table = list(csv.DictReader(io.StringIO(out)))
-    assert set(table[0]) == {"operator", "calls", "flops", "bytes_eager", "time_fused_s", "bound_fused", "fused_kernels"}
+    assert set(table[0]) == {
+        "operator",
+        "calls",
+        "flops",
+        "bytes_eager",
+        "time_fused_s",
+        "bound_fused",
+        "fused_kernels",
+    }
 
 
 def test_by_operator_needs_hardware(capsys: pytest.CaptureFixture[str]) -> None:

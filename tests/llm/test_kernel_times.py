@@ -111,7 +111,11 @@ PHASES = [
     ("llama decode", llama, {"phase": "decode", "kv_len": 300, "batch": 3}),
     ("mixtral prefill", mixtral, {"phase": "prefill", "seq_len": 16}),
     ("mixtral decode", mixtral, {"phase": "decode", "kv_len": 40, "batch": 4}),
-    ("gpt2 decode", lambda: CausalLM(GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB)), {"phase": "decode"}),
+    (
+        "gpt2 decode",
+        lambda: CausalLM(GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB)),
+        {"phase": "decode"},
+    ),
     ("deepseek-v3 decode", lambda: CausalLM(small(DeepseekV3Config)), {"phase": "decode", "kv_len": 20}),
 ]
 
