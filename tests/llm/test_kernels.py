@@ -87,7 +87,8 @@ def test_no_score_matrix_bytes_under_fused_kernels() -> None:
     def attention_bytes(t: int) -> float:
         cost = tiny_llama().phase("prefill", seq_len=t, hardware="h100-sxm")
         assert cost.plans is not None
-        return sum(k.bytes for k in cost.plans["fused"].kernels if k.kind == "attention")
+        fused = cost.plans["fused"]
+        return sum(b for k, b in zip(fused.kernels, fused.bytes, strict=True) if k.kind == "attention")
 
     # every tensor the attention kernels move (Q, K, V, the cache, the output, rotary) grows linearly
     # with T: equal steps from T to 2T to 3T; a T x T score matrix would make the second step larger
@@ -175,7 +176,8 @@ def test_k_and_v_stream_once_per_query_tile_past_the_buffer() -> None:
     def attention_bytes(hw: Hardware) -> float:
         cost = llm.phase("prefill", seq_len=t, hardware=hw)
         assert cost.plans is not None
-        return sum(k.bytes for k in cost.plans["fused"].kernels if k.kind == "attention")
+        fused = cost.plans["fused"]
+        return sum(b for k, b in zip(fused.kernels, fused.bytes, strict=True) if k.kind == "attention")
 
     # a prompt attends to its own keys and values: V [1, kv_heads, T, head_dim] as the projection wrote
     # it, K made in the kernel by rotary from the projection's K and the cos and sin tables [1, T,
