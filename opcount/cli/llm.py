@@ -310,9 +310,8 @@ def run(
         base["gen_len"] = flags.gen_len
     axes = [(SWEEPABLE[k], v) for k, v in flags.sweep]
     analysis = options.analysis
-    # Every point from a few traces (opcount.llm.sweep) where that is cheaper: without hardware. With it,
-    # pricing each point's rebuilt records into fused kernels costs more than tracing the point.
-    fitted = hardware is None and not flags.deploy.given() and not {key for key, _ in axes} & set(deploy.SWEEPABLE)
+    # Every point from a few traces (opcount.llm.sweep), with or without hardware; a deployment is priced per point
+    fitted = not flags.deploy.given() and not {key for key, _ in axes} & set(deploy.SWEEPABLE)
     if axes and fitted:
         combos = [
             {**base, **{key: v for (key, _), v in zip(axes, combo, strict=True)}}

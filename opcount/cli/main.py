@@ -20,6 +20,7 @@ rendered as ``options.layout`` says (:mod:`opcount.cli.render`) and printed with
 
 from __future__ import annotations
 
+import gc
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
@@ -97,6 +98,10 @@ def run(options: Options, stderr: TextIO) -> str:
     spinner = Progress(stderr, enabled=False if options.debug else None)
     missed: Unsupported | None = None
     caught = Collect()
+    # The libraries imported so far (torch, transformers: millions of objects) live as long as the
+    # process: kept out of the collector, a full collection during tracing walks only what the
+    # command made (a 70B sweep spends a quarter of its time less); given back when it returns
+    gc.freeze()
     try:
         with captured_warnings(options.debug, options.model.startswith(("hf:", "llm:"))) as caught:
             try:
@@ -111,6 +116,7 @@ def run(options: Options, stderr: TextIO) -> str:
         if not options.quiet:
             lines = warning_lines(caught.take(), missed, options.verbose)
             stderr.writelines(f"opcount: {line}\n" for line in lines)
+        gc.unfreeze()
     return text
 
 

@@ -47,7 +47,6 @@ from .symbolic import (
     check_point,
     corner_design,
     fit,
-    flatten,
     monomials,
     rebuild,
     region,
@@ -175,9 +174,9 @@ def _fit(points: list[Point], trace: Callable[[Point], Trace]) -> tuple[Template
 # ------------------------------------------------------------------------------------------------
 # The figures of rebuilt points
 # ------------------------------------------------------------------------------------------------
-def _key(call: OpCall, polys: list[Poly], pricing: Callable[[TensorSpec], float | None]) -> Any:
-    """What decides a record's costs: its structure and sizes, without the names a layer differs by."""
-    structure, _ = flatten(call)
+def _key(call: OpCall, structure: Any, polys: list[Poly], pricing: Callable[[TensorSpec], float | None]) -> Any:
+    """What decides a record's costs: its structure (:func:`.symbolic.flatten`'s) and sizes, without
+    the names a layer differs by."""
     kind, _, within, inputs, outputs = structure
     tensors = _tensors((*call.inputs, *call.outputs))
     roles = tuple((s.param is None, pricing(s)) for s in tensors)
@@ -214,7 +213,8 @@ def _evaluate(
     pricing = llm._pricing
     index: dict[Any, int] = {}
     which = [
-        index.setdefault(_key(c, ps, pricing), len(index)) for c, ps in zip(template.calls, template.polys, strict=True)
+        index.setdefault(_key(c, st, ps, pricing), len(index))
+        for c, st, ps in zip(template.calls, template.structures, template.polys, strict=True)
     ]
     unique = [0] * len(index)
     for r, u in reversed(list(enumerate(which))):

@@ -203,3 +203,44 @@ def test_experts_run_as_grouped_gemms() -> None:
     experts = [i for i, c in enumerate(calls) if c.kind == "aten::linear" and ".experts" in c.scope[-1]]
     assert len(experts) == LAYERS * 4 * 2
     assert all(kernels[cost.plans["fused"].kernel_of[i]].kind == "grouped_gemm" for i in experts)
+
+
+def test_one_layout_priced_at_many_points() -> None:
+    # Two matrix products reading one activation x [B, 8] (query and key projections, bfloat16):
+    # one kernel reading x once. Per point (B = 1, then 3), by hand: x is 16 B bytes, each weight
+    # [8, 4] 64 bytes, each output [B, 4] 8 B bytes; the second product reads x as a 12 B-byte
+    # slice, so the kernel's read of x is the larger, 16 B.
+    import numpy as np
+
+    from opcount.handles.memory import Access, Traffic
+    from opcount.hardware.lookup import hardware
+    from opcount.ir import OpCall, TensorSpec
+    from opcount.llm.kernel_groups import layout
+    from opcount.llm.kernels import CallPrices, priced
+
+    x = TensorSpec((1, 8), "bfloat16", id=0)
+    w1, w2 = (TensorSpec((4, 8), "bfloat16", param=f"w{i}", id=i) for i in (1, 2))
+    y1, y2 = TensorSpec((1, 4), "bfloat16", id=3), TensorSpec((1, 4), "bfloat16", id=4)
+    calls = [OpCall("aten::mm", (x, w1), (y1,), ("q",)), OpCall("aten::mm", (x, w2), (y2,), ("k",))]
+    moved = [
+        Traffic((Access(x, 16), Access(w1, 64)), (Access(y1, 8),)),
+        Traffic((Access(x, 12), Access(w2, 64)), (Access(y2, 8),)),
+    ]
+    kernels = layout(calls, moved, (y1, y2), [True, True], "fused")
+    assert [(kind, members) for _, kind, members in kernels.groups] == [("gemm", (0, 1))]
+    b = np.array([1.0, 3.0])
+    ones = np.ones((2, 2))
+    flops = np.array([2 * 8 * 4 * b, 2 * 8 * 4 * b])  # 2 x B x 8 x 4 per product
+    prices = CallPrices(
+        ones.astype(bool), flops / 1e15, flops / 5e14, 0 * ones, flops, ones,
+        [np.array([16 * b, [64, 64]]), np.array([12 * b, [64, 64]])], [np.array([8 * b]), np.array([8 * b])],
+    )  # fmt: skip
+    plans = priced(kernels, prices, hardware("h100-sxm"))
+    for plan, batch in zip(plans, (1, 3), strict=True):
+        # x once (its larger read), both weights, both outputs (the model returns them)
+        assert plan.bytes.tolist() == [16 * batch + 2 * 64 + 2 * 8 * batch]
+        assert plan.compulsory_bytes == 16 * batch + 2 * 64 + 2 * 8 * batch
+        assert plan.matmul_flops == 2 * 2 * 8 * 4 * batch
+        assert plan.matmul_peak == pytest.approx(1e15)  # the FLOPs over their seconds at peak
+        assert plan.tensor_eff_s.tolist() == [2 * 2 * 8 * 4 * batch / 5e14]
+        assert plan.call_io_bytes.tolist() == [16 * batch + 8 * batch, 8 * batch]  # x charged to its larger read
