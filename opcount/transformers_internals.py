@@ -83,9 +83,11 @@ def set_attention_implementation(config: Any, name: Any) -> None:
 
 def cache_keyword(model: nn.Module) -> str:
     """The keyword the model's forward takes its KV cache by: ``cache`` from transformers 5.2x
-    (which warns at the old name), ``past_key_values`` before."""
+    (which warns at the old name), ``past_key_values`` before, ``state`` for RWKV, which has neither."""
     parameters = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
+    if "cache" in parameters:
+        return "cache"
+    return "state" if "state" in parameters and "past_key_values" not in parameters else "past_key_values"
 
 
 def takes_cache_position(model: nn.Module) -> bool:

@@ -10,7 +10,8 @@ Each layer's cache is one of (``kind``, what one sequence holds):
 - ``latent_attention`` (multi-head latent attention, DeepSeek-V2/V3): the normalized latent and
   the shared rope key, ``kv_lora_rank + qk_rope_head_dim`` per token (:mod:`.latent`);
 - ``state``: a state-space or linear-attention layer's conv and recurrent states, a fixed size
-  per sequence whatever the context;
+  per sequence whatever the context (a part the model keeps in float32, RWKV-4's and Griffin's,
+  is held and priced in float32 whatever the KV dtype);
 - ``none``: a layer that keeps nothing of its own (an MLP-only layer, a layer reusing another's KV).
 
 A layer running attention and a state-space mixer side by side (Falcon-H1, Zamba2's ``hybrid``)
@@ -36,10 +37,15 @@ from torch import nn
 
 from ..errors import OpcountError
 from ..messages import first_line
+from .griffin import FLOAT32_STATES as GRIFFIN_FLOAT32
+from .griffin import griffin_phase, griffin_states, restored
 from .kv_layout import ForwardLayout, KVShape, Shapes, forward_layout
 from .lightning import lightning_cache, lightning_states
-from .model import KV_PREFIX, kv_geometry, text_config
+from .model import FLOAT32_STATE, KV_PREFIX, kv_geometry, text_config
+from .rwkv import FLOAT32_PARTS as RWKV_FLOAT32
+from .rwkv import rwkv_phase, rwkv_states
 from .xlstm import xlstm_cache, xlstm_states
+from .zamba import per_head_layers, split_heads
 
 FULL, SLIDING, CHUNKED, LATENT, STATE, NONE = (
     "full_attention",
@@ -63,13 +69,15 @@ _ATTENTION = {
 
 @dataclass(frozen=True)
 class LayerCache:
-    """One layer's cache: ``token_elements`` per position held, ``state_elements`` per sequence,
-    and the window (sliding) or chunk (chunked) size."""
+    """One layer's cache: ``token_elements`` per position held, ``state_elements`` per sequence
+    (``float32_elements`` of them kept in float32 by the model, whatever the KV dtype), and the
+    window (sliding) or chunk (chunked) size."""
 
     kind: str
     token_elements: int = 0
     state_elements: int = 0
     window: int = 0
+    float32_elements: int = 0
 
     def positions(self, kv_len: int, seq_len: int) -> int:
         """Token positions held per sequence when ``seq_len`` new tokens follow ``kv_len`` cached ones.
@@ -98,6 +106,8 @@ class CachePlan:
     state_shapes: tuple[tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]], ...] = ()
     # per layer: the keys' and values' heads and widths of a layer holding them (else None)
     kv_shapes: tuple[KVShape | None, ...] = ()
+    # per layer: which of its recurrent states the model keeps in float32 (by their index)
+    float32: tuple[frozenset[int], ...] = ()
 
     def by_kind(self, kv_len: int, seq_len: int, batch: int) -> dict[str, int]:
         """Elements held per layer kind, kinds in the order they first appear (a layer running
@@ -113,6 +123,15 @@ class CachePlan:
 
     def elements(self, kv_len: int, seq_len: int, batch: int) -> int:
         return sum(self.by_kind(kv_len, seq_len, batch).values())
+
+    def bytes_by_kind(self, kv_len: int, seq_len: int, batch: int, itemsize: float) -> dict[str, int]:
+        """Bytes held per layer kind, ``itemsize`` bytes per element of the KV dtype but 4 for a
+        state part the model keeps in float32."""
+        out = {k: n * itemsize for k, n in self.by_kind(kv_len, seq_len, batch).items()}
+        wide = batch * sum(layer.float32_elements for layer in self.layers)
+        if wide:
+            out[STATE] += wide * (4 - itemsize)
+        return {k: math.ceil(n) for k, n in out.items()}
 
     def affine_steps(self, prompt_len: int, gen_len: int) -> list[tuple[int, int]]:
         """The decode steps ``0 .. gen_len - 1`` (step ``j`` after ``prompt_len + j`` cached tokens)
@@ -167,13 +186,13 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
     mixture-of-experts blocks, which meta tensors cannot route by their values)."""
     c = text_config(config)
     name = type(c).__name__
-    recurrent = xlstm_states(model, c)
-    if recurrent:  # a recurrent model whose config gives no layer types
-        elements = [sum(math.prod(s) for s in shapes[1]) for shapes in recurrent.values()]
-        return CachePlan(tuple(LayerCache(STATE, state_elements=n) for n in elements), tuple(recurrent.values()))
+    recurrent = _recurrent_plan(model, c)
+    if recurrent is not None:
+        return recurrent
     types = layer_types(c)
     layout = _layout(model, c, routing, needed=any(t in _STATE_TYPES for t, _ in types))
     states = layout.states
+    wide = GRIFFIN_FLOAT32 if griffin_states(model) else frozenset[int]()
     layers: list[LayerCache] = []
     shapes: list[KVShape | None] = []
     for index, (kind, kwargs) in enumerate(types):
@@ -183,7 +202,7 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
             found = states.get(index)
             if found is None or not (found[0] or found[1]):
                 raise OpcountError(f"{name}: layer {index} ({kind}) stored no state in a forward on meta")
-            state = sum(math.prod(s) for s in (*found[0], *found[1]))
+            state = _size(found)
         if kind in _ATTENTION:
             if is_latent(c):
                 if kind != "full_attention":
@@ -193,15 +212,42 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
             shape = layout.kv.get(index) or _config_shape(c)
             shapes[-1] = shape
             window = int(kwargs.get("sliding_window") or 0)
-            layers.append(LayerCache(_ATTENTION[kind], shape.elements, state, window))
+            layers.append(
+                LayerCache(_ATTENTION[kind], shape.elements, state, window, _size(states[index], wide) if state else 0)
+            )
         elif kind in _STATE_TYPES:
-            layers.append(LayerCache(STATE, state_elements=state))
+            layers.append(LayerCache(STATE, state_elements=state, float32_elements=_size(states[index], wide)))
         elif kind == "dummy":
             layers.append(LayerCache(NONE))
         else:
             raise OpcountError(f"{name}: layer {index} has a cache of type {kind!r}, which opcount does not model")
     ordered = tuple(states.get(i, ((), ())) for i in range(len(layers)))
-    return CachePlan(tuple(layers), ordered, tuple(shapes))
+    return CachePlan(
+        tuple(layers), ordered, tuple(shapes), tuple(wide if i in states else frozenset() for i in range(len(layers)))
+    )
+
+
+def _recurrent_plan(model: nn.Module, c: Any) -> CachePlan | None:
+    """The plan of a recurrent model whose config gives no layer types (xLSTM, RWKV-4), read from
+    its modules; None for another model."""
+    recurrent, float32 = xlstm_states(model, c), frozenset[int]()
+    if not recurrent:
+        recurrent, float32 = rwkv_states(model), RWKV_FLOAT32
+    if not recurrent:
+        return None
+    layers = tuple(
+        LayerCache(STATE, state_elements=_size(s), float32_elements=_size(s, float32)) for s in recurrent.values()
+    )
+    return CachePlan(layers, tuple(recurrent.values()), float32=tuple(float32 for _ in recurrent))
+
+
+def _size(shapes: tuple[Shapes, Shapes], float32: frozenset[int] | None = None) -> int:
+    """Elements per sequence of a layer's conv and recurrent states; with ``float32``, those of the
+    recurrent states of these indices only."""
+    conv, recurrent = shapes
+    if float32 is None:
+        return sum(math.prod(s) for s in (*conv, *recurrent))
+    return sum(math.prod(s) for i, s in enumerate(recurrent) if i in float32)
 
 
 def _config_shape(c: Any) -> KVShape:
@@ -216,6 +262,12 @@ def _layout(model: nn.Module, c: Any, routing: Routing, needed: bool) -> Forward
     found = lightning_states(model)
     if found:  # MiniMax keeps its state outside the cache's layers
         return ForwardLayout({}, found)
+    found = griffin_states(model)
+    if found:  # RecurrentGemma keeps its state in its modules, its local attention's KV in the cache
+        with restored(model):
+            return ForwardLayout(
+                forward_layout(model, c, routing, prepare=lambda cache: _known_length(cache, 0)).kv, found
+            )
     try:
         return forward_layout(model, c, routing, prepare=lambda cache: _known_length(cache, 0))
     except OpcountError:
@@ -293,10 +345,11 @@ def _hold_tokens(
 
 
 def _hold_state(
-    layer: Any, shapes: tuple[Shapes, Shapes], batch: int, kv_len: int, dtype: torch.dtype
+    layer: Any, shapes: tuple[Shapes, Shapes], batch: int, kv_len: int, dtype: torch.dtype, float32: frozenset[int]
 ) -> dict[str, torch.Tensor]:
     """Give the transformers linear-attention cache layer ``layer`` its conv and recurrent states
-    (with a previous state in decode). Returns the tensors to name."""
+    (with a previous state in decode), those of ``float32``'s indices in float32 and named so
+    (:data:`.model.FLOAT32_STATE`). Returns the tensors to name."""
     conv, recurrent = shapes
     named: dict[str, torch.Tensor] = {}
     for i, shape in enumerate(conv):
@@ -304,7 +357,10 @@ def _hold_state(
         layer.conv_kernel_size[i] = shape[-1]
         layer.is_conv_states_initialized[i] = True
     for i, shape in enumerate(recurrent):
-        named[f"state{i}"] = layer.recurrent_states[i] = torch.empty((batch, *shape), dtype=dtype, device="meta")
+        wide = i in float32
+        name = f"state{i}{FLOAT32_STATE if wide else ''}"
+        held = torch.empty((batch, *shape), dtype=torch.float32 if wide else dtype, device="meta")
+        named[name] = layer.recurrent_states[i] = held
         layer.is_recurrent_states_initialized[i] = True
     for i in range(layer.number_of_states):
         layer.has_previous_state[i] = kv_len > 0
@@ -324,6 +380,7 @@ def phase_cache(
     c = text_config(config)
     holder = nn.Module()
     layers: list[Any] = []
+    by_head = per_head_layers(model)
     for index, layer in enumerate(plan.layers):
         slot = nn.Module()
         tensors: dict[str, torch.Tensor] = {}
@@ -342,21 +399,27 @@ def phase_cache(
             kv_shape = plan.kv_shapes[index] if plan.kv_shapes else None
             tensors |= _hold_tokens(made, layer, kv_shape, c, batch, kv_len, seq_len, dtype)
         if layer.state_elements:
-            tensors |= _hold_state(made, shapes, batch, kv_len, dtype)
+            tensors |= _hold_state(
+                made, shapes, batch, kv_len, dtype, plan.float32[index] if plan.float32 else frozenset()
+            )
+            if index in by_head:  # Zamba's mixers read and write their SSM state head by head
+                tensors = split_heads(made, tensors, by_head[index])
         for name, t in tensors.items():
             slot.register_buffer(name, t, persistent=False)
         holder.add_module(str(index), slot)
         layers.append(made)
-    cache = (
-        lightning_cache(model, layers, kv_len)
-        or xlstm_cache(model, c, layers, kv_len)
-        or cache_utils.Cache(layers=layers)
-    )
-    _known_length(cache, kv_len)
     if KV_PREFIX in model._modules:
         raise OpcountError(f"the model already has a submodule named {KV_PREFIX!r}")
-    model._modules[KV_PREFIX] = holder  # named buffers, not a module the forward calls
-    try:
-        yield cache
-    finally:
-        del model._modules[KV_PREFIX]
+    with rwkv_phase(model, layers, seq_len) as rwkv, griffin_phase(model, layers, kv_len):
+        cache = (
+            rwkv
+            or lightning_cache(model, layers, kv_len)
+            or xlstm_cache(model, c, layers, kv_len)
+            or cache_utils.Cache(layers=layers)
+        )
+        _known_length(cache, kv_len)
+        model._modules[KV_PREFIX] = holder  # named buffers, not a module the forward calls
+        try:
+            yield cache
+        finally:
+            del model._modules[KV_PREFIX]

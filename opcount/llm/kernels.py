@@ -220,7 +220,8 @@ def call_prices(
             shape = 1.0
             if ck is not None and out is not None and ck[1]:
                 shape = tile_utilization(out.numel // ck[1], ck[1])
-            work.append((lt.compute_time, lt.compute_time / (eff.gemm * shape), 0.0, lt.layer.flops, passes))
+            gemm = eff.gemm_at(lt.layer.precision)
+            work.append((lt.compute_time, lt.compute_time / (gemm * shape), 0.0, lt.layer.flops, passes))
         else:
             work.append((0.0, 0.0, lt.compute_time, 0.0, passes))
     columns = np.array(work, dtype=np.float64).reshape(-1, 5)

@@ -20,6 +20,8 @@ from ..transformers_internals import attention_implementation, set_attention_imp
 from .limits import SizeError, check_config, module_budget
 
 KV_PREFIX = "kv_cache"
+# the end of a cache tensor's name that the model keeps in float32 whatever the KV dtype (a recurrent state part)
+FLOAT32_STATE = "_float32"
 
 
 @dataclass(frozen=True)

@@ -178,8 +178,7 @@ class CausalLM:
         """Bytes of the cache per layer kind when ``seq_len`` tokens follow ``kv_len`` cached ones."""
         from ..ir import DTYPE_BYTES
 
-        size = DTYPE_BYTES[self.precision.kv_dtype]
-        return {k: math.ceil(n * size) for k, n in self.caches.by_kind(kv_len, seq_len, batch).items()}
+        return self.caches.bytes_by_kind(kv_len, seq_len, batch, DTYPE_BYTES[self.precision.kv_dtype])
 
     def check_sizes(self, batch: int, positions: int) -> None:
         """Refuse ``batch`` sequences of ``positions`` positions over :mod:`.limits`' bounds, before tracing."""

@@ -27,7 +27,7 @@ from torch import nn
 from ..errors import OpcountValueError
 from ..hardware.lookup import DType, dtype_name
 from ..ir import DTYPE_BYTES, TensorSpec
-from .model import KV_PREFIX
+from .model import FLOAT32_STATE, KV_PREFIX
 from .weight_formats import ALIASES, BITS, FORMATS, GROUP_SIZE, PLAIN, stacked_bytes
 from .weight_plan import WeightPlan, WeightSpec, quantizable
 
@@ -136,8 +136,8 @@ class Pricing:
         name = spec.param
         if name is None:
             return self._act
-        if name.startswith(KV_PREFIX + "."):
-            return self._kv
+        if name.startswith(KV_PREFIX + "."):  # a state part the model keeps in float32 stays so
+            return 4 if name.endswith(FLOAT32_STATE) else self._kv
         # an expert's slice of a fused stack (``experts.gate_up_proj[3]``, opcount.llm.moe) is priced as its stack
         return self._per_element.get(name, self._per_element.get(name.partition("[")[0], self._other))
 

@@ -5,12 +5,16 @@ case (``out_tokens_per_s``: ``batch x output`` tokens over a whole static batch)
 ``input`` tokens and ``output - 1`` decode steps (the prefill yields the first token); a
 ``first_token_ms`` case is the prefill alone; a ``decode_step_ms`` case is one decode step of
 ``batch`` sequences with ``input`` tokens cached. Models are the catalogue's (:mod:`.catalogue`: their
-published configs).
+published configs). A case's ``checks`` say what it checks: ``bound`` (no run may beat it) or
+``bound+estimate`` (a serving engine's run, which the estimate should come near); ``missed`` says why
+a case is left out of the estimate's error.
 """
 
 from __future__ import annotations
 
 import csv
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +22,8 @@ from ..errors import OpcountValueError
 from .catalogue import config
 from .phases import CausalLM, generation
 from .precision import Precision
+
+CHECKS = ("bound", "bound+estimate")
 
 
 @dataclass(frozen=True)
@@ -38,10 +44,27 @@ class Case:
     def missed(self) -> str:
         return self.row.get("missed", "")
 
+    @property
+    def kept(self) -> bool:
+        """Counted in the estimate's error: a serving engine's run, not left out."""
+        return self.row["checks"] == "bound+estimate" and not self.missed
+
+
+def geomean_error(cases: Sequence[Case]) -> float:
+    """The geometric mean of ``estimate / measured`` or its inverse, whichever is above 1, less 1:
+    an estimate half or twice the measurement is 100% off."""
+    if not cases:
+        raise OpcountValueError("no cases to average")
+    return math.exp(sum(abs(math.log(c.estimate / c.measured)) for c in cases) / len(cases)) - 1
+
 
 def load(path: str | Path) -> list[dict[str, str]]:
     with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        if row.get("checks") not in CHECKS:
+            raise OpcountValueError(f"{path}: case {row.get('case')!r}: checks must be one of {CHECKS}")
+    return rows
 
 
 def evaluate(row: dict[str, str]) -> Case:

@@ -36,6 +36,16 @@ _DEFAULTS_FIXED: dict[str, dict[str, Any]] = {
 }
 
 
+# layer patterns a config needs beyond one layer of each type, set after the depth is chosen
+_LAYERS_FIXED: dict[str, dict[str, Any]] = {
+    # the shared attention block is built in every hybrid layer and tied from the first to the others:
+    # with one hybrid layer transformers finds nothing to tie and refuses to build. Two hybrid layers
+    # and one Mamba layer: 3 (transformers' own pattern, from attn_layer_period and attn_layer_offset,
+    # starts [mamba, mamba, hybrid] and needs 4: num_hidden_layers=4, attn_layer_period=1, offset 0)
+    "ZambaConfig": {"num_hidden_layers": 3, "layers_block_type": ["linear_attention", "hybrid", "hybrid"]},
+}
+
+
 def causal_lm_config_classes() -> list[type]:
     """Every config class transformers maps to a causal LM, masked LMs and encoder-decoders left
     out (``is_causal_lm``), once each, in transformers' order; those whose defaults fail to build
@@ -71,6 +81,7 @@ def small(cls: type) -> Any:
     elif field is not None and _settable(text, field):
         values[field] = kinds[:1] * 2
     values |= _kv_sharing(text, values)
+    values |= _LAYERS_FIXED.get(cls.__name__, {})
     try:
         if text is config:
             return cls(**{**_DEFAULTS_FIXED.get(cls.__name__, {}), **values})

@@ -1,0 +1,122 @@
+"""RecurrentGemma (Griffin)'s recurrent blocks: the state each keeps in its own modules, outside
+transformers' cache, and that state held by the phase's cache while a phase runs.
+
+A recurrent block keeps, per sequence and whatever the context, the last ``conv1d_width - 1``
+inputs of its depthwise convolution over ``lru_width`` channels (``conv1d_state``, in the model's
+dtype) and the RG-LRU's hidden state, ``lru_width`` wide, in float32 (``rg_lru.recurrent_states``:
+transformers' ``_setup_cache`` and ``_rnn_scan`` keep it in float32, the Griffin paper's
+recurrence). The model sets both as attributes on the first forward and rebinds them every step;
+here they are the phase's cache tensors before the forward, and a hook on each block writes the
+new state into them in place, as an engine updates its state. The RG-LRU state is held
+``(batch, 1, lru_width)``, the shape a one-token step reads it in
+(``recurrent_states[:, None].to(device)``), and handed to that step as the held tensor itself, so
+that the step's read is the cache's (through views, the trace would not tie it to the cache). The local attention layers keep
+their keys and values in transformers' cache (a window of ``attention_window_size``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import OpcountError
+
+Shapes = tuple[tuple[int, ...], ...]
+FLOAT32_STATES = frozenset({0})  # the RG-LRU's hidden state
+
+
+def _is_recurrent_block(m: Any) -> bool:
+    lru = getattr(m, "rg_lru", None)
+    return (
+        isinstance(m, nn.Module)
+        and isinstance(getattr(m, "conv_1d", None), nn.Conv1d)
+        and isinstance(lru, nn.Module)
+        and "recurrent_states" in vars(lru)
+        and "conv1d_state" in vars(m)
+    )
+
+
+def griffin_blocks(model: nn.Module) -> dict[int, Any]:
+    """The recurrent blocks by layer index: a module with a ``conv_1d`` convolution, an ``rg_lru``
+    keeping ``recurrent_states`` and a ``conv1d_state`` of its own (RecurrentGemma's), found in the
+    decoder's list of layers."""
+    for m in model.modules():
+        if isinstance(m, nn.ModuleList):
+            found = {i: b for i, layer in enumerate(m) for b in layer.modules() if _is_recurrent_block(b)}
+            if found:
+                return found
+    return {}
+
+
+def griffin_states(model: nn.Module) -> dict[int, tuple[Shapes, Shapes]]:
+    """Each recurrent block's conv state and RG-LRU state shapes for one sequence."""
+    out: dict[int, tuple[Shapes, Shapes]] = {}
+    for i, block in griffin_blocks(model).items():
+        conv: nn.Conv1d = block.conv_1d
+        width = conv.kernel_size[0]
+        out[i] = (((conv.in_channels, width - 1),), ((1, conv.in_channels),))
+    return out
+
+
+class _OnDevice:
+    """The held RG-LRU state, already where the step wants it: ``.to(device)`` gives it back."""
+
+    def __init__(self, held: torch.Tensor) -> None:
+        self._held = held
+
+    def to(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self._held
+
+
+class _LruState:
+    """The RG-LRU state held ``(batch, 1, lru_width)``, as the model reads it: ``[:, None]`` by a
+    one-token step, whole (``.to(device)``) by several tokens."""
+
+    def __init__(self, held: torch.Tensor) -> None:
+        self._held = held
+
+    def __getitem__(self, index: Any) -> _OnDevice:
+        if index != (slice(None), None):
+            raise OpcountError(
+                f"RecurrentGemma's RG-LRU state indexed as {index!r}, not [:, None]: opcount does not know it"
+            )
+        return _OnDevice(self._held)
+
+    def to(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self._held.flatten(1)
+
+
+@contextlib.contextmanager
+def restored(model: nn.Module) -> Iterator[dict[int, Any]]:
+    """The recurrent blocks, their state attributes put back as they were when the block ends,
+    failed or not (a forward leaves its last state in them)."""
+    blocks = griffin_blocks(model)
+    saved = {i: (b.conv1d_state, b.rg_lru.recurrent_states) for i, b in blocks.items()}
+    try:
+        yield blocks
+    finally:
+        for i, b in blocks.items():
+            b.conv1d_state, b.rg_lru.recurrent_states = saved[i]
+
+
+@contextlib.contextmanager
+def griffin_phase(model: nn.Module, layers: list[Any], kv_len: int) -> Iterator[None]:
+    """Each recurrent block reads its state from the phase's cache ``layers`` (a prompt starts from
+    no RG-LRU state, as the model's scan does; its conv state is the prompt's last inputs) and writes
+    the new state into them in place at the end of its forward."""
+    with restored(model) as blocks, contextlib.ExitStack() as hooks:
+        for i, block in blocks.items():
+            conv, state = layers[i].conv_states[0], layers[i].recurrent_states[0]
+            block.conv1d_state = conv
+            block.rg_lru.recurrent_states = _LruState(state) if kv_len else None
+
+            def write(m: Any, args: Any, out: Any, conv: torch.Tensor = conv, state: torch.Tensor = state) -> None:
+                conv.copy_(m.conv1d_state)
+                state.copy_(m.rg_lru.recurrent_states.reshape(state.shape))
+
+            hooks.callback(block.register_forward_hook(write).remove)
+        yield
