@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .._runtime import gc_paused
 from ..analysis import FlopCountAnalysis
 from ..errors import OpcountValueError
 from ..handles.memory import Traffic
@@ -125,8 +126,9 @@ def phase_points(
     for p in dict.fromkeys(points):
         groups.setdefault(region(structure, p), []).append(p)
     found: dict[Point, PhasePoint] = {}
-    for group in groups.values():
-        found.update(_region(run, group))
+    with gc_paused():  # fitting and pricing make many small objects, none cyclic garbage: as a trace does
+        for group in groups.values():
+            found.update(_region(run, group))
     return [found[p] for p in points]
 
 
