@@ -183,7 +183,7 @@ def _check_sizes(flags: LLMOptions, seq_len: int | None) -> None:
     of a sequence together, before a model is built: past them torch's int64 sizes overflow."""
     swept = dict(flags.sweep)
     points = math.prod(len(values) for values in swept.values())
-    if points > MAX_SWEEP_POINTS:  # each point is rebuilt and priced (opcount.llm.sweep)
+    if points > MAX_SWEEP_POINTS:  # each point is priced (opcount.llm.sweep)
         raise OpcountError(f"--sweep: {points:,} points, more than {MAX_SWEEP_POINTS:,} (the limit)")
     given = {"batch": flags.batch, "seq-len": seq_len, "kv-len": flags.kv_len, "gen-len": flags.gen_len}
     largest = {

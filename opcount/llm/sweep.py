@@ -1,15 +1,16 @@
 """Many points of an LLM phase or generation at the cost of a few traces.
 
 The records of a phase are fitted once per region as polynomials in batch, tokens and cache
-length (:mod:`.symbolic`), checked against one more trace, and rebuilt at every other point.
-A point's FLOPs and activation peak are then those of its rebuilt records, computed by the same
-analyses as a traced phase (:class:`~opcount.analysis.FlopCountAnalysis`, run once on the records
-that differ, the layers of a decoder repeating one another's, for all points together). Its two
+length (:mod:`.symbolic`) and checked against one more trace. A point's FLOPs and activation
+peak are then those of its records as the fit gives them, computed by the same analyses as a
+traced phase (:class:`~opcount.analysis.FlopCountAnalysis`, run once on the distinct records of
+all points together: the layers of a decoder repeat one another's, most records depend on the
+batch alone). Its two
 times, the kernels' estimate and the speed of light, come from the same distinct records priced as
 a traced phase prices its calls, summed into kernels grouped once per region
 (:mod:`.sweep_prices`).
 The other traces of a fit keep their records only (nothing rolled up per module); the first point
-of each region is analyzed in full and its figures must equal the rebuilt ones. Where a fit is
+of each region is analyzed in full and its figures must equal the fitted ones. Where a fit is
 refused, the region's points are traced one by one and the reason is logged.
 """
 
