@@ -296,3 +296,19 @@ def test_cli_sweep_rows_equal_each_point_run_alone(
             k: v for k, v in alone.items() if k not in ("model", "parameters")
         }
         assert row["kernels"] == kernels and row["time"] is not None and row["time_bound"] is not None
+
+
+def test_cli_fits_a_sweep_with_hardware(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    traces: list[int] = []
+    original = CausalLM._trace
+
+    def counted(self: CausalLM, *args: Any, **kwargs: Any) -> Any:
+        traces.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(CausalLM, "_trace", counted)
+    tiny = [a for k, v in GEOMETRY.items() for a in ("--hf-config", f"{k}={v}")]
+    args = ["hf:LlamaConfig", *tiny, "--phase", "decode", "--hardware", HW, "--sweep", "batch=1,2,3,4"]
+    rows = _cli_json(capsys, [*args, "--sweep", "kv-len=4,10,30,50"])["points"]
+    assert len(rows) == 16 and all(r["time"] is not None for r in rows)
+    assert len(traces) == 4  # the first point, a step in batch, one in cache length, the check: not 16
