@@ -105,6 +105,12 @@ def runs_attention_interface(model: nn.Module) -> bool:
     return any("ALL_ATTENTION_FUNCTIONS" in vars(sys.modules[name]) for name in modules if name in sys.modules)
 
 
+def layer_config(config: Any, index: int) -> Any:
+    """Layer ``index``'s own config where a 5.x config differs by layer (``is_heterogeneous``, its
+    ``per_layer_config``: reading such a field off the model's config raises), else the config."""
+    return config.per_layer_config[index] if getattr(config, "is_heterogeneous", False) else config
+
+
 def cache_layer_types(config: Any) -> list[tuple[str, dict[str, Any]]]:
     """Each layer's cache type as transformers reads it from a decoder config, with the arguments
     its cache layer takes (``sliding_window``: a window or a chunk). 5.x reads them per layer

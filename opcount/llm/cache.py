@@ -9,6 +9,8 @@ Each layer's cache is one of (``kind``, what one sequence holds):
 - ``chunked_attention``: the same per token, the tokens of the current chunk only;
 - ``latent_attention`` (multi-head latent attention, DeepSeek-V2/V3): the normalized latent and
   the shared rope key, ``kv_lora_rank + qk_rope_head_dim`` per token (:mod:`.latent`);
+  DeepSeek sparse attention's layers (``indexed_attention``) hold the same and their indexer's
+  keys besides, reported as ``indexer_keys`` and stored in float8 with scales (:mod:`.indexed`);
 - ``state``: a state-space or linear-attention layer's conv and recurrent states, a fixed size
   per sequence whatever the context (a part the model keeps in float32, RWKV-4's and Griffin's,
   is held and priced in float32 whatever the KV dtype);
@@ -37,8 +39,19 @@ from torch import nn
 
 from ..errors import OpcountError
 from ..messages import first_line
+from ..transformers_internals import layer_config
 from .griffin import FLOAT32_STATES as GRIFFIN_FLOAT32
 from .griffin import griffin_phase, griffin_states, restored
+from .indexed import (
+    INDEX_BUFFER,
+    INDEXED,
+    INDEXER_KEYS,
+    hold_index_keys,
+    hold_sparse_reads,
+    index_key_bytes,
+    indexed_layers,
+    unrecognised,
+)
 from .kv_layout import ForwardLayout, KVShape, Shapes, forward_layout
 from .lightning import lightning_cache, lightning_states
 from .model import FLOAT32_STATE, KV_PREFIX, kv_geometry, text_config
@@ -71,13 +84,18 @@ _ATTENTION = {
 class LayerCache:
     """One layer's cache: ``token_elements`` per position held, ``state_elements`` per sequence
     (``float32_elements`` of them kept in float32 by the model, whatever the KV dtype), and the
-    window (sliding) or chunk (chunked) size."""
+    window (sliding) or chunk (chunked) size; a latent layer's ``rank`` (its cache one tensor, the
+    latent then the rope key); a DSA layer's ``index_elements`` (its indexer key per position) and
+    the ``topk`` tokens it attends to."""
 
     kind: str
     token_elements: int = 0
     state_elements: int = 0
     window: int = 0
     float32_elements: int = 0
+    index_elements: int = 0
+    topk: int = 0
+    rank: int = 0
 
     def positions(self, kv_len: int, seq_len: int) -> int:
         """Token positions held per sequence when ``seq_len`` new tokens follow ``kv_len`` cached ones.
@@ -126,11 +144,14 @@ class CachePlan:
 
     def bytes_by_kind(self, kv_len: int, seq_len: int, batch: int, itemsize: float) -> dict[str, int]:
         """Bytes held per layer kind, ``itemsize`` bytes per element of the KV dtype but 4 for a
-        state part the model keeps in float32."""
+        state part the model keeps in float32; DSA's indexer keys in their own format (:mod:`.indexed`)."""
         out = {k: n * itemsize for k, n in self.by_kind(kv_len, seq_len, batch).items()}
         wide = batch * sum(layer.float32_elements for layer in self.layers)
         if wide:
             out[STATE] += wide * (4 - itemsize)
+        keys = sum(index_key_bytes(x.index_elements) * x.positions(kv_len, seq_len) for x in self.layers)
+        if keys:
+            out[INDEXER_KEYS] = batch * keys
         return {k: math.ceil(n) for k, n in out.items()}
 
     def affine_steps(self, prompt_len: int, gen_len: int) -> list[tuple[int, int]]:
@@ -145,6 +166,8 @@ class CachePlan:
             elif layer.kind == CHUNKED:  # a new chunk at every multiple of C cached tokens
                 first = -(-prompt_len // layer.window) * layer.window
                 starts.update(range(first - prompt_len, gen_len, layer.window))
+            if layer.topk:  # DSA: the attention stops growing from the step whose cache holds topk tokens
+                starts.add(layer.topk - prompt_len)
         ordered = sorted(j for j in starts if 0 <= j < gen_len)
         return [(a, b - 1) for a, b in zip(ordered, [*ordered[1:], gen_len], strict=True)]
 
@@ -190,6 +213,13 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
     if recurrent is not None:
         return recurrent
     types = layer_types(c)
+    indexed = indexed_layers(model, c) if any(t == INDEXED for t, _ in types) else {}
+    for index, (kind, _) in enumerate(types):  # before the forward on meta, which such a layer may not run
+        if kind == INDEXED and (index not in indexed or not is_latent(layer_config(c, index))):
+            raise OpcountError(
+                f"{name}: layer {index} is {INDEXED} but {unrecognised(model, index)} is not DeepSeek sparse "
+                "attention's (latent attention and an indexer with wq_b, wk and weights_proj): not modelled"
+            )
     layout = _layout(model, c, routing, needed=any(t in _STATE_TYPES for t, _ in types))
     states = layout.states
     wide = GRIFFIN_FLOAT32 if griffin_states(model) else frozenset[int]()
@@ -203,11 +233,10 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
             if found is None or not (found[0] or found[1]):
                 raise OpcountError(f"{name}: layer {index} ({kind}) stored no state in a forward on meta")
             state = _size(found)
+        lc = layer_config(c, index)  # Dots 3's sliding layers have other latent sizes than its DSA layers
         if kind in _ATTENTION:
-            if is_latent(c):
-                if kind != "full_attention":
-                    raise OpcountError(f"{name}: layer {index} is {kind} with latent attention: not modelled")
-                layers.append(LayerCache(LATENT, int(c.kv_lora_rank) + int(c.qk_rope_head_dim)))
+            if is_latent(lc):
+                layers.append(_latent(name, index, kind, kwargs, lc, state))
                 continue
             shape = layout.kv.get(index) or _config_shape(c)
             shapes[-1] = shape
@@ -217,6 +246,8 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
             )
         elif kind in _STATE_TYPES:
             layers.append(LayerCache(STATE, state_elements=state, float32_elements=_size(states[index], wide)))
+        elif kind == INDEXED:
+            layers.append(_indexed(lc, indexed[index]))
         elif kind == "dummy":
             layers.append(LayerCache(NONE))
         else:
@@ -248,6 +279,24 @@ def _size(shapes: tuple[Shapes, Shapes], float32: frozenset[int] | None = None) 
     if float32 is None:
         return sum(math.prod(s) for s in (*conv, *recurrent))
     return sum(math.prod(s) for i, s in enumerate(recurrent) if i in float32)
+
+
+def _latent(name: str, index: int, kind: str, kwargs: dict[str, Any], c: Any, state: int) -> LayerCache:
+    """A latent-attention layer: every position (full) or the window's (sliding, Dots 3)."""
+    rank = int(c.kv_lora_rank)
+    elements = rank + int(c.qk_rope_head_dim)
+    if _ATTENTION[kind] == FULL and not state:
+        return LayerCache(LATENT, elements, rank=rank)
+    if _ATTENTION[kind] == SLIDING and not state:
+        return LayerCache(SLIDING, elements, window=int(kwargs.get("sliding_window") or 0), rank=rank)
+    raise OpcountError(f"{name}: layer {index} is {kind} with latent attention: not modelled")
+
+
+def _indexed(c: Any, found: tuple[int, int]) -> LayerCache:
+    """A DSA layer: the latent as a latent layer holds it, the indexer keys, the top-k."""
+    topk, width = found
+    rank = int(c.kv_lora_rank)
+    return LayerCache(LATENT, rank + int(c.qk_rope_head_dim), index_elements=width, topk=topk, rank=rank)
 
 
 def _config_shape(c: Any) -> KVShape:
@@ -306,8 +355,8 @@ def _hold_tokens(
     tokens and attends over all held. Returns the tensors to name."""
     positions = layer.positions(kv_len, seq_len)
     latent: torch.Tensor | None = None
-    if layer.kind == LATENT:
-        rank = int(c.kv_lora_rank)
+    if layer.rank:
+        rank = layer.rank
         latent = torch.empty((batch, 1, positions, layer.token_elements), dtype=dtype, device="meta")
         keys, values = latent[..., :rank], latent[..., rank:]
     else:
@@ -338,7 +387,10 @@ def _hold_tokens(
     held.get_seq_length = lambda: kv_len
     held.is_sliding = layer.kind != FULL
     held.max_cache_len = positions
-    held.latent, held.keys, held.values = latent, keys, values
+    held.latent = latent
+    # what the layer holds, the latent once (its halves are views no record names: a sweep rebuilds
+    # the model's outputs, this cache among them, from the records)
+    held.keys, held.values = (latent, latent) if latent is not None else (keys, values)
     held.max_batch_size, held.dtype, held.device = batch, dtype, keys.device
     held.is_initialized = True
     return {"latent": latent} if latent is not None else {"keys": keys, "values": values}
@@ -398,6 +450,10 @@ def phase_cache(
         if layer.token_elements:
             kv_shape = plan.kv_shapes[index] if plan.kv_shapes else None
             tensors |= _hold_tokens(made, layer, kv_shape, c, batch, kv_len, seq_len, dtype)
+        if layer.topk:
+            tensors |= hold_sparse_reads(made, tensors["latent"], layer.topk, kv_len, seq_len)
+        if layer.index_elements:
+            tensors[INDEX_BUFFER] = hold_index_keys(made, batch, kv_len, seq_len, layer.index_elements, dtype)
         if layer.state_elements:
             tensors |= _hold_state(
                 made, shapes, batch, kv_len, dtype, plan.float32[index] if plan.float32 else frozenset()

@@ -67,9 +67,11 @@ def layout(
     timed: Sequence[bool],
     mode: str,
     moe_blocks: Sequence[str] = (),
+    chains: Sequence[str] = (),
 ) -> KernelLayout:
     """The kernels of the calls of one trace (``moved``: their traffic; ``outputs``: what the model
-    returns; ``timed``: the calls the roofline prices, the others launching nothing)."""
+    returns; ``timed``: the calls the roofline prices, the others launching nothing; ``chains``:
+    modules whose products of two activations run as one kernel, :func:`.kernels.plan`)."""
     roots = alias_roots(calls, moved)
 
     def root(spec: TensorSpec | None) -> int | None:
@@ -78,7 +80,7 @@ def layout(
         return roots.get(spec.id, spec).id
 
     fused = mode == "fused"
-    groups = _group(calls, root, moe_blocks) if fused else _eager(calls, timed)
+    groups = _group(calls, root, moe_blocks, chains) if fused else _eager(calls, timed)
     producer: dict[int, int] = {}
     readers: dict[int, set[int]] = {}
     for i, (call, t) in enumerate(zip(calls, moved, strict=True)):
@@ -184,7 +186,10 @@ def _eager(calls: Sequence[OpCall], timed: Sequence[bool]) -> list[Group]:
 
 
 def _group(
-    calls: Sequence[OpCall], root: Callable[[TensorSpec | None], int | None], moe_blocks: Sequence[str]
+    calls: Sequence[OpCall],
+    root: Callable[[TensorSpec | None], int | None],
+    moe_blocks: Sequence[str],
+    chains: Sequence[str] = (),
 ) -> list[Group]:
     """The fused kernels (:mod:`.kernels`' docstring): (name, kind, call indices) in launch order."""
     groups: list[Group] = []
@@ -193,6 +198,7 @@ def _group(
     by_expert: dict[tuple[str, str, tuple[int, ...]], int] = {}  # an experts' projection -> its grouped GEMM
     last = -1  # the kernel most recently given a call
     experts = tuple(f"{b}.experts" for b in moe_blocks)
+    chained: dict[str, int] = {}  # a module of ``chains`` -> the kernel of its products of activations
     for i, call in enumerate(calls):
         handle = FLOPS.handles.get(call.kind)
         if not getattr(handle, "macs", False):
@@ -208,6 +214,11 @@ def _group(
         source = root(acts[0]) if len(acts) == 1 else None
         expert_key = _expert_key(call, weight, experts)
         target = by_input.get(source) if source is not None else None
+        chain = call.scope[-1] if weight is None and call.scope[-1] in chains else None
+        if chain is not None and chain in chained:  # the calls since the chain's last product run inside it
+            groups[chained[chain]][2].extend([*pending, i])
+            pending, last = [], chained[chain]
+            continue
         if target is None and expert_key is not None:
             target = by_expert.get(expert_key)
         if target is not None:
@@ -221,6 +232,8 @@ def _group(
             continue
         groups.append((call.scope[-1], "gemm", [*pending, i]))
         pending, last = [], len(groups) - 1
+        if chain is not None:
+            chained[chain] = last
         if source is not None:
             by_input[source] = last
         if expert_key is not None:
@@ -246,8 +259,9 @@ def _expert_key(
     if weight is None or weight.param is None:
         return None
     inside = [s for s in call.scope if any(s == e or s.startswith(e + ".") for e in experts)]
-    if not inside:
-        return None
+    if not inside:  # an expert's slice of a stack outside a module named experts (JetMoE's, opcount.llm.jetmoe)
+        stacked = re.fullmatch(r"(.+)\[\d+\]", weight.param)
+        return None if stacked is None else (stacked[1], "", weight.shape)
     block = next(e for e in experts if inside[-1] == e or inside[-1].startswith(e + "."))
     member = re.sub(r"\[\d+\]$", "", weight.param.removeprefix(block))  # one module's stacked weights
     member = re.sub(r"^\.\d+\.", ".", member)  # a module list's expert index

@@ -10,7 +10,10 @@ runs as one grouped GEMM. Attention is FlashAttention: scores and probabilities 
 Q, K and V are read once (K and V once per tile of queries when one head's K and V exceed the
 on-chip buffer), and a causal block computes only its kept (query, key) pairs,
 ``s x S - s (s - 1) / 2`` for ``s`` new tokens over ``S`` positions (``T (T + 1) / 2`` for a
-prompt). The grouping reads module scopes and data flow, never a family's module names.
+prompt). A DSA indexer's products of activations (its scores, their weighted sum) run as one
+kernel computing a prompt's kept pairs only, the module paths given by the caller
+(:func:`.indexed.indexer_scopes`). The grouping reads
+module scopes and data flow, never a family's module names.
 
 Within a kernel a tensor produced by one member is not read back, and is not written at all
 when no call outside the kernel reads it and the model does not return it; a tensor read by
@@ -159,13 +162,16 @@ def plan(
     dtype: str,
     itemsize: Callable[[TensorSpec], float | None] | None = None,
     moe_blocks: Sequence[str] = (),
+    chains: Sequence[str] = (),
 ) -> KernelPlan:
-    """The kernels of the phase whose trace ``traffic`` holds and whose eager roofline is ``report``."""
+    """The kernels of the phase whose trace ``traffic`` holds and whose eager roofline is ``report``;
+    in each module of ``chains`` the products of two activations run as one kernel (a DSA indexer's
+    scores and their weighted sum: DeepGEMM's ``fp8_mqa_logits``), a prompt's causally (its kept pairs)."""
     per_call = traffic.traffic_per_call()
     calls = [c for c, _ in per_call]
     moved = [t for _, t in per_call]
-    prices = call_prices(calls, moved, report, mode, dtype=dtype, itemsize=itemsize)
-    kernels = layout(calls, moved, traffic.trace().outputs, list(prices.timed[:, 0]), mode, moe_blocks)
+    prices = call_prices(calls, moved, report, mode, dtype=dtype, itemsize=itemsize, chains=chains)
+    kernels = layout(calls, moved, traffic.trace().outputs, list(prices.timed[:, 0]), mode, moe_blocks, chains)
     return priced(kernels, prices, report.hardware)[0]
 
 
@@ -178,6 +184,7 @@ def call_prices(
     dtype: str,
     itemsize: Callable[[TensorSpec], float | None] | None = None,
     traced: str | None = None,
+    chains: Sequence[str] = (),
 ) -> CallPrices:
     """The figures of each call as one point (``report``: the calls' eager roofline; ``traced``: the
     dtype the model was traced in, by default read from ``calls``)."""
@@ -221,7 +228,9 @@ def call_prices(
             if ck is not None and out is not None and ck[1]:
                 shape = tile_utilization(out.numel // ck[1], ck[1])
             gemm = eff.gemm_at(lt.layer.precision)
-            work.append((lt.compute_time, lt.compute_time / (gemm * shape), 0.0, lt.layer.flops, passes))
+            kept = _causal_share(call) if fused and call.scope[-1] in chains else 1.0
+            seconds = kept * lt.compute_time
+            work.append((seconds, seconds / (gemm * shape), 0.0, kept * lt.layer.flops, passes))
         else:
             work.append((0.0, 0.0, lt.compute_time, 0.0, passes))
     columns = np.array(work, dtype=np.float64).reshape(-1, 5)
@@ -312,6 +321,16 @@ def attention_work(call: OpCall, causal: bool) -> tuple[float, float]:
     heads = math.prod(out.shape[:-2])
     pairs = s * total - s * (s - 1) // 2 if causal and s > 1 else s * total
     return float(heads * pairs * (q.shape[-1] + v.shape[-1])), float(heads * (3 * pairs - s))
+
+
+def _causal_share(call: OpCall) -> float:
+    """The share of a DSA indexer's (query, key) products a causal kernel computes: ``[b, s, heads,
+    T]`` scores of ``s`` queries, the last of ``T`` positions, keep ``s T - s (s - 1) / 2`` pairs."""
+    out = next(flat_tensors(call.outputs), None)
+    if out is None or len(out.shape) != 4 or out.shape[1] <= 1:
+        return 1.0
+    s, total = out.shape[1], out.shape[-1]
+    return (s * total - s * (s - 1) // 2) / (s * total)
 
 
 def _kv_passes(call: OpCall, hw: Hardware) -> float:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -31,6 +31,7 @@ HOOK = "opcount_attention"  # an attention module's own attention, called by mod
 # [heads, v, rank]: named buffers of the module while decoding, so the trace reads them as the
 # weight they are (priced as ``weight``, as an expert's slice of a fused stack is)
 _PARTS = ("weight[uk]", "weight[uv]")
+Attend = Callable[[torch.Tensor, torch.Tensor, "float | None"], torch.Tensor]
 
 
 def is_latent_attention(module: nn.Module) -> bool:
@@ -43,10 +44,17 @@ def is_latent_attention(module: nn.Module) -> bool:
 
 
 def absorbed_attention(
-    module: Any, query: torch.Tensor, latent: torch.Tensor, value: torch.Tensor, scaling: float | None
+    module: Any,
+    query: torch.Tensor,
+    latent: torch.Tensor,
+    value: torch.Tensor,
+    scaling: float | None,
+    attend: Attend | None = None,
 ) -> tuple[torch.Tensor, None]:
     """Attention of ``query [b, heads, s, nope + rope]`` over ``latent [b, 1, T, rank + rope]`` in
-    the absorbed form; returns ``[b, s, heads, v_head_dim]`` as the attention functions do."""
+    the absorbed form; returns ``[b, s, heads, v_head_dim]`` as the attention functions do.
+    ``attend(q, latent, scaling)`` attends the absorbed query (every query over every latent by
+    default; DSA's sparse form: :mod:`.indexed`)."""
     nope, rank = module.qk_nope_head_dim, module.kv_lora_rank
     q_nope, q_rope = torch.split(query, [nope, query.shape[-1] - nope], dim=-1)
     w_uk, w_uv = (module.kv_b_proj._buffers[name] for name in _PARTS)
@@ -54,9 +62,13 @@ def absorbed_attention(
     q = torch.cat([q_latent, q_rope], dim=-1)
     # the latent is both keys and values (one tensor: a fused kernel reads it once); the rope
     # columns of the output are dropped
-    out = torch.nn.functional.scaled_dot_product_attention(q, latent, latent, scale=scaling, enable_gqa=True)
+    out = (attend or _dense)(q, latent, scaling)
     out = torch.einsum("bhsr,hvr->bhsv", out[..., :rank], w_uv)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _dense(q: torch.Tensor, latent: torch.Tensor, scaling: float | None) -> torch.Tensor:
+    return torch.nn.functional.scaled_dot_product_attention(q, latent, latent, scale=scaling, enable_gqa=True)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,9 @@ from torch import nn
 from ..errors import OpcountValueError
 from ..messages import first_line
 from ..transformers_internals import attention_implementation, set_attention_implementation
+from .composite import text_decoder_instead
 from .limits import SizeError, check_config, module_budget
+from .zero_experts import drop_unused
 
 KV_PREFIX = "kv_cache"
 # the end of a cache tensor's name that the model keeps in float32 whatever the KV dtype (a recurrent state part)
@@ -98,7 +100,11 @@ def build_on_meta(config: Any, dtype: torch.dtype = torch.bfloat16) -> nn.Module
     except SizeError:
         raise
     except Exception as e:  # raised by the constructors on the config's values, whatever its type
+        text = text_decoder_instead(config, e)  # a wrapper that needs an optional package
+        if text is not None:
+            return build_on_meta(text, dtype)
         raise OpcountValueError(f"{name}: invalid config: {first_line(e, type(e).__name__)}") from e
+    drop_unused(model)  # transformers' LongCat-Flash stacks weights for its identity experts too
     return model.to(dtype).eval()
 
 
@@ -137,11 +143,11 @@ def _serving_attention(
     )
     sinks = kwargs.get("s_aux")
     if isinstance(sinks, torch.Tensor):
-        _sink_terms(sinks, out)
+        sink_terms(sinks, out)
     return out.transpose(1, 2).contiguous(), None
 
 
-def _sink_terms(sinks: torch.Tensor, out: torch.Tensor) -> None:
+def sink_terms(sinks: torch.Tensor, out: torch.Tensor) -> None:
     """GPT-OSS's learned sink logit per head adds one term to each softmax row's denominator,
     ``exp(sink - row max)``, and no value: a kernel (FlashAttention with sinks) does it on its
     running max and sum, 3 flops a row (subtract, exp, add), traced here on a row-sized stand-in."""

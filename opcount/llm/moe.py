@@ -18,6 +18,9 @@ Recognised layouts:
   two products. Each active expert reads its slice of the fused weights once, as a grouped GEMM does;
 - **Llama 4** (``Llama4TextMoe``): transposed fused experts, weighted on their input, plus a shared expert;
 - **a list of experts** (``gate: nn.Linear`` + ``experts: nn.ModuleList`` + ``top_k``: transformers 4).
+- families whose blocks their own module recognises and routes: JetMoE's parallel experts and
+  mixture of attention heads (:mod:`.jetmoe`), experts beside identity slots (LongCat-Flash,
+  :mod:`.zero_experts`); the arithmetic they share is :mod:`.routing`'s.
 
 Anything else that looks like experts (an ``experts`` attribute, a module named ``*Experts``,
 ``*MoE`` or ``*Router`` outside a recognised block, a 3-D weight with one slice per expert) is an
@@ -30,41 +33,22 @@ import contextlib
 import re
 import types
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from ..errors import OpcountError
+from . import jetmoe, zero_experts
+from .routing import Experts as Experts
+from .routing import expert_loads
 
 # the fields transformers' configs name their routed experts and experts per token by
 EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 TOP_K_FIELDS = ("num_experts_per_tok", "top_k", "moe_topk", "num_experts_per_token", "moe_k", "top_k_experts")
 _EXPERTS_NAME = re.compile(r"experts?$|moe|router", re.IGNORECASE)
-
-
-def expert_loads(tokens: int, top_k: int, experts: int) -> list[int]:
-    """Tokens per expert under expected routing: ``tokens * top_k`` spread as evenly as integers allow."""
-    share, extra = divmod(tokens * top_k, experts)
-    return [share + (1 if e < extra else 0) for e in range(experts)]
-
-
-@dataclass(frozen=True)
-class Experts:
-    """One recognised set of routed experts: its module name, ``count`` experts of ``per_expert``
-    parameters each, ``top_k`` of them per token, and the block that routes to them."""
-
-    name: str
-    block: str
-    count: int
-    top_k: int
-    per_expert: int
-
-    @property
-    def inactive(self) -> int:
-        """Parameters of the experts a token does not go to: ``(count - top_k) x per_expert``."""
-        return (self.count - self.top_k) * self.per_expert
+# families whose blocks their own module recognises and routes: find(modules, config), routed(model, found)
+_FAMILIES: tuple[Any, ...] = (jetmoe, zero_experts)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -158,6 +142,10 @@ def find_experts(model: nn.Module, config: Any = None) -> list[Experts]:
             found.append(Experts(f"{name}.experts", name, len(experts), _top_k(module, config, name), per_expert))
             covered.update(n for n in modules if n.startswith(f"{name}.experts."))
             covered.add(f"{name}.experts")
+    for family in _FAMILIES:
+        more, inside = family.find(modules, config)
+        found.extend(more)
+        covered.update(inside)
     blocks = tuple(e.block + "." for e in found)
     for name, module in modules.items():
         # the router, its gate and a shared expert inside a recognised block run as the model wrote them
@@ -390,32 +378,40 @@ def expected_routing(model: nn.Module) -> Iterator[list[str]]:
     modules = dict(model.named_modules())
     patched: list[nn.Module] = []
     sliced: list[nn.Module] = []
-    try:
-        for found in find_experts(model):
-            experts, block = modules[found.name], modules[found.block]
-            if _is_llama4(block):
-                experts.forward = types.MethodType(_llama4_experts(found.top_k), experts)
-                patched.append(experts)
-                target, forward = block, types.MethodType(_llama4_forward, block)
-            elif _is_expert_list(block):
-                target, forward = block, types.MethodType(_list_forward, block)
-            elif _is_dbrx(experts):
-                target, forward = experts, types.MethodType(_dbrx_forward(found.name, found.top_k), experts)
-            else:
-                target, forward = experts, types.MethodType(_fused_forward(found.name, found.top_k), experts)
-            if not _is_expert_list(block):
-                _add_slices(experts)
-                sliced.append(experts)
-            target.forward = forward
-            patched.append(target)
-        names = {id(m): n for n, m in modules.items()}
-        # the block's name: the experts' parent where the experts themselves were patched
-        blocks = [_parent(names[id(m)]) if any(m is s for s in sliced) else names[id(m)] for m in patched]
-        yield list(dict.fromkeys(blocks))
-    finally:
-        for target in patched:
-            target.__dict__.pop("forward", None)
-        for experts in sliced:
-            holder = getattr(experts, "mlp") if _is_dbrx(experts) else experts  # noqa: B009
-            for n in _slice_names(holder):
-                del holder._buffers[n]
+    with contextlib.ExitStack() as families:
+        try:
+            everything, routed, own = find_experts(model), [], set[str]()
+            for family in _FAMILIES:
+                theirs = family.find(modules, getattr(model, "config", None))[0]
+                routed += families.enter_context(family.routed(model, theirs))
+                own.update(e.name for e in theirs)
+            for found in everything:
+                if found.name in own:
+                    continue
+                experts, block = modules[found.name], modules[found.block]
+                if _is_llama4(block):
+                    experts.forward = types.MethodType(_llama4_experts(found.top_k), experts)
+                    patched.append(experts)
+                    target, forward = block, types.MethodType(_llama4_forward, block)
+                elif _is_expert_list(block):
+                    target, forward = block, types.MethodType(_list_forward, block)
+                elif _is_dbrx(experts):
+                    target, forward = experts, types.MethodType(_dbrx_forward(found.name, found.top_k), experts)
+                else:
+                    target, forward = experts, types.MethodType(_fused_forward(found.name, found.top_k), experts)
+                if not _is_expert_list(block):
+                    _add_slices(experts)
+                    sliced.append(experts)
+                target.forward = forward
+                patched.append(target)
+            names = {id(m): n for n, m in modules.items()}
+            # the block's name: the experts' parent where the experts themselves were patched
+            blocks = [_parent(names[id(m)]) if any(m is s for s in sliced) else names[id(m)] for m in patched]
+            yield list(dict.fromkeys(routed + blocks))
+        finally:
+            for target in patched:
+                target.__dict__.pop("forward", None)
+            for experts in sliced:
+                holder = getattr(experts, "mlp") if _is_dbrx(experts) else experts  # noqa: B009
+                for n in _slice_names(holder):
+                    del holder._buffers[n]

@@ -40,6 +40,7 @@ from ..transformers_internals import cache_keyword, takes_cache_position
 from .bound import sum_of_max
 from .cache import CachePlan, cache_plan, phase_cache
 from .deploy import Deployment, on_layout
+from .indexed import indexer_scopes, sparse
 from .kernels import MODES, KernelPlan, plan
 from .latent import absorbed
 from .limits import check_phase
@@ -49,6 +50,7 @@ from .parallel import Parallel
 from .phase_checks import PHASES as PHASES  # the phases, where callers have always found them
 from .phase_checks import check_generation, check_phase_request
 from .precision import Precision, footprint_weights, pricing_for
+from .prompt_tokens import cache_lengths, new_positions_only, prompt_length
 from .windows import windowed_prefill
 
 logger = logging.getLogger(__name__)
@@ -159,6 +161,8 @@ class CausalLM:
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._pricing = pricing_for(model, self.precision)
         self._positions = learned_positions(model, self.config)
+        self._prefix = prompt_length(model)  # positions run in front of every sequence (CPM-Ant)
+        self.indexers = indexer_scopes(model)  # DSA indexers: their scores run as one kernel
 
     @property
     def parameters(self) -> int:
@@ -178,7 +182,8 @@ class CausalLM:
         """Bytes of the cache per layer kind when ``seq_len`` tokens follow ``kv_len`` cached ones."""
         from ..ir import DTYPE_BYTES
 
-        return self.caches.bytes_by_kind(kv_len, seq_len, batch, DTYPE_BYTES[self.precision.kv_dtype])
+        lengths = cache_lengths(self._prefix, kv_len, seq_len)
+        return self.caches.bytes_by_kind(*lengths, batch, DTYPE_BYTES[self.precision.kv_dtype])
 
     def check_sizes(self, batch: int, positions: int) -> None:
         """Refuse ``batch`` sequences of ``positions`` positions over :mod:`.limits`' bounds, before tracing."""
@@ -227,7 +232,15 @@ class CausalLM:
         if hw is not None:
             report = roofline(traffic, hardware=hw, dtype=self.precision.act, itemsize=self._pricing)
             plans = {
-                mode: plan(traffic, report, mode, dtype=self.precision.act, itemsize=self._pricing, moe_blocks=blocks)
+                mode: plan(
+                    traffic,
+                    report,
+                    mode,
+                    dtype=self.precision.act,
+                    itemsize=self._pricing,
+                    moe_blocks=blocks,
+                    chains=self.indexers,
+                )
                 for mode in MODES
             }
         cost = PhaseCost(phase, batch, seq_len, kv_len, self.precision, flops, memory, report, tuple(blocks))
@@ -258,17 +271,21 @@ class CausalLM:
     ) -> tuple[FlopCountAnalysis, MemoryTrafficAnalysis, list[str]]:
         model = self.model
         plan, dtype = self.caches, self.precision.traced
-        with phase_cache(model, self.config, plan, batch, kv_len, seq_len, dtype) as cache:
+        lengths = cache_lengths(self._prefix, kv_len, seq_len)
+        with phase_cache(model, self.config, plan, batch, *lengths, dtype) as cache, new_positions_only(model):
             latents = {
                 i: layer.latent for i, layer in enumerate(cache.layers) if getattr(layer, "latent", None) is not None
             }
+            topk = {i: layer.topk for i, layer in enumerate(plan.layers) if layer.topk}  # DSA: absorbed in prompts too
+            absorbing = latents if kv_len else {i: t for i, t in latents.items() if i in topk}
             with (
                 expected_routing(model) as blocks,
                 serving_attention(model),
-                absorbed(model, latents if kv_len else {}) as changed,
+                absorbed(model, absorbing) as changed,
+                sparse(model, {i: cache.layers[i] for i in topk}, kv_len, seq_len, dtype),
                 windowed_prefill(model, {} if kv_len else plan.windows(), seq_len),
             ):
-                if changed != (len(latents) if kv_len else 0):
+                if changed != len(absorbing):
                     raise OpcountError(
                         f"{type(model).__name__}: {len(latents)} latent-attention caches but {changed} attention "
                         "modules opcount recognises as multi-head latent attention"

@@ -27,6 +27,7 @@ from torch import nn
 from ..errors import OpcountValueError
 from ..hardware.lookup import DType, dtype_name
 from ..ir import DTYPE_BYTES, TensorSpec
+from .indexed import INDEX_BUFFER, element_bytes
 from .model import FLOAT32_STATE, KV_PREFIX
 from .weight_formats import ALIASES, BITS, FORMATS, GROUP_SIZE, PLAIN, stacked_bytes
 from .weight_plan import WeightPlan, WeightSpec, quantizable
@@ -136,7 +137,9 @@ class Pricing:
         name = spec.param
         if name is None:
             return self._act
-        if name.startswith(KV_PREFIX + "."):  # a state part the model keeps in float32 stays so
+        if name.startswith(KV_PREFIX + "."):  # DSA's indexer keys, a state part kept in float32: their own formats
+            if name.endswith("." + INDEX_BUFFER):
+                return element_bytes(spec.shape[-1])
             return 4 if name.endswith(FLOAT32_STATE) else self._kv
         # an expert's slice of a fused stack (``experts.gate_up_proj[3]``, opcount.llm.moe) is priced as its stack
         return self._per_element.get(name, self._per_element.get(name.partition("[")[0], self._other))

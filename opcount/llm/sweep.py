@@ -90,11 +90,13 @@ def structure_of(llm: CausalLM) -> Structure:
     kinds = llm.caches.windows().values()
     windows = {w for kind, w in kinds if kind == SLIDING}
     chunks = {w for kind, w in kinds if kind == CHUNKED}
+    # DSA's top-k caps attention as a window does: dense up to topk - 1 cached tokens, capped from topk
+    windows |= {w for layer in llm.caches.layers if layer.topk for w in (layer.topk - 1, layer.topk)}
     for key in ("sliding_window", "attention_chunk_size"):  # as the config says them too, used or not
         w = getattr(config, key, None)
         if isinstance(w, int) and not isinstance(w, bool) and w > 0:
             (chunks if key == "attention_chunk_size" else windows).add(w)
-    experts = {(e.top_k, e.count) for e in find_experts(llm.model, llm.config)}
+    experts = {e.regions for e in find_experts(llm.model, llm.config)}
     # and from the config, whatever module runs the experts: the loads are integer-divided all the same
     top_k = getattr(config, "num_experts_per_tok", None)
     for key in ("num_local_experts", "num_experts", "n_routed_experts"):
@@ -215,8 +217,9 @@ def _evaluate(
     llm = run.llm
     pricing = llm._pricing
     index: dict[Any, int] = {}
+    chains = set(llm.indexers)  # a DSA indexer's products are priced by their kept pairs: apart from others
     which = [
-        index.setdefault(_key(c, st, ps, pricing), len(index))
+        index.setdefault((_key(c, st, ps, pricing), c.scope[-1] in chains), len(index))
         for c, st, ps in zip(template.calls, template.structures, template.polys, strict=True)
     ]
     unique = [0] * len(index)
@@ -240,7 +243,7 @@ def _evaluate(
     if run.hardware is not None:
         plans = region_plans(
             template.trace, moved, check, trace, which, at, hardware=run.hardware, mode=run.kernels,
-            dtype=llm.precision.act, itemsize=pricing, moe_blocks=first.moe_blocks,
+            dtype=llm.precision.act, itemsize=pricing, moe_blocks=first.moe_blocks, chains=llm.indexers,
         )  # fmt: skip
     activations = _activations(llm, template, points, moved)
     out: dict[Point, PhasePoint] = {}

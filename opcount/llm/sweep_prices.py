@@ -40,29 +40,29 @@ def region_plans(
     dtype: str,
     itemsize: Callable[[TensorSpec], float | None],
     moe_blocks: Sequence[str],
+    chains: Sequence[str] = (),
 ) -> list[KernelPlan]:
     """The plan at each point of a region: ``template`` (its first point's trace, whose traffic is
     ``moved``), ``check`` (the trace the fit was checked against), the ``distinct`` records of
     every unique record at every point, ``which`` unique record each template call is and, per
-    unique record and point, ``at`` which distinct record it is."""
+    unique record and point, ``at`` which distinct record it is (``chains``: as :func:`.kernels.plan`'s)."""
     memory = MemoryTrafficAnalysis(distinct)
     memory.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     report = roofline(memory, hardware=hardware, dtype=dtype, itemsize=itemsize)
     per_call = memory.traffic_per_call()
     one = call_prices(
         distinct.calls, [t for _, t in per_call], report, mode, dtype=dtype, itemsize=itemsize,
-        traced=traced_dtype(template.calls),
+        traced=traced_dtype(template.calls), chains=chains,
     )  # fmt: skip
     prices = _gathered(one, template.calls, moved, distinct.calls, [t for _, t in per_call], which, at)
     if not (prices.timed == prices.timed[:, :1]).all():
         raise FitError("an operator moves or computes nothing at some points of a region and something at others")
     timed = list(prices.timed[:, 0])
-    kernels = layout(template.calls, moved, template.outputs, timed, mode, moe_blocks)
+    kernels = layout(template.calls, moved, template.outputs, timed, mode, moe_blocks, chains)
     checked = MemoryTrafficAnalysis(check)
     checked.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
-    if layout(check.calls, [t for _, t in checked.traffic_per_call()], check.outputs, timed, mode, moe_blocks) != (
-        kernels
-    ):
+    at_check = [t for _, t in checked.traffic_per_call()]
+    if layout(check.calls, at_check, check.outputs, timed, mode, moe_blocks, chains) != kernels:
         raise FitError("the kernels group the operators differently at the check point")
     return priced(kernels, prices, hardware)
 

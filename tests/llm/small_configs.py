@@ -11,6 +11,16 @@ from opcount.llm.model import is_causal_lm
 # what a config calls its per-layer kinds: a settable list, or a property derived from other fields
 _TYPE_FIELDS = ("layer_types", "layers_block_type")
 
+_QWEN4_EXP_QSA: dict[str, Any] = {
+    "indexer_n_heads": 2,
+    "indexer_kv_heads": 1,
+    "indexer_head_dim": 8,
+    "indexer_budget": 4,
+    "indexer_compress_ratio": 2,
+    "head_dim": 16,
+    "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.25},
+}
+
 # fields a config's defaults leave missing or invalid, so that transformers itself cannot build a
 # model from them (the same error without opcount); each set to its published model's value
 _DEFAULTS_FIXED: dict[str, dict[str, Any]] = {
@@ -33,6 +43,11 @@ _DEFAULTS_FIXED: dict[str, dict[str, Any]] = {
     "Lfm2MoeConfig": {"layer_types": ["conv", "full_attention"], "num_hidden_layers": 2, "num_dense_layers": 1},
     # num_key_value_heads defaults to None, which the attention divides by (Minitron-8B's config.json: 8)
     "NemotronConfig": {"num_key_value_heads": 8},
+    # the QSA indexer's five fields default to None (no published config.json: transformers' own test
+    # config, tests/models/qwen4_exp/test_modeling_qwen4_exp.py, and the head width and rotary fraction
+    # it pairs them with, as the rotary part must fit the indexer's head)
+    "Qwen4ExpTextConfig": _QWEN4_EXP_QSA,
+    "Qwen4ExpConfig": {"text_config": _QWEN4_EXP_QSA},
 }
 
 
