@@ -29,7 +29,11 @@ These follow chainer-computational-cost's mread / mwrite unless noted:
   fusable operator (elementwise or eval batch norm) is never materialized: its producer does
   not write it and the consumer does not read it, so conv -> batch_norm -> relu is one memory
   pass (read the conv's input, weights and the folded scale/shift; write the relu's output).
-  Fusion follows the data flow, not the order of the trace.
+  Fusion follows the data flow, not the order of the trace. ``named_views=PREFIXES``: an access
+  to a view of a parameter or buffer whose name starts with one of the prefixes (an LLM's cache,
+  ``kv_cache.``) carries that name, so it is priced and counted as that tensor whatever view it
+  goes through (``state[:, head]``, ``narrow``, ``select``, a same-dtype ``.to``, a ``copy_``
+  into a slice).
 - **Arithmetic intensity** is flops / bytes (read + written), per operator and per module; with
   the default 1 flop per multiply-add it is MACs per byte.
 """
@@ -38,7 +42,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from torch import nn
@@ -117,6 +121,7 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
         *,
         resident_params: bool = False,
         fuse: bool = False,
+        named_views: Collection[str] = (),
         **trace_options: Any,
     ) -> None:
         super().__init__(model, inputs, kwargs, **trace_options)
@@ -125,6 +130,7 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
         self._handles = dict(MEMORY.handles)
         self._resident = bool(resident_params)
         self._fuse = bool(fuse)
+        self._named_views = tuple(named_views)
 
     @property
     def resident_params(self) -> bool:
@@ -214,8 +220,10 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
             value, _, key = self._invoke(handle, call)
             keys.append(key)
             traffic.append(as_traffic(value, call))
-        if self._fuse or self._resident:
+        if self._fuse or self._resident or self._named_views:
             roots = alias_roots(calls, traffic)
+            if self._named_views:
+                traffic = named_views(traffic, roots, self._named_views)
             if self._fuse:
                 traffic = fuse_chains(calls, traffic, roots, no_data, self._traced().outputs)
             if self._resident:
@@ -309,6 +317,29 @@ def fuse_chains(
 
     return [
         t if t is None else Traffic(tuple(filter(keep, t.read)), tuple(filter(keep, t.write)), t.alias, t.fusable)
+        for t in traffic
+    ]
+
+
+def named_views(
+    traffic: Sequence[Traffic | None], roots: Mapping[int, TensorSpec], prefixes: Sequence[str]
+) -> list[Traffic | None]:
+    """Each access to a view of a named tensor whose name starts with one of ``prefixes``, its
+    spec given that name (its own shape, dtype and id kept): pricing and the bound then see the
+    named tensor, whatever view it is read or written through."""
+    prefixes = tuple(prefixes)
+
+    def named(a: Access) -> Access:
+        s = a.tensor
+        if s is None or s.param is not None or s.id is None:
+            return a
+        root = roots.get(s.id)
+        if root is None or root.param is None or not root.param.startswith(prefixes):
+            return a
+        return Access(replace(s, param=root.param), a.nbytes)
+
+    return [
+        t if t is None or t.alias else Traffic(tuple(map(named, t.read)), tuple(map(named, t.write)), False, t.fusable)
         for t in traffic
     ]
 

@@ -58,7 +58,6 @@ from .model import FLOAT32_STATE, KV_PREFIX, kv_geometry, text_config
 from .rwkv import FLOAT32_PARTS as RWKV_FLOAT32
 from .rwkv import rwkv_phase, rwkv_states
 from .xlstm import xlstm_cache, xlstm_states
-from .zamba import per_head_layers, split_heads
 
 FULL, SLIDING, CHUNKED, LATENT, STATE, NONE = (
     "full_attention",
@@ -432,7 +431,6 @@ def phase_cache(
     c = text_config(config)
     holder = nn.Module()
     layers: list[Any] = []
-    by_head = per_head_layers(model)
     for index, layer in enumerate(plan.layers):
         slot = nn.Module()
         tensors: dict[str, torch.Tensor] = {}
@@ -458,8 +456,6 @@ def phase_cache(
             tensors |= _hold_state(
                 made, shapes, batch, kv_len, dtype, plan.float32[index] if plan.float32 else frozenset()
             )
-            if index in by_head:  # Zamba's mixers read and write their SSM state head by head
-                tensors = split_heads(made, tensors, by_head[index])
         for name, t in tensors.items():
             slot.register_buffer(name, t, persistent=False)
         holder.add_module(str(index), slot)

@@ -34,7 +34,7 @@ from ..memory import MemoryTrafficAnalysis
 from .device_activations import peaks_per_stage
 from .device_times import stage_times
 from .limits import MAX_BATCH
-from .model import KV_PREFIX
+from .model import CACHE_NAMES, KV_PREFIX
 from .parallel import Parallel, Sharding, check_layout, kv_heads_per_device
 from .precision import Precision, pricing_for, weight_formats
 
@@ -372,7 +372,7 @@ def _memory(placement: Placement, steps: Sequence[PhaseCost], kv_cache: float) -
 
 
 def _activations(placement: Placement, cost: PhaseCost) -> list[float]:
-    traffic = MemoryTrafficAnalysis(cost.flops.trace())  # the phase's own trace: no second forward
+    traffic = MemoryTrafficAnalysis(cost.flops.trace(), named_views=CACHE_NAMES)  # no second forward
     traffic.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     return peaks_per_stage(
         traffic.traffic_per_call(),

@@ -7,10 +7,7 @@ dtype) and the RG-LRU's hidden state, ``lru_width`` wide, in float32 (``rg_lru.r
 transformers' ``_setup_cache`` and ``_rnn_scan`` keep it in float32, the Griffin paper's
 recurrence). The model sets both as attributes on the first forward and rebinds them every step;
 here they are the phase's cache tensors before the forward, and a hook on each block writes the
-new state into them in place, as an engine updates its state. The RG-LRU state is held
-``(batch, 1, lru_width)``, the shape a one-token step reads it in
-(``recurrent_states[:, None].to(device)``), and handed to that step as the held tensor itself, so
-that the step's read is the cache's (through views, the trace would not tie it to the cache). The local attention layers keep
+new state into them in place, as an engine updates its state. The local attention layers keep
 their keys and values in transformers' cache (a window of ``attention_window_size``).
 """
 
@@ -22,8 +19,6 @@ from typing import Any
 
 import torch
 from torch import nn
-
-from ..errors import OpcountError
 
 Shapes = tuple[tuple[int, ...], ...]
 FLOAT32_STATES = frozenset({0})  # the RG-LRU's hidden state
@@ -58,36 +53,8 @@ def griffin_states(model: nn.Module) -> dict[int, tuple[Shapes, Shapes]]:
     for i, block in griffin_blocks(model).items():
         conv: nn.Conv1d = block.conv_1d
         width = conv.kernel_size[0]
-        out[i] = (((conv.in_channels, width - 1),), ((1, conv.in_channels),))
+        out[i] = (((conv.in_channels, width - 1),), ((conv.in_channels,),))
     return out
-
-
-class _OnDevice:
-    """The held RG-LRU state, already where the step wants it: ``.to(device)`` gives it back."""
-
-    def __init__(self, held: torch.Tensor) -> None:
-        self._held = held
-
-    def to(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return self._held
-
-
-class _LruState:
-    """The RG-LRU state held ``(batch, 1, lru_width)``, as the model reads it: ``[:, None]`` by a
-    one-token step, whole (``.to(device)``) by several tokens."""
-
-    def __init__(self, held: torch.Tensor) -> None:
-        self._held = held
-
-    def __getitem__(self, index: Any) -> _OnDevice:
-        if index != (slice(None), None):
-            raise OpcountError(
-                f"RecurrentGemma's RG-LRU state indexed as {index!r}, not [:, None]: opcount does not know it"
-            )
-        return _OnDevice(self._held)
-
-    def to(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return self._held.flatten(1)
 
 
 @contextlib.contextmanager
@@ -112,11 +79,11 @@ def griffin_phase(model: nn.Module, layers: list[Any], kv_len: int) -> Iterator[
         for i, block in blocks.items():
             conv, state = layers[i].conv_states[0], layers[i].recurrent_states[0]
             block.conv1d_state = conv
-            block.rg_lru.recurrent_states = _LruState(state) if kv_len else None
+            block.rg_lru.recurrent_states = state if kv_len else None
 
             def write(m: Any, args: Any, out: Any, conv: torch.Tensor = conv, state: torch.Tensor = state) -> None:
                 conv.copy_(m.conv1d_state)
-                state.copy_(m.rg_lru.recurrent_states.reshape(state.shape))
+                state.copy_(m.rg_lru.recurrent_states)
 
             hooks.callback(block.register_forward_hook(write).remove)
         yield

@@ -28,6 +28,7 @@ ATTENTION_KINDS = frozenset(
 )
 Ref = tuple[int, int]  # (call, index among its reads or among its writes)
 Group = tuple[str, str, list[int]]  # (name, kind, calls)
+Compulsory = tuple[str | None, tuple[tuple[bool, int, int], ...], Ref | None]  # KernelLayout.compulsory's
 
 
 @dataclass(frozen=True)
@@ -39,15 +40,17 @@ class KernelLayout:
     the tensor streams past every tile of queries (attention's K and V, and what a K made in the
     kernel is made from). ``writes``: per kernel, the writes that leave it. ``compulsory``: per
     tensor no engine avoids moving (each weight, cache and input read once, each returned output
-    written once), whether it is a weight or cache, and its accesses as (is a write, call, index):
-    its bytes are the largest, charged to the first call moving that much. ``weight_writes``: the
-    writes of weights and caches (every one compulsory)."""
+    written once; a weight or cache read through several views: each view), the weight's or cache's
+    name (None for an input or output), its accesses as (is a write, call, index), and where the
+    whole named tensor is, (call, index among the call's tensors), which caps the sum of its views:
+    its bytes are the largest access, charged to the first call moving that much.
+    ``weight_writes``: the writes of weights and caches (every one compulsory)."""
 
     mode: str
     groups: tuple[tuple[str, str, tuple[int, ...]], ...]
     reads: tuple[tuple[tuple[tuple[Ref, ...], bool], ...], ...]
     writes: tuple[tuple[Ref, ...], ...]
-    compulsory: tuple[tuple[bool, tuple[tuple[bool, int, int], ...]], ...]
+    compulsory: tuple[Compulsory, ...]
     weight_writes: tuple[Ref, ...]
 
     @property
@@ -110,7 +113,10 @@ def layout(
                 r = root(a.tensor)
                 if r is not None and producer.get(r) in inside and a.tensor is not None and a.tensor.param is None:
                     continue  # made on chip by this kernel
-                read.setdefault(r if r is not None else (i, n), []).append((i, n))
+                key: object = r if r is not None else (i, n)
+                if a.tensor is not None and a.tensor.param is not None and a.tensor.id != r:
+                    key = (r, a.tensor.id)  # a named view (a cache read head by head): its own part
+                read.setdefault(key, []).append((i, n))
             for n, a in enumerate(t.write):
                 r = root(a.tensor)
                 users = readers.get(r, set()) if r is not None else set()
@@ -133,46 +139,66 @@ def layout(
                             made.append(r)
         reads.append(tuple((tuple(refs), key in kv) for key, refs in read.items()))
         writes.append(tuple(written))
-    compulsory, weight_writes = _compulsory(moved, root, producer, returned)
+    compulsory, weight_writes = _compulsory(calls, moved, roots, producer, returned)
     return KernelLayout(
         mode, tuple((n, k, tuple(m)) for n, k, m in groups), tuple(reads), tuple(writes), compulsory, weight_writes
     )
 
 
 def _compulsory(
+    calls: Sequence[OpCall],
     moved: Sequence[Traffic | None],
-    root: Callable[[TensorSpec | None], int | None],
+    roots: dict[int, TensorSpec],
     producer: dict[int, int],
     returned: set[int | None],
-) -> tuple[tuple[tuple[bool, tuple[tuple[bool, int, int], ...]], ...], tuple[Ref, ...]]:
+) -> tuple[tuple[Compulsory, ...], tuple[Ref, ...]]:
     """Bytes no engine avoids: each weight and cache tensor read once (its largest read: an
-    embedding table's looked-up rows, unless a tied output layer reads it all), every cache write,
-    the inputs read once and the returned outputs written once (0-d ones, counters and offsets, are
-    kernel arguments)."""
+    embedding table's looked-up rows, unless a tied output layer reads it all; read through several
+    views, a state head by head, the sum of each view's largest read, never more than the tensor:
+    an expanded view of a bias reads the bias), every cache write, the inputs read once and the
+    returned outputs written once (0-d ones, counters and offsets, are kernel arguments)."""
+
+    def base(s: TensorSpec | None) -> TensorSpec | None:
+        return None if s is None else roots.get(s.id, s) if s.id is not None else s
+
+    where: dict[int, Ref] = {}  # a weight's or cache's id -> where the whole tensor is first seen
+    for i, call in enumerate(calls):
+        for k, spec in enumerate((*flat_tensors(call.inputs), *flat_tensors(call.outputs))):
+            if spec.param is not None and spec.id is not None:
+                where.setdefault(spec.id, (i, k))
     once: dict[object, list[tuple[bool, int, int]]] = {}
+    named: dict[object, TensorSpec] = {}  # a weight's or cache tensor's key -> the tensor
     weight_writes: list[Ref] = []
     for i, t in enumerate(moved):
         if t is None or t.alias:
             continue
         for n, a in enumerate(t.read):
-            s = a.tensor
-            r = root(s)
-            if s is not None and s.param is not None:
-                key: object = s.param
-            elif r is not None and r not in producer and s is not None and s.shape:
-                key = r  # a model input; a 0-d one (a position offset) is a kernel argument, not a read
+            s, b = a.tensor, base(a.tensor)
+            if s is None or b is None:
+                continue
+            key: object
+            if b.param is not None:  # a weight or a cache tensor, itself or one of its views
+                key = (b.param, s.id)
+                named[key] = b
+            elif b.id not in producer and s.shape:
+                key = b.id  # a model input; a 0-d one (a position offset) is a kernel argument, not a read
             else:
                 continue
             once.setdefault(key, []).append((False, i, n))
         for n, a in enumerate(t.write):
-            s = a.tensor
-            r = root(s)
-            if s is not None and s.param is not None:
+            s, b = a.tensor, base(a.tensor)
+            if s is None or b is None:
+                continue
+            if b.param is not None:
                 weight_writes.append((i, n))
-            elif r is not None and r in returned and s is not None and s.shape:
-                once.setdefault(("output", r), []).append((True, i, n))
-    # a str key: a parameter's name
-    return tuple((isinstance(key, str), tuple(refs)) for key, refs in once.items()), tuple(weight_writes)
+            elif b.id in returned and s.shape:
+                once.setdefault(("output", b.id), []).append((True, i, n))
+    out: list[Compulsory] = []
+    for key, refs in once.items():
+        b = named.get(key)
+        whole = None if b is None or b.id is None else where.get(b.id)
+        out.append((None if b is None else b.param, tuple(refs), whole))
+    return tuple(out), tuple(weight_writes)
 
 
 def _eager(calls: Sequence[OpCall], timed: Sequence[bool]) -> list[Group]:

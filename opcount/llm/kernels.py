@@ -142,7 +142,9 @@ class CallPrices:
     """Each call's figures at ``P`` points (one column a point): whether the roofline prices it
     (``timed``), seconds of matrix-product work at peak and at the efficiency reached, seconds of
     other work, matrix-product FLOPs, how many times attention reads K and V (``passes``, 1
-    elsewhere), and the bytes of each of its reads and writes (``reads[i]``: reads x points)."""
+    elsewhere), the bytes of each of its reads and writes (``reads[i]``: reads x points), and of
+    each of its tensors whole where it is a weight or cache (``held[i]``: tensors x points, 0 for
+    the others)."""
 
     timed: np.ndarray
     tensor_s: np.ndarray
@@ -152,6 +154,7 @@ class CallPrices:
     passes: np.ndarray
     reads: list[np.ndarray]
     writes: list[np.ndarray]
+    held: list[np.ndarray]
 
 
 def plan(
@@ -208,7 +211,11 @@ def call_prices(
     work: list[tuple[float, float, float, float, float]] = []
     reads: list[np.ndarray] = []
     writes: list[np.ndarray] = []
+    held: list[np.ndarray] = []
     for call, t in zip(calls, moved, strict=True):
+        tensors = (*flat_tensors(call.inputs), *flat_tensors(call.outputs))
+        whole = [[price(Access(s, s.nbytes)) if s.param is not None else 0.0] for s in tensors]
+        held.append(np.array(whole, dtype=np.float64).reshape(-1, 1))
         m = moved_by(call, t)
         reads.append(np.array([[0.0 if m.alias else price(a)] for a in m.read], dtype=np.float64).reshape(-1, 1))
         writes.append(np.array([[0.0 if m.alias else price(a)] for a in m.write], dtype=np.float64).reshape(-1, 1))
@@ -236,7 +243,7 @@ def call_prices(
     columns = np.array(work, dtype=np.float64).reshape(-1, 5)
     is_timed = np.array([[id(c) in timed] for c in calls], dtype=bool).reshape(-1, 1)
     tensor_s, tensor_eff_s, vector_s, matmul, kv_passes = np.split(columns, 5, axis=1)  # each calls x 1
-    return CallPrices(is_timed, tensor_s, tensor_eff_s, vector_s, matmul, kv_passes, reads, writes)
+    return CallPrices(is_timed, tensor_s, tensor_eff_s, vector_s, matmul, kv_passes, reads, writes, held)
 
 
 def priced(kernels: KernelLayout, prices: CallPrices, hw: Hardware) -> list[KernelPlan]:
@@ -291,21 +298,31 @@ def _total(rows: np.ndarray) -> np.ndarray:
 
 def _charged(kernels: KernelLayout, prices: CallPrices) -> tuple[np.ndarray, np.ndarray]:
     """Per call and point, the compulsory bytes of weights and caches and of inputs and outputs
-    charged to it: each tensor's largest access (the first of them where several tie)."""
+    charged to it: each tensor's largest access (the first of them where several tie); the views
+    of one weight or cache together never more than the whole tensor."""
     shape = prices.flops.shape
     weights, io = np.zeros(shape), np.zeros(shape)
     columns = np.arange(shape[1])
     for i, n in kernels.weight_writes:
         weights[i] += prices.writes[i][n]
-    for is_weight, refs in kernels.compulsory:
-        target = weights if is_weight else io
-        if len(refs) == 1:
-            write, i, n = refs[0]
-            target[i] += (prices.writes if write else prices.reads)[i][n]
-            continue
+    largest: list[tuple[np.ndarray, np.ndarray]] = []  # per tensor: (its bytes, the call charged) per point
+    parts: dict[str, np.ndarray] = {}  # a weight or cache -> its views' bytes, summed
+    for name, refs, _ in kernels.compulsory:
         candidates = np.stack([(prices.writes if write else prices.reads)[i][n] for write, i, n in refs])
         best = candidates.argmax(axis=0)
-        target[np.array([i for _, i, _ in refs])[best], columns] += candidates[best, columns]
+        largest.append((candidates[best, columns], np.array([i for _, i, _ in refs])[best]))
+        if name is not None:
+            parts[name] = parts.get(name, 0.0) + largest[-1][0]
+    for (name, _, whole), (nbytes, charged) in zip(kernels.compulsory, largest, strict=True):
+        if name is None:
+            io[charged, columns] += nbytes
+            continue
+        summed = parts[name]
+        # where the whole tensor is unknown (no id to find it by), its views are not capped
+        cap = np.full(shape[1], np.inf) if whole is None else prices.held[whole[0]][whole[1]]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.minimum(1.0, cap / np.where(summed != 0, summed, 1.0))
+        weights[charged, columns] += np.where(summed != 0, nbytes * share, 0.0)
     return weights, io
 
 

@@ -44,7 +44,7 @@ from .indexed import indexer_scopes, sparse
 from .kernels import MODES, KernelPlan, plan
 from .latent import absorbed
 from .limits import check_phase
-from .model import build_on_meta, learned_positions, serving_attention, text_config
+from .model import CACHE_NAMES, build_on_meta, learned_positions, serving_attention, text_config
 from .moe import active_parameters, expected_routing
 from .parallel import Parallel
 from .phase_checks import PHASES as PHASES  # the phases, where callers have always found them
@@ -304,9 +304,10 @@ class CausalLM:
                 )
                 flops.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
                 if records_only:
-                    return flops, MemoryTrafficAnalysis(flops.trace()), blocks
+                    return flops, MemoryTrafficAnalysis(flops.trace(), named_views=CACHE_NAMES), blocks
                 flops.total()
-                traffic = MemoryTrafficAnalysis(flops.trace())  # the same trace: one forward per phase
+                # the same trace: one forward per phase
+                traffic = MemoryTrafficAnalysis(flops.trace(), named_views=CACHE_NAMES)
                 traffic.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
                 traffic.total()
         return flops, traffic, blocks

@@ -13,6 +13,10 @@ the output projection (``lm_head``) excepted; embeddings, norms, biases and rout
 bits (the activations' float dtype, bfloat16 under 8-bit activations), as these schemes ship them.
 The peak a phase runs at is the activation dtype's: w4a16 computes in 16 bits after
 dequantizing, w8a8 in int8.
+
+A weight transformers keeps in float32 (a class's ``_keep_in_fp32_modules_strict``, or
+``_keep_in_fp32_modules`` in float16: :mod:`.kept_float32`) is priced in float32 unless an
+assignment (``PATTERN=FORMAT``) names it: an assignment, then the float32 rule, then the default.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from ..errors import OpcountValueError
 from ..hardware.lookup import DType, dtype_name
 from ..ir import DTYPE_BYTES, TensorSpec
 from .indexed import INDEX_BUFFER, element_bytes
+from .kept_float32 import kept_in_float32
 from .model import FLOAT32_STATE, KV_PREFIX
 from .weight_formats import ALIASES, BITS, FORMATS, GROUP_SIZE, PLAIN, stacked_bytes
 from .weight_plan import WeightPlan, WeightSpec, quantizable
@@ -105,11 +110,20 @@ def weight_bytes(shape: tuple[int, ...], dtype: str, transposed: bool = False) -
     return stacked_bytes(canonical(dtype, FORMATS, "weight"), shape, transposed)
 
 
+def float32_weights(model: nn.Module, precision: Precision) -> frozenset[str]:
+    """The weights (and buffers) priced in float32: those transformers keeps in float32 at the
+    traced dtype, less those an assignment names."""
+    return kept_in_float32(model, precision.traced) - precision.weights.assigned(quantizable(model))
+
+
 def weight_formats(model: nn.Module, precision: Precision) -> dict[str, tuple[str, int]]:
     """Each quantizable weight's format and bytes, by parameter name, under ``precision``'s plan;
-    a weight the plan leaves in its stored dtype is absent."""
+    a weight the plan leaves in its stored dtype is absent, and so is one transformers keeps in
+    float32 (:mod:`.kept_float32`) unless an assignment names it."""
     weights = quantizable(model)
     chosen = precision.weights.formats(weights, type(model).__name__)
+    wide = float32_weights(model, precision)
+    chosen = {name: fmt for name, fmt in chosen.items() if name not in wide}
     return {
         w.param: (chosen[w.param], stacked_bytes(chosen[w.param], w.shape, w.transposed))
         for w in weights
@@ -121,9 +135,14 @@ class Pricing:
     """Bytes per element of each traced tensor, by its role (the roofline's ``itemsize``)."""
 
     def __init__(
-        self, precision: Precision, formats: Mapping[str, tuple[str, int]], shapes: Mapping[str, tuple[int, ...]]
+        self,
+        precision: Precision,
+        formats: Mapping[str, tuple[str, int]],
+        shapes: Mapping[str, tuple[int, ...]],
+        float32: frozenset[str] = frozenset(),
     ) -> None:
         self._precision = precision
+        self._float32 = float32
         self._per_element = {
             name: nbytes / max(1, math.prod(shapes[name])) for name, (_, nbytes) in formats.items() if name in shapes
         }
@@ -142,7 +161,9 @@ class Pricing:
                 return element_bytes(spec.shape[-1])
             return 4 if name.endswith(FLOAT32_STATE) else self._kv
         # an expert's slice of a fused stack (``experts.gate_up_proj[3]``, opcount.llm.moe) is priced as its stack
-        return self._per_element.get(name, self._per_element.get(name.partition("[")[0], self._other))
+        stack = name.partition("[")[0]
+        other = 4 if stack in self._float32 else self._other  # kept in float32 as transformers loads it
+        return self._per_element.get(name, self._per_element.get(stack, other))
 
 
 _FLOATING = frozenset({"float32", "float16", "bfloat16", "float64", "float8_e4m3fn", "float8_e5m2"})
@@ -150,16 +171,20 @@ _FLOATING = frozenset({"float32", "float16", "bfloat16", "float64", "float8_e4m3
 
 def pricing_for(model: nn.Module, precision: Precision) -> Callable[[TensorSpec], float | None]:
     shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
-    return Pricing(precision, weight_formats(model, precision), shapes)
+    return Pricing(precision, weight_formats(model, precision), shapes, float32_weights(model, precision))
 
 
 def footprint_weights(model: nn.Module, precision: Precision) -> int:
-    """Bytes of every parameter (shared ones once) stored per role."""
+    """Bytes of every parameter (shared ones once) stored per role, those transformers keeps in
+    float32 in float32 (:mod:`.kept_float32`)."""
     formats = weight_formats(model, precision)
+    wide = float32_weights(model, precision)
     total = 0
     for name, p in model.named_parameters():
         if name in formats:
             total += formats[name][1]
+        elif name in wide and p.is_floating_point():
+            total += p.numel() * 4
         else:
             total += p.numel() * int(DTYPE_BYTES[precision.stored if p.is_floating_point() else str(p.dtype)[6:]])
     return total

@@ -34,7 +34,7 @@ from ..memory import MemoryTrafficAnalysis
 from ..tracing import Trace
 from .cache import CHUNKED, SLIDING
 from .kernels import MODES
-from .model import text_config
+from .model import CACHE_NAMES, text_config
 from .moe import find_experts
 from .phases import CausalLM, Memory, PhaseCost, decode_times
 from .points import GenerationPoint, PhasePoint
@@ -236,7 +236,7 @@ def _evaluate(
     values = np.array(per_call, dtype=object)
     # Python integers (exact whatever their size), each distinct record's count times its FLOPs
     totals = [int(x) for x in sum((int(c) * values[at[u]] for u, c in enumerate(counts)), np.zeros(len(points), int))]
-    traffic = MemoryTrafficAnalysis(template.trace)
+    traffic = MemoryTrafficAnalysis(template.trace, named_views=CACHE_NAMES)
     traffic.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     moved = [t for _, t in traffic.traffic_per_call()]
     plans = None
@@ -244,6 +244,7 @@ def _evaluate(
         plans = region_plans(
             template.trace, moved, check, trace, which, at, hardware=run.hardware, mode=run.kernels,
             dtype=llm.precision.act, itemsize=pricing, moe_blocks=first.moe_blocks, chains=llm.indexers,
+            named=CACHE_NAMES,
         )  # fmt: skip
     activations = _activations(llm, template, points, moved)
     out: dict[Point, PhasePoint] = {}

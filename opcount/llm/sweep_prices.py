@@ -18,7 +18,7 @@ import numpy as np
 from ..handles.memory import Traffic, flat_tensors
 from ..hardware.lookup import Hardware
 from ..ir import OpCall, TensorSpec
-from ..memory import MemoryTrafficAnalysis
+from ..memory import MemoryTrafficAnalysis, alias_roots, named_views
 from ..roofline import roofline
 from ..roofline.build import traced_dtype
 from ..tracing import Trace
@@ -41,25 +41,29 @@ def region_plans(
     itemsize: Callable[[TensorSpec], float | None],
     moe_blocks: Sequence[str],
     chains: Sequence[str] = (),
+    named: Sequence[str] = (),
 ) -> list[KernelPlan]:
     """The plan at each point of a region: ``template`` (its first point's trace, whose traffic is
     ``moved``), ``check`` (the trace the fit was checked against), the ``distinct`` records of
     every unique record at every point, ``which`` unique record each template call is and, per
-    unique record and point, ``at`` which distinct record it is (``chains``: as :func:`.kernels.plan`'s)."""
+    unique record and point, ``at`` which distinct record it is (``chains``: as :func:`.kernels.plan`'s;
+    ``named``: the prefixes of the caches whose views are priced as the cache, as the traffic names them)."""
     memory = MemoryTrafficAnalysis(distinct)
     memory.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     report = roofline(memory, hardware=hardware, dtype=dtype, itemsize=itemsize)
-    per_call = memory.traffic_per_call()
+    # a view of a cache is named from the template's data flow: the distinct records keep the ids of
+    # the template records they were rebuilt from, not the records that made their views
+    distinct_moved = named_views([t for _, t in memory.traffic_per_call()], alias_roots(template.calls, moved), named)
     one = call_prices(
-        distinct.calls, [t for _, t in per_call], report, mode, dtype=dtype, itemsize=itemsize,
+        distinct.calls, distinct_moved, report, mode, dtype=dtype, itemsize=itemsize,
         traced=traced_dtype(template.calls), chains=chains,
     )  # fmt: skip
-    prices = _gathered(one, template.calls, moved, distinct.calls, [t for _, t in per_call], which, at)
+    prices = _gathered(one, template.calls, moved, distinct.calls, distinct_moved, which, at)
     if not (prices.timed == prices.timed[:, :1]).all():
         raise FitError("an operator moves or computes nothing at some points of a region and something at others")
     timed = list(prices.timed[:, 0])
     kernels = layout(template.calls, moved, template.outputs, timed, mode, moe_blocks, chains)
-    checked = MemoryTrafficAnalysis(check)
+    checked = MemoryTrafficAnalysis(check, named_views=named)
     checked.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     at_check = [t for _, t in checked.traffic_per_call()]
     if layout(check.calls, at_check, check.outputs, timed, mode, moe_blocks, chains) != kernels:
@@ -82,7 +86,8 @@ def _gathered(
     flops, passes = one.flops[:, 0][rows], one.passes[:, 0][rows]
     reads: list[np.ndarray] = []
     writes: list[np.ndarray] = []
-    done: dict[int, tuple[np.ndarray, np.ndarray, tuple[object, ...]]] = {}
+    held: list[np.ndarray] = []
+    done: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, tuple[object, ...]]] = {}
     for i, u in enumerate(which):
         if u not in done:
             js, where = np.unique(at[u], return_inverse=True)
@@ -91,13 +96,15 @@ def _gathered(
                 raise FitError(f"operator {i} ({calls[i].kind}) reads or writes other tensors at other points")
             r = np.concatenate([one.reads[j] for j in js.tolist()], axis=1)[:, where.reshape(-1)]
             w = np.concatenate([one.writes[j] for j in js.tolist()], axis=1)[:, where.reshape(-1)]
-            done[u] = (r, w, shapes.pop())
-        r, w, pattern = done[u]
+            h = np.concatenate([one.held[j] for j in js.tolist()], axis=1)[:, where.reshape(-1)]
+            done[u] = (r, w, h, shapes.pop())
+        r, w, h, pattern = done[u]
         if _accesses(calls[i], moved[i]) != pattern:
             raise FitError(f"operator {i} ({calls[i].kind}) reads or writes other tensors than its like records")
         reads.append(r)
         writes.append(w)
-    return CallPrices(columns[0], columns[1], columns[2], columns[3], flops, passes, reads, writes)
+        held.append(h)
+    return CallPrices(columns[0], columns[1], columns[2], columns[3], flops, passes, reads, writes, held)
 
 
 def _accesses(call: OpCall, t: Traffic | None) -> tuple[object, ...]:

@@ -129,6 +129,10 @@ class WeightPlan:
                 raise WeightAssignmentError(f"weight dtype {source}: {w.path} {list(w.shape)}: {why}")
         return chosen
 
+    def assigned(self, weights: Sequence[Weight]) -> set[str]:
+        """The parameter names of the weights an assignment names (whatever the default is)."""
+        return {w.param for w in weights if any(_matches(p, w.path) for p, _ in self.assignments)}
+
 
 def _matches(pattern: str, path: str) -> bool:
     """Whether the glob ``pattern`` matches a run of whole components of the dotted ``path``."""

@@ -350,3 +350,37 @@ def test_zoo_is_fully_supported_and_consistent(name: str) -> None:
         resident = traffic(model, x, resident_params=True)
         assert resident.total(kind="read") <= plain.total(kind="read")
         assert resident.total(kind="write") == plain.total(kind="write")
+
+
+class _HeldState(nn.Module):
+    """A held state (2 x 3 x 4, float32) read through views, head by head, and written head by head into views."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("held", torch.zeros(2, 3, 4), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = [x * self.held[:, h] for h in range(3)]  # each head's view: 2 x 4 values read
+        for h in range(3):
+            self.held[:, h].copy_(out[h])  # each head's view: 2 x 4 values written
+        return torch.stack(out, 1)
+
+
+def test_named_views_give_a_view_of_a_named_buffer_its_name() -> None:
+    x = torch.ones(2, 4)
+
+    def on_held(analysis: MemoryTrafficAnalysis) -> tuple[float, float]:
+        read = written = 0.0
+        for _, t in analysis.traffic_per_call():
+            for side, a in [*(("r", a) for a in t.read), *(("w", a) for a in t.write)] if t is not None else ():
+                if a.tensor is not None and a.tensor.param == "held":
+                    read, written = (read + a.nbytes, written) if side == "r" else (read, written + a.nbytes)
+        return read, written
+
+    named = MemoryTrafficAnalysis(_HeldState(), (x,), tracer="dispatch", named_views=("held",))
+    # three heads read and three written, 2 x 4 float32 values each: 3 x 32 = 96 bytes each way
+    assert on_held(named) == (96, 96)
+    # without the option a view is an anonymous tensor: nothing is the buffer's
+    assert on_held(MemoryTrafficAnalysis(_HeldState(), (x,), tracer="dispatch")) == (0, 0)
+    # the totals do not change: the option names accesses, it moves no byte
+    assert named.total() == MemoryTrafficAnalysis(_HeldState(), (x,), tracer="dispatch").total()

@@ -20,6 +20,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("transformers.cache_utils", reason="layer types need transformers 5")
 
 from opcount.errors import OpcountError  # noqa: E402
+from opcount.llm.model import CACHE_NAMES  # noqa: E402
 from opcount.llm.phases import CausalLM, PhaseCost  # noqa: E402
 from opcount.memory import MemoryTrafficAnalysis  # noqa: E402
 
@@ -36,10 +37,11 @@ ATTENTION = {
 
 
 def cache_traffic(cost: PhaseCost) -> tuple[Counter[str], Counter[str]]:
-    """Bytes read and written of each cache tensor (named ``kv_cache.L.*``) in the phase's trace."""
+    """Bytes read and written of each cache tensor (named ``kv_cache.L.*``) in the phase's trace,
+    directly or through a view of it (``named_views``, as the phase prices them)."""
     read: Counter[str] = Counter()
     written: Counter[str] = Counter()
-    for _, t in MemoryTrafficAnalysis(cost.flops.trace()).traffic_per_call():
+    for _, t in MemoryTrafficAnalysis(cost.flops.trace(), named_views=CACHE_NAMES).traffic_per_call():
         for side, into in ((t.read, read), (t.write, written)) if t is not None else ():
             for a in side:
                 if a.tensor is not None and a.tensor.param and a.tensor.param.startswith("kv_cache."):

@@ -234,6 +234,7 @@ def test_one_layout_priced_at_many_points() -> None:
     prices = CallPrices(
         ones.astype(bool), flops / 1e15, flops / 5e14, 0 * ones, flops, ones,
         [np.array([16 * b, [64, 64]]), np.array([12 * b, [64, 64]])], [np.array([8 * b]), np.array([8 * b])],
+        [np.array([[0, 0], [64, 64], [0, 0]]), np.array([[0, 0], [64, 64], [0, 0]])],  # each weight whole: 64
     )  # fmt: skip
     plans = priced(kernels, prices, hardware("h100-sxm"))
     for plan, batch in zip(plans, (1, 3), strict=True):

@@ -177,9 +177,9 @@ def test_zamba_mamba_and_tied_attention_layers() -> None:
         read, written = cache_traffic(cost)
         for layer in (0, 1, 2):  # the Mamba states: read once, written once; the SSM state head by head
             assert read[f"kv_cache.{layer}.conv0"] == written[f"kv_cache.{layer}.conv0"] == B * 256 * BF16
-            for head in (0, 1):  # 32 x 8 per head
-                name = f"kv_cache.{layer}.state0_head{head}"
-                assert read[name] == written[name] == B * 32 * 8 * BF16
+            # each head's 32 x 8 through its view (recurrent_state[:, head]): the whole state once
+            name = f"kv_cache.{layer}.state0"
+            assert read[name] == written[name] == B * 2 * 32 * 8 * BF16
         for layer in (1, 2):  # each hybrid layer's own keys and values (the block's weights are shared)
             assert read[f"kv_cache.{layer}.keys"] == B * 2 * 16 * (n + 1) * BF16
             assert written[f"kv_cache.{layer}.keys"] == B * 2 * 16 * BF16
