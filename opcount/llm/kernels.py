@@ -141,8 +141,9 @@ class KernelPlan:
 class CallPrices:
     """Each call's figures at ``P`` points (one column a point): whether the roofline prices it
     (``timed``), seconds of matrix-product work at peak and at the efficiency reached, seconds of
-    other work, matrix-product FLOPs, how many times attention reads K and V (``passes``, 1
-    elsewhere), the bytes of each of its reads and writes (``reads[i]``: reads x points), and of
+    other work, the bound's matrix-product seconds at peak and FLOPs (causal blocks their kept
+    pairs whatever the mode: the speed of light does not depend on how the kernels are grouped),
+    how many times attention reads K and V (``passes``, 1 elsewhere), the bytes of each of its reads and writes (``reads[i]``: reads x points), and of
     each of its tensors whole where it is a weight or cache (``held[i]``: tensors x points, 0 for
     the others)."""
 
@@ -150,6 +151,7 @@ class CallPrices:
     tensor_s: np.ndarray
     tensor_eff_s: np.ndarray
     vector_s: np.ndarray
+    bound_s: np.ndarray
     flops: np.ndarray
     passes: np.ndarray
     reads: list[np.ndarray]
@@ -207,8 +209,9 @@ def call_prices(
     timed = {id(t.layer.call): t for t in report.layers if t.layer.call is not None}
     fused = mode == "fused"
     eff = hw.efficiency
-    # Per call: (matmul seconds at peak, at the efficiency reached, other seconds, matmul flops, K and V passes)
-    work: list[tuple[float, float, float, float, float]] = []
+    # Per call: (matmul seconds at peak, at the efficiency reached, other seconds, the bound's matmul seconds
+    # and flops, K and V passes)
+    work: list[tuple[float, float, float, float, float, float]] = []
     reads: list[np.ndarray] = []
     writes: list[np.ndarray] = []
     held: list[np.ndarray] = []
@@ -222,12 +225,15 @@ def call_prices(
         lt = timed.get(id(call))
         passes = _kv_passes(call, hw) if call.kind in ATTENTION_KINDS else 1.0
         if lt is None:
-            work.append((0.0, 0.0, 0.0, 0.0, passes))
+            work.append((0.0, 0.0, 0.0, 0.0, 0.0, passes))
         elif call.kind in ATTENTION_KINDS:
             macs, softmax = attention_work(call, causal=fused)  # the eager kernel computes the whole square
             vector = hw.peak_of("vector", lt.layer.precision) or hw.peak_of("vector", "float32") or lt.peak
             flops = FLOPS_PER_MAC * macs
-            work.append((flops / lt.peak, flops / (lt.peak * eff.attention), softmax / vector, flops, passes))
+            kept = FLOPS_PER_MAC * attention_work(call, causal=True)[0]
+            work.append(
+                (flops / lt.peak, flops / (lt.peak * eff.attention), softmax / vector, kept / lt.peak, kept, passes)
+            )
         elif lt.layer.unit == TENSOR:
             ck = gemm_channels(call)
             out = next(flat_tensors(call.outputs), None)
@@ -235,15 +241,16 @@ def call_prices(
             if ck is not None and out is not None and ck[1]:
                 shape = tile_utilization(out.numel // ck[1], ck[1])
             gemm = eff.gemm_at(lt.layer.precision)
-            kept = _causal_share(call) if fused and call.scope[-1] in chains else 1.0
-            seconds = kept * lt.compute_time
-            work.append((seconds, seconds / (gemm * shape), 0.0, kept * lt.layer.flops, passes))
+            share = _causal_share(call) if call.scope[-1] in chains else 1.0
+            seconds = (share if fused else 1.0) * lt.compute_time
+            bound_s = share * lt.compute_time
+            work.append((seconds, seconds / (gemm * shape), 0.0, bound_s, share * lt.layer.flops, passes))
         else:
-            work.append((0.0, 0.0, lt.compute_time, 0.0, passes))
-    columns = np.array(work, dtype=np.float64).reshape(-1, 5)
+            work.append((0.0, 0.0, lt.compute_time, 0.0, 0.0, passes))
+    columns = np.array(work, dtype=np.float64).reshape(-1, 6)
     is_timed = np.array([[id(c) in timed] for c in calls], dtype=bool).reshape(-1, 1)
-    tensor_s, tensor_eff_s, vector_s, matmul, kv_passes = np.split(columns, 5, axis=1)  # each calls x 1
-    return CallPrices(is_timed, tensor_s, tensor_eff_s, vector_s, matmul, kv_passes, reads, writes, held)
+    tensor_s, tensor_eff_s, vector_s, bound_s, matmul, kv_passes = np.split(columns, 6, axis=1)  # each calls x 1
+    return CallPrices(is_timed, tensor_s, tensor_eff_s, vector_s, bound_s, matmul, kv_passes, reads, writes, held)
 
 
 def priced(kernels: KernelLayout, prices: CallPrices, hw: Hardware) -> list[KernelPlan]:
@@ -270,7 +277,7 @@ def priced(kernels: KernelLayout, prices: CallPrices, hw: Hardware) -> list[Kern
             written = written + prices.writes[i][n]
         figures[3, k] = read + written
     flops = _total(prices.flops)
-    seconds = _total(prices.tensor_s)
+    seconds = _total(prices.bound_s)
     with np.errstate(divide="ignore", invalid="ignore"):
         peak = np.where(seconds != 0, flops / np.where(seconds != 0, seconds, 1.0), 1.0)
     weights, io = _charged(kernels, prices)

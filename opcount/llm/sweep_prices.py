@@ -82,7 +82,8 @@ def _gathered(
 ) -> CallPrices:
     """Each template call's figures at every point: its unique record's distinct record there."""
     rows = at[np.asarray(which)]  # calls x points: the distinct record
-    columns = [getattr(one, name)[:, 0][rows] for name in ("timed", "tensor_s", "tensor_eff_s", "vector_s")]
+    names = ("timed", "tensor_s", "tensor_eff_s", "vector_s", "bound_s")
+    columns = [getattr(one, name)[:, 0][rows] for name in names]
     flops, passes = one.flops[:, 0][rows], one.passes[:, 0][rows]
     reads: list[np.ndarray] = []
     writes: list[np.ndarray] = []
@@ -104,7 +105,7 @@ def _gathered(
         reads.append(r)
         writes.append(w)
         held.append(h)
-    return CallPrices(columns[0], columns[1], columns[2], columns[3], flops, passes, reads, writes, held)
+    return CallPrices(*columns, flops, passes, reads, writes, held)
 
 
 def _accesses(call: OpCall, t: Traffic | None) -> tuple[object, ...]:

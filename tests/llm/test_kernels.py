@@ -232,7 +232,7 @@ def test_one_layout_priced_at_many_points() -> None:
     ones = np.ones((2, 2))
     flops = np.array([2 * 8 * 4 * b, 2 * 8 * 4 * b])  # 2 x B x 8 x 4 per product
     prices = CallPrices(
-        ones.astype(bool), flops / 1e15, flops / 5e14, 0 * ones, flops, ones,
+        ones.astype(bool), flops / 1e15, flops / 5e14, 0 * ones, flops / 1e15, flops, ones,
         [np.array([16 * b, [64, 64]]), np.array([12 * b, [64, 64]])], [np.array([8 * b]), np.array([8 * b])],
         [np.array([[0, 0], [64, 64], [0, 0]]), np.array([[0, 0], [64, 64], [0, 0]])],  # each weight whole: 64
     )  # fmt: skip
@@ -245,3 +245,19 @@ def test_one_layout_priced_at_many_points() -> None:
         assert plan.matmul_peak == pytest.approx(1e15)  # the FLOPs over their seconds at peak
         assert plan.tensor_eff_s.tolist() == [2 * 2 * 8 * 4 * batch / 5e14]
         assert plan.call_io_bytes.tolist() == [16 * batch + 8 * batch, 8 * batch]  # x charged to its larger read
+
+
+def test_the_bound_does_not_depend_on_the_kernels_mode() -> None:
+    # a prompt long enough for compute to bind: eager kernels compute attention's whole square, but
+    # the speed of light counts the causal triangle's kept pairs in both modes
+    llm, tokens = tiny_llama(), 512
+    cost = llm.phase("prefill", seq_len=tokens, hardware="h100-sxm")
+    assert cost.plans is not None
+    fused, eager = cost.plans["fused"], cost.plans["eager"]
+    linear = LAYERS * (H * H + 2 * H * KV_HEADS * HEAD_DIM + H * H + 3 * H * FFN)  # q, k, v, o, gate, up, down
+    kept = LAYERS * HEADS * tokens * (tokens + 1) // 2 * (2 * HEAD_DIM)  # scores and values, kept pairs
+    logits = VOCAB * H  # the last position's
+    expected = 2 * (tokens * linear + kept + logits)
+    assert fused.matmul_flops == eager.matmul_flops == expected
+    assert fused.time_bound == eager.time_bound
+    assert fused.binds == "compute"
