@@ -97,6 +97,7 @@ class Deployment:
     prefill_time: float | None = None  # a generation: the time to first token per device
     prefill_time_bound: float | None = None
     generated: int = 0  # a generation: its decode steps
+    matmul_flops: float | None = None  # a step's matrix-product FLOPs on the busiest device (2 per multiply-add)
 
     @property
     def generation_time(self) -> float | None:
@@ -245,6 +246,7 @@ class _Step:
     bound: list[float]
     collectives: list[list[Collective]]
     p2p: Collective | None
+    flops: list[float]
 
     def communication(self, stage: int) -> float:
         return sum(c.time for c in self.collectives[stage])
@@ -257,7 +259,7 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
     p, s = placement.parallel, placement.sharding
     calls = cost.flops.trace().calls
     kv_shares = placement.kv_shares(calls)
-    compute = bound = [0.0] * p.pp
+    compute = bound = flops = [0.0] * p.pp
     if cost.roofline is not None and cost.plan is not None:
 
         def shares(call: OpCall) -> tuple[float, float]:
@@ -265,7 +267,7 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
             return flops_share, device_cache.call_share(call, kv_shares) if _touches_cache(call) else weight_share
 
         times = stage_times(cost.plan, cost.roofline, calls, lambda c: placement.stage(c.scope), shares, p.pp)
-        compute, bound = times.estimate, times.bounds(cost.plan)
+        compute, bound, flops = times.estimate, times.bounds(cost.plan), times.flops
     link = hardware.interconnect if hardware is not None else None
     collectives: list[list[Collective]] = [[] for _ in range(p.pp)]
     # the residual stream is communicated in the dtype the model computes it in (bfloat16 under
@@ -301,7 +303,7 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
             if link is not None
             else Collective("send_recv", 2, payload, payload, 1, math.nan)
         )
-    return _Step(compute, bound, collectives, p2p)
+    return _Step(compute, bound, collectives, p2p, flops)
 
 
 def _priced(kind: Any, payload: float, devices: int, link: Any) -> Collective:
@@ -409,7 +411,8 @@ def deploy(
     held = [micro or cost] if generation is None else [cost, *steps[-1:]]  # a generation: prefill and last step
     stages = _memory(placement, held, memory_of.kv_cache, memory_of.kv_cache_by_type)
     per_device = max(stages, key=lambda m: m.total)
-    timed = [_timing(_step(placement, micro or s, hardware), parallel.micro_batches) for s in steps]
+    traced = [_step(placement, micro or s, hardware) for s in steps]
+    timed = [_timing(t, parallel.micro_batches) for t in traced]
     compute = sum(t[0] for t in timed) / len(timed)  # a generation: the mean of its first and last step
     communication = sum(t[1] for t in timed) / len(timed)
     bound = sum(t[3] for t in timed) / len(timed)
@@ -429,6 +432,7 @@ def deploy(
         bound if timed_ok else None,
         price,
     )
+    d.matmul_flops = max(traced[-1].flops) * parallel.micro_batches if timed_ok else None
     if generation is not None and timed_ok:
         prefill = _timing(_step(placement, cost, hardware), 1)
         d.prefill_time, d.generated = step_time(prefill[0], prefill[1]), generation.gen_len

@@ -112,7 +112,12 @@ SUPPLEMENTS: dict[str, tuple[Supplement, ...]] = {
     "deepseek_v32": (_MLA_ATTENTION,),
     "gpt_oss": _GPT_OSS,
     "qwen3_next": (_GATED_DELTANET,),
-    "mamba2": (_MAMBA2_MIXER,),
+    "mamba2": (
+        _MAMBA2_MIXER,
+        # the vocabulary split as every vLLM decoder splits it (transformers gives Mamba-2 no plan)
+        Supplement("embeddings", {"": "embedding_rowwise"}, "vllm/model_executor/models/mamba2.py (VocabParallelEmbedding)"),
+        Supplement("lm_head", {"": "colwise_gather_output"}, "vllm/model_executor/models/mamba2.py (ParallelLMHead)"),
+    ),
 }
 
 # per family, the head counts --tp must divide beyond the attention's (vLLM asserts each)

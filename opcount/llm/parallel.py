@@ -161,7 +161,10 @@ class Sharding:
 
     def split(self, parameter: str) -> bool:
         """Whether tensor parallelism splits ``parameter`` (its own entry, or its module's)."""
-        style = self.styles.get(parameter) or self.styles.get(self.owner.get(parameter, ""))
+        own = self.styles.get(parameter)
+        style = own or self.styles.get(self.owner.get(parameter, ""))
+        if own is None and style in SPLIT_REDUCE and parameter.endswith(".bias"):
+            return False  # a row-wise module's bias is whole on every rank, added once after the reduce
         return style in SPLIT
 
     def in_region(self, owners: Iterable[str]) -> str | None:
