@@ -37,7 +37,7 @@ from .device_times import stage_times
 from .limits import MAX_BATCH
 from .model import CACHE_NAMES
 from .parallel import Parallel, Sharding, check_layout, kv_heads_per_device
-from .precision import Precision, pricing_for, weight_formats
+from .precision import Precision, float32_weights, pricing_for, weight_formats
 
 # A phase, a generation and the model are opcount.llm.phases' PhaseCost, GenerationCost and CausalLM,
 # typed Any here: phases imports this module (CausalLM.deploy), which does not import it back.
@@ -177,11 +177,13 @@ class Placement:
         self.pricing = pricing_for(model, precision)  # bytes per element by role, as the phase prices them
         formats = weight_formats(model, precision)  # each weight's bytes as the footprint counts them
         self.param_bytes: dict[str, int] = {}
+        wide = float32_weights(model, precision)  # a router transformers keeps in float32, as the footprint
         for name, p in model.named_parameters():
             if name in formats:
                 self.param_bytes[name] = formats[name][1]
             else:
                 dtype = precision.stored if p.is_floating_point() else str(p.dtype).removeprefix("torch.")
+                dtype = "float32" if name in wide else dtype
                 self.param_bytes[name] = p.numel() * int(DTYPE_BYTES[dtype])
         heads = getattr(config, "num_key_value_heads", None) or getattr(config, "num_attention_heads", None)
         self.kv_heads = heads if isinstance(heads, int) else 1
