@@ -214,7 +214,7 @@ class Placement:
         """The share of each kind of cache a device holds (:mod:`.device_cache`): attention's
         ``kv_heads_per_device / kv_heads`` when the attention writing it is split, a latent whole."""
         heads = kv_heads_per_device(self.kv_heads, self.parallel.tp) / self.kv_heads
-        split = lambda c: self.parallel.tp > 1 and self.sharding.in_region(c.scope) is not None  # noqa: E731
+        split = lambda c: self.parallel.tp > 1 and self.sharding.in_region(c.scope) is not None
         return device_cache.part_shares(calls, split, self.parallel.tp, heads)
 
     def stage_layers(self) -> list[int]:

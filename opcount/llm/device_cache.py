@@ -42,11 +42,8 @@ def part_of(buffer: str) -> str:
 
 def buffers(call: OpCall) -> list[str]:
     """The cache tensors ``call`` reads or writes."""
-    return [
-        t.param
-        for t in (*call.inputs, *call.outputs)
-        if getattr(t, "param", None) is not None and str(t.param).startswith(KV_PREFIX + ".")
-    ]
+    names = (getattr(t, "param", None) for t in (*call.inputs, *call.outputs))
+    return [n for n in names if isinstance(n, str) and n.startswith(KV_PREFIX + ".")]
 
 
 def part_shares(

@@ -115,7 +115,9 @@ SUPPLEMENTS: dict[str, tuple[Supplement, ...]] = {
     "mamba2": (
         _MAMBA2_MIXER,
         # the vocabulary split as every vLLM decoder splits it (transformers gives Mamba-2 no plan)
-        Supplement("embeddings", {"": "embedding_rowwise"}, "vllm/model_executor/models/mamba2.py (VocabParallelEmbedding)"),
+        Supplement(
+            "embeddings", {"": "embedding_rowwise"}, "vllm/model_executor/models/mamba2.py (VocabParallelEmbedding)"
+        ),
         Supplement("lm_head", {"": "colwise_gather_output"}, "vllm/model_executor/models/mamba2.py (ParallelLMHead)"),
     ),
 }

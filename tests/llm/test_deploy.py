@@ -250,5 +250,7 @@ def test_a_plan_that_splits_no_layer_is_refused() -> None:
         vocab_size=100,
     )  # fmt: skip
     llm = CausalLM(config)
-    with pytest.raises(OpcountError, match=r"--tp 2: DiffLlamaForCausalLM's tensor-parallel plan .* splits no attention"):
+    with pytest.raises(
+        OpcountError, match=r"--tp 2: DiffLlamaForCausalLM's tensor-parallel plan .* splits no attention"
+    ):
         llm.deploy(llm.phase("decode", kv_len=3, hardware=DEVICE), Parallel(tp=2))

@@ -77,7 +77,7 @@ def test_deepseek_v3_latent_attention_split_by_heads_its_latent_cache_whole() ->
 def test_deepseek_v32_indexer_replicated_with_its_keys() -> None:
     # transformers' own plan splits DSA's attention (its kv_a_proj_with_mqa "mla_kv_a_proj": whole);
     # the engine plan adds what vLLM runs whole: the query latent and the lightning indexer
-    llm, cost, d = decode(transformers.DeepseekV32Config(**MLA), 2)
+    llm, _, d = decode(transformers.DeepseekV32Config(**MLA), 2)
     assert llm.model.config.index_n_heads == 64 and llm.model.config.index_head_dim == 128
     # per layer: wq_b (64 heads x 128 from the query latent), wk (d -> 128), its LayerNorm, weights_proj (d -> 64)
     indexer = 64 * 128 * 64 + 128 * D + 2 * 128 + 64 * D
@@ -168,7 +168,7 @@ MAMBA2 = {
 
 
 def test_mamba2_mixer_split_by_heads_its_state_too() -> None:
-    llm, cost, d = decode(transformers.Mamba2Config(**MAMBA2), 2)
+    _, cost, d = decode(transformers.Mamba2Config(**MAMBA2), 2)
     inner, groups = 16 * 32, 2 * 2 * 16  # heads x head_dim; B and C, n_groups x state each
     conv = inner + groups
     # in_proj (gate, x, B, C, dt), conv weight and bias, A_log, D, dt_bias, the gated norm, out_proj: all split
