@@ -107,9 +107,12 @@ _MAMBA2_MIXER = Supplement(
 # config.model_type -> the blocks vLLM splits that transformers' plan leaves whole
 SUPPLEMENTS: dict[str, tuple[Supplement, ...]] = {
     "deepseek_v2": (_MLA_ATTENTION,),
-    "deepseek_v3": (_MLA_ATTENTION,),
-    "kimi_k2": (_MLA_ATTENTION,),
+    "deepseek_v3": (_MLA_ATTENTION,),  # Kimi-K2 and DeepSeek-R1 are built as DeepSeek-V3
     "deepseek_v32": (_MLA_ATTENTION,),
+    "glm4_moe_lite": (_MLA_ATTENTION,),
+    "glm_moe_dsa": (_MLA_ATTENTION,),
+    # two MLA blocks a layer (self_attn.0 and .1)
+    "longcat_flash": (Supplement("layers.*.self_attn.*", _MLA_ATTENTION.styles, _MLA_ATTENTION.source),),
     "gpt_oss": _GPT_OSS,
     "qwen3_next": (_GATED_DELTANET,),
     "mamba2": (

@@ -196,3 +196,17 @@ def test_a_model_with_neither_plan_nor_supplement_is_refused() -> None:
     llm = CausalLM(config)
     with pytest.raises(OpcountError, match=r"--tp 2: MambaForCausalLM has no tensor-parallel plan"):
         llm.deploy(llm.phase("decode", kv_len=3, hardware=DEVICE), Parallel(tp=2))
+
+
+def test_longcat_flash_runs_on_its_own_plan_its_two_latents_whole() -> None:
+    # LongCat-Flash's plan names kv_a_proj_with_mqa "mla_kv_a_proj" (whole on every rank); one layer
+    # of the published geometry (tests/llm/small_configs.py) has two MLA blocks, each caching its
+    # latent (512) and rope key (64) per position: whole on each of 2 ranks
+    from tests.llm.small_configs import small
+
+    config = small(transformers.LongcatFlashConfig)
+    assert (config.num_layers, config.kv_lora_rank, config.qk_rope_head_dim) == (1, 512, 64)
+    llm = CausalLM(config)
+    cost = llm.phase("decode", kv_len=POS - 1, batch=T, hardware=DEVICE)
+    assert llm.deploy(cost, Parallel()).per_device.weights == cost.memory.weights
+    assert llm.deploy(cost, Parallel(tp=2)).per_device.kv_cache == 2 * (512 + 64) * POS * T * BYTES
