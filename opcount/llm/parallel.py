@@ -219,8 +219,8 @@ def check_layout(model: nn.Module, config: Any, layout: Parallel, sharding: Shar
             count = getattr(c, field_name, None)
             if isinstance(count, int) and count % layout.tp:
                 raise OpcountValueError(
-                    f"--tp {layout.tp}: does not divide {type(c).__name__}'s {field_name} ({count}), which vLLM splits "
-                    "across tensor-parallel ranks"
+                    f"--tp {layout.tp}: does not divide {type(c).__name__}'s {field_name} ({count}): opcount splits "
+                    "them evenly over the devices, as vLLM does where it can, and models no other layout"
                 )
     layers = getattr(config, "num_hidden_layers", None)
     if isinstance(layers, int) and layout.pp > layers:
