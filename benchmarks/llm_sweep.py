@@ -4,11 +4,13 @@ cache length 128..4096), side by side with what importing alone costs.
 - baseline: a fresh ``python -c "import torch, transformers; from transformers import
   LlamaForCausalLM"``: wall time and peak RSS, the floor any command that builds the model pays;
 - CLI: ``python -m opcount llm:llama-3-70b --phase decode --sweep batch=... --sweep kv-len=...
-  --hardware h100-sxm`` in a fresh process (the sweep fitted from a few traces), wall time and peak RSS;
+  --hardware h100-sxm`` in a fresh process (the sweep fitted from a few traces), wall and CPU time and
+  peak RSS, then the same without ``--hardware``;
 - API: build the model once, then the 30 points by ``opcount.llm.sweep.phase_points`` (a few
   traces), and by one ``phase("decode", ...)`` per point (a trace each, the reference);
 - grid: ``phase_points`` over a 1,000-point grid (40 batches x 25 cache lengths) in the same process;
-- one CLI point: ``llm:llama-3-70b --meta --phase decode --kv-len 2048``.
+- one CLI point: ``llm:llama-3-70b --meta --phase decode --kv-len 2048`` (before the in-process part,
+  whose peak a child's RSS would start from).
 
 Each measurement is the median of ``--runs`` runs. Targets: the CLI sweep within 1.5 s and 150 MB of
 the baseline; the 1,000-point grid under 10 s; one CLI point under 5 s and 1 GB. Exit status 1 when
@@ -155,7 +157,22 @@ def main(argv: list[str] | None = None) -> int:
     rows = sum(1 for line in str(out).splitlines() if line.startswith("| ") and not line.startswith("| batch"))
     print(
         f"  CLI sweep: {rows} rows in {cli_s:.2f} s wall, {cli_cpu:.2f} s CPU (start-up included), peak RSS "
-        f"{cli_gb:.3f} GB; over the baseline {cli_s - base_s:+.2f} s, {1000 * (cli_gb - base_gb):+.0f} MB"
+        f"{cli_gb:.3f} GB; over the baseline {cli_s - base_s:+.2f} s wall, {cli_cpu - base_cpu:+.2f} s CPU, "
+        f"{1000 * (cli_gb - base_gb):+.0f} MB"
+    )
+
+    plain = [c for c in cli if c not in ("--hardware", "h100-sxm")]
+    plain_s, plain_cpu, plain_gb, _ = median_of(args.runs, lambda: run_process(plain))
+    print(
+        f"  CLI sweep without --hardware: {plain_s:.2f} s wall, {plain_cpu:.2f} s CPU, peak RSS {plain_gb:.3f} GB; "
+        f"over the baseline {plain_s - base_s:+.2f} s wall, {plain_cpu - base_cpu:+.2f} s CPU"
+    )
+
+    # before the in-process part: a child's ru_maxrss starts from the pages it shares with this process
+    single = ["-m", "opcount", f"llm:{args.model}", "--meta", "--phase", "decode", "--kv-len", "2048", *overrides]
+    one_s, one_cpu, one_gb, _ = median_of(args.runs, lambda: run_process(single))
+    print(
+        f"  CLI, one point ({' '.join(single[2:])}): {one_s:.2f} s wall, {one_cpu:.2f} s CPU, peak RSS {one_gb:.2f} GB"
     )
 
     a = api(args.model, args.batch, args.kv_len, args.layers, not args.no_reference)
@@ -167,12 +184,6 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  API grid: {a['grid_points']} points in {a['grid']:.2f} s ({a['grid_traces']} traces); "
         f"peak RSS {a['rss']:.2f} GB"
-    )
-
-    single = ["-m", "opcount", f"llm:{args.model}", "--meta", "--phase", "decode", "--kv-len", "2048", *overrides]
-    one_s, one_cpu, one_gb, _ = median_of(args.runs, lambda: run_process(single))
-    print(
-        f"  CLI, one point ({' '.join(single[2:])}): {one_s:.2f} s wall, {one_cpu:.2f} s CPU, peak RSS {one_gb:.2f} GB"
     )
 
     if args.layers:

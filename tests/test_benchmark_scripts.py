@@ -39,6 +39,7 @@ def test_llm_sweep_times_the_api_and_the_cli():
     out = run("llm_sweep.py", "--layers", "1", "--batch", "1,2", "--kv-len", "8", "--runs", "1")
     assert re.search(r"API: imports [0-9.]+ s, built in [0-9.]+ s, 2 points in [0-9.]+ s", out), out
     assert re.search(r"CLI sweep: 2 rows in [0-9.]+ s wall, [0-9.]+ s CPU", out), out
+    assert re.search(r"CLI sweep without --hardware: [0-9.]+ s wall, [0-9.]+ s CPU", out), out
     assert re.search(r"baseline \(import torch, transformers; .*\): [0-9.]+ s wall", out), out
     assert re.search(r"API grid: 1000 points in [0-9.]+ s", out), out
     assert "figures equal: True" in out

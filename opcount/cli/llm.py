@@ -183,7 +183,7 @@ def _check_sizes(flags: LLMOptions, seq_len: int | None) -> None:
     of a sequence together, before a model is built: past them torch's int64 sizes overflow."""
     swept = dict(flags.sweep)
     points = math.prod(len(values) for values in swept.values())
-    if points > MAX_SWEEP_POINTS:  # each point is rebuilt and priced (opcount.llm.sweep)
+    if points > MAX_SWEEP_POINTS:  # each point is priced (opcount.llm.sweep)
         raise OpcountError(f"--sweep: {points:,} points, more than {MAX_SWEEP_POINTS:,} (the limit)")
     given = {"batch": flags.batch, "seq-len": seq_len, "kv-len": flags.kv_len, "gen-len": flags.gen_len}
     largest = {
@@ -310,9 +310,8 @@ def run(
         base["gen_len"] = flags.gen_len
     axes = [(SWEEPABLE[k], v) for k, v in flags.sweep]
     analysis = options.analysis
-    # Every point from a few traces (opcount.llm.sweep) where that is cheaper: without hardware. With it,
-    # pricing each point's rebuilt records into fused kernels costs more than tracing the point.
-    fitted = hardware is None and not flags.deploy.given() and not {key for key, _ in axes} & set(deploy.SWEEPABLE)
+    # Every point from a few traces (opcount.llm.sweep), with or without hardware; a deployment is priced per point
+    fitted = not flags.deploy.given() and not {key for key, _ in axes} & set(deploy.SWEEPABLE)
     if axes and fitted:
         combos = [
             {**base, **{key: v for (key, _), v in zip(axes, combo, strict=True)}}

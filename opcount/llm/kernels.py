@@ -28,86 +28,84 @@ Each kernel takes ``max(compute, memory) + launch``: its matrix-product FLOPs at
 times the GEMM efficiency (padded to whole tiles) or the attention efficiency, its other FLOPs at
 their unit's peak, its bytes at the bandwidth times the stream efficiency
 (:mod:`opcount.hardware.efficiency`).
+
+Which calls form which kernel, and which reads and writes cross its boundary, is a layout
+(:mod:`.kernel_groups`) that depends on data flow, not on sizes; each call's work and each access's
+bytes are :class:`CallPrices`, one column per point; :func:`priced` sums them into the kernels'
+figures at every point at once. A traced phase is one point (:func:`plan`); a fitted region of a
+sweep is many (:mod:`.sweep_prices`), the same sums.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..handles.attention import SDPA_KEY, SDPA_QUERY, SDPA_VALUE
 from ..handles.memory import Access, Traffic, flat_tensors
-from ..handles.registry import FLOPS
 from ..hardware.efficiency import tile_utilization
 from ..hardware.lookup import Hardware
 from ..hardware.spec import TENSOR
 from ..ir import OpCall, TensorSpec
-from ..memory import MemoryTrafficAnalysis, alias_roots
+from ..memory import MemoryTrafficAnalysis
 from ..roofline import RooflineReport
 from ..roofline.build import access_bytes, traced_dtype
 from ..roofline.model import FLOPS_PER_MAC, gemm_channels
 from .bound import time_bound
+from .kernel_groups import ATTENTION_KINDS, KernelLayout, layout, moved_by
+
+__all__ = ["ATTENTION_KINDS", "MODES", "CallPrices", "Kernel", "KernelPlan", "attention_work", "plan", "priced"]
 
 MODES = ("fused", "eager")
-ATTENTION_KINDS = frozenset(
-    {
-        "aten::scaled_dot_product_attention",
-        "aten::_scaled_dot_product_flash_attention",
-        "aten::_scaled_dot_product_efficient_attention",
-        "aten::_scaled_dot_product_cudnn_attention",
-    }
-)
 TILE_QUERIES = 128  # FlashAttention-2's query block
 
 
-@dataclass
+@dataclass(frozen=True)
 class Kernel:
-    """One kernel: the operator ``calls`` it runs (indices into the phase's calls, anchor first
-    among the matrix products), its ``kind`` (gemm, grouped_gemm, attention or other), seconds of
-    matrix-product work at peak (``tensor_s``) and at the efficiency reached (``tensor_eff_s``),
-    seconds of other work (``vector_s``), and ``bytes`` moved after fusion."""
+    """One kernel: the operator ``calls`` it runs (indices into the phase's calls) and its ``kind``
+    (gemm, grouped_gemm, attention or other); its figures are its plan's, at its index."""
 
     name: str
     kind: str
-    calls: list[int] = field(default_factory=list)
-    tensor_s: float = 0.0
-    tensor_eff_s: float = 0.0
-    vector_s: float = 0.0
-    bytes: float = 0.0
+    calls: tuple[int, ...]
 
 
 @dataclass
 class KernelPlan:
     """The kernels of one phase on ``hardware`` and the figures of its bound.
 
-    ``matmul_flops`` (2 per multiply-add, causal attention counting its kept pairs) over
-    ``matmul_peak`` (their FLOP/s, a harmonic mean where dtypes differ) and ``compulsory_bytes``
-    (:mod:`opcount.llm.bound`) are the bound's; ``kernel_of`` maps a call to its kernel."""
+    Per kernel (arrays in ``kernels``' order): seconds of matrix-product work at peak
+    (``tensor_s``) and at the efficiency reached (``tensor_eff_s``), seconds of other work
+    (``vector_s``), and ``bytes`` moved after fusion. ``matmul_flops`` (2 per multiply-add, causal
+    attention counting its kept pairs) over ``matmul_peak`` (their FLOP/s, a harmonic mean where
+    dtypes differ) and ``compulsory_bytes`` (:mod:`opcount.llm.bound`) are the bound's;
+    ``kernel_of`` maps a call to its kernel."""
 
     mode: str
     hardware: Hardware
     kernels: list[Kernel]
     kernel_of: dict[int, int]
+    tensor_s: np.ndarray
+    tensor_eff_s: np.ndarray
+    vector_s: np.ndarray
+    bytes: np.ndarray
     matmul_flops: float
     matmul_peak: float
     compulsory_bytes: float
     # per call: its matrix-product FLOPs and the compulsory bytes it is charged, of weights and
     # caches and of inputs and outputs (a tensor read by several calls is charged to the largest
     # read): what a device's share of the bound sums (:mod:`.device_times`)
-    call_flops: list[float] = field(default_factory=list)
-    call_weight_bytes: list[float] = field(default_factory=list)
-    call_io_bytes: list[float] = field(default_factory=list)
+    call_flops: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    call_weight_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    call_io_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def compute_memory(self) -> tuple[np.ndarray, np.ndarray]:
         """Per kernel, seconds of compute and of memory at the efficiencies reached."""
         bandwidth = self.hardware.bandwidth * self.hardware.efficiency.stream
-        compute = np.array([k.tensor_eff_s + k.vector_s for k in self.kernels], dtype=np.float64)
-        memory = np.array([k.bytes for k in self.kernels], dtype=np.float64) / bandwidth
-        return compute, memory
+        return self.tensor_eff_s + self.vector_s, self.bytes / bandwidth
 
     @property
     def launch_s(self) -> float:
@@ -139,6 +137,26 @@ class KernelPlan:
         return None if k is None else f"{self.kernels[k].kind} {self.kernels[k].name}"
 
 
+@dataclass
+class CallPrices:
+    """Each call's figures at ``P`` points (one column a point): whether the roofline prices it
+    (``timed``), seconds of matrix-product work at peak and at the efficiency reached, seconds of
+    other work, matrix-product FLOPs, how many times attention reads K and V (``passes``, 1
+    elsewhere), the bytes of each of its reads and writes (``reads[i]``: reads x points), and of
+    each of its tensors whole where it is a weight or cache (``held[i]``: tensors x points, 0 for
+    the others)."""
+
+    timed: np.ndarray
+    tensor_s: np.ndarray
+    tensor_eff_s: np.ndarray
+    vector_s: np.ndarray
+    flops: np.ndarray
+    passes: np.ndarray
+    reads: list[np.ndarray]
+    writes: list[np.ndarray]
+    held: list[np.ndarray]
+
+
 def plan(
     traffic: MemoryTrafficAnalysis,
     report: RooflineReport,
@@ -152,17 +170,29 @@ def plan(
     """The kernels of the phase whose trace ``traffic`` holds and whose eager roofline is ``report``;
     in each module of ``chains`` the products of two activations run as one kernel (a DSA indexer's
     scores and their weighted sum: DeepGEMM's ``fp8_mqa_logits``), a prompt's causally (its kept pairs)."""
-    hw = report.hardware
     per_call = traffic.traffic_per_call()
     calls = [c for c, _ in per_call]
     moved = [t for _, t in per_call]
-    roots = alias_roots(calls, moved)
-    traced = traced_dtype(calls)
+    prices = call_prices(calls, moved, report, mode, dtype=dtype, itemsize=itemsize, chains=chains)
+    kernels = layout(calls, moved, traffic.trace().outputs, list(prices.timed[:, 0]), mode, moe_blocks, chains)
+    return priced(kernels, prices, report.hardware)[0]
 
-    def root(spec: TensorSpec | None) -> int | None:
-        if spec is None or spec.id is None:
-            return None
-        return roots.get(spec.id, spec).id
+
+def call_prices(
+    calls: Sequence[OpCall],
+    moved: Sequence[Traffic | None],
+    report: RooflineReport,
+    mode: str,
+    *,
+    dtype: str,
+    itemsize: Callable[[TensorSpec], float | None] | None = None,
+    traced: str | None = None,
+    chains: Sequence[str] = (),
+) -> CallPrices:
+    """The figures of each call as one point (``report``: the calls' eager roofline; ``traced``: the
+    dtype the model was traced in, by default read from ``calls``)."""
+    hw = report.hardware
+    traced = traced or traced_dtype(calls)
 
     def stored(spec: TensorSpec) -> float | None:
         # an activation the model computes in float32 while traced in a narrower dtype (a norm's
@@ -176,21 +206,28 @@ def plan(
 
     timed = {id(t.layer.call): t for t in report.layers if t.layer.call is not None}
     fused = mode == "fused"
-    # Per call: (matmul seconds at peak, at the efficiency reached, other seconds, matmul flops)
-    work: list[tuple[float, float, float, float]] = []
-    for call in calls:
+    eff = hw.efficiency
+    # Per call: (matmul seconds at peak, at the efficiency reached, other seconds, matmul flops, K and V passes)
+    work: list[tuple[float, float, float, float, float]] = []
+    reads: list[np.ndarray] = []
+    writes: list[np.ndarray] = []
+    held: list[np.ndarray] = []
+    for call, t in zip(calls, moved, strict=True):
+        tensors = (*flat_tensors(call.inputs), *flat_tensors(call.outputs))
+        whole = [[price(Access(s, s.nbytes)) if s.param is not None else 0.0] for s in tensors]
+        held.append(np.array(whole, dtype=np.float64).reshape(-1, 1))
+        m = moved_by(call, t)
+        reads.append(np.array([[0.0 if m.alias else price(a)] for a in m.read], dtype=np.float64).reshape(-1, 1))
+        writes.append(np.array([[0.0 if m.alias else price(a)] for a in m.write], dtype=np.float64).reshape(-1, 1))
         lt = timed.get(id(call))
+        passes = _kv_passes(call, hw) if call.kind in ATTENTION_KINDS else 1.0
         if lt is None:
-            work.append((0.0, 0.0, 0.0, 0.0))
-            continue
-        eff = hw.efficiency
-        if call.kind in ATTENTION_KINDS:
-            macs, softmax = attention_work(call, causal=True)
-            if not fused:  # the eager kernel computes the whole square
-                macs, softmax = attention_work(call, causal=False)
+            work.append((0.0, 0.0, 0.0, 0.0, passes))
+        elif call.kind in ATTENTION_KINDS:
+            macs, softmax = attention_work(call, causal=fused)  # the eager kernel computes the whole square
             vector = hw.peak_of("vector", lt.layer.precision) or hw.peak_of("vector", "float32") or lt.peak
             flops = FLOPS_PER_MAC * macs
-            work.append((flops / lt.peak, flops / (lt.peak * eff.attention), softmax / vector, flops))
+            work.append((flops / lt.peak, flops / (lt.peak * eff.attention), softmax / vector, flops, passes))
         elif lt.layer.unit == TENSOR:
             ck = gemm_channels(call)
             out = next(flat_tensors(call.outputs), None)
@@ -199,83 +236,94 @@ def plan(
                 shape = tile_utilization(out.numel // ck[1], ck[1])
             gemm = eff.gemm_at(lt.layer.precision)
             kept = _causal_share(call) if fused and call.scope[-1] in chains else 1.0
-            work.append((kept * lt.compute_time, kept * lt.compute_time / (gemm * shape), 0.0, kept * lt.layer.flops))
+            seconds = kept * lt.compute_time
+            work.append((seconds, seconds / (gemm * shape), 0.0, kept * lt.layer.flops, passes))
         else:
-            work.append((0.0, 0.0, lt.compute_time, 0.0))
+            work.append((0.0, 0.0, lt.compute_time, 0.0, passes))
+    columns = np.array(work, dtype=np.float64).reshape(-1, 5)
+    is_timed = np.array([[id(c) in timed] for c in calls], dtype=bool).reshape(-1, 1)
+    tensor_s, tensor_eff_s, vector_s, matmul, kv_passes = np.split(columns, 5, axis=1)  # each calls x 1
+    return CallPrices(is_timed, tensor_s, tensor_eff_s, vector_s, matmul, kv_passes, reads, writes, held)
 
-    groups = _group(calls, moved, root, moe_blocks, chains) if fused else _eager(calls, timed)
-    producer: dict[int, int] = {}
-    readers: dict[int, set[int]] = {}
-    for i, (call, t) in enumerate(zip(calls, moved, strict=True)):
-        if t is not None and t.alias:
+
+def priced(kernels: KernelLayout, prices: CallPrices, hw: Hardware) -> list[KernelPlan]:
+    """The plan at each point (column) of ``prices``: every sum runs call by call in launch order
+    (``np.add.accumulate``, sequential), so one point priced alone and many priced together agree
+    to the last bit."""
+    points = prices.flops.shape[1]
+    count = len(kernels.groups)
+    figures = np.zeros((4, count, points))  # tensor_s, tensor_eff_s, vector_s, bytes
+    zero = np.zeros(points)
+    for k, (_, kind, members) in enumerate(kernels.groups):
+        rows = list(members)
+        for j, source in enumerate((prices.tensor_s, prices.tensor_eff_s, prices.vector_s)):
+            figures[j, k] = _total(source[rows])
+        passes = prices.passes[members[-1]] if kind == "attention" else None
+        read = zero
+        for refs, streamed in kernels.reads[k]:
+            most = zero
+            for i, n in refs:  # a tensor read by several members is read once
+                most = np.maximum(most, prices.reads[i][n])
+            read = read + (most * passes if streamed and passes is not None else most)
+        written = zero
+        for i, n in kernels.writes[k]:
+            written = written + prices.writes[i][n]
+        figures[3, k] = read + written
+    flops = _total(prices.flops)
+    seconds = _total(prices.tensor_s)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        peak = np.where(seconds != 0, flops / np.where(seconds != 0, seconds, 1.0), 1.0)
+    weights, io = _charged(kernels, prices)
+    compulsory = _total(weights) + _total(io)
+    structure = [Kernel(name, kind, members) for name, kind, members in kernels.groups]
+    kernel_of = kernels.kernel_of
+    plans = []
+    for p in range(points):
+        tensor_s, tensor_eff_s, vector_s, moved = figures[:, :, p]
+        one = KernelPlan(
+            kernels.mode, hw, structure, kernel_of, tensor_s, tensor_eff_s, vector_s, moved, float(flops[p]),
+            float(peak[p]), float(compulsory[p]), prices.flops[:, p], weights[:, p], io[:, p],
+        )  # fmt: skip
+        plans.append(one)
+    return plans
+
+
+def _total(rows: np.ndarray) -> np.ndarray:
+    """The sum of ``rows`` (rows x points) down each column, in row order."""
+    if len(rows) == 0:
+        return np.zeros(rows.shape[1])
+    out: np.ndarray = np.add.accumulate(rows, axis=0)[-1]
+    return out
+
+
+def _charged(kernels: KernelLayout, prices: CallPrices) -> tuple[np.ndarray, np.ndarray]:
+    """Per call and point, the compulsory bytes of weights and caches and of inputs and outputs
+    charged to it: each tensor's largest access (the first of them where several tie); the views
+    of one weight or cache together never more than the whole tensor."""
+    shape = prices.flops.shape
+    weights, io = np.zeros(shape), np.zeros(shape)
+    columns = np.arange(shape[1])
+    for i, n in kernels.weight_writes:
+        weights[i] += prices.writes[i][n]
+    largest: list[tuple[np.ndarray, np.ndarray]] = []  # per tensor: (its bytes, the call charged) per point
+    parts: dict[str, np.ndarray] = {}  # a weight or cache -> its views' bytes, summed
+    for name, refs, _ in kernels.compulsory:
+        candidates = np.stack([(prices.writes if write else prices.reads)[i][n] for write, i, n in refs])
+        best = candidates.argmax(axis=0)
+        largest.append((candidates[best, columns], np.array([i for _, i, _ in refs])[best]))
+        if name is not None:
+            parts[name] = parts.get(name, 0.0) + largest[-1][0]
+    for (name, _, whole), (nbytes, charged) in zip(kernels.compulsory, largest, strict=True):
+        if name is None:
+            io[charged, columns] += nbytes
             continue
-        for spec in flat_tensors(call.inputs) if t is None else (a.tensor for a in t.read):
-            r = root(spec)
-            if r is not None:
-                readers.setdefault(r, set()).add(i)
-        for a in t.write if t is not None else ():
-            r = root(a.tensor)
-            if r is not None and a.tensor is not None and a.tensor.param is None:
-                producer.setdefault(r, i)
-    returned = {root(s) for s in traffic.trace().outputs}
-
-    kernels: list[Kernel] = []
-    kernel_of: dict[int, int] = {}
-    for name, kind, members in groups:
-        kernel = Kernel(name, kind, members)
-        inside = set(members)
-        read: dict[object, float] = {}
-        written = 0.0
-        for i in members:
-            kernel_of[i] = len(kernels)
-            tensor_s, tensor_eff_s, vector_s, _ = work[i]
-            kernel.tensor_s += tensor_s
-            kernel.tensor_eff_s += tensor_eff_s
-            kernel.vector_s += vector_s
-            t = moved[i] or Traffic(read=tuple(Access(s, s.nbytes) for s in flat_tensors(calls[i].inputs)))
-            if t.alias:
-                continue
-            for n, a in enumerate(t.read):
-                r = root(a.tensor)
-                if r is not None and producer.get(r) in inside and a.tensor is not None and a.tensor.param is None:
-                    continue  # made on chip by this kernel
-                key: object = r if r is not None else (i, n)
-                if a.tensor is not None and a.tensor.param is not None and a.tensor.id != r:
-                    key = (r, a.tensor.id)  # a named view (a cache read head by head): its own part
-                read[key] = max(read.get(key, 0.0), price(a))
-            for a in t.write:
-                r = root(a.tensor)
-                users = readers.get(r, set()) if r is not None else set()
-                param = a.tensor is not None and a.tensor.param is not None
-                if not param and r not in returned and users and users <= inside:
-                    continue  # consumed on chip
-                written += price(a)
-        if kind == "attention":  # K and V stream past every tile of queries they do not stay on chip for
-            sdpa = calls[members[-1]]
-            kv = {root(s) for s in (sdpa.inputs[SDPA_KEY], sdpa.inputs[SDPA_VALUE]) if isinstance(s, TensorSpec)}
-            made = [r for r in kv if r is not None and producer.get(r) in inside]
-            while made:  # K made in the kernel (rotary): what it is made from streams past each tile
-                t_made = moved[producer[made.pop()]]
-                for a in t_made.read if t_made is not None else ():
-                    r = root(a.tensor)
-                    if r is not None and r not in kv:
-                        kv.add(r)
-                        if producer.get(r) in inside:
-                            made.append(r)
-            passes = _kv_passes(sdpa, hw)
-            read = {k: v * passes if k in kv else v for k, v in read.items()}
-        kernel.bytes = sum(read.values()) + written
-        kernels.append(kernel)
-
-    flops = sum(w[3] for w in work)
-    seconds = sum(w[0] for w in work)
-    weights, io = _compulsory(
-        moved, lambda s: None if s is None else roots.get(s.id, s) if s.id is not None else s, producer, returned, price
-    )
-    peak = flops / seconds if seconds else 1.0
-    return KernelPlan(
-        mode, hw, kernels, kernel_of, flops, peak, sum(weights) + sum(io), [w[3] for w in work], weights, io
-    )
+        summed = parts[name]
+        # where the whole tensor is unknown (no id to find it by), its views are not capped
+        cap = np.full(shape[1], np.inf) if whole is None else prices.held[whole[0]][whole[1]]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.minimum(1.0, cap / np.where(summed != 0, summed, 1.0))
+        weights[charged, columns] += np.where(summed != 0, nbytes * share, 0.0)
+    return weights, io
 
 
 def attention_work(call: OpCall, causal: bool) -> tuple[float, float]:
@@ -314,157 +362,3 @@ def _kv_passes(call: OpCall, hw: Hardware) -> float:
     q = call.inputs[SDPA_QUERY]
     rows = q.shape[-2] if isinstance(q, TensorSpec) else 1
     return float(math.ceil(rows / TILE_QUERIES))
-
-
-Group = tuple[str, str, list[int]]
-
-
-def _eager(calls: Sequence[OpCall], timed: Mapping[int, object]) -> list[Group]:
-    """One kernel per call that moves bytes or computes (views launch nothing)."""
-    out: list[Group] = []
-    for i, call in enumerate(calls):
-        if id(call) in timed:
-            kind = "attention" if call.kind in ATTENTION_KINDS else "other"
-            out.append((call.scope[-1], kind, [i]))
-    return out
-
-
-def _group(
-    calls: Sequence[OpCall],
-    moved: Sequence[Traffic | None],
-    root: Callable[[TensorSpec | None], int | None],
-    moe_blocks: Sequence[str],
-    chains: Sequence[str] = (),
-) -> list[Group]:
-    """The fused kernels (module docstring): (name, kind, call indices) in launch order."""
-    groups: list[Group] = []
-    pending: list[int] = []
-    by_input: dict[int, int] = {}  # activation read -> the GEMM kernel reading it
-    by_expert: dict[tuple[str, str, tuple[int, ...]], int] = {}  # an experts' projection -> its grouped GEMM
-    last = -1  # the kernel most recently given a call
-    experts = tuple(f"{b}.experts" for b in moe_blocks)
-    chained: dict[str, int] = {}  # a module of ``chains`` -> the kernel of its products of activations
-    for i, call in enumerate(calls):
-        handle = FLOPS.handles.get(call.kind)
-        if not getattr(handle, "macs", False):
-            pending.append(i)
-            continue
-        if call.kind in ATTENTION_KINDS:
-            groups.append((call.scope[-1], "attention", [*pending, i]))
-            pending, last = [], len(groups) - 1
-            continue
-        tensors = list(flat_tensors(call.inputs))
-        acts = [t for t in tensors if t.param is None]
-        weight = next((t for t in tensors if t.param is not None), None)
-        source = root(acts[0]) if len(acts) == 1 else None
-        expert_key = _expert_key(call, weight, experts)
-        target = by_input.get(source) if source is not None else None
-        chain = call.scope[-1] if weight is None and call.scope[-1] in chains else None
-        if chain is not None and chain in chained:  # the calls since the chain's last product run inside it
-            groups[chained[chain]][2].extend([*pending, i])
-            pending, last = [], chained[chain]
-            continue
-        if target is None and expert_key is not None:
-            target = by_expert.get(expert_key)
-        if target is not None:
-            if pending:  # the calls since the last kernel run as its epilogue
-                groups[last][2].extend(pending)
-                pending = []
-            groups[target][2].append(i)
-            last = target
-            if groups[target][1] == "gemm" and expert_key is not None:
-                groups[target] = (groups[target][0], "grouped_gemm", groups[target][2])
-            continue
-        groups.append((call.scope[-1], "gemm", [*pending, i]))
-        pending, last = [], len(groups) - 1
-        if chain is not None:
-            chained[chain] = last
-        if source is not None:
-            by_input[source] = last
-        if expert_key is not None:
-            by_expert[expert_key] = last
-    if pending:
-        if groups:
-            groups[last if last >= 0 else -1][2].extend(pending)
-        else:
-            groups.append((calls[pending[0]].scope[-1], "other", pending))
-    for _, _, members in groups:
-        members.sort()
-    return groups
-
-
-def _expert_key(
-    call: OpCall, weight: TensorSpec | None, experts: Sequence[str]
-) -> tuple[str, str, tuple[int, ...]] | None:
-    """(experts module, projection, weight shape) of a matrix product run by the experts of a
-    mixture-of-experts block, None for any other: the same projection of every expert runs as one
-    grouped GEMM. The projection is the weight's name within the experts without the expert's
-    index, whether the experts are a module list (``experts.3.w2.weight``) or one module holding
-    every expert's weights (``experts.down_proj[3]``)."""
-    if weight is None or weight.param is None:
-        return None
-    inside = [s for s in call.scope if any(s == e or s.startswith(e + ".") for e in experts)]
-    if not inside:  # an expert's slice of a stack outside a module named experts (JetMoE's, opcount.llm.jetmoe)
-        stacked = re.fullmatch(r"(.+)\[\d+\]", weight.param)
-        return None if stacked is None else (stacked[1], "", weight.shape)
-    block = next(e for e in experts if inside[-1] == e or inside[-1].startswith(e + "."))
-    member = re.sub(r"\[\d+\]$", "", weight.param.removeprefix(block))  # one module's stacked weights
-    member = re.sub(r"^\.\d+\.", ".", member)  # a module list's expert index
-    return block, member, weight.shape
-
-
-def _compulsory(
-    moved: Sequence[Traffic | None],
-    base: Callable[[TensorSpec | None], TensorSpec | None],
-    producer: dict[int, int],
-    returned: set[int | None],
-    price: Callable[[Access], float],
-) -> tuple[list[float], list[float]]:
-    """Bytes no engine avoids: each weight and cache tensor read once (its largest read: an
-    embedding table's looked-up rows, unless a tied output layer reads it all; read through several
-    views, a state head by head, the sum of each view's largest read, never more than the tensor:
-    an expanded view of a bias reads the bias), every cache write,
-    the inputs read once and the returned outputs written once (0-d ones, counters and offsets, are
-    kernel arguments). Per call: the bytes of weights and caches, and of inputs and outputs, charged
-    to it, each tensor to the call reading (or writing) the most of it."""
-    # a tensor read, output or a named tensor's view read once -> (its bytes, the call charged)
-    once: dict[object, tuple[float, int]] = {}
-    named: dict[object, TensorSpec] = {}  # a weight's or cache tensor's key -> the tensor
-    weights, io = [0.0] * len(moved), [0.0] * len(moved)
-    for i, t in enumerate(moved):
-        if t is None or t.alias:
-            continue
-        for a in t.read:
-            s, b = a.tensor, base(a.tensor)
-            if s is None or b is None:
-                continue
-            key: object
-            if b.param is not None:  # a weight or a cache tensor, itself or one of its views
-                key = (b.param, s.id)
-                named[key] = b
-            elif b.id not in producer and s.shape:
-                key = b.id  # a model input; a 0-d one (a position offset) is a kernel argument, not a read
-            else:
-                continue
-            if price(a) > once.get(key, (0.0, i))[0]:
-                once[key] = (price(a), i)
-        for a in t.write:
-            s, b = a.tensor, base(a.tensor)
-            if s is None or b is None:
-                continue
-            if b.param is not None:
-                weights[i] += price(a)
-            elif b.id in returned and s.shape:
-                key = ("output", b.id)
-                if price(a) > once.get(key, (0.0, i))[0]:
-                    once[key] = (price(a), i)
-    parts: dict[str, float] = {}  # a named tensor -> the bytes read of its parts, summed
-    for key, b in named.items():
-        parts[b.param or ""] = parts.get(b.param or "", 0.0) + once[key][0]
-    for key, (nbytes, i) in once.items():
-        b = named.get(key)
-        if b is None:
-            io[i] += nbytes
-        elif parts[b.param or ""]:  # its parts, never more than the whole tensor
-            weights[i] += nbytes * min(1.0, price(Access(b, b.nbytes)) / parts[b.param or ""])
-    return weights, io

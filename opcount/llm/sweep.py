@@ -1,15 +1,16 @@
 """Many points of an LLM phase or generation at the cost of a few traces.
 
 The records of a phase are fitted once per region as polynomials in batch, tokens and cache
-length (:mod:`.symbolic`), checked against one more trace, and rebuilt at every other point.
-A point's FLOPs and activation peak are then those of its rebuilt records, computed by the same
-analyses as a traced phase (:class:`~opcount.analysis.FlopCountAnalysis`, run once on the records
-that differ, the layers of a decoder repeating one another's, for all points together). Its two
-times, the kernels' estimate and the speed of light, come from its whole rebuilt record list priced
-as a traced phase prices it (:func:`~opcount.roofline.roofline`, :func:`.kernels.plan`): fused
-kernels group records by the data flow between them, so no record is priced alone.
+length (:mod:`.symbolic`) and checked against one more trace. A point's FLOPs and activation
+peak are then those of its records as the fit gives them, computed by the same analyses as a
+traced phase (:class:`~opcount.analysis.FlopCountAnalysis`, run once on the distinct records of
+all points together: the layers of a decoder repeat one another's, most records depend on the
+batch alone). Its two
+times, the kernels' estimate and the speed of light, come from the same distinct records priced as
+a traced phase prices its calls, summed into kernels grouped once per region
+(:mod:`.sweep_prices`).
 The other traces of a fit keep their records only (nothing rolled up per module); the first point
-of each region is analyzed in full and its figures must equal the rebuilt ones. Where a fit is
+of each region is analyzed in full and its figures must equal the fitted ones. Where a fit is
 refused, the region's points are traced one by one and the reason is logged.
 """
 
@@ -17,25 +18,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .._runtime import gc_paused
 from ..analysis import FlopCountAnalysis
 from ..errors import OpcountValueError
+from ..handles.memory import Traffic
 from ..hardware.lookup import Hardware
 from ..hardware.lookup import hardware as lookup_hardware
 from ..ir import OpCall, Spec, TensorSpec
 from ..memory import MemoryTrafficAnalysis
-from ..roofline import roofline
 from ..tracing import Trace
 from .cache import CHUNKED, SLIDING
-from .kernels import MODES, KernelPlan, plan
+from .kernels import MODES
 from .model import CACHE_NAMES, text_config
 from .moe import find_experts
 from .phases import CausalLM, Memory, PhaseCost, decode_times
 from .points import GenerationPoint, PhasePoint
+from .sweep_prices import region_plans
 from .symbolic import (
     FitError,
     Point,
@@ -46,7 +49,6 @@ from .symbolic import (
     check_point,
     corner_design,
     fit,
-    flatten,
     monomials,
     rebuild,
     region,
@@ -54,7 +56,6 @@ from .symbolic import (
 )
 
 logger = logging.getLogger(__name__)
-Shapes = dict[int, tuple[TensorSpec, tuple[Poly, ...]]]  # each tensor's first record and dimensions' polynomials
 
 
 @dataclass(frozen=True)
@@ -128,8 +129,9 @@ def phase_points(
     for p in dict.fromkeys(points):
         groups.setdefault(region(structure, p), []).append(p)
     found: dict[Point, PhasePoint] = {}
-    for group in groups.values():
-        found.update(_region(run, group))
+    with gc_paused():  # fitting and pricing make many small objects, none cyclic garbage: as a trace does
+        for group in groups.values():
+            found.update(_region(run, group))
     return [found[p] for p in points]
 
 
@@ -143,16 +145,17 @@ def _region(run: _Run, points: list[Point]) -> dict[Point, PhasePoint]:
         return traced[p]
 
     try:
-        template = _fit(points, trace)
-        if template is not None:
-            return _evaluate(run, template, points, first)
+        fitted = _fit(points, trace)
+        if fitted is not None:
+            return _evaluate(run, fitted[0], points, first, fitted[1])
     except FitError as e:
         logger.info("%s: tracing each of %d points instead of fitting them: %s", run.phase, len(points), e)
     return {p: PhasePoint.of(first if p == points[0] else run.trace(p)) for p in points}
 
 
-def _fit(points: list[Point], trace: Callable[[Point], Trace]) -> Template | None:
-    """The region's template, checked; None when tracing every point costs no more."""
+def _fit(points: list[Point], trace: Callable[[Point], Trace]) -> tuple[Template, Trace] | None:
+    """The region's template and the trace it was checked against; None when tracing every point
+    costs no more."""
     swept, design = affine_design(points)
     multilinear = len(swept) >= 3  # a three-way product could cancel at one check point: fit every corner
     while True:
@@ -166,7 +169,7 @@ def _fit(points: list[Point], trace: Callable[[Point], Trace]) -> Template | Non
             return None
         try:
             verify(template, trace(check), check)
-            return template
+            return template, trace(check)
         except FitError:
             if multilinear or len(swept) < 2:
                 raise
@@ -176,9 +179,9 @@ def _fit(points: list[Point], trace: Callable[[Point], Trace]) -> Template | Non
 # ------------------------------------------------------------------------------------------------
 # The figures of rebuilt points
 # ------------------------------------------------------------------------------------------------
-def _key(call: OpCall, polys: list[Poly], pricing: Callable[[TensorSpec], float | None]) -> Any:
-    """What decides a record's costs: its structure and sizes, without the names a layer differs by."""
-    structure, _ = flatten(call)
+def _key(call: OpCall, structure: Any, polys: list[Poly], pricing: Callable[[TensorSpec], float | None]) -> Any:
+    """What decides a record's costs: its structure (:func:`.symbolic.flatten`'s) and sizes, without
+    the names a layer differs by."""
     kind, _, within, inputs, outputs = structure
     tensors = _tensors((*call.inputs, *call.outputs))
     roles = tuple((s.param is None, pricing(s)) for s in tensors)
@@ -207,13 +210,17 @@ def _tensors(specs: Sequence[Spec]) -> list[TensorSpec]:
     return out
 
 
-def _evaluate(run: _Run, template: Template, points: list[Point], first: PhaseCost) -> dict[Point, PhasePoint]:
+def _evaluate(
+    run: _Run, template: Template, points: list[Point], first: PhaseCost, check: Trace
+) -> dict[Point, PhasePoint]:
     """The figures at every point of a region; the first, traced in full, checks them."""
     llm = run.llm
     pricing = llm._pricing
     index: dict[Any, int] = {}
+    chains = set(llm.indexers)  # a DSA indexer's products are priced by their kept pairs: apart from others
     which = [
-        index.setdefault(_key(c, ps, pricing), len(index)) for c, ps in zip(template.calls, template.polys, strict=True)
+        index.setdefault((_key(c, st, ps, pricing), c.scope[-1] in chains), len(index))
+        for c, st, ps in zip(template.calls, template.structures, template.polys, strict=True)
     ]
     unique = [0] * len(index)
     for r, u in reversed(list(enumerate(which))):
@@ -229,9 +236,17 @@ def _evaluate(run: _Run, template: Template, points: list[Point], first: PhaseCo
     values = np.array(per_call, dtype=object)
     # Python integers (exact whatever their size), each distinct record's count times its FLOPs
     totals = [int(x) for x in sum((int(c) * values[at[u]] for u, c in enumerate(counts)), np.zeros(len(points), int))]
-    hw, shapes = run.hardware, template.tensor_shapes()
-    plans = None if hw is None else [_plan(run, hw, template, shapes, p, first.moe_blocks) for p in points]
-    activations = _activations(llm, template, points)
+    traffic = MemoryTrafficAnalysis(template.trace, named_views=CACHE_NAMES)
+    traffic.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+    moved = [t for _, t in traffic.traffic_per_call()]
+    plans = None
+    if run.hardware is not None:
+        plans = region_plans(
+            template.trace, moved, check, trace, which, at, hardware=run.hardware, mode=run.kernels,
+            dtype=llm.precision.act, itemsize=pricing, moe_blocks=first.moe_blocks, chains=llm.indexers,
+            named=CACHE_NAMES,
+        )  # fmt: skip
+    activations = _activations(llm, template, points, moved)
     out: dict[Point, PhasePoint] = {}
     for k, p in enumerate(points):
         batch, tokens, cache = p
@@ -268,39 +283,11 @@ def _distinct_calls(template: Template, unique: list[int], points: list[Point]) 
     return calls, at
 
 
-def _plan(
-    run: _Run, hw: Hardware, template: Template, shapes: Shapes, point: Point, moe_blocks: Sequence[str]
-) -> KernelPlan:
-    """The kernels of the point's whole rebuilt record list, priced as :meth:`.phases.CausalLM.phase` prices
-    a trace: fused kernels read the data flow between records, so each point is priced in full; the
-    model's outputs (written once, never fused away) are rebuilt at the point too."""
-    outputs = []
-    for spec in template.trace.outputs:
-        if not spec.shape:  # a 0-d counter: nothing to rebuild
-            outputs.append(spec)
-            continue
-        known = shapes.get(spec.id) if spec.id is not None else None
-        if known is None or known[0].shape != spec.shape:
-            raise FitError(f"the model's output {spec.id} has a size no record gives it")
-        outputs.append(replace(spec, shape=tuple(poly.at(point) for poly in known[1])))
-    calls = tuple(template.at(point))
-    trace = Trace(template.trace.tree, calls, template.trace.called, tuple(outputs), "dispatch", template.trace.mode)
-    memory = MemoryTrafficAnalysis(trace, named_views=CACHE_NAMES)
-    memory.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
-    llm = run.llm
-    report = roofline(memory, hardware=hw, dtype=llm.precision.act, itemsize=llm._pricing)
-    return plan(
-        memory, report, run.kernels, dtype=llm.precision.act, itemsize=llm._pricing, moe_blocks=moe_blocks,
-        chains=llm.indexers,
-    )  # fmt: skip
-
-
-def _activations(llm: CausalLM, template: Template, points: list[Point]) -> list[int]:
+def _activations(
+    llm: CausalLM, template: Template, points: list[Point], traffic: Sequence[Traffic | None]
+) -> list[int]:
     """Each point's peak of activations alive at once, as :func:`~opcount.llm.phases.peak_activations`
-    walks a traced phase: the same births and deaths, the sizes of each point."""
-    memory = MemoryTrafficAnalysis(template.trace, named_views=CACHE_NAMES)
-    memory.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
-    traffic = [t for _, t in memory.traffic_per_call()]
+    walks a traced phase (``traffic``: the template's): the same births and deaths, the sizes of each point."""
     shapes = template.tensor_shapes()
     last: dict[int, int] = {}
     specs: dict[int, TensorSpec] = {}

@@ -148,7 +148,7 @@ ALLOWED = {
     ("sparsity/pruning.py", "hit"): "a parameter name (module.param)",
     ("llm/precision.py", "__call__"): "a buffer name under the KV cache prefix",
     ("llm/deploy.py", "_touches_cache"): "a buffer name under the KV cache prefix",
-    ("llm/kernels.py", "_expert_key"): "a weight's name inside an experts module, less the expert's index",
+    ("llm/kernel_groups.py", "_expert_key"): "a weight's name inside an experts module, less the expert's index",
     ("llm/moe.py", "_parent"): "a module name of named_modules() on a model being prepared, not a trace",
     ("llm/moe.py", "find_experts"): "module names of named_modules() on a model being prepared, not a trace",
     ("llm/moe.py", "_looks_like_experts"): "a module name's last part (experts, *Router) on a model being prepared",

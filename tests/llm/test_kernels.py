@@ -87,7 +87,8 @@ def test_no_score_matrix_bytes_under_fused_kernels() -> None:
     def attention_bytes(t: int) -> float:
         cost = tiny_llama().phase("prefill", seq_len=t, hardware="h100-sxm")
         assert cost.plans is not None
-        return sum(k.bytes for k in cost.plans["fused"].kernels if k.kind == "attention")
+        fused = cost.plans["fused"]
+        return sum(b for k, b in zip(fused.kernels, fused.bytes, strict=True) if k.kind == "attention")
 
     # every tensor the attention kernels move (Q, K, V, the cache, the output, rotary) grows linearly
     # with T: equal steps from T to 2T to 3T; a T x T score matrix would make the second step larger
@@ -175,7 +176,8 @@ def test_k_and_v_stream_once_per_query_tile_past_the_buffer() -> None:
     def attention_bytes(hw: Hardware) -> float:
         cost = llm.phase("prefill", seq_len=t, hardware=hw)
         assert cost.plans is not None
-        return sum(k.bytes for k in cost.plans["fused"].kernels if k.kind == "attention")
+        fused = cost.plans["fused"]
+        return sum(b for k, b in zip(fused.kernels, fused.bytes, strict=True) if k.kind == "attention")
 
     # a prompt attends to its own keys and values: V [1, kv_heads, T, head_dim] as the projection wrote
     # it, K made in the kernel by rotary from the projection's K and the cos and sin tables [1, T,
@@ -201,3 +203,45 @@ def test_experts_run_as_grouped_gemms() -> None:
     experts = [i for i, c in enumerate(calls) if c.kind == "aten::linear" and ".experts" in c.scope[-1]]
     assert len(experts) == LAYERS * 4 * 2
     assert all(kernels[cost.plans["fused"].kernel_of[i]].kind == "grouped_gemm" for i in experts)
+
+
+def test_one_layout_priced_at_many_points() -> None:
+    # Two matrix products reading one activation x [B, 8] (query and key projections, bfloat16):
+    # one kernel reading x once. Per point (B = 1, then 3), by hand: x is 16 B bytes, each weight
+    # [8, 4] 64 bytes, each output [B, 4] 8 B bytes; the second product reads x as a 12 B-byte
+    # slice, so the kernel's read of x is the larger, 16 B.
+    import numpy as np
+
+    from opcount.handles.memory import Access, Traffic
+    from opcount.hardware.lookup import hardware
+    from opcount.ir import OpCall, TensorSpec
+    from opcount.llm.kernel_groups import layout
+    from opcount.llm.kernels import CallPrices, priced
+
+    x = TensorSpec((1, 8), "bfloat16", id=0)
+    w1, w2 = (TensorSpec((4, 8), "bfloat16", param=f"w{i}", id=i) for i in (1, 2))
+    y1, y2 = TensorSpec((1, 4), "bfloat16", id=3), TensorSpec((1, 4), "bfloat16", id=4)
+    calls = [OpCall("aten::mm", (x, w1), (y1,), ("q",)), OpCall("aten::mm", (x, w2), (y2,), ("k",))]
+    moved = [
+        Traffic((Access(x, 16), Access(w1, 64)), (Access(y1, 8),)),
+        Traffic((Access(x, 12), Access(w2, 64)), (Access(y2, 8),)),
+    ]
+    kernels = layout(calls, moved, (y1, y2), [True, True], "fused")
+    assert [(kind, members) for _, kind, members in kernels.groups] == [("gemm", (0, 1))]
+    b = np.array([1.0, 3.0])
+    ones = np.ones((2, 2))
+    flops = np.array([2 * 8 * 4 * b, 2 * 8 * 4 * b])  # 2 x B x 8 x 4 per product
+    prices = CallPrices(
+        ones.astype(bool), flops / 1e15, flops / 5e14, 0 * ones, flops, ones,
+        [np.array([16 * b, [64, 64]]), np.array([12 * b, [64, 64]])], [np.array([8 * b]), np.array([8 * b])],
+        [np.array([[0, 0], [64, 64], [0, 0]]), np.array([[0, 0], [64, 64], [0, 0]])],  # each weight whole: 64
+    )  # fmt: skip
+    plans = priced(kernels, prices, hardware("h100-sxm"))
+    for plan, batch in zip(plans, (1, 3), strict=True):
+        # x once (its larger read), both weights, both outputs (the model returns them)
+        assert plan.bytes.tolist() == [16 * batch + 2 * 64 + 2 * 8 * batch]
+        assert plan.compulsory_bytes == 16 * batch + 2 * 64 + 2 * 8 * batch
+        assert plan.matmul_flops == 2 * 2 * 8 * 4 * batch
+        assert plan.matmul_peak == pytest.approx(1e15)  # the FLOPs over their seconds at peak
+        assert plan.tensor_eff_s.tolist() == [2 * 2 * 8 * 4 * batch / 5e14]
+        assert plan.call_io_bytes.tolist() == [16 * batch + 8 * batch, 8 * batch]  # x charged to its larger read

@@ -9,6 +9,7 @@ tests of the fit use closed forms worked by hand.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from types import SimpleNamespace
@@ -22,6 +23,7 @@ from opcount.cli import main  # noqa: E402
 from opcount.errors import OpcountError  # noqa: E402
 from opcount.ir import Const, OpCall, TensorSpec  # noqa: E402
 from opcount.llm import sweep as sweep_module  # noqa: E402
+from opcount.llm import sweep_prices  # noqa: E402
 from opcount.llm.phases import CausalLM, generation  # noqa: E402
 from opcount.llm.points import GenerationPoint, PhasePoint  # noqa: E402
 from opcount.llm.sweep import generation_points, phase_points, structure_of  # noqa: E402
@@ -29,6 +31,7 @@ from opcount.llm.symbolic import (  # noqa: E402
     FitError,
     Poly,
     Structure,
+    Template,
     affine_design,
     corner_design,
     fit,
@@ -129,6 +132,62 @@ def test_generations(dense: CausalLM, mixtral: CausalLM) -> None:
             want = GenerationPoint.of(generation(llm, prompt, gen, batch=batch, hardware=HW, kernels=kernels))
             assert g.time is not None and g.time_bound is not None
             assert generation_figures(g) == generation_figures(want), (kernels, batch, prompt, gen)
+
+
+def test_latent_attention_decode_and_prefill() -> None:
+    # DeepSeek-V3's multi-head latent attention: decode absorbs W_UK and W_UV (einsums), prefill does not
+    from tests.llm.test_caches import deepseek_v3
+
+    config = deepseek_v3()  # every layer dense; its config's experts still cut regions: 4 of them, 2 a token
+    config.n_routed_experts, config.num_experts_per_tok = 4, 2
+    llm = CausalLM(config)
+    assert structure_of(llm).experts == ((2, 4),)
+    # B*T*2 routed tokens: a multiple of 4 for an even B*T, one region
+    check_phase(llm, "decode", [(b, 1, k) for b in (2, 4, 8) for k in (3, 20, 70)])
+    check_phase(llm, "decode", [(b, 1, k) for b in (2, 6) for k in (3, 20, 70)], kernels="eager")
+    check_phase(llm, "prefill", [(b, t, 0) for b in (1, 2, 4) for t in (4, 10, 30)])
+
+
+def test_priced_by_arithmetic(dense: CausalLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    # with hardware, the points of a region are priced from four traces and the distinct records
+    # once: never a point's whole record list rebuilt, never a trace per point
+    traces: list[tuple[int, int, int]] = []
+    original = CausalLM._trace
+
+    def counted(self: CausalLM, seq_len: int, kv_len: int, batch: int, *args: Any, **kwargs: Any) -> Any:
+        traces.append((batch, seq_len, kv_len))
+        return original(self, seq_len, kv_len, batch, *args, **kwargs)
+
+    monkeypatch.setattr(CausalLM, "_trace", counted)
+    monkeypatch.setattr(Template, "at", lambda *a: pytest.fail("a point rebuilt in full"))
+    points = [(b, 1, k) for b in range(1, 9) for k in range(5, 100, 7)]  # 8 x 14 = 112 points
+    got = phase_points(dense, "decode", points, hardware=HW)
+    # the first point, a step in batch, a step in cache length, the check point
+    assert traces == [(1, 1, 5), (8, 1, 5), (1, 1, 96), (2, 1, 12)]
+    assert sum(p.traced for p in got) == 1
+    for i in (1, 57, 111):  # spot checks against a trace (every point is checked in the grids above)
+        b, _, k = points[i]
+        want = PhasePoint.of(dense.phase("decode", kv_len=k, batch=b, hardware=HW))
+        assert figures(got[i]) == figures(want)
+
+
+def test_kernels_grouped_differently_at_the_check_point_trace_every_point(
+    dense: CausalLM, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls: list[int] = []
+    original = sweep_prices.layout
+
+    def shifting(*args: Any, **kwargs: Any) -> Any:  # the second layout (the check trace's) differs
+        calls.append(1)
+        found = original(*args, **kwargs)
+        return found if len(calls) == 1 else dataclasses.replace(found, groups=found.groups[:-1])
+
+    monkeypatch.setattr(sweep_prices, "layout", shifting)
+    points = [(b, 1, k) for b in (1, 2, 3) for k in (3, 5, 8)]
+    with caplog.at_level(logging.INFO, logger="opcount.llm.sweep"):
+        got = phase_points(dense, "decode", points, hardware=HW)
+    assert all(p.traced for p in got)
+    assert "the kernels group the operators differently at the check point" in caplog.text
 
 
 def test_invalid_point_refused_before_any_trace(dense: CausalLM, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -237,3 +296,19 @@ def test_cli_sweep_rows_equal_each_point_run_alone(
             k: v for k, v in alone.items() if k not in ("model", "parameters")
         }
         assert row["kernels"] == kernels and row["time"] is not None and row["time_bound"] is not None
+
+
+def test_cli_fits_a_sweep_with_hardware(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    traces: list[int] = []
+    original = CausalLM._trace
+
+    def counted(self: CausalLM, *args: Any, **kwargs: Any) -> Any:
+        traces.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(CausalLM, "_trace", counted)
+    tiny = [a for k, v in GEOMETRY.items() for a in ("--hf-config", f"{k}={v}")]
+    args = ["hf:LlamaConfig", *tiny, "--phase", "decode", "--hardware", HW, "--sweep", "batch=1,2,3,4"]
+    rows = _cli_json(capsys, [*args, "--sweep", "kv-len=4,10,30,50"])["points"]
+    assert len(rows) == 16 and all(r["time"] is not None for r in rows)
+    assert len(traces) == 4  # the first point, a step in batch, one in cache length, the check: not 16
