@@ -88,6 +88,22 @@ _GATED_DELTANET = Supplement(
     "vllm/model_executor/models/qwen3_next.py (Qwen3NextGatedDeltaNet)",
 )
 
+_QWEN3_5_DELTANET = Supplement(
+    "layers.*.linear_attn",
+    {
+        # as Qwen3-Next's, its q/k/v, gate z and b/a projections apart (vLLM fuses them back column-wise)
+        "in_proj_qkv": COL,
+        "in_proj_z": COL,
+        "in_proj_b": COL,
+        "in_proj_a": COL,
+        "conv1d": COL,
+        "A_log": COL,
+        "dt_bias": COL,
+        "out_proj": ROW,
+    },
+    "vllm/model_executor/models/qwen3_5.py (GatedDeltaNetAttention, vllm/model_executor/layers/mamba/gdn_linear_attn.py)",
+)
+
 _MAMBA2_MIXER = Supplement(
     "layers.*.mixer",
     {
@@ -115,6 +131,8 @@ SUPPLEMENTS: dict[str, tuple[Supplement, ...]] = {
     "longcat_flash": (Supplement("layers.*.self_attn.*", _MLA_ATTENTION.styles, _MLA_ATTENTION.source),),
     "gpt_oss": _GPT_OSS,
     "qwen3_next": (_GATED_DELTANET,),
+    "qwen3_5_text": (_QWEN3_5_DELTANET,),
+    "qwen3_5_moe_text": (_QWEN3_5_DELTANET,),
     "mamba2": (
         _MAMBA2_MIXER,
         # the vocabulary split as every vLLM decoder splits it (transformers gives Mamba-2 no plan)
@@ -128,6 +146,8 @@ SUPPLEMENTS: dict[str, tuple[Supplement, ...]] = {
 # per family, the head counts --tp must divide beyond the attention's (vLLM asserts each)
 HEAD_FIELDS: dict[str, tuple[str, ...]] = {
     "qwen3_next": ("linear_num_key_heads", "linear_num_value_heads"),
+    "qwen3_5_text": ("linear_num_key_heads", "linear_num_value_heads"),
+    "qwen3_5_moe_text": ("linear_num_key_heads", "linear_num_value_heads"),
     "mamba2": ("num_heads", "n_groups"),
 }
 

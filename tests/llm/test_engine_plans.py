@@ -210,3 +210,20 @@ def test_longcat_flash_runs_on_its_own_plan_its_two_latents_whole() -> None:
     cost = llm.phase("decode", kv_len=POS - 1, batch=T, hardware=DEVICE)
     assert llm.deploy(cost, Parallel()).per_device.weights == cost.memory.weights
     assert llm.deploy(cost, Parallel(tp=2)).per_device.kv_cache == 2 * (512 + 64) * POS * T * BYTES
+
+
+def test_qwen3_5_gated_deltanet_split_by_heads() -> None:
+    # Qwen3-Next's geometry in Qwen3.5's dense form: its DeltaNet's projections apart (qkv, z, b, a),
+    # a dense MLP (d -> 512) in every layer
+    config = transformers.Qwen3_5TextConfig(
+        **{k: v for k, v in QWEN3_NEXT.items() if "expert" not in k and k != "moe_intermediate_size"}
+    )
+    _, cost, d = decode(config, 2)
+    keys, values = 4 * 32, 8 * 32
+    conv = 2 * keys + values
+    deltanet = (2 * keys + values) * D + values * D + 2 * 8 * D + conv * 4 + 2 * 8 + D * values
+    attention = 2 * D * D + 2 * 64 * D + D * D
+    whole = 3 * 32 + 2 * 32 + 4 * 2 * D + D  # the gated norms, q_norm and k_norm, the layers' and final norms
+    assert d.per_device.weights == ((3 * deltanet + attention + 4 * 3 * D * 512 + VOCAB) / 2 + whole) * BYTES
+    state = 3 * (conv * 4 + 8 * 32 * 32) * T * BYTES
+    assert d.per_device.kv_cache == state / 2 + 2 * 1 * 32 * POS * T * BYTES
