@@ -218,7 +218,7 @@ def test_qwen3_5_gated_deltanet_split_by_heads() -> None:
     config = transformers.Qwen3_5TextConfig(
         **{k: v for k, v in QWEN3_NEXT.items() if "expert" not in k and k != "moe_intermediate_size"}
     )
-    _, cost, d = decode(config, 2)
+    *_, d = decode(config, 2)
     keys, values = 4 * 32, 8 * 32
     conv = 2 * keys + values
     deltanet = (2 * keys + values) * D + values * D + 2 * 8 * D + conv * 4 + 2 * 8 + D * values
