@@ -8,8 +8,8 @@ block of one family (``config.model_type``), which of its children vLLM splits c
 row-wise, which it runs whole on every rank (``replicate``), and the vLLM source that does so.
 
 :func:`engine_plan` returns the plan a layout follows: transformers' own, plus each supplement whose
-block transformers' plan does not split (no column-wise and row-wise child in any layer), that
-block's own entries in transformers' plan replaced by the supplement's. A supplement never overrides a
+block transformers' plan does not split (no column-wise and row-wise child in any layer), its entries
+replacing the plan's for the same children. A supplement never overrides a
 block transformers splits; a model with neither (GPT-2) keeps an empty plan and ``--tp`` refuses it.
 """
 
@@ -120,6 +120,42 @@ _MAMBA2_MIXER = Supplement(
     "vllm/model_executor/layers/mamba/mamba_mixer2.py (MambaMixer2)",
 )
 
+_MAMBA_MIXER = {
+    # channels split: in_proj (x and gate), the convolution, dt_proj, A and D column-wise; x_proj
+    # (dt, B, C from the split channels) row-wise, its small output all-reduced; out_proj row-wise
+    "in_proj": COL,
+    "conv1d": COL,
+    "x_proj": ROW,
+    "dt_proj": COL,
+    "A_log": COL,
+    "D": COL,
+    "out_proj": ROW,
+}
+_MAMBA_SOURCE = "vllm/model_executor/layers/mamba/mamba_mixer.py (MambaMixer)"
+_VOCAB = (
+    # the vocabulary split as every vLLM decoder splits it (VocabParallelEmbedding, ParallelLMHead)
+    Supplement("embeddings", {"": "embedding_rowwise"}, "vllm/model_executor/models/mamba2.py, mamba.py"),
+    Supplement("lm_head", {"": "colwise_gather_output"}, "vllm/model_executor/models/mamba2.py, mamba.py"),
+)
+_JAMBA = (
+    # Jamba's plan splits its experts alone
+    Supplement(
+        "layers.*.mamba",
+        {**_MAMBA_MIXER, "dt_layernorm": WHOLE, "b_layernorm": WHOLE, "c_layernorm": WHOLE},  # on x_proj's whole output
+        f"vllm/model_executor/models/jamba.py (JambaMambaDecoderLayer), {_MAMBA_SOURCE}",
+    ),
+    Supplement(
+        "layers.*.self_attn",
+        {"q_proj": COL, "k_proj": COL, "v_proj": COL, "o_proj": ROW},
+        "vllm/model_executor/models/jamba.py (JambaAttentionDecoderLayer: QKVParallelLinear, RowParallelLinear)",
+    ),
+    Supplement(
+        "layers.*.feed_forward",
+        {"gate_proj": COL, "up_proj": COL, "down_proj": ROW},
+        "vllm/model_executor/models/jamba.py (JambaMLP)",
+    ),
+)
+
 # config.model_type -> the blocks vLLM splits that transformers' plan leaves whole
 SUPPLEMENTS: dict[str, tuple[Supplement, ...]] = {
     "deepseek_v2": (_MLA_ATTENTION,),
@@ -133,14 +169,9 @@ SUPPLEMENTS: dict[str, tuple[Supplement, ...]] = {
     "qwen3_next": (_GATED_DELTANET,),
     "qwen3_5_text": (_QWEN3_5_DELTANET,),
     "qwen3_5_moe_text": (_QWEN3_5_DELTANET,),
-    "mamba2": (
-        _MAMBA2_MIXER,
-        # the vocabulary split as every vLLM decoder splits it (transformers gives Mamba-2 no plan)
-        Supplement(
-            "embeddings", {"": "embedding_rowwise"}, "vllm/model_executor/models/mamba2.py (VocabParallelEmbedding)"
-        ),
-        Supplement("lm_head", {"": "colwise_gather_output"}, "vllm/model_executor/models/mamba2.py (ParallelLMHead)"),
-    ),
+    "mamba2": (_MAMBA2_MIXER, *_VOCAB),  # transformers gives Mamba and Mamba-2 no plan
+    "mamba": (Supplement("layers.*.mixer", _MAMBA_MIXER, _MAMBA_SOURCE), *_VOCAB),
+    "jamba": _JAMBA,
 }
 
 # per family, the head counts --tp must divide beyond the attention's (vLLM asserts each)
@@ -149,6 +180,7 @@ HEAD_FIELDS: dict[str, tuple[str, ...]] = {
     "qwen3_5_text": ("linear_num_key_heads", "linear_num_value_heads"),
     "qwen3_5_moe_text": ("linear_num_key_heads", "linear_num_value_heads"),
     "mamba2": ("num_heads", "n_groups"),
+    "mamba": ("intermediate_size",),
 }
 
 
@@ -168,8 +200,7 @@ def engine_plan(model: nn.Module, config: Any) -> tuple[dict[str, str], list[str
         pattern = blocks[0][: len(blocks[0]) - len(_concrete(supplement.block, blocks[0]))] + supplement.block
         if _splits(plan, blocks, names):
             styles = {c: s for c, s in supplement.styles.items() if s == WHOLE and f"{pattern}.{c}" not in plan}
-        else:
-            plan = {k: v for k, v in plan.items() if not (k == pattern or k.startswith(pattern + "."))}
+        else:  # the supplement's entries replace the plan's for the same children (Qwen3-Next's gathered ones)
             styles = dict(supplement.styles)
         for child, style in styles.items():
             plan[f"{pattern}.{child}" if child else pattern] = style

@@ -191,11 +191,40 @@ def test_mamba2_refuses_a_tp_its_groups_do_not_divide() -> None:
 
 
 def test_a_model_with_neither_plan_nor_supplement_is_refused() -> None:
-    # Mamba (1): transformers gives it no plan and opcount no engine plan
-    config = transformers.MambaConfig(hidden_size=64, num_hidden_layers=2, state_size=8, vocab_size=100)
+    # GPT-2: transformers gives it no plan and opcount no engine plan
+    config = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=100)
     llm = CausalLM(config)
-    with pytest.raises(OpcountError, match=r"--tp 2: MambaForCausalLM has no tensor-parallel plan"):
+    with pytest.raises(OpcountError, match=r"--tp 2: GPT2LMHeadModel has no tensor-parallel plan"):
         llm.deploy(llm.phase("decode", kv_len=3, hardware=DEVICE), Parallel(tp=2))
+
+
+def test_mamba_mixer_split_by_channels_x_proj_reduced() -> None:
+    # d = 64, expand 2: 128 channels, state 8, dt_rank 4 (d / 16), conv 4, V = 100 (tied), 2 layers
+    config = transformers.MambaConfig(hidden_size=64, num_hidden_layers=2, state_size=8, vocab_size=100)
+    _, cost, d = decode(config, 2)
+    c, n, r, vocab = 128, 8, 4, 100
+    # A_log, D, conv (weight, bias), in_proj (x and gate), x_proj (dt, B, C), dt_proj (weight, bias), out_proj
+    mixer = c * n + c + c * 4 + c + 2 * c * 64 + c * (r + 2 * n) + c * r + c + 64 * c
+    assert d.per_device.weights == ((2 * mixer + vocab * 64) / 2 + 2 * 64 + 64) * BYTES  # norms whole
+    state = 2 * (c * 4 + c * n) * T * BYTES  # conv and SSM states per layer and sequence, split by channels
+    assert cost.memory.kv_cache == state and d.per_device.kv_cache == state / 2
+    # all-reduces of the embedding's and each out_proj's T x d, and of each x_proj's T x (r + 2n); half
+    # the logits gathered
+    assert d.communication_bytes == (3 * T * 64 + 2 * T * (r + 2 * n)) * BYTES + T * vocab * BYTES / 2
+
+
+def test_jamba_attention_mixer_and_mlp_split() -> None:
+    # layer 0 a Mamba mixer and a dense MLP, layer 1 attention (4 heads, 2 KV heads of 16) and experts
+    config = transformers.JambaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        num_experts=4, num_experts_per_tok=2, expert_layer_period=2, expert_layer_offset=1, attn_layer_period=2,
+        attn_layer_offset=1, mamba_d_state=8, mamba_dt_rank=8, vocab_size=100, use_mamba_kernels=False,
+    )  # fmt: skip
+    llm, cost, d = decode(config, 2)
+    assert len(Sharding.of(llm.model, llm.config).sources) == 3
+    state = (128 * 4 + 128 * 8) * T * BYTES  # one mixer: conv and SSM states of 128 channels
+    assert cost.memory.kv_cache_by_type["state"] == state
+    assert d.per_device.kv_cache == state / 2 + 2 * 1 * 16 * POS * T * BYTES
 
 
 def test_longcat_flash_runs_on_its_own_plan_its_two_latents_whole() -> None:
