@@ -35,7 +35,7 @@ from . import deploy
 from . import training as training_cli
 from .args import check_counts, hf_overrides, invalid_config, natural_int, positive_int
 from .llm_rows import SweepPoint, point_json, sweep_points, sweep_report
-from .llm_times import add_kernels_argument, by_operator, time_lines
+from .llm_times import add_kernels_argument, by_operator, table_columns, time_lines
 from .options import Analysis, Layout, LLMOptions, LLMRun, Options, columns_needing
 from .render import write_csv_meta
 
@@ -404,8 +404,9 @@ def summary(llm_label: str, point: Point, parameters: int, active: int | None = 
 
 def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, model: str) -> str:
     p = point.phase
-    extra = {"roofline": p.roofline} if p.roofline is not None else None
-    given = list(layout.columns) if layout.columns is not None else None
+    # with hardware the times are the chosen kernels' estimate by module, headed by the mode (llm_times)
+    columns, extra = table_columns(p, layout.columns)
+    given = columns if layout.columns is not None else None
     # the model as typed (llm:gpt2), not the class it builds (GPT2LMHeadModel); device: meta
     meta = export_meta(p.flops, model=model, roofline=p.roofline)
     if layout.format == "json":
@@ -423,7 +424,6 @@ def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, mode
         return by_operator(p, layout, meta) + (
             "" if layout.format == "csv" else "\n\n" + summary(label, point, llm.parameters)
         )
-    columns = given or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
     depth = 3 if layout.depth is None else layout.depth
     if layout.format == "csv":
         write_csv_meta(layout.csv_meta, meta)

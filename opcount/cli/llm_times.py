@@ -1,25 +1,25 @@
 """What the LLM path prints of its times: the summary's lines and JSON fields (the estimate beside the
-speed of light, per kernels mode), and the ``--by-operator`` report, one row per operator with the
-kernels it was fused into."""
+speed of light, per kernels mode), the module table's time columns (the estimate by module), and the
+``--by-operator`` report, one row per operator with the kernels it was fused into."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tabulate
 
 from .. import report
 from ..errors import OpcountError
+from ..llm import kernel_times
 from ..llm.kernels import MODES
 from ..llm.operators import operator_rows
 from ..llm.phases import GenerationCost, PhaseCost
 from ..llm.points import GenerationPoint, PhasePoint
+from ..report.columns import Column
 from ..units import seconds, si, size
 from .options import Layout
 from .render import write_csv_meta
-
-FIELDS = ("operator", "calls", "flops", "bytes", "time", "kernels")
 
 
 def add_kernels_argument(group: Any) -> None:
@@ -33,27 +33,53 @@ def add_kernels_argument(group: Any) -> None:
 
 
 def by_operator(cost: PhaseCost, layout: Layout, meta: Mapping[str, Any]) -> str:
-    """The rows as a table or CSV; counts are headed by their unit (MACs or FLOPs), bytes and seconds
-    are each operator's as its own kernels (eager)."""
+    """The rows as a table or CSV; counts are headed by their unit (MACs or FLOPs), bytes are each
+    operator's as its own kernels (eager), seconds its part of the estimate of the chosen kernels
+    (:mod:`opcount.llm.kernel_times`: the rows sum to the summary's time)."""
     rows = operator_rows(cost)
     if not rows:
         raise OpcountError("--by-operator on an LLM phase needs --hardware: it says which kernel each operator ran in")
     unit = "MACs" if cost.flops.flops_per_mac == 1 else "FLOPs"
+    mode = cost.kernels
     if layout.format == "csv":
         write_csv_meta(layout.csv_meta, meta)
-        names = {
-            "flops": unit.lower(),
-            "bytes": "bytes_eager",
-            "time": "time_eager_s",
-            "kernels": f"{cost.kernels}_kernels",
-        }
-        return report.csv_rows(FIELDS, rows, names=names).rstrip("\n")
-    headers = ["operator", "calls", unit, "bytes (eager)", "time (eager)", f"{cost.kernels} kernels it ran in"]
+        fields = ("operator", "calls", "flops", "bytes_eager", f"time_{mode}", f"bound_{mode}", "kernels")
+        names = {"flops": unit.lower(), f"time_{mode}": f"time_{mode}_s", "kernels": f"{mode}_kernels"}
+        return report.csv_rows(fields, rows, names=names).rstrip("\n")
+    headers = [
+        "operator",
+        "calls",
+        unit,
+        "bytes (eager)",
+        f"time ({mode})",
+        f"bound ({mode})",
+        f"{mode} kernels it ran in",
+    ]
     cells = [
-        [r["operator"], str(r["calls"]), si(r["flops"]), size(r["bytes"]), seconds(r["time"]), r["kernels"]]
+        [
+            r["operator"],
+            str(r["calls"]),
+            si(r["flops"]),
+            size(r["bytes_eager"]),
+            seconds(r[f"time_{mode}"]),
+            r[f"bound_{mode}"] or "",
+            r["kernels"],
+        ]
         for r in rows
     ]
     return str(tabulate.tabulate(cells, headers=headers, tablefmt="pipe", disable_numparse=True))
+
+
+def table_columns(cost: PhaseCost, given: Sequence[str] | None) -> tuple[list[str | Column], dict[str, Any] | None]:
+    """The module table's columns and the analyses they read: with hardware, ``time``, ``time_share``
+    and ``bound`` are the estimate of the chosen kernels attributed to modules
+    (:mod:`opcount.llm.kernel_times`: the whole model's row is the summary's time), headed by the mode."""
+    if cost.roofline is None or cost.plan is None:
+        return list(given or ("params", "flops")), None
+    estimate = kernel_times.columns(cost.kernels)
+    keys = given or ("params", "flops", "time", "time_share", "bound")
+    extra = {"roofline": cost.roofline, kernel_times.ROLE: kernel_times.KernelTimes(cost)}
+    return [estimate.get(k, k) for k in keys], extra
 
 
 def time_lines(p: PhaseCost, gen: GenerationCost | None) -> list[str]:

@@ -67,7 +67,7 @@ def test_by_operator_says_which_kernel(capsys: pytest.CaptureFixture[str]) -> No
     status, out, err = run(capsys, *MODEL, "--seq-len", "16", "--by-operator")
     assert status == 0, err
     header = out.splitlines()[0]
-    assert "| MACs " in header and "fused kernels it ran in" in header
+    assert "| MACs " in header and "| time (fused) " in header and "fused kernels it ran in" in header
     rows = {line.split("|")[1].strip(): line for line in out.splitlines()[2:] if line.startswith("|")}
     assert rows["scaled_dot_product_attention"].rstrip(" |").endswith("attention 2")
     assert rows["linear"].rstrip(" |").endswith("gemm 15")  # 7 per layer and lm_head, all in GEMM kernels
@@ -76,7 +76,15 @@ def test_by_operator_says_which_kernel(capsys: pytest.CaptureFixture[str]) -> No
     )
     assert status == 0, err
     table = list(csv.DictReader(io.StringIO(out)))
-    assert set(table[0]) == {"operator", "calls", "flops", "bytes_eager", "time_eager_s", "fused_kernels"}
+    assert set(table[0]) == {
+        "operator",
+        "calls",
+        "flops",
+        "bytes_eager",
+        "time_fused_s",
+        "bound_fused",
+        "fused_kernels",
+    }
 
 
 def test_by_operator_needs_hardware(capsys: pytest.CaptureFixture[str]) -> None:
