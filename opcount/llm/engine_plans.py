@@ -2,8 +2,8 @@
 
 transformers' plans (``base_model_tp_plan``) are written for its own training-time tensor parallelism
 and leave some blocks of the models people serve unsplit: DeepSeek-V3's multi-head latent attention,
-GPT-OSS's attention and experts, Qwen3-Next's gated DeltaNet, Mamba-2's mixer. vLLM splits them by
-heads (or, for experts, by each expert's intermediate channels). A :class:`Supplement` says, for one
+GPT-OSS's attention and experts, Qwen3-Next's and Qwen3.5's gated DeltaNet, Mamba's, Mamba-2's and
+Jamba's mixers. vLLM splits them by heads (or channels; for experts, each expert's intermediate channels). A :class:`Supplement` says, for one
 block of one family (``config.model_type``), which of its children vLLM splits column-wise or
 row-wise, which it runs whole on every rank (``replicate``), and the vLLM source that does so.
 
