@@ -31,12 +31,13 @@ from ..hardware.interconnect import Collective, all_gather, all_reduce, all_to_a
 from ..hardware.lookup import Hardware
 from ..ir import DTYPE_BYTES, OpCall
 from ..memory import MemoryTrafficAnalysis
+from . import device_cache
 from .device_activations import peaks_per_stage
 from .device_times import stage_times
 from .limits import MAX_BATCH
-from .model import CACHE_NAMES, KV_PREFIX
+from .model import CACHE_NAMES
 from .parallel import Parallel, Sharding, check_layout, kv_heads_per_device
-from .precision import Precision, pricing_for, weight_formats
+from .precision import Precision, float32_weights, pricing_for, weight_formats
 
 # A phase, a generation and the model are opcount.llm.phases' PhaseCost, GenerationCost and CausalLM,
 # typed Any here: phases imports this module (CausalLM.deploy), which does not import it back.
@@ -96,6 +97,7 @@ class Deployment:
     prefill_time: float | None = None  # a generation: the time to first token per device
     prefill_time_bound: float | None = None
     generated: int = 0  # a generation: its decode steps
+    matmul_flops: float | None = None  # a step's matrix-product FLOPs on the busiest device (2 per multiply-add)
 
     @property
     def generation_time(self) -> float | None:
@@ -162,7 +164,7 @@ class Placement:
 
     def __init__(self, model: nn.Module, config: Any, precision: Precision, parallel: Parallel) -> None:
         self.parallel, self.config = parallel, config
-        self.sharding = Sharding.of(model)
+        self.sharding = Sharding.of(model, config)
         check_layout(model, config, parallel, self.sharding)
         self.layers = int(getattr(config, "num_hidden_layers", 1))
         self.stage_of: dict[str, int] = {}  # module -> stage, for the modules of a decoder layer
@@ -175,11 +177,13 @@ class Placement:
         self.pricing = pricing_for(model, precision)  # bytes per element by role, as the phase prices them
         formats = weight_formats(model, precision)  # each weight's bytes as the footprint counts them
         self.param_bytes: dict[str, int] = {}
+        wide = float32_weights(model, precision)  # a router transformers keeps in float32, as the footprint
         for name, p in model.named_parameters():
             if name in formats:
                 self.param_bytes[name] = formats[name][1]
             else:
                 dtype = precision.stored if p.is_floating_point() else str(p.dtype).removeprefix("torch.")
+                dtype = "float32" if name in wide else dtype
                 self.param_bytes[name] = p.numel() * int(DTYPE_BYTES[dtype])
         heads = getattr(config, "num_key_value_heads", None) or getattr(config, "num_attention_heads", None)
         self.kv_heads = heads if isinstance(heads, int) else 1
@@ -206,17 +210,12 @@ class Placement:
             out[self.stage((module,))] += nbytes * share
         return out
 
-    def kv_share(self, calls: Sequence[OpCall]) -> float:
-        """The share of the KV cache a device holds: ``kv_heads_per_device / kv_heads`` when the
-        attention that writes it is split by tensor parallelism, else all of it (replicated)."""
-        if self.parallel.tp == 1:
-            return 1.0
-        split = {self.sharding.in_region(c.scope) is not None for c in calls if _touches_cache(c)}
-        if len(split) > 1:
-            raise OpcountError("the KV cache is read both inside and outside the tensor-parallel attention")
-        if split == {True}:
-            return kv_heads_per_device(self.kv_heads, self.parallel.tp) / self.kv_heads
-        return 1.0
+    def kv_shares(self, calls: Sequence[OpCall]) -> dict[str, float]:
+        """The share of each kind of cache a device holds (:mod:`.device_cache`): attention's
+        ``kv_heads_per_device / kv_heads`` when the attention writing it is split, a latent whole."""
+        heads = kv_heads_per_device(self.kv_heads, self.parallel.tp) / self.kv_heads
+        split = lambda c: self.parallel.tp > 1 and self.sharding.in_region(c.scope) is not None
+        return device_cache.part_shares(calls, split, self.parallel.tp, heads)
 
     def stage_layers(self) -> list[int]:
         counts = [0] * self.parallel.pp
@@ -234,11 +233,7 @@ def _decoder_layers(model: nn.Module, layers: int) -> tuple[str, list[str]]:
 
 
 def _touches_cache(call: OpCall) -> bool:
-    return any(
-        t.param is not None and t.param.startswith(KV_PREFIX + ".")
-        for t in (*call.inputs, *call.outputs)
-        if hasattr(t, "param")
-    )
+    return bool(device_cache.buffers(call))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -253,6 +248,7 @@ class _Step:
     bound: list[float]
     collectives: list[list[Collective]]
     p2p: Collective | None
+    flops: list[float]
 
     def communication(self, stage: int) -> float:
         return sum(c.time for c in self.collectives[stage])
@@ -264,16 +260,16 @@ class _Step:
 def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _Step:
     p, s = placement.parallel, placement.sharding
     calls = cost.flops.trace().calls
-    kv_share = placement.kv_share(calls)
-    compute = bound = [0.0] * p.pp
+    kv_shares = placement.kv_shares(calls)
+    compute = bound = flops = [0.0] * p.pp
     if cost.roofline is not None and cost.plan is not None:
 
         def shares(call: OpCall) -> tuple[float, float]:
             flops_share, weight_share = _shares(placement, call.scope)
-            return flops_share, kv_share if _touches_cache(call) else weight_share
+            return flops_share, device_cache.call_share(call, kv_shares) if _touches_cache(call) else weight_share
 
         times = stage_times(cost.plan, cost.roofline, calls, lambda c: placement.stage(c.scope), shares, p.pp)
-        compute, bound = times.estimate, times.bounds(cost.plan)
+        compute, bound, flops = times.estimate, times.bounds(cost.plan), times.flops
     link = hardware.interconnect if hardware is not None else None
     collectives: list[list[Collective]] = [[] for _ in range(p.pp)]
     # the residual stream is communicated in the dtype the model computes it in (bfloat16 under
@@ -309,7 +305,7 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
             if link is not None
             else Collective("send_recv", 2, payload, payload, 1, math.nan)
         )
-    return _Step(compute, bound, collectives, p2p)
+    return _Step(compute, bound, collectives, p2p, flops)
 
 
 def _priced(kind: Any, payload: float, devices: int, link: Any) -> Collective:
@@ -359,14 +355,17 @@ def _timing(step: _Step, micro: int) -> tuple[float, float, float, float]:
     return compute, communication, sent, sum(step.bound) + (micro - 1) * max(step.bound)
 
 
-def _memory(placement: Placement, steps: Sequence[PhaseCost], kv_cache: float) -> list[DeviceMemory]:
+def _memory(
+    placement: Placement, steps: Sequence[PhaseCost], kv_cache: float, by_type: dict[str, int]
+) -> list[DeviceMemory]:
     """Each stage's device: its weights, its layers' share of the cache (``kv_cache`` at the last of
     ``steps``), the largest working set of its share of any of ``steps``' operators."""
-    kv_share = placement.kv_share(steps[-1].flops.trace().calls)
+    shares = placement.kv_shares(steps[-1].flops.trace().calls)
+    kv_cache = device_cache.held(by_type, kv_cache, shares)
     layers = placement.stage_layers()
     activations = [max(values) for values in zip(*(_activations(placement, s) for s in steps), strict=True)]
     return [
-        DeviceMemory(w, kv_cache * kv_share * n / placement.layers, a)
+        DeviceMemory(w, kv_cache * n / placement.layers, a)
         for w, n, a in zip(placement.weights_per_stage(), layers, activations, strict=True)
     ]
 
@@ -412,9 +411,10 @@ def deploy(
     steps = [cost] if generation is None else [s for s in (generation.first_step, generation.last_step) if s]
     memory_of = cost.memory if generation is None else generation.memory
     held = [micro or cost] if generation is None else [cost, *steps[-1:]]  # a generation: prefill and last step
-    stages = _memory(placement, held, memory_of.kv_cache)
+    stages = _memory(placement, held, memory_of.kv_cache, memory_of.kv_cache_by_type)
     per_device = max(stages, key=lambda m: m.total)
-    timed = [_timing(_step(placement, micro or s, hardware), parallel.micro_batches) for s in steps]
+    traced = [_step(placement, micro or s, hardware) for s in steps]
+    timed = [_timing(t, parallel.micro_batches) for t in traced]
     compute = sum(t[0] for t in timed) / len(timed)  # a generation: the mean of its first and last step
     communication = sum(t[1] for t in timed) / len(timed)
     bound = sum(t[3] for t in timed) / len(timed)
@@ -434,6 +434,7 @@ def deploy(
         bound if timed_ok else None,
         price,
     )
+    d.matmul_flops = max(traced[-1].flops) * parallel.micro_batches if timed_ok else None
     if generation is not None and timed_ok:
         prefill = _timing(_step(placement, cost, hardware), 1)
         d.prefill_time, d.generated = step_time(prefill[0], prefill[1]), generation.gen_len

@@ -11,6 +11,9 @@ module): a weight in the plan is split ``tp`` ways, any other is replicated; the
 ``colwise`` and a ``rowwise`` module (attention, MLP) runs on a ``1 / tp`` slice of its heads or
 channels; a ``rowwise`` module's output is all-reduced, a ``colwise_gather_output`` one's
 (vocab-parallel logits) all-gathered. A style opcount does not know is an error naming the module.
+Where transformers' plan leaves a block of a served family whole, :mod:`.engine_plans` completes it as
+vLLM splits it; a module run whole on every rank inside a split block (an MLA latent's projection,
+DSA's indexer) keeps all of its work.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from typing import Any
 from torch import nn
 
 from ..errors import OpcountError, OpcountValueError
+from .engine_plans import HEAD_FIELDS, engine_plan
+from .model import text_config
 
 MAX_DEGREE = 65536  # devices in one dimension of a layout: more than any cluster built
 
@@ -33,7 +38,10 @@ SPLIT_GATHER = frozenset({"colwise_gather_output", "colwise_rep", "embedding_col
 SPLIT = frozenset({"colwise", "packed_colwise", "local_params"}) | SPLIT_REDUCE | SPLIT_GATHER
 EXPERTS = "moe_tp_experts"  # the experts' block: each device runs its slice of every expert, all-reduced
 REDUCE = frozenset({"all_reduce", EXPERTS})  # the output all-reduced, the weights split by their own entries
-WHOLE = frozenset({"replicate", "replicated_with_grad_allreduce", "moe_identity_expert"})
+# mla_kv_a_proj: an MLA latent's projection, whole on every rank (transformers 5.24's
+# MlaKvAProjParallel only all-reduces its rope part's gradient in training)
+WHOLE = frozenset({"replicate", "replicated_with_grad_allreduce", "moe_identity_expert", "mla_kv_a_proj"})
+RUN_WHOLE = frozenset({"replicate", "mla_kv_a_proj"})  # a module each rank runs in full, inside a split block
 KNOWN = SPLIT | REDUCE | WHOLE
 
 
@@ -113,11 +121,13 @@ class Sharding:
     reduced: dict[str, str] = field(default_factory=dict)  # module -> "all_reduce" / "all_gather" of its output
     owner: dict[str, str] = field(default_factory=dict)  # parameter -> its module
 
+    sources: tuple[str, ...] = ()  # the vLLM sources of the engine supplements applied
+
     @classmethod
-    def of(cls, model: nn.Module) -> Sharding:
-        """The model's plan resolved against its module and parameter names; an empty plan (a model
-        transformers gives none) splits nothing."""
-        plan = getattr(model, "tp_plan", None) or getattr(model, "_tp_plan", None) or {}
+    def of(cls, model: nn.Module, config: Any = None) -> Sharding:
+        """The model's plan (completed by :func:`.engine_plans.engine_plan`) resolved against its
+        module and parameter names; an empty plan (a model given none) splits nothing."""
+        plan, sources = engine_plan(model, config if config is not None else getattr(model, "config", None))
         patterns = [(re.compile("^" + re.escape(k).replace(r"\*", r"\d+") + "$"), k, v) for k, v in plan.items()]
         styles: dict[str, str] = {}
         names = [n for n, _ in model.named_modules()] + [n for n, _ in model.named_parameters()]
@@ -147,19 +157,26 @@ class Sharding:
             for param, _ in module.named_parameters(recurse=False):
                 owner[f"{parent}.{param}" if parent else param] = parent
         regions = frozenset({p for p, k in kinds.items() if k == {"row", "col"}} | experts)
-        return cls(styles, regions, experts, reduced, owner)
+        return cls(styles, regions, experts, reduced, owner, tuple(sources))
 
     def split(self, parameter: str) -> bool:
         """Whether tensor parallelism splits ``parameter`` (its own entry, or its module's)."""
-        style = self.styles.get(parameter) or self.styles.get(self.owner.get(parameter, ""))
+        own = self.styles.get(parameter)
+        style = own or self.styles.get(self.owner.get(parameter, ""))
+        if own is None and style in SPLIT_REDUCE and parameter.endswith(".bias"):
+            return False  # a row-wise module's bias is whole on every rank, added once after the reduce
         return style in SPLIT
 
     def in_region(self, owners: Iterable[str]) -> str | None:
-        """The sliced region (or plan module) among ``owners`` (a scope, outermost first), if any."""
+        """The sliced region (or plan module) among ``owners`` (a scope, outermost first), if any; none
+        when a module inside it runs whole on every rank."""
+        found = None
         for owner in owners:
-            if owner in self.regions or self.styles.get(owner) in SPLIT:
-                return owner
-        return None
+            if found is None and (owner in self.regions or self.styles.get(owner) in SPLIT):
+                found = owner
+            elif found is not None and self.styles.get(owner) in RUN_WHOLE:
+                return None
+        return found
 
     def expert_block(self, owners: Iterable[str]) -> str | None:
         return next((o for o in owners if o in self.experts), None)
@@ -197,6 +214,14 @@ def check_layout(model: nn.Module, config: Any, layout: Parallel, sharding: Shar
                 f"or experts block (only {', '.join(sorted(sharding.styles))}): opcount does not guess which weights to split"
             )
         check_heads(config, layout.tp)
+        c = text_config(config)
+        for field_name in HEAD_FIELDS.get(str(getattr(c, "model_type", None)), ()):
+            count = getattr(c, field_name, None)
+            if isinstance(count, int) and count % layout.tp:
+                raise OpcountValueError(
+                    f"--tp {layout.tp}: does not divide {type(c).__name__}'s {field_name} ({count}): opcount splits "
+                    "them evenly over the devices, as vLLM does where it can, and models no other layout"
+                )
     layers = getattr(config, "num_hidden_layers", None)
     if isinstance(layers, int) and layout.pp > layers:
         raise OpcountValueError(f"--pp {layout.pp}: more pipeline stages than the {layers} layers of {name}")

@@ -242,12 +242,15 @@ def test_llama_3_8b_tensor_parallel_communication_is_megatrons() -> None:
 
 
 def test_a_plan_that_splits_no_layer_is_refused() -> None:
-    # transformers 5.24's GPT-OSS plan names the embedding and lm_head alone: followed, --tp 2 would
-    # replicate every attention and expert weight (gpt-oss-120b with MXFP4 experts: 67.7 GB on one
-    # device, 66.6 GB on each of two) and report that as tensor parallelism
-    config = transformers.GptOssConfig(
-        hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=16, num_local_experts=4, num_experts_per_tok=2, vocab_size=100,
+    # transformers 5.24's DiffLlama plan names the embedding (and lm_head) alone, and no engine plan
+    # completes it (opcount.llm.engine_plans): followed, --tp 2 would replicate every attention and
+    # MLP weight and report that as tensor parallelism
+    config = transformers.DiffLlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=100,
     )  # fmt: skip
-    with pytest.raises(OpcountError, match=r"--tp 2: GptOssForCausalLM's tensor-parallel plan .* splits no attention"):
-        CausalLM(config).deploy(CausalLM(config).phase("decode", kv_len=3, hardware=DEVICE), Parallel(tp=2))
+    llm = CausalLM(config)
+    with pytest.raises(
+        OpcountError, match=r"--tp 2: DiffLlamaForCausalLM's tensor-parallel plan .* splits no attention"
+    ):
+        llm.deploy(llm.phase("decode", kv_len=3, hardware=DEVICE), Parallel(tp=2))
