@@ -243,8 +243,9 @@ def call_prices(
             gemm = eff.gemm_at(lt.layer.precision)
             share = _causal_share(call) if call.scope[-1] in chains else 1.0
             seconds = (share if fused else 1.0) * lt.compute_time
-            bound_s = share * lt.compute_time
-            work.append((seconds, seconds / (gemm * shape), 0.0, bound_s, share * lt.layer.flops, passes))
+            work.append(
+                (seconds, seconds / (gemm * shape), 0.0, share * lt.compute_time, share * lt.layer.flops, passes)
+            )
         else:
             work.append((0.0, 0.0, lt.compute_time, 0.0, 0.0, passes))
     columns = np.array(work, dtype=np.float64).reshape(-1, 6)

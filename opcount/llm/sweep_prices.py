@@ -105,7 +105,8 @@ def _gathered(
         reads.append(r)
         writes.append(w)
         held.append(h)
-    return CallPrices(*columns, flops, passes, reads, writes, held)
+    timed, tensor_s, tensor_eff_s, vector_s, bound_s = columns
+    return CallPrices(timed, tensor_s, tensor_eff_s, vector_s, bound_s, flops, passes, reads, writes, held)
 
 
 def _accesses(call: OpCall, t: Traffic | None) -> tuple[object, ...]:
