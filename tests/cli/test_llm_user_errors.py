@@ -1,0 +1,18 @@
+"""What a user meets on the LLM command line with configs transformers refuses or values out of range:
+one line naming what is wrong and where, exit 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from opcount import cli
+
+
+def test_a_validation_error_keeps_its_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    # huggingface_hub's strict-dataclass errors put the reason on the line after a header ending in a colon;
+    # ZambaConfig's default layer_types name 3 layers, so 2 layers is refused with that reason
+    pytest.importorskip("transformers")
+    assert cli.main(["hf:ZambaConfig", "--hf-config", "num_hidden_layers=2", "--phase", "decode"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "validate_layer_type': ValueError: `num_hidden_layers` (2) must be equal to the number of `layer_types` (3)" in err
