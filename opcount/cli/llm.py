@@ -244,7 +244,10 @@ def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
         _, arch = resolve(name)  # raises, naming the choices
         source = ALIASES[name][1] if name in ALIASES else arch.source
         overrides = hf_overrides(getattr(transformers, arch.config_class), items)
-        return catalogue_config(name, **overrides), f"{name} ({source.split(' ')[0]})"
+        try:
+            return catalogue_config(name, **overrides), f"{name} ({source.split(' ')[0]})"
+        except Exception as e:  # the constructor refused a value, as for hf: below
+            raise invalid_config(spec, items, e) from None
     name = spec.removeprefix("hf:")
     base = read_config(name) if looks_local(name) else None  # a config.json or a downloaded model's folder
     cls: Any = type(base) if base is not None else getattr(transformers, name, None) if name.isidentifier() else None

@@ -16,3 +16,13 @@ def test_a_validation_error_keeps_its_reason(capsys: pytest.CaptureFixture[str])
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
     assert "validate_layer_type': ValueError: `num_hidden_layers` (2) must be equal to the number of `layer_types` (3)" in err
+
+
+def test_a_catalogue_model_with_a_value_its_config_refuses(capsys: pytest.CaptureFixture[str]) -> None:
+    # LlamaConfig divides hidden_size by num_attention_heads: zero heads is the user's mistake, not an internal error
+    pytest.importorskip("transformers")
+    argv = ["llm:llama-3-8b", "--hf-config", "num_attention_heads=0", "--hf-config", "num_hidden_layers=1"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "llm:llama-3-8b with --hf-config num_attention_heads=0, num_hidden_layers=1: invalid config: " in err
