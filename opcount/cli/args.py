@@ -328,6 +328,20 @@ def invalid_config(where: str, items: Sequence[str], e: BaseException) -> UsageE
     return UsageError(f"{where}{given}: invalid config: {first_line(e, type(e).__name__)}")
 
 
+def check_kept(where: str, config: Any, overrides: dict[str, Any]) -> Any:
+    """``config``, refused where it does not hold a value ``--hf-config`` set: a config that derives a field
+    from others (LongcatFlashConfig: ``num_hidden_layers`` is twice ``num_layers``) rounds it silently, and
+    the model counted would not be the one asked for."""
+    for key, value in overrides.items():
+        held = getattr(config, key, value)
+        if isinstance(value, (bool, int, float, str)) and type(held) is type(value) and held != value:
+            raise UsageError(
+                f"{where}: --hf-config {key}={value}: {type(config).__name__} makes it {held} (it derives {key} from "
+                "other fields: see its documentation)"
+            )
+    return config
+
+
 def _may_be_field(config_class: type, key: str) -> bool:
     """Not a private or dunder name, nor a method of the class (``to_dict``, ``__init__``): set as
     a value, it would replace the method the model's code calls."""

@@ -33,7 +33,7 @@ from ..report.provenance import export_meta
 from ..units import si, size
 from . import deploy
 from . import training as training_cli
-from .args import check_counts, hf_overrides, invalid_config, natural_int, positive_int
+from .args import check_counts, check_kept, hf_overrides, invalid_config, natural_int, positive_int
 from .llm_rows import SweepPoint, point_json, sweep_points, sweep_report
 from .llm_times import add_kernels_argument, by_operator, table_columns, time_lines
 from .options import Analysis, Layout, LLMOptions, LLMRun, Options, columns_needing
@@ -245,9 +245,10 @@ def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
         source = ALIASES[name][1] if name in ALIASES else arch.source
         overrides = hf_overrides(getattr(transformers, arch.config_class), items)
         try:
-            return catalogue_config(name, **overrides), f"{name} ({source.split(' ')[0]})"
+            config = catalogue_config(name, **overrides)
         except Exception as e:  # the constructor refused a value, as for hf: below
             raise invalid_config(spec, items, e) from None
+        return check_kept(spec, config, overrides), f"{name} ({source.split(' ')[0]})"
     name = spec.removeprefix("hf:")
     base = read_config(name) if looks_local(name) else None  # a config.json or a downloaded model's folder
     cls: Any = type(base) if base is not None else getattr(transformers, name, None) if name.isidentifier() else None
@@ -257,9 +258,10 @@ def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
         raise OpcountError(f"{spec}: not a transformers config or model class")
     overrides = hf_overrides(cls, items)
     try:
-        return (with_values(base, overrides) if base is not None else cls(**overrides)), name
+        config = with_values(base, overrides) if base is not None else cls(**overrides)
     except Exception as e:  # any constructor failure is a bad config value
         raise invalid_config(spec, items, e) from None
+    return check_kept(spec, config, overrides), name
 
 
 def _check_causal(config: Any, model: str, flags: LLMOptions) -> None:

@@ -26,3 +26,14 @@ def test_a_catalogue_model_with_a_value_its_config_refuses(capsys: pytest.Captur
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
     assert "llm:llama-3-8b with --hf-config num_attention_heads=0, num_hidden_layers=1: invalid config: " in err
+
+
+@pytest.mark.parametrize("flags", [["--phase", "decode"], ["--meta"]])
+def test_a_value_the_config_rounds_is_refused(capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
+    # LongcatFlashConfig documents num_hidden_layers as always 2 x num_layers, its setter num_layers = value // 2:
+    # 3 layers asked for would count 2 x (3 // 2) = 2; 1 would count 0 (and then find no experts)
+    pytest.importorskip("transformers")
+    assert cli.main(["hf:LongcatFlashConfig", "--hf-config", "num_hidden_layers=3", *flags]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "--hf-config num_hidden_layers=3: LongcatFlashConfig makes it 2" in err
