@@ -135,6 +135,10 @@ def check(flags: LLMOptions, options: Options) -> Precision:
     analysis, layout = options.analysis, options.layout
     if analysis.tracer == "jit":
         raise OpcountError("LLM phases run on the meta device with the dispatch tracer: drop --tracer jit")
+    if options.inputs.dtype_name != "float32":  # its default; any other value would be ignored, not priced
+        raise OpcountError(
+            f"--dtype {options.inputs.dtype_name} does not apply to LLM runs: give --weight-dtype and --act-dtype"
+        )
     if analysis.mode == "train":  # one training step instead of an inference phase
         training_cli.check_llm(flags, options.model)
     if options.inputs.shapes:

@@ -37,3 +37,13 @@ def test_a_value_the_config_rounds_is_refused(capsys: pytest.CaptureFixture[str]
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
     assert "--hf-config num_hidden_layers=3: LongcatFlashConfig makes it 2" in err
+
+
+@pytest.mark.parametrize("flags", [["--phase", "decode"], ["--mode", "train"]])
+def test_dtype_is_refused_where_it_would_be_ignored(capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
+    # LLM runs are priced in --weight-dtype and --act-dtype: --dtype float16 printed w16a16 in bfloat16 before
+    pytest.importorskip("transformers")
+    assert cli.main(["llm:llama-3-8b", "--hf-config", "num_hidden_layers=1", "--dtype", "float16", *flags]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "--dtype float16 does not apply to LLM runs: give --weight-dtype and --act-dtype" in err
