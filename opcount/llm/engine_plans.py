@@ -156,6 +156,88 @@ _JAMBA = (
     ),
 )
 
+# Mamba-2 hybrids: each mixer is vLLM's MambaMixer2 (split as Mamba-2's), beside attention split by heads
+# (QKVParallelLinear, then RowParallelLinear) and an MLP split by channels (MergedColumnParallelLinear, then
+# RowParallelLinear); transformers' plans name the vocabulary and the experts alone
+_ATTENTION = {"q_proj": COL, "k_proj": COL, "v_proj": COL, "o_proj": ROW}
+_GATED_MLP = {"gate_proj": COL, "up_proj": COL, "down_proj": ROW}
+
+
+def _embedding(source: str) -> Supplement:
+    """The embedding split by vocabulary rows, where transformers' plan leaves it whole."""
+    return Supplement("embed_tokens", {"": "embedding_rowwise"}, f"{source} (VocabParallelEmbedding)")
+
+
+def _mamba2_hybrid(model: str, mixer: str, attention: str, mlp: str) -> tuple[Supplement, ...]:
+    """Bamba's and Falcon-H1's layers: ``mamba``, ``self_attn`` and ``feed_forward`` (Falcon-H1 runs the
+    first two side by side in every layer), as ``vllm/model_executor/models/<model>.py`` builds them."""
+    source = f"vllm/model_executor/models/{model}.py"
+    return (
+        Supplement("layers.*.mamba", _MAMBA2_MIXER.styles, f"{source} ({mixer}: MambaMixer2)"),
+        Supplement("layers.*.self_attn", _ATTENTION, f"{source} ({attention})"),
+        Supplement("layers.*.feed_forward", _GATED_MLP, f"{source} ({mlp})"),
+    )
+
+
+_GRANITE_HYBRID_SOURCE = "vllm/model_executor/models/granitemoehybrid.py"
+_GRANITE_HYBRID = (
+    Supplement("layers.*.mamba", _MAMBA2_MIXER.styles, f"{_GRANITE_HYBRID_SOURCE} (GraniteMoeHybridMambaDecoderLayer)"),
+    Supplement("layers.*.self_attn", _ATTENTION, f"{_GRANITE_HYBRID_SOURCE} (GraniteMoeHybridAttention)"),
+    # gate and up fused in input_linear (MergedColumnParallelLinear)
+    Supplement(
+        "layers.*.shared_mlp",
+        {"input_linear": COL, "output_linear": ROW},
+        "vllm/model_executor/models/granitemoeshared.py (GraniteMoeSharedMLP)",
+    ),
+    _embedding(_GRANITE_HYBRID_SOURCE),
+)
+
+_NEMOTRON_H_SOURCE = "vllm/model_executor/models/nemotron_h.py"
+_NEMOTRON_H = (
+    # every layer's block is its ``mixer``: a Mamba-2 mixer, attention, an MLP (up, then down) or the experts
+    Supplement(
+        "layers.*.mixer",
+        {**_MAMBA2_MIXER.styles, **_ATTENTION, "up_proj": COL, "down_proj": ROW},
+        f"{_NEMOTRON_H_SOURCE} (NemotronHMambaDecoderLayer: MambaMixer2, NemotronHAttention, NemotronHMLP)",
+    ),
+    # the shared expert, an MLP beside the experts the plan splits (the router, GateLinear, whole)
+    Supplement(
+        "layers.*.mixer.shared_experts", {"up_proj": COL, "down_proj": ROW}, f"{_NEMOTRON_H_SOURCE} (NemotronHMoE)"
+    ),
+    Supplement("lm_head", {"": "colwise_gather_output"}, f"{_NEMOTRON_H_SOURCE} (ParallelLMHead)"),
+)
+
+_KIMI_SOURCE = "vllm/model_executor/models/kimi_linear.py"
+_KIMI_LINEAR = (
+    Supplement(
+        "layers.*.self_attn",
+        {
+            # Kimi delta attention's heads split: q, k, v, their convolution, the forget gate's up-projection,
+            # bias and decay, beta, the output gate's up-projection; the two gates' down-projections (one
+            # head wide) and the gated norm run whole; o_proj row-wise
+            "q_proj": COL,
+            "k_proj": COL,
+            "v_proj": COL,
+            "conv1d": COL,
+            "forget_gate.f_a_proj": WHOLE,
+            "forget_gate.f_b_proj": COL,
+            "forget_gate.dt_bias": COL,
+            "forget_gate.A_log": COL,
+            "b_proj": COL,
+            "g_a_proj": WHOLE,
+            "g_b_proj": COL,
+            "o_norm": WHOLE,
+            "o_proj": ROW,
+            # its full-attention layers' MLA (no query latent): as DeepSeek's
+            "kv_a_proj_with_mqa": WHOLE,
+            "kv_a_layernorm": WHOLE,
+            "kv_b_proj": COL,
+        },
+        f"vllm/model_executor/layers/kda.py (KimiDeltaAttention), {_KIMI_SOURCE} (KimiMLAAttention)",
+    ),
+    _embedding(_KIMI_SOURCE),
+)
+
 # config.model_type -> the blocks vLLM splits that transformers' plan leaves whole
 SUPPLEMENTS: dict[str, tuple[Supplement, ...]] = {
     "deepseek_v2": (_MLA_ATTENTION,),
@@ -172,6 +254,11 @@ SUPPLEMENTS: dict[str, tuple[Supplement, ...]] = {
     "mamba2": (_MAMBA2_MIXER, *_VOCAB),  # transformers gives Mamba and Mamba-2 no plan
     "mamba": (Supplement("layers.*.mixer", _MAMBA_MIXER, _MAMBA_SOURCE), *_VOCAB),
     "jamba": _JAMBA,
+    "bamba": _mamba2_hybrid("bamba", "BambaMixerDecoderLayer", "BambaAttentionDecoderLayer", "BambaMLP"),
+    "falcon_h1": _mamba2_hybrid("falcon_h1", "FalconH1SSMDecoderLayer", "FalconH1AttentionDecoderLayer", "FalconH1MLP"),
+    "granitemoehybrid": _GRANITE_HYBRID,
+    "nemotron_h": _NEMOTRON_H,
+    "kimi_linear": _KIMI_LINEAR,
 }
 
 # per family, the head counts --tp must divide beyond the attention's (vLLM asserts each)
@@ -181,6 +268,12 @@ HEAD_FIELDS: dict[str, tuple[str, ...]] = {
     "qwen3_5_moe_text": ("linear_num_key_heads", "linear_num_value_heads"),
     "mamba2": ("num_heads", "n_groups"),
     "mamba": ("intermediate_size",),
+    # vLLM copies a Mamba-2 mixer's groups when --tp does not divide them: opcount does not model that
+    "bamba": ("mamba_n_heads", "mamba_n_groups"),
+    "falcon_h1": ("mamba_n_heads", "mamba_n_groups"),
+    "granitemoehybrid": ("mamba_n_heads", "mamba_n_groups"),
+    "nemotron_h": ("mamba_num_heads", "n_groups"),
+    "kimi_linear": ("linear_num_heads",),
 }
 
 
