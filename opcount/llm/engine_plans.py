@@ -213,8 +213,9 @@ _KIMI_LINEAR = (
         "layers.*.self_attn",
         {
             # Kimi delta attention's heads split: q, k, v, their convolution, the forget gate's up-projection,
-            # bias and decay, beta, the output gate's up-projection; the two gates' down-projections (one
-            # head wide) and the gated norm run whole; o_proj row-wise
+            # bias and decay, beta, the output gate's up-projection; the two gates' down-projections (to one
+            # head's width, ReplicatedLinear) run whole; the gated norm's weight (one head wide) is whole
+            # on every rank, its work on the rank's heads; o_proj row-wise
             "q_proj": COL,
             "k_proj": COL,
             "v_proj": COL,
@@ -226,7 +227,6 @@ _KIMI_LINEAR = (
             "b_proj": COL,
             "g_a_proj": WHOLE,
             "g_b_proj": COL,
-            "o_norm": WHOLE,
             "o_proj": ROW,
             # its full-attention layers' MLA (no query latent): as DeepSeek's
             "kv_a_proj_with_mqa": WHOLE,
