@@ -25,6 +25,7 @@ from torch import nn
 from .model import text_config
 
 COL, ROW, WHOLE = "colwise", "rowwise", "replicate"
+GATHER = "colwise_gather_output"  # split by output columns, the output gathered whole
 EXPERTS = "moe_tp_experts"
 
 
@@ -238,6 +239,28 @@ _KIMI_LINEAR = (
     _embedding(_KIMI_SOURCE),
 )
 
+_ZAMBA2_SOURCE = "vllm/model_executor/models/zamba2.py"
+_ZAMBA2 = (
+    # the Mamba-2 mixers, alone or in a hybrid layer beside the shared transformer block
+    Supplement("layers.*.mamba", _MAMBA2_MIXER.styles, f"{_ZAMBA2_SOURCE} (Zamba2MambaDecoderLayer: MambaMixer2)"),
+    Supplement("layers.*.mamba_decoder.mamba", _MAMBA2_MIXER.styles, f"{_ZAMBA2_SOURCE} (Zamba2HybridLayer)"),
+    # the shared block's attention and MLP by heads and channels; each low-rank adapter's down-projection
+    # (Zamba2LoRA's A: column-parallel, its output gathered) then its up-projection (B) column-wise.
+    # The hybrid layer's ``linear`` (ReplicatedLinear) is outside both, whole
+    Supplement(
+        "layers.*.shared_transformer.self_attn",
+        {**_ATTENTION, **{f"linear_{p}_adapter_list.*.{i}": s for p in "qkv" for i, s in ((0, GATHER), (1, COL))}},
+        f"{_ZAMBA2_SOURCE} (Zamba2Attention, Zamba2LoRA)",
+    ),
+    Supplement(
+        "layers.*.shared_transformer.feed_forward",
+        {"gate_up_proj": COL, "down_proj": ROW, "gate_up_proj_adapter_list.*.0": GATHER, "gate_up_proj_adapter_list.*.1": COL},
+        f"{_ZAMBA2_SOURCE} (Zamba2MLP, Zamba2LoRA)",
+    ),
+    _embedding(_ZAMBA2_SOURCE),
+    Supplement("lm_head", {"": GATHER}, f"{_ZAMBA2_SOURCE} (ParallelLMHead)"),
+)
+
 # config.model_type -> the blocks vLLM splits that transformers' plan leaves whole
 SUPPLEMENTS: dict[str, tuple[Supplement, ...]] = {
     "deepseek_v2": (_MLA_ATTENTION,),
@@ -259,6 +282,7 @@ SUPPLEMENTS: dict[str, tuple[Supplement, ...]] = {
     "granitemoehybrid": _GRANITE_HYBRID,
     "nemotron_h": _NEMOTRON_H,
     "kimi_linear": _KIMI_LINEAR,
+    "zamba2": _ZAMBA2,
 }
 
 # per family, the head counts --tp must divide beyond the attention's (vLLM asserts each)
@@ -274,6 +298,7 @@ HEAD_FIELDS: dict[str, tuple[str, ...]] = {
     "granitemoehybrid": ("mamba_n_heads", "mamba_n_groups"),
     "nemotron_h": ("mamba_num_heads", "n_groups"),
     "kimi_linear": ("linear_num_heads",),
+    "zamba2": ("n_mamba_heads", "mamba_ngroups"),
 }
 
 

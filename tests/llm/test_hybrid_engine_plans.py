@@ -225,3 +225,33 @@ def test_kimi_linear_refuses_a_tp_its_delta_heads_do_not_divide() -> None:
     cost = llm.phase("decode", kv_len=POS - 1, batch=T, hardware=DEVICE)
     with pytest.raises(OpcountValueError, match=r"--tp 4: does not divide KimiLinearConfig's linear_num_heads \(2\)"):
         llm.deploy(cost, Parallel(tp=4))
+
+
+def test_zamba2_mixers_and_shared_block_split_adapters_gathered() -> None:
+    # layer 0 a Mamba-2 mixer; layer 1 a hybrid: the shared block (attention over the embedding and the
+    # hidden state concatenated, 128 wide: 4 heads of 32, 4 KV heads; a gated MLP d -> 2 x 128 with a
+    # low-rank adapter of 16 beside its gate_up), its output through ``linear`` (d -> d) into a mixer
+    config = transformers.Zamba2Config(
+        hidden_size=D, intermediate_size=128, num_hidden_layers=2, layers_block_type=["mamba", "hybrid"],
+        num_attention_heads=4, num_key_value_heads=4, n_mamba_heads=8, mamba_d_state=8, mamba_ngroups=2,
+        adapter_rank=16, vocab_size=V,
+    )  # fmt: skip
+    assert config.tie_word_embeddings and config.attention_hidden_size == 2 * D
+    llm, cost, d = decode(config)
+    assert len(Sharding.of(llm.model, llm.config).sources) == 6
+    attention = 3 * 128 * 128 + D * 128  # q, k, v (128 -> 128), o (128 -> d)
+    mlp, adapter = 2 * 128 * D + D * 128, 16 * D + 256 * 16  # gate_up and down; the adapter's A and B
+    split = 2 * (MIXER + GATED_NORM) + attention + mlp + adapter + V * D  # the embedding, tied to lm_head
+    # the mixers' layer norms, ``linear``, the shared block's norms (128 and d wide), the final norm
+    whole = 2 * D + D * D + 128 + D + D
+    assert d.per_device.weights == (split / 2 + whole) * BYTES  # 158,576
+    kv = 2 * 4 * 32 * POS * T * BYTES  # 4 KV heads of 32: 2 a device
+    assert cost.memory.kv_cache == 2 * MIXER_STATE + kv
+    assert d.per_device.kv_cache == (2 * MIXER_STATE + kv) / 2
+    attention_macs = T * attention + 2 * T * 4 * 32 * POS
+    macs_split = 2 * MIXER_MACS + attention_macs + T * (mlp + adapter) + LM_HEAD_MACS
+    macs_whole = T * D * D  # linear
+    assert d.matmul_flops == 2 * (macs_whole + macs_split / 2)  # 325,120
+    # all-reduces: the embedding's, 2 out_proj, o_proj, down_proj; the adapter's A output (T x 16) gathered
+    # (half of it sent), and lm_head's
+    assert d.communication_bytes == 5 * AR + T * 16 * BYTES / 2 + GATHER
