@@ -3,7 +3,9 @@
 transformers' plans (``base_model_tp_plan``) are written for its own training-time tensor parallelism
 and leave some blocks of the models people serve unsplit: DeepSeek-V3's multi-head latent attention,
 GPT-OSS's attention and experts, Qwen3-Next's and Qwen3.5's gated DeltaNet, Mamba's, Mamba-2's and
-Jamba's mixers. vLLM splits them by heads (or channels; for experts, each expert's intermediate channels). A :class:`Supplement` says, for one
+Jamba's mixers; the Mamba-2 hybrids' mixers, attention and MLPs (Bamba, Falcon-H1, Granite-4's
+GraniteMoeHybrid, Nemotron-H, Zamba2's shared block) and Kimi-Linear's delta attention and MLA. vLLM splits
+them by heads (or channels; for experts, each expert's intermediate channels). A :class:`Supplement` says, for one
 block of one family (``config.model_type``), which of its children vLLM splits column-wise or
 row-wise, which it runs whole on every rank (``replicate``), and the vLLM source that does so.
 
@@ -254,7 +256,12 @@ _ZAMBA2 = (
     ),
     Supplement(
         "layers.*.shared_transformer.feed_forward",
-        {"gate_up_proj": COL, "down_proj": ROW, "gate_up_proj_adapter_list.*.0": GATHER, "gate_up_proj_adapter_list.*.1": COL},
+        {
+            "gate_up_proj": COL,
+            "down_proj": ROW,
+            "gate_up_proj_adapter_list.*.0": GATHER,
+            "gate_up_proj_adapter_list.*.1": COL,
+        },
         f"{_ZAMBA2_SOURCE} (Zamba2MLP, Zamba2LoRA)",
     ),
     _embedding(_ZAMBA2_SOURCE),

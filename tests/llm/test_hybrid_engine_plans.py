@@ -115,7 +115,7 @@ def test_granite_4_hybrid_mixer_attention_and_shared_mlp_split() -> None:
         layer_types=["mamba", "attention"], num_local_experts=4, num_experts_per_tok=2, vocab_size=V,
         **MAMBA2_HYBRID, **ATTENTION_HEADS,
     )  # fmt: skip
-    llm, cost, d = decode(config)
+    llm, _, d = decode(config)
     assert len(Sharding.of(llm.model, llm.config).sources) == 4
     experts, shared = 4 * (2 * 32 * D + D * 32), 2 * 64 * D + D * 64
     split = MIXER + GATED_NORM + ATTENTION + 2 * (experts + shared) + VOCAB
@@ -142,7 +142,7 @@ def nemotron_h() -> object:
 
 
 def test_nemotron_h_every_mixer_kind_split() -> None:
-    llm, cost, d = decode(nemotron_h())
+    llm, _, d = decode(nemotron_h())
     assert len(Sharding.of(llm.model, llm.config).sources) == 3
     experts, shared, mlp = 4 * 2 * 32 * D, 2 * 32 * D, 2 * 128 * D
     split = MIXER + GATED_NORM + experts + shared + ATTENTION + mlp + VOCAB
