@@ -29,11 +29,15 @@ These follow chainer-computational-cost's mread / mwrite unless noted:
   fusable operator (elementwise or eval batch norm) is never materialized: its producer does
   not write it and the consumer does not read it, so conv -> batch_norm -> relu is one memory
   pass (read the conv's input, weights and the folded scale/shift; write the relu's output).
-  Fusion follows the data flow, not the order of the trace. ``named_views=PREFIXES``: an access
-  to a view of a parameter or buffer whose name starts with one of the prefixes (an LLM's cache,
-  ``kv_cache.``) carries that name, so it is priced and counted as that tensor whatever view it
-  goes through (``state[:, head]``, ``narrow``, ``select``, a same-dtype ``.to``, a ``copy_``
-  into a slice).
+  Fusion follows the data flow, not the order of the trace.
+- **Views keep the name of what they view.** An access to a view of a parameter or buffer
+  (``weight.t()``, ``conv.weight.view(...)``, ``proj_weight[head]``, an expanded bias, a
+  same-dtype ``.to`` of a scalar buffer) carries that tensor's name, so it is a weight read
+  wherever weights and activations are told apart (a roofline's weight bytes, an LLM's weight
+  formats and speed of light), whatever view it goes through. ``named_views=PREFIXES`` does
+  the same for tensors the model held only while it was traced, by name prefix (an LLM's cache,
+  ``kv_cache.``, registered for the pass): ``state[:, head]``, ``narrow``, ``select``, a
+  ``copy_`` into a slice.
 - **Arithmetic intensity** is flops / bytes (read + written), per operator and per module; with
   the default 1 flop per multiply-add it is MACs per byte.
 """
@@ -220,10 +224,9 @@ class MemoryTrafficAnalysis(JitModelAnalysis):
             value, _, key = self._invoke(handle, call)
             keys.append(key)
             traffic.append(as_traffic(value, call))
-        if self._fuse or self._resident or self._named_views:
-            roots = alias_roots(calls, traffic)
-            if self._named_views:
-                traffic = named_views(traffic, roots, self._named_views)
+        roots = alias_roots(calls, traffic)
+        traffic = named_views(traffic, roots, self._named_views, state_names(self._traced().model))
+        if self._fuse or self._resident:
             if self._fuse:
                 traffic = fuse_chains(calls, traffic, roots, no_data, self._traced().outputs)
             if self._resident:
@@ -321,12 +324,21 @@ def fuse_chains(
     ]
 
 
+def state_names(model: nn.Module) -> frozenset[str]:
+    """Every name a parameter or buffer of ``model`` goes by (a shared one under each of its names)."""
+    named = (*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False))
+    return frozenset(name for name, _ in named)
+
+
 def named_views(
-    traffic: Sequence[Traffic | None], roots: Mapping[int, TensorSpec], prefixes: Sequence[str]
+    traffic: Sequence[Traffic | None],
+    roots: Mapping[int, TensorSpec],
+    prefixes: Sequence[str],
+    names: Collection[str] = frozenset(),
 ) -> list[Traffic | None]:
-    """Each access to a view of a named tensor whose name starts with one of ``prefixes``, its
-    spec given that name (its own shape, dtype and id kept): pricing and the bound then see the
-    named tensor, whatever view it is read or written through."""
+    """Each access to a view of a parameter or buffer named in ``names`` or whose name starts with
+    one of ``prefixes``, its spec given that name (its own shape, dtype and id kept):
+    pricing and the bound then see the named tensor, whatever view it is read or written through."""
     prefixes = tuple(prefixes)
 
     def named(a: Access) -> Access:
@@ -334,7 +346,9 @@ def named_views(
         if s is None or s.param is not None or s.id is None:
             return a
         root = roots.get(s.id)
-        if root is None or root.param is None or not root.param.startswith(prefixes):
+        if root is None or root.param is None:
+            return a
+        if not (root.param in names or (prefixes and root.param.startswith(prefixes))):
             return a
         return Access(replace(s, param=root.param), a.nbytes)
 

@@ -3,7 +3,9 @@
 transformers' plans (``base_model_tp_plan``) are written for its own training-time tensor parallelism
 and leave some blocks of the models people serve unsplit: DeepSeek-V3's multi-head latent attention,
 GPT-OSS's attention and experts, Qwen3-Next's and Qwen3.5's gated DeltaNet, Mamba's, Mamba-2's and
-Jamba's mixers. vLLM splits them by heads (or channels; for experts, each expert's intermediate channels). A :class:`Supplement` says, for one
+Jamba's mixers; the Mamba-2 hybrids' mixers, attention and MLPs (Bamba, Falcon-H1, Granite-4's
+GraniteMoeHybrid, Nemotron-H, Zamba2's shared block) and Kimi-Linear's delta attention and MLA. vLLM splits
+them by heads (or channels; for experts, each expert's intermediate channels). A :class:`Supplement` says, for one
 block of one family (``config.model_type``), which of its children vLLM splits column-wise or
 row-wise, which it runs whole on every rank (``replicate``), and the vLLM source that does so.
 
@@ -25,6 +27,7 @@ from torch import nn
 from .model import text_config
 
 COL, ROW, WHOLE = "colwise", "rowwise", "replicate"
+GATHER = "colwise_gather_output"  # split by output columns, the output gathered whole
 EXPERTS = "moe_tp_experts"
 
 
@@ -156,6 +159,115 @@ _JAMBA = (
     ),
 )
 
+# Mamba-2 hybrids: each mixer is vLLM's MambaMixer2 (split as Mamba-2's), beside attention split by heads
+# (QKVParallelLinear, then RowParallelLinear) and an MLP split by channels (MergedColumnParallelLinear, then
+# RowParallelLinear); transformers' plans name the vocabulary and the experts alone
+_ATTENTION = {"q_proj": COL, "k_proj": COL, "v_proj": COL, "o_proj": ROW}
+_GATED_MLP = {"gate_proj": COL, "up_proj": COL, "down_proj": ROW}
+
+
+def _embedding(source: str) -> Supplement:
+    """The embedding split by vocabulary rows, where transformers' plan leaves it whole."""
+    return Supplement("embed_tokens", {"": "embedding_rowwise"}, f"{source} (VocabParallelEmbedding)")
+
+
+def _mamba2_hybrid(model: str, mixer: str, attention: str, mlp: str) -> tuple[Supplement, ...]:
+    """Bamba's and Falcon-H1's layers: ``mamba``, ``self_attn`` and ``feed_forward`` (Falcon-H1 runs the
+    first two side by side in every layer), as ``vllm/model_executor/models/<model>.py`` builds them."""
+    source = f"vllm/model_executor/models/{model}.py"
+    return (
+        Supplement("layers.*.mamba", _MAMBA2_MIXER.styles, f"{source} ({mixer}: MambaMixer2)"),
+        Supplement("layers.*.self_attn", _ATTENTION, f"{source} ({attention})"),
+        Supplement("layers.*.feed_forward", _GATED_MLP, f"{source} ({mlp})"),
+    )
+
+
+_GRANITE_HYBRID_SOURCE = "vllm/model_executor/models/granitemoehybrid.py"
+_GRANITE_HYBRID = (
+    Supplement("layers.*.mamba", _MAMBA2_MIXER.styles, f"{_GRANITE_HYBRID_SOURCE} (GraniteMoeHybridMambaDecoderLayer)"),
+    Supplement("layers.*.self_attn", _ATTENTION, f"{_GRANITE_HYBRID_SOURCE} (GraniteMoeHybridAttention)"),
+    # gate and up fused in input_linear (MergedColumnParallelLinear)
+    Supplement(
+        "layers.*.shared_mlp",
+        {"input_linear": COL, "output_linear": ROW},
+        "vllm/model_executor/models/granitemoeshared.py (GraniteMoeSharedMLP)",
+    ),
+    _embedding(_GRANITE_HYBRID_SOURCE),
+)
+
+_NEMOTRON_H_SOURCE = "vllm/model_executor/models/nemotron_h.py"
+_NEMOTRON_H = (
+    # every layer's block is its ``mixer``: a Mamba-2 mixer, attention, an MLP (up, then down) or the experts
+    Supplement(
+        "layers.*.mixer",
+        {**_MAMBA2_MIXER.styles, **_ATTENTION, "up_proj": COL, "down_proj": ROW},
+        f"{_NEMOTRON_H_SOURCE} (NemotronHMambaDecoderLayer: MambaMixer2, NemotronHAttention, NemotronHMLP)",
+    ),
+    # the shared expert, an MLP beside the experts the plan splits (the router, GateLinear, whole)
+    Supplement(
+        "layers.*.mixer.shared_experts", {"up_proj": COL, "down_proj": ROW}, f"{_NEMOTRON_H_SOURCE} (NemotronHMoE)"
+    ),
+    Supplement("lm_head", {"": "colwise_gather_output"}, f"{_NEMOTRON_H_SOURCE} (ParallelLMHead)"),
+)
+
+_KIMI_SOURCE = "vllm/model_executor/models/kimi_linear.py"
+_KIMI_LINEAR = (
+    Supplement(
+        "layers.*.self_attn",
+        {
+            # Kimi delta attention's heads split: q, k, v, their convolution, the forget gate's up-projection,
+            # bias and decay, beta, the output gate's up-projection; the two gates' down-projections (to one
+            # head's width, ReplicatedLinear) run whole; the gated norm's weight (one head wide) is whole
+            # on every rank, its work on the rank's heads; o_proj row-wise
+            "q_proj": COL,
+            "k_proj": COL,
+            "v_proj": COL,
+            "conv1d": COL,
+            "forget_gate.f_a_proj": WHOLE,
+            "forget_gate.f_b_proj": COL,
+            "forget_gate.dt_bias": COL,
+            "forget_gate.A_log": COL,
+            "b_proj": COL,
+            "g_a_proj": WHOLE,
+            "g_b_proj": COL,
+            "o_proj": ROW,
+            # its full-attention layers' MLA (no query latent): as DeepSeek's
+            "kv_a_proj_with_mqa": WHOLE,
+            "kv_a_layernorm": WHOLE,
+            "kv_b_proj": COL,
+        },
+        f"vllm/model_executor/layers/kda.py (KimiDeltaAttention), {_KIMI_SOURCE} (KimiMLAAttention)",
+    ),
+    _embedding(_KIMI_SOURCE),
+)
+
+_ZAMBA2_SOURCE = "vllm/model_executor/models/zamba2.py"
+_ZAMBA2 = (
+    # the Mamba-2 mixers, alone or in a hybrid layer beside the shared transformer block
+    Supplement("layers.*.mamba", _MAMBA2_MIXER.styles, f"{_ZAMBA2_SOURCE} (Zamba2MambaDecoderLayer: MambaMixer2)"),
+    Supplement("layers.*.mamba_decoder.mamba", _MAMBA2_MIXER.styles, f"{_ZAMBA2_SOURCE} (Zamba2HybridLayer)"),
+    # the shared block's attention and MLP by heads and channels; each low-rank adapter's down-projection
+    # (Zamba2LoRA's A: column-parallel, its output gathered) then its up-projection (B) column-wise.
+    # The hybrid layer's ``linear`` (ReplicatedLinear) is outside both, whole
+    Supplement(
+        "layers.*.shared_transformer.self_attn",
+        {**_ATTENTION, **{f"linear_{p}_adapter_list.*.{i}": s for p in "qkv" for i, s in ((0, GATHER), (1, COL))}},
+        f"{_ZAMBA2_SOURCE} (Zamba2Attention, Zamba2LoRA)",
+    ),
+    Supplement(
+        "layers.*.shared_transformer.feed_forward",
+        {
+            "gate_up_proj": COL,
+            "down_proj": ROW,
+            "gate_up_proj_adapter_list.*.0": GATHER,
+            "gate_up_proj_adapter_list.*.1": COL,
+        },
+        f"{_ZAMBA2_SOURCE} (Zamba2MLP, Zamba2LoRA)",
+    ),
+    _embedding(_ZAMBA2_SOURCE),
+    Supplement("lm_head", {"": GATHER}, f"{_ZAMBA2_SOURCE} (ParallelLMHead)"),
+)
+
 # config.model_type -> the blocks vLLM splits that transformers' plan leaves whole
 SUPPLEMENTS: dict[str, tuple[Supplement, ...]] = {
     "deepseek_v2": (_MLA_ATTENTION,),
@@ -172,6 +284,12 @@ SUPPLEMENTS: dict[str, tuple[Supplement, ...]] = {
     "mamba2": (_MAMBA2_MIXER, *_VOCAB),  # transformers gives Mamba and Mamba-2 no plan
     "mamba": (Supplement("layers.*.mixer", _MAMBA_MIXER, _MAMBA_SOURCE), *_VOCAB),
     "jamba": _JAMBA,
+    "bamba": _mamba2_hybrid("bamba", "BambaMixerDecoderLayer", "BambaAttentionDecoderLayer", "BambaMLP"),
+    "falcon_h1": _mamba2_hybrid("falcon_h1", "FalconH1SSMDecoderLayer", "FalconH1AttentionDecoderLayer", "FalconH1MLP"),
+    "granitemoehybrid": _GRANITE_HYBRID,
+    "nemotron_h": _NEMOTRON_H,
+    "kimi_linear": _KIMI_LINEAR,
+    "zamba2": _ZAMBA2,
 }
 
 # per family, the head counts --tp must divide beyond the attention's (vLLM asserts each)
@@ -181,6 +299,13 @@ HEAD_FIELDS: dict[str, tuple[str, ...]] = {
     "qwen3_5_moe_text": ("linear_num_key_heads", "linear_num_value_heads"),
     "mamba2": ("num_heads", "n_groups"),
     "mamba": ("intermediate_size",),
+    # vLLM copies a Mamba-2 mixer's groups when --tp does not divide them: opcount does not model that
+    "bamba": ("mamba_n_heads", "mamba_n_groups"),
+    "falcon_h1": ("mamba_n_heads", "mamba_n_groups"),
+    "granitemoehybrid": ("mamba_n_heads", "mamba_n_groups"),
+    "nemotron_h": ("mamba_num_heads", "n_groups"),
+    "kimi_linear": ("linear_num_heads",),
+    "zamba2": ("n_mamba_heads", "mamba_ngroups"),
 }
 
 

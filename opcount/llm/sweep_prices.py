@@ -18,7 +18,7 @@ import numpy as np
 from ..handles.memory import Traffic, flat_tensors
 from ..hardware.lookup import Hardware
 from ..ir import OpCall, TensorSpec
-from ..memory import MemoryTrafficAnalysis, alias_roots, named_views
+from ..memory import MemoryTrafficAnalysis, alias_roots, named_views, state_names
 from ..roofline import roofline
 from ..roofline.build import traced_dtype
 from ..tracing import Trace
@@ -51,9 +51,10 @@ def region_plans(
     memory = MemoryTrafficAnalysis(distinct)
     memory.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     report = roofline(memory, hardware=hardware, dtype=dtype, itemsize=itemsize)
-    # a view of a cache is named from the template's data flow: the distinct records keep the ids of
+    # a view of a weight or cache is named from the template's data flow: the distinct records keep the ids of
     # the template records they were rebuilt from, not the records that made their views
-    distinct_moved = named_views([t for _, t in memory.traffic_per_call()], alias_roots(template.calls, moved), named)
+    roots = alias_roots(template.calls, moved)
+    distinct_moved = named_views([t for _, t in memory.traffic_per_call()], roots, named, state_names(template.model))
     one = call_prices(
         distinct.calls, distinct_moved, report, mode, dtype=dtype, itemsize=itemsize,
         traced=traced_dtype(template.calls), chains=chains,

@@ -20,7 +20,9 @@ from opcount import (
     MemoryTrafficAnalysis,
     arithmetic_intensity,
     module_intensity,
+    roofline,
     spec_handle,
+    trace,
 )
 from opcount.handles.memory import elementwise, resize_bilinear
 from opcount.ir import TensorSpec
@@ -366,21 +368,53 @@ class _HeldState(nn.Module):
         return torch.stack(out, 1)
 
 
-def test_named_views_give_a_view_of_a_named_buffer_its_name() -> None:
+def _on(name: str, analysis: MemoryTrafficAnalysis) -> tuple[float, float]:
+    """Bytes read and written through accesses carrying the name ``name``."""
+    read = written = 0.0
+    for _, t in analysis.traffic_per_call():
+        for side, a in [*(("r", a) for a in t.read), *(("w", a) for a in t.write)] if t is not None else ():
+            if a.tensor is not None and a.tensor.param == name:
+                read, written = (read + a.nbytes, written) if side == "r" else (read, written + a.nbytes)
+    return read, written
+
+
+def test_a_view_of_a_buffer_carries_its_name_and_named_views_name_a_buffer_held_for_the_pass() -> None:
     x = torch.ones(2, 4)
-
-    def on_held(analysis: MemoryTrafficAnalysis) -> tuple[float, float]:
-        read = written = 0.0
-        for _, t in analysis.traffic_per_call():
-            for side, a in [*(("r", a) for a in t.read), *(("w", a) for a in t.write)] if t is not None else ():
-                if a.tensor is not None and a.tensor.param == "held":
-                    read, written = (read + a.nbytes, written) if side == "r" else (read, written + a.nbytes)
-        return read, written
-
-    named = MemoryTrafficAnalysis(_HeldState(), (x,), tracer="dispatch", named_views=("held",))
+    model = _HeldState()
+    plain = MemoryTrafficAnalysis(model, (x,), tracer="dispatch")
     # three heads read and three written, 2 x 4 float32 values each: 3 x 32 = 96 bytes each way
-    assert on_held(named) == (96, 96)
-    # without the option a view is an anonymous tensor: nothing is the buffer's
-    assert on_held(MemoryTrafficAnalysis(_HeldState(), (x,), tracer="dispatch")) == (0, 0)
-    # the totals do not change: the option names accesses, it moves no byte
-    assert named.total() == MemoryTrafficAnalysis(_HeldState(), (x,), tracer="dispatch").total()
+    assert _on("held", plain) == (96, 96)
+    # a buffer the model held only while traced (an LLM's cache): its views are named by prefix only
+    traced = trace(model, (x,), tracer="dispatch")
+    del model._buffers["held"]
+    assert _on("held", MemoryTrafficAnalysis(traced)) == (0, 0)
+    named = MemoryTrafficAnalysis(traced, named_views=("held",))
+    assert _on("held", named) == (96, 96)
+    # naming moves no byte
+    assert named.total() == MemoryTrafficAnalysis(traced).total() == plain.total()
+
+
+class _ViewedWeights(nn.Module):
+    """A linear layer whose weight is read transposed, and a depthwise convolution whose weight
+    is stored [C, K] and read as [C, 1, K], as Mamba's mixer reads its conv1d weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(6, 4))  # [out, in], as nn.Linear stores it
+        self.conv = nn.Parameter(torch.ones(6, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.mm(x, self.weight.t())  # [2, 4] @ [4, 6]
+        return F.conv1d(y.unsqueeze(-1).expand(2, 6, 5), self.conv.view(6, 1, 3), groups=6)
+
+
+@pytest.mark.parametrize("tracer", ["jit", "dispatch"])
+def test_a_weight_read_through_a_view_is_the_weight(tracer: str) -> None:
+    x = torch.ones(2, 4)
+    memory = MemoryTrafficAnalysis(_ViewedWeights(), (x,), tracer=tracer)
+    # mm reads the transposed weight whole: 6 x 4 float32 = 96 bytes; conv1d its [6, 1, 3] view: 18 x 4 = 72
+    assert _on("weight", memory) == (96, 0)
+    assert _on("conv", memory) == (72, 0)
+    # the roofline counts both as weight bytes (AMAIX's weight data), 96 + 72 = 168, whatever the view
+    report = roofline(memory, hardware="h100-sxm", dtype="float32")
+    assert sum(t.layer.weight_bytes for t in report.layers) == 96 + 72
