@@ -15,7 +15,10 @@ def test_a_validation_error_keeps_its_reason(capsys: pytest.CaptureFixture[str])
     assert cli.main(["hf:ZambaConfig", "--hf-config", "num_hidden_layers=2", "--phase", "decode"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
-    assert "validate_layer_type': ValueError: `num_hidden_layers` (2) must be equal to the number of `layer_types` (3)" in err
+    assert (
+        "validate_layer_type': ValueError: `num_hidden_layers` (2) must be equal to the number of `layer_types` (3)"
+        in err
+    )
 
 
 def test_a_catalogue_model_with_a_value_its_config_refuses(capsys: pytest.CaptureFixture[str]) -> None:
