@@ -50,3 +50,12 @@ def test_dtype_is_refused_where_it_would_be_ignored(capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
     assert "--dtype float16 does not apply to LLM runs: give --weight-dtype and --act-dtype" in err
+
+
+def test_a_nested_configs_field_is_shown_as_the_dict_that_sets_it(capsys: pytest.CaptureFixture[str]) -> None:
+    # Gemma3Config holds its decoder's fields in text_config, a sub-config built from a dict
+    pytest.importorskip("transformers")
+    assert cli.main(["hf:Gemma3Config", "--phase", "decode", "--hf-config", "text_config.num_hidden_layers=2"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert 'a nested config\'s field is set as a dict: text_config={"num_hidden_layers": 2}' in err
