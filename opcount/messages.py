@@ -12,15 +12,18 @@ E = TypeVar("E", bound=BaseException)
 
 def one_line(e: BaseException) -> str:
     """An exception as one line, its type first: ``ValueError: bad size``."""
-    text = _text(e).strip().splitlines()
-    first = text[0] if text else ""
+    first = first_line(e)
     return f"{type(e).__name__}: {first}" if first else type(e).__name__
 
 
 def first_line(e: BaseException, default: str = "") -> str:
-    """The first line of an exception's message, or ``default`` when it has none."""
-    text = _text(e).strip()
-    return text.splitlines()[0] if text else default
+    """The first line of an exception's message, or ``default`` when it has none. A first line
+    that only announces what follows (ends with a colon, as huggingface_hub's validation errors
+    do) takes the next line with it, else the message would stop before saying what is wrong."""
+    lines = [line.strip() for line in _text(e).strip().splitlines() if line.strip()]
+    if not lines:
+        return default
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
 
 
 def first_failure(first: E, second: BaseException) -> E:

@@ -23,6 +23,7 @@ import argparse
 import ast
 import difflib
 import inspect
+import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -308,6 +309,11 @@ def hf_overrides(config_class: type, items: Sequence[str]) -> dict[str, Any]:
     owner = config_class.__name__
     for item in items:
         key, sep, text = (s.strip() for s in item.partition("="))
+        outer, dot, inner = key.partition(".")
+        nested = getattr(default, outer, None) if outer.isidentifier() else None
+        if sep and dot and inner.isidentifier() and hasattr(nested, "to_dict"):  # a sub-config: a dict builds it
+            example = json.dumps({inner: _literal(text)})
+            raise UsageError(f"--hf-config {item}: a nested config's field is set as a dict: {outer}={example}")
         if not sep or not key.isidentifier():
             raise UsageError(f"malformed --hf-config {item!r}: expected KEY=VALUE")
         if not _may_be_field(config_class, key):
@@ -326,6 +332,28 @@ def invalid_config(where: str, items: Sequence[str], e: BaseException) -> UsageE
     """A config the constructors refused, in one line naming the ``--hf-config`` values that made it."""
     given = f" with --hf-config {', '.join(items)}" if items else ""
     return UsageError(f"{where}{given}: invalid config: {first_line(e, type(e).__name__)}")
+
+
+def _literal(text: str) -> Any:
+    """``text`` as the Python literal it spells (``2``, ``true``), else as itself."""
+    try:
+        return ast.literal_eval({"true": "True", "false": "False"}.get(text, text))
+    except (ValueError, SyntaxError):
+        return text
+
+
+def check_kept(where: str, config: Any, overrides: dict[str, Any]) -> Any:
+    """``config``, refused where it does not hold a value ``--hf-config`` set: a config that derives a field
+    from others (LongcatFlashConfig: ``num_hidden_layers`` is twice ``num_layers``) rounds it silently, and
+    the model counted would not be the one asked for."""
+    for key, value in overrides.items():
+        held = getattr(config, key, value)
+        if isinstance(value, (bool, int, float, str)) and type(held) is type(value) and held != value:
+            raise UsageError(
+                f"{where}: --hf-config {key}={value}: {type(config).__name__} makes it {held} (it derives {key} from "
+                "other fields: see its documentation)"
+            )
+    return config
 
 
 def _may_be_field(config_class: type, key: str) -> bool:

@@ -33,7 +33,7 @@ from ..report.provenance import export_meta
 from ..units import si, size
 from . import deploy
 from . import training as training_cli
-from .args import check_counts, hf_overrides, invalid_config, natural_int, positive_int
+from .args import check_counts, check_kept, hf_overrides, invalid_config, natural_int, positive_int
 from .llm_rows import SweepPoint, point_json, sweep_points, sweep_report
 from .llm_times import add_kernels_argument, by_operator, table_columns, time_lines
 from .options import Analysis, Layout, LLMOptions, LLMRun, Options, columns_needing
@@ -135,6 +135,10 @@ def check(flags: LLMOptions, options: Options) -> Precision:
     analysis, layout = options.analysis, options.layout
     if analysis.tracer == "jit":
         raise OpcountError("LLM phases run on the meta device with the dispatch tracer: drop --tracer jit")
+    if options.inputs.dtype_name != "float32":  # its default; any other value would be ignored, not priced
+        raise OpcountError(
+            f"--dtype {options.inputs.dtype_name} does not apply to LLM runs: give --weight-dtype and --act-dtype"
+        )
     if analysis.mode == "train":  # one training step instead of an inference phase
         training_cli.check_llm(flags, options.model)
     if options.inputs.shapes:
@@ -244,7 +248,11 @@ def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
         _, arch = resolve(name)  # raises, naming the choices
         source = ALIASES[name][1] if name in ALIASES else arch.source
         overrides = hf_overrides(getattr(transformers, arch.config_class), items)
-        return catalogue_config(name, **overrides), f"{name} ({source.split(' ')[0]})"
+        try:
+            config = catalogue_config(name, **overrides)
+        except Exception as e:  # the constructor refused a value, as for hf: below
+            raise invalid_config(spec, items, e) from None
+        return check_kept(spec, config, overrides), f"{name} ({source.split(' ')[0]})"
     name = spec.removeprefix("hf:")
     base = read_config(name) if looks_local(name) else None  # a config.json or a downloaded model's folder
     cls: Any = type(base) if base is not None else getattr(transformers, name, None) if name.isidentifier() else None
@@ -254,9 +262,10 @@ def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
         raise OpcountError(f"{spec}: not a transformers config or model class")
     overrides = hf_overrides(cls, items)
     try:
-        return (with_values(base, overrides) if base is not None else cls(**overrides)), name
+        config = with_values(base, overrides) if base is not None else cls(**overrides)
     except Exception as e:  # any constructor failure is a bad config value
         raise invalid_config(spec, items, e) from None
+    return check_kept(spec, config, overrides), name
 
 
 def _check_causal(config: Any, model: str, flags: LLMOptions) -> None:

@@ -37,7 +37,7 @@ from ..llm.model import is_causal_lm, learned_positions
 from ..messages import one_line
 from ..torch_internals import pytree
 from ..tracers.meta import TensorShape
-from .args import UsageError, check_real_weights, hf_overrides, invalid_config
+from .args import UsageError, check_kept, check_real_weights, hf_overrides, invalid_config
 from .options import Inputs
 
 DTYPES = {
@@ -326,6 +326,7 @@ def _huggingface(name: str, inputs: Inputs) -> Loaded:
     overrides = {"use_cache": False, **hf_overrides(config_class, inputs.hf_config)}
     try:
         config = with_values(base, overrides) if local else config_class(**overrides)
+        check_kept(where, config, overrides)
         check_config(config)  # a billion layers would hang the build on meta too
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # construction warns about init defaults
