@@ -140,6 +140,7 @@ _PARSERS = {"split", "rsplit", "partition", "rpartition", "count"}
 ALLOWED = {
     ("torch_internals.py", "_resolve"): "a dotted path of a torch attribute",
     ("cli/models.py", "_factory"): "a dotted attribute path of a model factory (module.attr)",
+    ("cli/args.py", "hf_overrides"): "a user's --hf-config key (sub_config.field), to point at the form that works",
     ("handles/registry.py", "decorate"): "a Python module's name (the handle family)",
     ("handles/op_keys.py", "family"): "an operator kind, prim::PythonOp.MyFn",
     ("roofline/plot.py", "_short"): "a chart label shortened for display",
