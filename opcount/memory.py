@@ -269,6 +269,28 @@ def alias_roots(calls: Sequence[OpCall], traffic: Sequence[Traffic | None]) -> d
     return roots
 
 
+def data_flow(
+    calls: Sequence[OpCall], traffic: Sequence[Traffic | None], roots: Mapping[int, TensorSpec]
+) -> tuple[dict[int, int], dict[int, set[int]]]:
+    """By the id of the tensor a value views (``roots``, :func:`alias_roots`): the first call that
+    writes it, weights left out (``producer``), and the calls that read it (``readers``); a view
+    call itself neither writes nor reads. What fusion needs to keep a tensor on chip."""
+    producer: dict[int, int] = {}
+    readers: dict[int, set[int]] = {}
+    for i, (call, t) in enumerate(zip(calls, traffic, strict=True)):
+        if t is not None and t.alias:
+            continue
+        for spec in flat_tensors(call.inputs) if t is None else (a.tensor for a in t.read):
+            r = _root_id(spec, roots)
+            if r is not None:
+                readers.setdefault(r, set()).add(i)
+        for a in t.write if t is not None else ():
+            r = _root_id(a.tensor, roots)
+            if r is not None and a.tensor is not None and a.tensor.param is None:
+                producer.setdefault(r, i)
+    return producer, readers
+
+
 def _root_id(spec: TensorSpec | None, roots: Mapping[int, TensorSpec]) -> int | None:
     if spec is None or spec.id is None:
         return None

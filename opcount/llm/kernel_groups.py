@@ -16,7 +16,7 @@ from ..handles.attention import SDPA_KEY, SDPA_VALUE
 from ..handles.memory import Access, Traffic, flat_tensors
 from ..handles.registry import FLOPS
 from ..ir import OpCall, TensorSpec
-from ..memory import alias_roots
+from ..memory import alias_roots, data_flow
 
 ATTENTION_KINDS = frozenset(
     {
@@ -84,19 +84,7 @@ def layout(
 
     fused = mode == "fused"
     groups = _group(calls, root, moe_blocks, chains) if fused else _eager(calls, timed)
-    producer: dict[int, int] = {}
-    readers: dict[int, set[int]] = {}
-    for i, (call, t) in enumerate(zip(calls, moved, strict=True)):
-        if t is not None and t.alias:
-            continue
-        for spec in flat_tensors(call.inputs) if t is None else (a.tensor for a in t.read):
-            r = root(spec)
-            if r is not None:
-                readers.setdefault(r, set()).add(i)
-        for a in t.write if t is not None else ():
-            r = root(a.tensor)
-            if r is not None and a.tensor is not None and a.tensor.param is None:
-                producer.setdefault(r, i)
+    producer, readers = data_flow(calls, moved, roots)
     returned = {root(s) for s in outputs}
 
     reads: list[tuple[tuple[tuple[Ref, ...], bool], ...]] = []

@@ -26,7 +26,7 @@ from ..handles.registry import FLOPS
 from ..hardware.lookup import TENSOR, VECTOR, DType, Hardware, dtype_name
 from ..hardware.lookup import hardware as lookup_hardware
 from ..ir import DTYPE_BYTES, OpCall, TensorSpec
-from ..memory import MemoryTrafficAnalysis, alias_roots
+from ..memory import MemoryTrafficAnalysis, alias_roots, data_flow
 from ..tracing import Trace
 from .model import FLOPS_PER_MAC, Groups, Scale, speed_of_light
 from .report import Layer, RooflineReport
@@ -277,20 +277,7 @@ def fuse_modules(
             return None
         return roots.get(spec.id, spec).id
 
-    producer: dict[int, int] = {}
-    readers: dict[int, set[int]] = {}
-    for i, (call, t) in enumerate(zip(calls, traffic, strict=True)):
-        if t is not None and t.alias:
-            continue
-        reads = flat_tensors(call.inputs) if t is None else (a.tensor for a in t.read)
-        for spec in reads:
-            r = root(spec)
-            if r is not None:
-                readers.setdefault(r, set()).add(i)
-        for a in t.write if t is not None else ():
-            r = root(a.tensor)
-            if r is not None and a.tensor is not None and a.tensor.param is None:
-                producer.setdefault(r, i)
+    producer, readers = data_flow(calls, traffic, roots)
 
     def local(a: Access, group: int) -> bool:
         r = root(a.tensor)
