@@ -159,6 +159,44 @@ class CallPrices:
     held: list[np.ndarray]
 
 
+class PlanFigures:
+    """The times a phase's kernel ``plan`` gives its ``tokens``: what a traced phase and a fitted
+    point both report (None without hardware)."""
+
+    @property
+    def plan(self) -> KernelPlan | None:
+        raise NotImplementedError
+
+    @property
+    def tokens(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def time(self) -> float | None:
+        """The estimate: seconds of the phase's kernels as an engine runs them."""
+        return None if self.plan is None else self.plan.time
+
+    @property
+    def time_bound(self) -> float | None:
+        """The speed of light: no engine runs the phase faster (:func:`.bound.time_bound`)."""
+        return None if self.plan is None else self.plan.time_bound
+
+    @property
+    def bound(self) -> str | None:
+        """What binds the speed of light: ``compute`` or ``memory``."""
+        return None if self.plan is None else self.plan.binds
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        time = self.time
+        return None if not time else self.tokens / time
+
+    @property
+    def tokens_per_s_bound(self) -> float | None:
+        time = self.time_bound
+        return None if not time else self.tokens / time
+
+
 def plan(
     traffic: MemoryTrafficAnalysis,
     report: RooflineReport,

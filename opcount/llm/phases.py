@@ -41,7 +41,7 @@ from .bound import sum_of_max
 from .cache import CachePlan, cache_plan, phase_cache
 from .deploy import Deployment, on_layout
 from .indexed import indexer_scopes, sparse
-from .kernels import MODES, KernelPlan, plan
+from .kernels import MODES, KernelPlan, PlanFigures, plan
 from .latent import absorbed
 from .limits import check_phase
 from .model import CACHE_NAMES, build_on_meta, learned_positions, serving_attention, text_config
@@ -81,7 +81,7 @@ class Memory:
 
 
 @dataclass
-class PhaseCost:
+class PhaseCost(PlanFigures):
     """What one phase costs: ``flops`` (the analysis: totals, per operator and module),
     ``memory``, and with hardware its ``roofline`` (each operator's roofline as its own kernel),
     its kernels per mode (``plans``, :mod:`.kernels`) and its two times: ``time``, the estimate
@@ -108,31 +108,6 @@ class PhaseCost:
     def plan(self) -> KernelPlan | None:
         """The kernels of the chosen mode (None without hardware)."""
         return None if self.plans is None else self.plans[self.kernels]
-
-    @property
-    def time(self) -> float | None:
-        """The estimate: seconds of the phase's kernels as an engine runs them (None without hardware)."""
-        return None if self.plan is None else self.plan.time
-
-    @property
-    def time_bound(self) -> float | None:
-        """The speed of light: no engine runs the phase faster (:func:`.bound.time_bound`)."""
-        return None if self.plan is None else self.plan.time_bound
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        time = self.time
-        return None if not time else self.tokens / time
-
-    @property
-    def tokens_per_s_bound(self) -> float | None:
-        time = self.time_bound
-        return None if not time else self.tokens / time
-
-    @property
-    def bound(self) -> str | None:
-        """What binds the speed of light: ``compute`` or ``memory``."""
-        return None if self.plan is None else self.plan.binds
 
 
 class CausalLM:

@@ -8,13 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hardware.lookup import Hardware
-from .kernels import KernelPlan
+from .kernels import KernelPlan, PlanFigures
 from .phases import GenerationCost, GenerationFigures, Memory, PhaseCost
 from .precision import Precision
 
 
 @dataclass(frozen=True)
-class PhasePoint:
+class PhasePoint(PlanFigures):
     """The figures of one phase at one point: ``traced`` when they come from the point's own analyzed
     trace (``cost``), else from the records rebuilt by a fit."""
 
@@ -38,30 +38,6 @@ class PhasePoint:
     @property
     def kernels(self) -> str | None:
         return None if self.plan is None else self.plan.mode
-
-    @property
-    def time(self) -> float | None:
-        """The estimate, as :attr:`.phases.PhaseCost.time`."""
-        return None if self.plan is None else self.plan.time
-
-    @property
-    def time_bound(self) -> float | None:
-        """The speed of light, as :attr:`.phases.PhaseCost.time_bound`."""
-        return None if self.plan is None else self.plan.time_bound
-
-    @property
-    def bound(self) -> str | None:
-        return None if self.plan is None else self.plan.binds
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        time = self.time
-        return None if not time else self.tokens / time
-
-    @property
-    def tokens_per_s_bound(self) -> float | None:
-        time = self.time_bound
-        return None if not time else self.tokens / time
 
     @classmethod
     def of(cls, cost: PhaseCost) -> PhasePoint:
