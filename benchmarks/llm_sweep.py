@@ -6,7 +6,7 @@ cache length 128..4096), side by side with what importing alone costs.
 - CLI: ``python -m opcount llm:llama-3-70b --phase decode --sweep batch=... --sweep kv-len=...
   --hardware h100-sxm`` in a fresh process (the sweep fitted from a few traces), wall and CPU time and
   peak RSS, then the same without ``--hardware``;
-- API: build the model once, then the 30 points by ``opcount.llm.sweep.phase_points`` (a few
+- API: build the model once, then the 30 points by ``opcount.llm.sweep.points.phase_points`` (a few
   traces), and by one ``phase("decode", ...)`` per point (a trace each, the reference);
 - grid: ``phase_points`` over a 1,000-point grid (40 batches x 25 cache lengths) in the same process;
 - one CLI point: ``llm:llama-3-70b --meta --phase decode --kv-len 2048`` (before the in-process part,
@@ -80,10 +80,10 @@ def api(model: str, batches: list[int], kv_lens: list[int], layers: int | None, 
     t0 = time.perf_counter()
     import transformers  # noqa: F401  (imported once per process, whatever the model)
 
-    from opcount.llm.catalogue import config
+    from opcount.llm.models.catalogue import config
     from opcount.llm.phases import CausalLM
-    from opcount.llm.points import PhasePoint
-    from opcount.llm.sweep import phase_points
+    from opcount.llm.sweep.figures import PhasePoint
+    from opcount.llm.sweep.points import phase_points
 
     overrides = {"num_hidden_layers": layers} if layers else {}
     t1 = time.perf_counter()

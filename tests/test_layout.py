@@ -219,3 +219,51 @@ def test_the_errors_module_holds_only_the_hierarchy() -> None:
     assert all(isinstance(getattr(errors, n), type) and issubclass(getattr(errors, n), Exception) for n in defined)
     for name in defined:
         assert name in (errors.__doc__ or ""), f"{name} is not drawn in the hierarchy"
+
+
+# The LLM package's folders in the order they may import one another: a module imports only from its own
+# layer, from layers before it, and from the rest of opcount (docs/architecture.md).
+LLM_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("models",),
+    ("attention",),
+    ("moe",),
+    ("cache",),
+    ("precision",),
+    ("kernels",),
+    ("deploy",),
+    ("phase_checks", "phases"),
+    ("sweep",),
+    ("report",),
+    ("training", "validation"),
+)
+
+
+def _llm_layer(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[:2] != ["opcount", "llm"] or len(parts) < 3:
+        return None
+    return next(i for i, names in enumerate(LLM_LAYERS) if parts[2] in names)
+
+
+def test_every_llm_module_has_a_layer() -> None:
+    for name in NAMES:
+        if name.startswith("opcount.llm."):
+            assert _llm_layer(name) is not None, f"{name} is in no layer of LLM_LAYERS"
+
+
+def test_llm_folders_import_only_layers_before_them() -> None:
+    upward = []
+    for name, targets in GRAPH.items():
+        here = _llm_layer(name)
+        if here is None:
+            continue
+        for target in targets:
+            there = _llm_layer(target)
+            if there is not None and there > here:
+                upward.append(f"{name} -> {target}")
+    assert upward == []
+
+
+def test_training_imports_nothing_from_the_llm_package() -> None:
+    found = [f"{n} -> {t}" for n, ts in GRAPH.items() if n.startswith("opcount.training") for t in ts]
+    assert [f for f in found if ".llm" in f] == []

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..llm.limits import MAX_POSITIONS
+from ..llm.models.limits import MAX_POSITIONS
 from ..messages import first_line
 from .options import Analysis, CompareOptions, HardwareChoice, Inputs, Layout, LLMOptions, Options, columns_needing
 

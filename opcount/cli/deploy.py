@@ -1,6 +1,6 @@
 """The command line's deployment flags on the LLM path: ``--tp --pp --ep --dp --micro-batches``
 (a parallel layout), ``--price`` (dollars per device-hour), ``--max-batch`` and ``--reserve``; their
-checks, and the lines and JSON fields they add to a report (:mod:`opcount.llm.deploy` computes)."""
+checks, and the lines and JSON fields they add to a report (:mod:`opcount.llm.deploy.deployment` computes)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
-from ..llm.deploy import DEFAULT_RESERVE, MAX_PRICE, Deployment, Placement, deploy
-from ..llm.parallel import Parallel
+from ..llm.deploy.deployment import DEFAULT_RESERVE, MAX_PRICE, Deployment, Placement, deploy
+from ..llm.deploy.layout import Parallel
 from ..llm.phases import CausalLM, GenerationCost, PhaseCost
 from ..units import seconds, size
 from .args import positive_int

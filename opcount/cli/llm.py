@@ -18,17 +18,17 @@ from typing import Any
 from .. import report
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
-from ..llm import deploy as deploy_lib
-from ..llm.catalogue import ALIASES, resolve
-from ..llm.catalogue import config as catalogue_config
-from ..llm.limits import MAX_BATCH, MAX_POSITIONS
-from ..llm.local_config import looks_local, read_config, with_values
-from ..llm.model import is_causal_lm
-from ..llm.operators import operator_rows
+from ..llm.deploy import deployment as deploy_lib
+from ..llm.models.build import is_causal_lm
+from ..llm.models.catalogue import ALIASES, resolve
+from ..llm.models.catalogue import config as catalogue_config
+from ..llm.models.limits import MAX_BATCH, MAX_POSITIONS
+from ..llm.models.local_config import looks_local, read_config, with_values
 from ..llm.phases import PHASES, CausalLM, GenerationCost, PhaseCost, generation
-from ..llm.points import GenerationPoint, PhasePoint
-from ..llm.precision import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
-from ..llm.weight_plan import WeightAssignmentError
+from ..llm.precision.assignments import WeightAssignmentError
+from ..llm.precision.dtypes import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
+from ..llm.report.operators import operator_rows
+from ..llm.sweep.figures import GenerationPoint, PhasePoint
 from ..report.provenance import export_meta
 from ..units import si, size
 from . import deploy
@@ -183,11 +183,11 @@ def check(flags: LLMOptions, options: Options) -> Precision:
 
 
 def _check_sizes(flags: LLMOptions, seq_len: int | None) -> None:
-    """Each size flag (its largest --sweep value too) within opcount.llm.limits, and the positions
+    """Each size flag (its largest --sweep value too) within opcount.llm.models.limits, and the positions
     of a sequence together, before a model is built: past them torch's int64 sizes overflow."""
     swept = dict(flags.sweep)
     points = math.prod(len(values) for values in swept.values())
-    if points > MAX_SWEEP_POINTS:  # each point is priced (opcount.llm.sweep)
+    if points > MAX_SWEEP_POINTS:  # each point is priced (opcount.llm.sweep.points)
         raise OpcountError(f"--sweep: {points:,} points, more than {MAX_SWEEP_POINTS:,} (the limit)")
     given = {"batch": flags.batch, "seq-len": seq_len, "kv-len": flags.kv_len, "gen-len": flags.gen_len}
     largest = {
@@ -319,7 +319,7 @@ def run(
         base["gen_len"] = flags.gen_len
     axes = [(SWEEPABLE[k], v) for k, v in flags.sweep]
     analysis = options.analysis
-    # Every point from a few traces (opcount.llm.sweep), with or without hardware; a deployment is priced per point
+    # Every point from a few traces (opcount.llm.sweep.points), with or without hardware; a deployment is priced per point
     fitted = not flags.deploy.given() and not {key for key, _ in axes} & set(deploy.SWEEPABLE)
     if axes and fitted:
         combos = [

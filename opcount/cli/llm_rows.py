@@ -12,10 +12,10 @@ import tabulate
 
 from .. import report
 from ..hardware.lookup import Hardware
-from ..llm import deploy as deploy_lib
+from ..llm.deploy import deployment as deploy_lib
 from ..llm.phases import CausalLM, GenerationCost, PhaseCost
-from ..llm.points import GenerationPoint, PhasePoint
-from ..llm.sweep import generation_points, phase_points
+from ..llm.sweep.figures import GenerationPoint, PhasePoint
+from ..llm.sweep.points import generation_points, phase_points
 from ..report.columns import flops_unit
 from ..report.provenance import export_meta
 from ..units import seconds, si, size
@@ -27,7 +27,7 @@ from .render import write_csv_meta
 
 @dataclass
 class SweepPoint:
-    """One point of a sweep: a phase, or a whole generation, as figures (opcount.llm.sweep)."""
+    """One point of a sweep: a phase, or a whole generation, as figures (opcount.llm.sweep.points)."""
 
     values: dict[str, int]
     phase: PhasePoint
@@ -55,7 +55,7 @@ def sweep_points(
     analysis: Analysis,
     kernels: str = "fused",
 ) -> list[SweepPoint]:
-    """Every point of a sweep, fitted from a few traces (equal to tracing each, :mod:`opcount.llm.sweep`)."""
+    """Every point of a sweep, fitted from a few traces (equal to tracing each, :mod:`opcount.llm.sweep.points`)."""
     common: dict[str, Any] = {"hardware": hardware, "flops_per_mac": analysis.flops_per_mac, "preset": analysis.preset}
     common["kernels"] = kernels
     if "gen_len" in combos[0]:
@@ -124,7 +124,7 @@ def sweep_report(points: Sequence[SweepPoint], layout: Layout, label: str, model
     header += deploy.sweep_header(points[0].deployment)
     flat = [{**r, **r["memory"], **deploy.sweep_row(pt.deployment)} for r, pt in zip(rows, points, strict=True)]
     if layout.format == "csv":  # a missing value (None) is an empty cell, as in every CSV export
-        first = points[0].phase.cost  # the first point is always traced (opcount.llm.sweep)
+        first = points[0].phase.cost  # the first point is always traced (opcount.llm.sweep.points)
         if first is not None:
             write_csv_meta(layout.csv_meta, export_meta(first.flops, model=model, roofline=first.roofline))
         names = {

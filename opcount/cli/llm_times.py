@@ -11,11 +11,11 @@ import tabulate
 
 from .. import report
 from ..errors import OpcountError
-from ..llm import kernel_times
-from ..llm.kernels import MODES
-from ..llm.operators import operator_rows
+from ..llm.kernels.estimate import MODES
 from ..llm.phases import GenerationCost, PhaseCost
-from ..llm.points import GenerationPoint, PhasePoint
+from ..llm.report import times as kernel_times
+from ..llm.report.operators import operator_rows
+from ..llm.sweep.figures import GenerationPoint, PhasePoint
 from ..report.columns import Column
 from ..units import seconds, si, size
 from .options import Layout
@@ -35,7 +35,7 @@ def add_kernels_argument(group: Any) -> None:
 def by_operator(cost: PhaseCost, layout: Layout, meta: Mapping[str, Any]) -> str:
     """The rows as a table or CSV; counts are headed by their unit (MACs or FLOPs), bytes are each
     operator's as its own kernels (eager), seconds its part of the estimate of the chosen kernels
-    (:mod:`opcount.llm.kernel_times`: the rows sum to the summary's time)."""
+    (:mod:`opcount.llm.report.times`: the rows sum to the summary's time)."""
     rows = operator_rows(cost)
     if not rows:
         raise OpcountError("--by-operator on an LLM phase needs --hardware: it says which kernel each operator ran in")
@@ -73,7 +73,7 @@ def by_operator(cost: PhaseCost, layout: Layout, meta: Mapping[str, Any]) -> str
 def table_columns(cost: PhaseCost, given: Sequence[str] | None) -> tuple[list[str | Column], dict[str, Any] | None]:
     """The module table's columns and the analyses they read: with hardware, ``time``, ``time_share``
     and ``bound`` are the estimate of the chosen kernels attributed to modules
-    (:mod:`opcount.llm.kernel_times`: the whole model's row is the summary's time), headed by the mode."""
+    (:mod:`opcount.llm.report.times`: the whole model's row is the summary's time), headed by the mode."""
     if cost.roofline is None or cost.plan is None:
         return list(given or ("params", "flops")), None
     estimate = kernel_times.columns(cost.kernels)
@@ -114,7 +114,7 @@ def time_lines(p: PhaseCost, gen: GenerationCost | None) -> list[str]:
 
 def time_fields(p: PhaseCost | PhasePoint, gen: GenerationCost | GenerationPoint | None) -> dict[str, Any]:
     """The JSON fields of times (none without hardware): each with its ``_bound``; a traced phase's
-    or a swept point's (:mod:`opcount.llm.points`) alike."""
+    or a swept point's (:mod:`opcount.llm.sweep.figures`) alike."""
     hw = (None if p.roofline is None else p.roofline.hardware) if isinstance(p, PhaseCost) else p.hardware
     if hw is None:
         return {}

@@ -32,7 +32,7 @@ import torch
 
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
-from ..llm.moe import expected_routing
+from ..llm.moe.experts import expected_routing
 from ..messages import one_line
 from . import llm as llm_command
 from . import models as cli_models
@@ -176,7 +176,7 @@ def _llm(options: Options, wanted: LLMRun, hardware: Hardware | None, spinner: P
     """LLM inference phases (opcount.cli.llm): built and traced on the meta device."""
     text, points = llm_command.run(options, wanted, hardware, spinner.update)
     if options.plot:
-        from ..llm.plot import save_llm_chart
+        from ..llm.report.plot import save_llm_chart
 
         spinner.update(f"plotting {options.plot}")
         with writing("--plot", options.plot):

@@ -31,9 +31,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..llm.limits import check_config, module_budget
-from ..llm.local_config import looks_local, read_config, with_values
-from ..llm.model import is_causal_lm, learned_positions
+from ..llm.models.build import is_causal_lm, learned_positions
+from ..llm.models.limits import check_config, module_budget
+from ..llm.models.local_config import looks_local, read_config, with_values
 from ..messages import one_line
 from ..torch_internals import pytree
 from ..tracers.meta import TensorShape

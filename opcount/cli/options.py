@@ -20,7 +20,7 @@ import torch
 
 from .. import report
 from ..hardware.lookup import Hardware
-from ..llm.precision import Precision
+from ..llm.precision.dtypes import Precision
 
 # The analysis every report needs: the flop count also gives the model and its module tree.
 BASE_ROLE = "flops"

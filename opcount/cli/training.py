@@ -15,10 +15,10 @@ import torch
 from .. import report
 from ..errors import OpcountError, OpcountValueError
 from ..hardware.lookup import Hardware
-from ..llm.moe import expected_routing
+from ..llm.moe.experts import expected_routing
 from ..llm.phases import CausalLM
+from ..llm.precision.formats import ALIASES
 from ..llm.training import TRAINABLE_DTYPES, TrainingCost, train_step
-from ..llm.weight_formats import ALIASES
 from ..report.provenance import export_meta
 from ..torch_internals import pytree
 from ..training.saved import RECOMPUTE, SavedActivations, effective, layers_of, measure

@@ -1,7 +1,7 @@
 """What fraction of its peaks a device reaches in practice, and what each kernel launch costs.
 
-The estimate of an LLM phase (:mod:`opcount.llm.kernels`) prices each fused kernel with these
-factors; the bound (:mod:`opcount.llm.bound`) uses none of them. Defaults, from published
+The estimate of an LLM phase (:mod:`opcount.llm.kernels.estimate`) prices each fused kernel with these
+factors; the bound (:mod:`opcount.roofline.bound`) uses none of them. Defaults, from published
 microbenchmarks rather than from the serving measurements they are checked against:
 
 - ``gemm`` 0.8 (a GEMM in 16-bit or wider) and ``gemm_fp8`` 0.7 (in an 8-bit float): the

@@ -35,23 +35,26 @@ from ..hardware.lookup import hardware as lookup_hardware
 from ..ir import OpCall, TensorSpec
 from ..memory import MemoryTrafficAnalysis
 from ..roofline import RooflineReport, roofline
+from ..roofline.bound import sum_of_max
 from ..tracers.meta import TensorShape
 from ..transformers_internals import cache_keyword, takes_cache_position
-from .bound import sum_of_max
-from .cache import CachePlan, cache_plan, phase_cache
-from .deploy import Deployment, on_layout
-from .indexed import indexer_scopes, sparse
-from .kernels import MODES, KernelPlan, PlanFigures, plan
-from .latent import absorbed
-from .limits import check_phase
-from .model import CACHE_NAMES, build_on_meta, learned_positions, serving_attention, text_config
-from .moe import active_parameters, expected_routing
-from .parallel import Parallel
+from .attention.indexed import indexer_scopes, sparse
+from .attention.latent import absorbed
+from .attention.prompt_tokens import cache_lengths, new_positions_only, prompt_length
+from .attention.serving import serving_attention
+from .attention.windows import windowed_prefill
+from .cache.names import CACHE_NAMES
+from .cache.plan import CachePlan, cache_plan, phase_cache
+from .deploy.deployment import Deployment, on_layout
+from .deploy.layout import Parallel
+from .kernels.estimate import MODES, KernelPlan, PlanFigures, plan
+from .models.build import build_on_meta, learned_positions, text_config
+from .models.limits import check_phase
+from .moe.experts import active_parameters, expected_routing
+from .moe.zero_experts import drop_unused
 from .phase_checks import PHASES as PHASES  # the phases, where callers have always found them
 from .phase_checks import check_generation, check_phase_request
-from .precision import Precision, footprint_weights, pricing_for
-from .prompt_tokens import cache_lengths, new_positions_only, prompt_length
-from .windows import windowed_prefill
+from .precision.dtypes import Precision, footprint_weights, pricing_for
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +132,7 @@ class CausalLM:
         else:
             config = model_or_config
             model = build_on_meta(config, self.precision.traced)
+            drop_unused(model)  # transformers' LongCat-Flash stacks weights for its identity experts too
         self.model: nn.Module = model
         self.config = text_config(config)
         self.caches: CachePlan = cache_plan(model, config, expected_routing)
@@ -238,7 +242,7 @@ class CausalLM:
 
     def deploy(self, cost: PhaseCost | GenerationCost, parallel: Parallel | None = None, **options: Any) -> Deployment:
         """``cost`` (a phase or a generation of this model) on a parallel layout: per-device memory,
-        fit, communication, time and cost (:func:`opcount.llm.deploy.deploy`, its options)."""
+        fit, communication, time and cost (:func:`opcount.llm.deploy.deployment.deploy`, its options)."""
         return on_layout(self, cost, parallel, **options)
 
     def _trace(
@@ -328,7 +332,7 @@ def _bytes(spec: TensorSpec, itemsize: Any) -> int:
 # ------------------------------------------------------------------------------------------------
 class GenerationFigures:
     """A generation's figures from its prefill and decode steps, whether traced
-    (:class:`GenerationCost`) or rebuilt from a fit (:class:`~opcount.llm.points.GenerationPoint`)."""
+    (:class:`GenerationCost`) or rebuilt from a fit (:class:`~opcount.llm.sweep.figures.GenerationPoint`)."""
 
     prefill: Any
     last_step: Any

@@ -30,11 +30,11 @@ from ..tracers.meta import TensorShape
 from ..training.saved import RECOMPUTE, SavedActivations, effective, layers_of, measure
 from ..training.states import OPTIMIZERS, ModelStates, model_states
 from ..training.step import StepTime, Throughput, forward_calls, gradient_sync, recomputed
-from .kernels import plan
-from .model import learned_positions
-from .moe import expected_routing
+from .kernels.estimate import plan
+from .models.build import learned_positions
+from .moe.experts import expected_routing
 from .phases import CausalLM
-from .precision import Precision, footprint_weights
+from .precision.dtypes import Precision, footprint_weights
 
 TRAINABLE_DTYPES = ("float32", "bfloat16", "float16")
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import OpcountValueError
-from .catalogue import config
+from .models.catalogue import config
 from .phases import CausalLM, generation
-from .precision import Precision
+from .precision.dtypes import Precision
 
 CHECKS = ("bound", "bound+estimate")
 

@@ -43,7 +43,7 @@ _CSV_NAMES = {
     "time": "time_s",
     "sparse_time": "sparse_time_s",
     "time_share": "time_percent",
-    # an LLM phase's estimate of its fused or eager kernels, attributed to modules (opcount.llm.kernel_times)
+    # an LLM phase's estimate of its fused or eager kernels, attributed to modules (opcount.llm.report.times)
     **{f"time_{mode}": f"time_{mode}_s" for mode in ("fused", "eager")},
     **{f"time_share_{mode}": f"time_{mode}_percent" for mode in ("fused", "eager")},
 }

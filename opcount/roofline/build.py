@@ -67,7 +67,7 @@ def roofline(
     settings are used); ``inputs``, ``kwargs`` and trace options are then not taken.
     ``dtype``: what the model would run in, a name or a torch.dtype (default: the dtype it was traced in).
     ``itemsize``: bytes per element of a tensor as stored, where its role decides it (quantized
-    weights, a KV cache in another dtype: see :mod:`opcount.llm.precision`); None keeps ``dtype``'s.
+    weights, a KV cache in another dtype: see :mod:`opcount.llm.precision.dtypes`); None keeps ``dtype``'s.
     """
     if hardware is None:
         raise OpcountTypeError("roofline() needs hardware: a preset name such as 'h100-sxm', a file or a Hardware")

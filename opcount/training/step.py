@@ -2,7 +2,7 @@
 utilisation, and what a run of a given number of tokens takes and costs.
 
 The step's operators (forward, loss, backward: one dispatch trace in ``mode="train"``) run as
-one kernel each (:mod:`opcount.llm.kernels`, eager). Its **estimate** (``time``): each kernel's
+one kernel each (:mod:`opcount.llm.kernels.estimate`, eager). Its **estimate** (``time``): each kernel's
 ``max(compute, memory)`` with the efficiency factors (:mod:`opcount.hardware.efficiency`) plus
 its launch, the recomputed kernels again, and the data-parallel collectives where they outlast
 the compute they overlap. Its **bound** (``time_bound``, the speed of light): ``max(the step's
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from ..errors import OpcountError
 from ..hardware.interconnect import Collective, Interconnect, all_gather, all_reduce, reduce_scatter
 from ..ir import OpCall, TensorSpec
-from ..llm.bound import time_bound
 from ..roofline import RooflineReport
+from ..roofline.bound import time_bound
 from ..tracing import Trace
 
 SECONDS_PER_HOUR = 3600.0

@@ -121,9 +121,9 @@ def test_bad_call_raises_an_opcount_error_naming_the_value(call: Callable[[], An
 
 def test_llm_bad_calls_are_opcount_errors() -> None:
     transformers = pytest.importorskip("transformers")
-    from opcount.llm.catalogue import config as architecture
+    from opcount.llm.models.catalogue import config as architecture
     from opcount.llm.phases import CausalLM, generation
-    from opcount.llm.precision import Precision
+    from opcount.llm.precision.dtypes import Precision
 
     config = transformers.LlamaConfig(
         hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, vocab_size=50
@@ -186,7 +186,7 @@ def test_hardware_peaks_take_torch_dtypes() -> None:
 
 def test_llm_precision_takes_torch_dtypes() -> None:
     pytest.importorskip("transformers")
-    from opcount.llm.precision import Precision
+    from opcount.llm.precision.dtypes import Precision
 
     assert Precision(weight=torch.int8, act=torch.float16) == Precision(weight="int8", act="float16")  # type: ignore[arg-type]
 

@@ -107,7 +107,7 @@ def test_nothing_below_the_parser_reads_argparse() -> None:
         if path.name != "parser.py" and re.search(r"argparse\.Namespace|getattr\(args", path.read_text())
     ]
     assert readers == []
-    assert "argparse" not in (CLI.parent / "llm" / "plot.py").read_text()
+    assert "argparse" not in (CLI.parent / "llm" / "report" / "plot.py").read_text()
 
 
 def test_an_llm_sweep_is_plotted_from_plain_values(tmp_path: Path) -> None:

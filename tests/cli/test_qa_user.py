@@ -359,7 +359,7 @@ def test_a_negative_input_size_is_named(
 
 
 def test_int4_weights_of_odd_size_take_whole_bytes() -> None:
-    from opcount.llm.precision import weight_bytes
+    from opcount.llm.precision.dtypes import weight_bytes
 
     # 15 int4 weights in ceil(15/2) = 8 bytes, plus one group of 128 inputs per row: a float16
     # scale and zero-point (4 bytes) for each of the 3 rows. Before: 7.5 + 12 = 19.5.

@@ -13,7 +13,7 @@ from opcount.errors import OpcountValueError
 from opcount.hardware.efficiency import Efficiency
 from opcount.hardware.spec import Hardware
 from opcount.llm.phases import CausalLM
-from opcount.llm.precision import Precision
+from opcount.llm.precision.dtypes import Precision
 
 H, FFN, TOKENS = 64, 128, 128
 PEAKS = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from opcount.llm.model import is_causal_lm
+from opcount.llm.models.build import is_causal_lm
 
 # what a config calls its per-layer kinds: a settable list, or a property derived from other fields
 _TYPE_FIELDS = ("layer_types", "layers_block_type")

@@ -20,7 +20,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("transformers.cache_utils", reason="layer types need transformers 5")
 
 from opcount.errors import OpcountError  # noqa: E402
-from opcount.llm.model import CACHE_NAMES  # noqa: E402
+from opcount.llm.cache.names import CACHE_NAMES  # noqa: E402
 from opcount.llm.phases import CausalLM, PhaseCost  # noqa: E402
 from opcount.memory import MemoryTrafficAnalysis  # noqa: E402
 
@@ -301,7 +301,7 @@ def test_block_attention_equals_the_masked_square(length: int) -> None:
     # the reference: one attention over the whole prompt with the layer's mask spelled out
     import torch
 
-    from opcount.llm.windows import chunked_attention, sliding_attention
+    from opcount.llm.attention.windows import chunked_attention, sliding_attention
 
     size, g = 8, torch.Generator().manual_seed(0)
     q = torch.randn(2, 4, length, 16, generator=g)

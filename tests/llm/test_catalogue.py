@@ -11,7 +11,7 @@ import pytest
 transformers = pytest.importorskip("transformers")
 
 from opcount.errors import OpcountValueError  # noqa: E402
-from opcount.llm.catalogue import ALIASES, ARCHITECTURES, config, names, resolve  # noqa: E402
+from opcount.llm.models.catalogue import ALIASES, ARCHITECTURES, config, names, resolve  # noqa: E402
 
 SOURCE = re.compile(r"^[\w.-]+/[\w.-]+ config\.json( \(text_config\))?$")
 ROPE = {"rope_theta", "rope_scaling", "partial_rotary_factor"}  # transformers 5 gathers them in rope_parameters

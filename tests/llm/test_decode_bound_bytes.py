@@ -29,7 +29,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("transformers.cache_utils", reason="layer types need transformers 5")
 
 from opcount.llm.phases import CausalLM  # noqa: E402
-from opcount.llm.precision import Precision  # noqa: E402
+from opcount.llm.precision.dtypes import Precision  # noqa: E402
 
 B, L, V, D = 2, 5, 100, 32
 ATTENTION = {"vocab_size": V, "hidden_size": D, "intermediate_size": 64, "num_attention_heads": 4}

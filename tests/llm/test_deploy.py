@@ -18,8 +18,8 @@ transformers = pytest.importorskip("transformers")
 from opcount.errors import OpcountError  # noqa: E402
 from opcount.hardware.interconnect import Interconnect  # noqa: E402
 from opcount.hardware.lookup import Hardware  # noqa: E402
-from opcount.llm.deploy import DEFAULT_RESERVE  # noqa: E402
-from opcount.llm.parallel import Parallel  # noqa: E402
+from opcount.llm.deploy.deployment import DEFAULT_RESERVE  # noqa: E402
+from opcount.llm.deploy.layout import Parallel  # noqa: E402
 from opcount.llm.phases import CausalLM  # noqa: E402
 
 D, F, N, H, G, V = 256, 512, 2, 8, 2, 1000
@@ -232,7 +232,7 @@ def test_llama_3_8b_tensor_parallel_communication_is_megatrons() -> None:
     # meta-llama/Meta-Llama-3-8B config.json: 32 layers, hidden 4096, vocab 128256. Decode, one
     # sequence, tp 8: 2 all-reduces a layer + the embedding's = 65 of 4096 x 2 bytes, each sending
     # 2 x 7 / 8 of it; the logits 128256 x 2 bytes gathered, 7 / 8 of them sent.
-    from opcount.llm.catalogue import config
+    from opcount.llm.models.catalogue import config
 
     llm = CausalLM(config("llama-3-8b"))
     d = llm.deploy(llm.phase("decode", kv_len=16, hardware=DEVICE), Parallel(tp=8))
@@ -243,7 +243,7 @@ def test_llama_3_8b_tensor_parallel_communication_is_megatrons() -> None:
 
 def test_a_plan_that_splits_no_layer_is_refused() -> None:
     # transformers 5.24's DiffLlama plan names the embedding (and lm_head) alone, and no engine plan
-    # completes it (opcount.llm.engine_plans): followed, --tp 2 would replicate every attention and
+    # completes it (opcount.llm.deploy.engine_plans): followed, --tp 2 would replicate every attention and
     # MLP weight and report that as tensor parallelism
     config = transformers.DiffLlamaConfig(
         hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

@@ -1,5 +1,5 @@
 """Tensor parallelism where transformers' plan leaves a block whole: the blocks split as vLLM splits
-them (opcount.llm.engine_plans), per-device weights, cache and decode FLOPs worked by hand.
+them (opcount.llm.deploy.engine_plans), per-device weights, cache and decode FLOPs worked by hand.
 
 Every model is bfloat16 (2 bytes an element), decoded one token after L = 7 cached (8 positions held)
 for B = 2 sequences (T = 2 tokens), at tp = 2. FLOPs are the step's matrix-product FLOPs on one device
@@ -14,7 +14,7 @@ import pytest
 transformers = pytest.importorskip("transformers")
 
 from opcount.errors import OpcountError, OpcountValueError  # noqa: E402
-from opcount.llm.parallel import Parallel, Sharding  # noqa: E402
+from opcount.llm.deploy.layout import Parallel, Sharding  # noqa: E402
 from opcount.llm.phases import CausalLM  # noqa: E402
 from tests.llm.test_deploy import DEVICE  # noqa: E402
 

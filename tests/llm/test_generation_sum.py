@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from opcount.llm.bound import positive_part_sum
 from opcount.llm.phases import CausalLM, decode_times
+from opcount.roofline.bound import positive_part_sum
 from tests.llm.test_llm import llama
 
 

@@ -1,5 +1,5 @@
 """Tensor parallelism for the Mamba-2 hybrids and Kimi-Linear, split as vLLM splits them
-(opcount.llm.engine_plans): per-device weights, cache and decode FLOPs worked by hand from the config.
+(opcount.llm.deploy.engine_plans): per-device weights, cache and decode FLOPs worked by hand from the config.
 
 Every model is bfloat16 (2 bytes an element), d = 64, a vocabulary of V = 100 (embedding and lm_head
 apart), decoded one token after 7 cached (8 positions held) for B = 2 sequences (T = 2 tokens), at
@@ -16,7 +16,7 @@ import pytest
 transformers = pytest.importorskip("transformers")
 
 from opcount.errors import OpcountValueError  # noqa: E402
-from opcount.llm.parallel import Parallel, Sharding  # noqa: E402
+from opcount.llm.deploy.layout import Parallel, Sharding  # noqa: E402
 from opcount.llm.phases import CausalLM  # noqa: E402
 from tests.llm.test_deploy import DEVICE  # noqa: E402
 

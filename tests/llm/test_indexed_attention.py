@@ -19,10 +19,10 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("transformers.cache_utils", reason="layer types need transformers 5")
 
 from opcount.errors import OpcountError  # noqa: E402
-from opcount.llm.indexed import index_key_bytes  # noqa: E402
-from opcount.llm.kernels import ATTENTION_KINDS, attention_work  # noqa: E402
+from opcount.llm.attention.indexed import index_key_bytes  # noqa: E402
+from opcount.llm.kernels.estimate import ATTENTION_KINDS, attention_work  # noqa: E402
 from opcount.llm.phases import CausalLM, PhaseCost, generation  # noqa: E402
-from opcount.llm.precision import Precision, pricing_for  # noqa: E402
+from opcount.llm.precision.dtypes import Precision, pricing_for  # noqa: E402
 from opcount.memory import MemoryTrafficAnalysis  # noqa: E402
 from tests.llm.test_caches import cache_traffic  # noqa: E402
 
@@ -192,7 +192,7 @@ def test_hy_v4_shared_indexer_layers_hold_no_indexer_keys() -> None:
 
 
 def test_an_indexer_opcount_does_not_recognise_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from opcount.llm import indexed
+    from opcount.llm.attention import indexed
 
     monkeypatch.setattr(indexed, "is_indexer", lambda module: False)
     with pytest.raises(

@@ -1,4 +1,4 @@
-"""The estimate of a phase's kernels attributed to modules and operators (opcount.llm.kernel_times):
+"""The estimate of a phase's kernels attributed to modules and operators (opcount.llm.report.times):
 a kernel's time split by hand on a tiny Llama, and the whole model's row equal to the phase's time
 for dense and mixture-of-experts models, prefill and decode, fused and eager kernels."""
 
@@ -16,9 +16,9 @@ from transformers import DeepseekV3Config, GPT2Config, LlamaConfig, MixtralConfi
 
 from opcount.errors import OpcountValueError
 from opcount.hardware.lookup import hardware as lookup_hardware
-from opcount.llm.kernel_times import KernelTimes
-from opcount.llm.operators import operator_rows
 from opcount.llm.phases import CausalLM, generation
+from opcount.llm.report.operators import operator_rows
+from opcount.llm.report.times import KernelTimes
 
 from .small_configs import small
 

@@ -10,9 +10,9 @@ from transformers import GPT2Config, LlamaConfig, MixtralConfig
 
 from opcount.errors import OpcountValueError
 from opcount.hardware.spec import Hardware
-from opcount.llm.bound import time_bound
-from opcount.llm.kernels import ATTENTION_KINDS, attention_work
+from opcount.llm.kernels.estimate import ATTENTION_KINDS, attention_work
 from opcount.llm.phases import CausalLM, PhaseCost, generation
+from opcount.roofline.bound import time_bound
 
 H, FFN, LAYERS, HEADS, KV_HEADS, VOCAB = 64, 128, 2, 4, 2, 1000
 HEAD_DIM = H // HEADS  # 16
@@ -215,8 +215,8 @@ def test_one_layout_priced_at_many_points() -> None:
     from opcount.handles.memory import Access, Traffic
     from opcount.hardware.lookup import hardware
     from opcount.ir import OpCall, TensorSpec
-    from opcount.llm.kernel_groups import layout
-    from opcount.llm.kernels import CallPrices, priced
+    from opcount.llm.kernels.estimate import CallPrices, priced
+    from opcount.llm.kernels.groups import layout
 
     x = TensorSpec((1, 8), "bfloat16", id=0)
     w1, w2 = (TensorSpec((4, 8), "bfloat16", param=f"w{i}", id=i) for i in (1, 2))

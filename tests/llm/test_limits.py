@@ -1,4 +1,4 @@
-"""Sizes bounded before anything is built (opcount.llm.limits): a config by arithmetic and by the
+"""Sizes bounded before anything is built (opcount.llm.models.limits): a config by arithmetic and by the
 modules its build makes, a phase's batch and positions."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
-from opcount.llm import limits  # noqa: E402
-from opcount.llm.limits import MAX_LAYERS, SizeError, check_config  # noqa: E402
-from opcount.llm.model import build_on_meta  # noqa: E402
+from opcount.llm.models import limits  # noqa: E402
+from opcount.llm.models.build import build_on_meta  # noqa: E402
+from opcount.llm.models.limits import MAX_LAYERS, SizeError, check_config  # noqa: E402
 from opcount.llm.phases import CausalLM  # noqa: E402
 from tests.llm.test_llm import GEOMETRY, llama  # noqa: E402
 

@@ -21,9 +21,9 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
-from opcount.llm.catalogue import config  # noqa: E402
+from opcount.llm.models.catalogue import config  # noqa: E402
 from opcount.llm.phases import CausalLM, PhaseCost, generation  # noqa: E402
-from opcount.llm.precision import Precision  # noqa: E402
+from opcount.llm.precision.dtypes import Precision  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

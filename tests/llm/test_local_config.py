@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 
 from opcount.cli import main  # noqa: E402
 from opcount.errors import OpcountValueError  # noqa: E402
-from opcount.llm.local_config import read_config  # noqa: E402
+from opcount.llm.models.local_config import read_config  # noqa: E402
 
 pytestmark = pytest.mark.smoke
 

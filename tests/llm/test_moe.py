@@ -19,7 +19,7 @@ if int(transformers.__version__.split(".")[0]) < 5:
 
 from opcount import FlopCountAnalysis  # noqa: E402
 from opcount.errors import OpcountError  # noqa: E402
-from opcount.llm.moe import expected_routing, find_experts  # noqa: E402
+from opcount.llm.moe.experts import expected_routing, find_experts  # noqa: E402
 from opcount.llm.phases import CausalLM, PhaseCost  # noqa: E402
 from opcount.tracers.meta import TensorShape  # noqa: E402
 
@@ -291,7 +291,7 @@ def test_expert_slices_read_in_their_stack_format() -> None:
     """gpt-oss with its experts in mxfp4 (blocks of 32 weights sharing an 8-bit scale: 4.25 bits a
     weight), the rest bf16: decode at batch 1 reads 2 experts a layer, each gate_up 64 x 128 and
     down 64 x 64 = 12,288 weights -> 6,144 + 384 bytes, and its biases 128 + 64 in bf16 -> 384 bytes."""
-    from opcount.llm.precision import Precision
+    from opcount.llm.precision.dtypes import Precision
 
     config = transformers.GptOssConfig(
         **ATTENTION, head_dim=16, num_hidden_layers=N, intermediate_size=D, num_local_experts=E,

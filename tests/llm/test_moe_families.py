@@ -22,9 +22,9 @@ if int(transformers.__version__.split(".")[0]) < 5:
     pytest.skip("JetMoE's and LongCat-Flash's layouts are transformers 5's", allow_module_level=True)
 
 from opcount.errors import OpcountError  # noqa: E402
-from opcount.llm.moe import find_experts  # noqa: E402
+from opcount.llm.moe.experts import find_experts  # noqa: E402
+from opcount.llm.moe.routing import real_routes  # noqa: E402
 from opcount.llm.phases import CausalLM, PhaseCost  # noqa: E402
-from opcount.llm.routing import real_routes  # noqa: E402
 
 D, E, K, G, HEAD, F, V = 64, 4, 2, 2, 16, 32, 256
 MLP_EXPERT = 2 * F * D + D * F  # 6,144
@@ -209,8 +209,8 @@ def test_identity_slots_cut_sweeps_where_the_loads_repeat(caplog: pytest.LogCapt
     3 x 4 = 12 tokens: the sweep's regions are T mod 12, and its fitted points match their traces."""
     import logging
 
-    from opcount.llm.routing import Experts
-    from opcount.llm.sweep import phase_points, structure_of
+    from opcount.llm.moe.routing import Experts
+    from opcount.llm.sweep.points import phase_points, structure_of
 
     assert Experts("e", "b", count=4, top_k=2, per_expert=1, identity=2).regions == (1, 12)
     assert Experts("e", "b", count=512, top_k=12, per_expert=1, identity=256).regions == (1, 512)  # 8 a token

@@ -19,7 +19,7 @@ pytest.importorskip("transformers.cache_utils", reason="layer types need transfo
 from opcount.errors import OpcountError  # noqa: E402
 from opcount.ir import TensorSpec  # noqa: E402
 from opcount.llm.phases import CausalLM  # noqa: E402
-from opcount.llm.precision import Precision, pricing_for  # noqa: E402
+from opcount.llm.precision.dtypes import Precision, pricing_for  # noqa: E402
 from tests.llm.test_caches import cache_traffic  # noqa: E402
 
 D, V, B, BF16, F32 = 32, 100, 2, 2, 4

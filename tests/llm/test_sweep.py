@@ -1,4 +1,4 @@
-"""Sweeps from a few traces (opcount.llm.sweep, opcount.llm.symbolic) against the reference: a
+"""Sweeps from a few traces (opcount.llm.sweep.points, opcount.llm.sweep.symbolic) against the reference: a
 trace of every point (``CausalLM.phase`` / ``generation``, the path a single point takes).
 
 Each sweep holds points that are not among the fitted ones (``traced`` False): their FLOPs,
@@ -22,12 +22,12 @@ transformers = pytest.importorskip("transformers")
 from opcount.cli import main  # noqa: E402
 from opcount.errors import OpcountError  # noqa: E402
 from opcount.ir import Const, OpCall, TensorSpec  # noqa: E402
-from opcount.llm import sweep as sweep_module  # noqa: E402
-from opcount.llm import sweep_prices  # noqa: E402
 from opcount.llm.phases import CausalLM, generation  # noqa: E402
-from opcount.llm.points import GenerationPoint, PhasePoint  # noqa: E402
-from opcount.llm.sweep import generation_points, phase_points, structure_of  # noqa: E402
-from opcount.llm.symbolic import (  # noqa: E402
+from opcount.llm.sweep import points as sweep_module  # noqa: E402
+from opcount.llm.sweep import prices as sweep_prices  # noqa: E402
+from opcount.llm.sweep.figures import GenerationPoint, PhasePoint  # noqa: E402
+from opcount.llm.sweep.points import generation_points, phase_points, structure_of  # noqa: E402
+from opcount.llm.sweep.symbolic import (  # noqa: E402
     FitError,
     Poly,
     Structure,
@@ -91,7 +91,7 @@ def test_dense_prefill_grid_and_conventions(dense: CausalLM) -> None:
 
 
 def test_quantized_weights(dense: CausalLM) -> None:
-    from opcount.llm.precision import Precision
+    from opcount.llm.precision.dtypes import Precision
 
     llm = CausalLM(llama(), Precision("int4", "bfloat16", "float8_e4m3fn"))
     check_phase(llm, "decode", [(b, 1, k) for b in (1, 4, 16) for k in (3, 30, 300)])
@@ -184,7 +184,7 @@ def test_kernels_grouped_differently_at_the_check_point_trace_every_point(
 
     monkeypatch.setattr(sweep_prices, "layout", shifting)
     points = [(b, 1, k) for b in (1, 2, 3) for k in (3, 5, 8)]
-    with caplog.at_level(logging.INFO, logger="opcount.llm.sweep"):
+    with caplog.at_level(logging.INFO, logger="opcount.llm.sweep.points"):
         got = phase_points(dense, "decode", points, hardware=HW)
     assert all(p.traced for p in got)
     assert "the kernels group the operators differently at the check point" in caplog.text
@@ -204,7 +204,7 @@ def test_refused_fit_traces_every_point(
 
     monkeypatch.setattr(sweep_module, "fit", refuse)
     points = [(b, 1, k) for b in (1, 2) for k in (3, 5, 8)]
-    with caplog.at_level(logging.INFO, logger="opcount.llm.sweep"):
+    with caplog.at_level(logging.INFO, logger="opcount.llm.sweep.points"):
         got = phase_points(dense, "decode", points, hardware=HW)
     assert all(p.traced for p in got)
     assert "tracing each of 6 points instead of fitting them: refused for the test" in caplog.text

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from opcount.cli.main import main
-from opcount.llm.catalogue import config
+from opcount.llm.models.catalogue import config
 from opcount.llm.phases import CausalLM
 from opcount.llm.training import train_step
 from tests.training.test_saved import saved_by_autograd

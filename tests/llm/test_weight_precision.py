@@ -18,8 +18,8 @@ transformers = pytest.importorskip("transformers")
 
 from opcount.errors import OpcountValueError  # noqa: E402
 from opcount.llm.phases import CausalLM  # noqa: E402
-from opcount.llm.precision import Precision, footprint_weights, weight_bytes  # noqa: E402
-from opcount.llm.weight_plan import WeightAssignmentError, WeightPlan  # noqa: E402
+from opcount.llm.precision.assignments import WeightAssignmentError, WeightPlan  # noqa: E402
+from opcount.llm.precision.dtypes import Precision, footprint_weights, weight_bytes  # noqa: E402
 
 BF16 = 2
 
@@ -185,7 +185,7 @@ def test_cli_per_module_label() -> None:
 def test_gpt_oss_checkpoints_mxfp4_experts(name: str, gib: float) -> None:
     """gpt-oss ships its experts in MXFP4 and everything else in bf16; the model card (OpenAI, gpt-oss-120b &
     gpt-oss-20b, Table 1) gives the checkpoints' sizes: 60.8 GiB and 12.8 GiB."""
-    from opcount.llm.catalogue import config
+    from opcount.llm.models.catalogue import config
 
     precision = Precision(weight={"experts": "mxfp4"})
     llm = CausalLM(config(name), precision)

@@ -30,7 +30,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("transformers.cache_utils", reason="layer types need transformers 5")
 
 from opcount.llm.phases import CausalLM  # noqa: E402
-from opcount.llm.precision import Precision  # noqa: E402
+from opcount.llm.precision.dtypes import Precision  # noqa: E402
 from tests.llm.test_decode_bound_bytes import STEPS, B, V  # noqa: E402
 
 WEIGHTS = 2 * (4352 + 1188 + 256 + 2112 + 992 * 2) + 100 * 32 * 2 + 32 * 2  # 26248

@@ -1,0 +1,490 @@
+"""One phase of an LLM deployed on a parallel layout: what each device holds, the collectives it
+runs, its time per step, whether it fits, the largest batch that does, and the cost per token.
+
+Per device, from the phase's single-device trace (:mod:`.parallel` says what is split):
+
+- **weights**: a parameter split by the tensor-parallel plan holds ``1 / tp`` of its bytes, an
+  expert's ``1 / ep`` under expert parallelism; a pipeline stage holds its layers (the first stage
+  also what runs before them, the last what runs after); the device holding the most is reported;
+- **KV cache**: ``kv_heads / tp`` heads a device (one when ``tp`` exceeds them, copied as vLLM
+  does), the stage's layers; **activations**: the stage's peak working set, each tensor at the
+  device's share of the operator writing it (:mod:`.device_activations`);
+- **time**: each kernel's FLOPs and bytes divided as its region is (``1 / tp`` in a split
+  attention or MLP, ``dp / ep`` of the experts' tokens and ``1 / ep`` of their weights,
+  :mod:`.device_times`), two ways as a phase is: ``time``, the estimate (the device's share of the
+  fused or eager kernels, then the collectives, which this estimate does not overlap with the
+  compute: :func:`step_time`), and ``time_bound``, the speed of light
+  (``max(device FLOPs / peak, device compulsory bytes / bandwidth, communication)``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from torch import nn
+
+from ...errors import OpcountError, OpcountValueError
+from ...hardware.interconnect import Collective, all_gather, all_reduce, all_to_all, send_recv
+from ...hardware.lookup import Hardware
+from ...ir import DTYPE_BYTES, OpCall
+from ...memory import MemoryTrafficAnalysis
+from ..cache.names import CACHE_NAMES
+from ..models.limits import MAX_BATCH
+from ..precision.dtypes import Precision, float32_weights, pricing_for, weight_formats
+from . import cache_shares as device_cache
+from .activations import peaks_per_stage
+from .layout import Parallel, Sharding, check_layout, kv_heads_per_device
+from .times import stage_times
+
+# A phase, a generation and the model are opcount.llm.phases' PhaseCost, GenerationCost and CausalLM,
+# typed Any here: phases imports this module (CausalLM.deploy), which does not import it back.
+PhaseCost: TypeAlias = Any
+GenerationCost: TypeAlias = Any
+CausalLM: TypeAlias = Any
+
+DEFAULT_RESERVE = 0.1  # of a device's memory, for the engine: vLLM's gpu_memory_utilization defaults to 0.9
+MAX_PRICE = 1e4  # dollars per device-hour: above any rental price
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Bytes one device holds. ``gradients`` and ``optimizer`` are 0 at inference."""
+
+    weights: float
+    kv_cache: float
+    activations: float
+    gradients: float = 0.0
+    optimizer: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.kv_cache + self.activations + self.gradients + self.optimizer
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "weights": self.weights,
+            "kv_cache": self.kv_cache,
+            "activations": self.activations,
+            "gradients": self.gradients,
+            "optimizer": self.optimizer,
+            "total": self.total,
+        }
+
+
+@dataclass
+class Deployment:
+    """A phase (or generation) on ``parallel``: per-device memory against ``capacity`` (the device's
+    memory less ``reserve``), communication and time per step, tokens/s over all replicas, cost."""
+
+    parallel: Parallel
+    hardware: str | None
+    per_device: DeviceMemory
+    model_bytes: float  # everything the layout holds, replicas excepted: what "needs >= N devices" divides
+    reserve: float
+    capacity: float | None
+    communication_bytes: float
+    communication_time: float | None
+    compute_time: float | None  # the estimate's kernels, communication excepted
+    tokens: int  # per step per replica
+    compute_bound: float | None = None  # the speed of light of the kernels' work, communication excepted
+    price: float | None = None
+    cost: dict[str, float] | None = None  # dollars per million tokens, from the estimate
+    cost_bound: dict[str, float] | None = None  # from the bound: the least any engine could charge
+    max_batch: int | None = None
+    prefill_time: float | None = None  # a generation: the time to first token per device
+    prefill_time_bound: float | None = None
+    generated: int = 0  # a generation: its decode steps
+    matmul_flops: float | None = None  # a step's matrix-product FLOPs on the busiest device (2 per multiply-add)
+
+    @property
+    def generation_time(self) -> float | None:
+        """A generation per device: the prefill, then its steps at the mean step time."""
+        if self.prefill_time is None or self.time is None:
+            return None
+        return self.prefill_time + self.generated * self.time
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.capacity is None else self.per_device.total <= self.capacity
+
+    @property
+    def needs(self) -> int | None:
+        """Devices a replica needs at least: its bytes spread evenly over them, and more than this
+        layout's when it does not fit."""
+        if not self.capacity:
+            return None
+        devices = self.parallel.tp * self.parallel.pp
+        even = math.ceil(self.model_bytes / self.capacity)
+        return even if self.fits else max(even, devices + 1)
+
+    @property
+    def generation_time_bound(self) -> float | None:
+        if self.prefill_time_bound is None or self.time_bound is None:
+            return None
+        return self.prefill_time_bound + self.generated * self.time_bound
+
+    @property
+    def time(self) -> float | None:
+        """The estimate of a step per device: its kernels, then its collectives."""
+        return step_time(self.compute_time, self.communication_time)
+
+    @property
+    def time_bound(self) -> float | None:
+        """The speed of light of a step per device: no engine runs it faster."""
+        if self.compute_bound is None:
+            return None
+        return max(self.compute_bound, self.communication_time or 0.0)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        time = self.time
+        return None if not time else self.tokens * self.parallel.dp / time
+
+    @property
+    def tokens_per_s_bound(self) -> float | None:
+        time = self.time_bound
+        return None if not time else self.tokens * self.parallel.dp / time
+
+
+def step_time(compute: float | None, communication: float | None) -> float | None:
+    """A step's time per device: compute/memory, then the collectives (no overlap assumed)."""
+    if compute is None:
+        return None
+    return compute + (communication or 0.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# What each device holds
+# ------------------------------------------------------------------------------------------------
+class Placement:
+    """A model's layout: its sharding, its decoder layers' stages, each parameter's bytes."""
+
+    def __init__(self, model: nn.Module, config: Any, precision: Precision, parallel: Parallel) -> None:
+        self.parallel, self.config = parallel, config
+        self.sharding = Sharding.of(model, config)
+        check_layout(model, config, parallel, self.sharding)
+        self.layers = int(getattr(config, "num_hidden_layers", 1))
+        self.stage_of: dict[str, int] = {}  # module -> stage, for the modules of a decoder layer
+        stack = _decoder_layers(model, self.layers) if parallel.pp > 1 else None
+        order = [name for name, _ in model.named_modules()]
+        self._after = set(order[order.index(stack[0]) + 1 :]) if stack else set()
+        for index, name in enumerate(stack[1] if stack else ()):
+            for sub, _ in model.get_submodule(name).named_modules(prefix=name):
+                self.stage_of[sub] = index * parallel.pp // self.layers
+        self.pricing = pricing_for(model, precision)  # bytes per element by role, as the phase prices them
+        formats = weight_formats(model, precision)  # each weight's bytes as the footprint counts them
+        self.param_bytes: dict[str, int] = {}
+        wide = float32_weights(model, precision)  # a router transformers keeps in float32, as the footprint
+        for name, p in model.named_parameters():
+            if name in formats:
+                self.param_bytes[name] = formats[name][1]
+            else:
+                dtype = precision.stored if p.is_floating_point() else str(p.dtype).removeprefix("torch.")
+                dtype = "float32" if name in wide else dtype
+                self.param_bytes[name] = p.numel() * int(DTYPE_BYTES[dtype])
+        heads = getattr(config, "num_key_value_heads", None) or getattr(config, "num_attention_heads", None)
+        self.kv_heads = heads if isinstance(heads, int) else 1
+
+    def stage(self, owners: Sequence[str]) -> int:
+        """The pipeline stage running a module scope: its decoder layer's, else the first stage
+        before the layers and the last after them."""
+        for owner in reversed(owners):
+            if owner in self.stage_of:
+                return self.stage_of[owner]
+        return self.parallel.pp - 1 if any(o in self._after for o in owners) else 0
+
+    def weights_per_stage(self) -> list[float]:
+        """Bytes of weights a device of each stage holds."""
+        p, s = self.parallel, self.sharding
+        out = [0.0] * p.pp
+        for name, nbytes in self.param_bytes.items():
+            module = s.owner.get(name, "")
+            share = 1.0
+            if s.expert_block((module,)) is not None and p.ep > 1:
+                share = 1 / p.ep
+            elif s.split(name):
+                share = 1 / p.tp
+            out[self.stage((module,))] += nbytes * share
+        return out
+
+    def kv_shares(self, calls: Sequence[OpCall]) -> dict[str, float]:
+        """The share of each kind of cache a device holds (:mod:`.device_cache`): attention's
+        ``kv_heads_per_device / kv_heads`` when the attention writing it is split, a latent whole."""
+        heads = kv_heads_per_device(self.kv_heads, self.parallel.tp) / self.kv_heads
+        split = lambda c: self.parallel.tp > 1 and self.sharding.in_region(c.scope) is not None
+        return device_cache.part_shares(calls, split, self.parallel.tp, heads)
+
+    def stage_layers(self) -> list[int]:
+        counts = [0] * self.parallel.pp
+        for i in range(self.layers):
+            counts[i * self.parallel.pp // self.layers] += 1
+        return counts
+
+
+def _decoder_layers(model: nn.Module, layers: int) -> tuple[str, list[str]]:
+    """The decoder layers' list (the first ``nn.ModuleList`` of ``layers`` entries) and its entries' names."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and len(module) == layers:
+            return name, [f"{name}.{child}" for child, _ in module.named_children()]
+    raise OpcountError(f"{type(model).__name__}: no list of its {layers} decoder layers to split into pipeline stages")
+
+
+def _touches_cache(call: OpCall) -> bool:
+    return bool(device_cache.buffers(call))
+
+
+# ------------------------------------------------------------------------------------------------
+# Time and communication per step
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class _Step:
+    """One traced phase on the layout, per stage: the estimate's and the bound's seconds of its
+    kernels, its collectives."""
+
+    compute: list[float]
+    bound: list[float]
+    collectives: list[list[Collective]]
+    p2p: Collective | None
+    flops: list[float]
+
+    def communication(self, stage: int) -> float:
+        return sum(c.time for c in self.collectives[stage])
+
+    def sent(self, stage: int) -> float:
+        return sum(c.sent for c in self.collectives[stage])
+
+
+def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _Step:
+    p, s = placement.parallel, placement.sharding
+    calls = cost.flops.trace().calls
+    kv_shares = placement.kv_shares(calls)
+    compute = bound = flops = [0.0] * p.pp
+    if cost.roofline is not None and cost.plan is not None:
+
+        def shares(call: OpCall) -> tuple[float, float]:
+            flops_share, weight_share = _shares(placement, call.scope)
+            return flops_share, device_cache.call_share(call, kv_shares) if _touches_cache(call) else weight_share
+
+        times = stage_times(cost.plan, cost.roofline, calls, lambda c: placement.stage(c.scope), shares, p.pp)
+        compute, bound, flops = times.estimate, times.bounds(cost.plan), times.flops
+    link = hardware.interconnect if hardware is not None else None
+    collectives: list[list[Collective]] = [[] for _ in range(p.pp)]
+    # the residual stream is communicated in the dtype the model computes it in (bfloat16 under
+    # 8-bit activations: NCCL reduces no 8-bit floats), the traced one
+    act = float(DTYPE_BYTES[str(cost.precision.traced).removeprefix("torch.")])
+    last: dict[str, OpCall] = {}
+    for call in calls:
+        for owner in call.scope:
+            if owner in s.reduced or owner in s.experts:
+                last[owner] = call
+    hidden = getattr(placement.config, "hidden_size", None)
+    if (p.pp > 1 or p.ep > 1) and not (isinstance(hidden, int) and hidden > 0):
+        raise OpcountError(
+            f"{type(placement.config).__name__} does not say its hidden size: the stages' and experts' traffic"
+        )
+    hidden = hidden or 0
+    for module, call in last.items():
+        payload = _numel(call) * act
+        stage = placement.stage(call.scope)
+        if module in s.experts and p.ep > 1:
+            # each token's hidden state to its top_k experts: this device's dp / ep share of the tokens
+            top_k = int(getattr(placement.config, "num_experts_per_tok", 1))
+            routed = cost.tokens * hidden * act * top_k * p.dp / p.ep
+            collectives[stage] += [_priced(all_to_all, routed, p.ep, link) for _ in ("dispatch", "combine")]
+        elif module in s.reduced and p.tp > 1:
+            kind = all_gather if s.reduced[module] == "all_gather" else all_reduce
+            collectives[stage].append(_priced(kind, payload, p.tp, link))
+    p2p = None
+    if p.pp > 1:
+        payload = cost.tokens * hidden * act
+        p2p = (
+            send_recv(payload, link, across_nodes=p.devices > link.devices_per_node)
+            if link is not None
+            else Collective("send_recv", 2, payload, payload, 1, math.nan)
+        )
+    return _Step(compute, bound, collectives, p2p, flops)
+
+
+def _priced(kind: Any, payload: float, devices: int, link: Any) -> Collective:
+    if link is None:  # no hardware: the bytes, no time
+        n = devices
+        fraction = {"all_reduce": 2 * (n - 1) / n}.get(kind.__name__, (n - 1) / n)
+        return Collective(kind.__name__, n, payload, fraction * payload, 0, math.nan)
+    result: Collective = kind(payload, devices, link)
+    return result
+
+
+def _numel(call: OpCall) -> int:
+    out = call.outputs[0] if call.outputs else None
+    shape = getattr(out, "shape", None)
+    if shape is None:
+        raise OpcountError(f"{call.kind} in {call.scope[-1]}: no output tensor to communicate")
+    return math.prod(shape)
+
+
+def _shares(placement: Placement, owners: Sequence[str]) -> tuple[float, float]:
+    """(share of the activations and FLOPs, share of the weights) a device runs of an operator."""
+    p, s = placement.parallel, placement.sharding
+    if p.ep > 1 and s.expert_block(owners) is not None:
+        return p.dp / p.ep, 1 / p.ep
+    if s.in_region(owners) is not None:
+        return 1 / p.tp, 1 / p.tp
+    return 1.0, 1.0
+
+
+# ------------------------------------------------------------------------------------------------
+# A phase, a generation
+# ------------------------------------------------------------------------------------------------
+def _timing(step: _Step, micro: int) -> tuple[float, float, float, float]:
+    """(compute, communication, bytes sent per device, compute at the bound) of a whole step: every
+    stage once, then ``micro - 1`` more micro-batches through the slowest stage (the pipeline's
+    bubble); at the bound the slowest stage is the bound's."""
+    pp = len(step.compute)
+    totals = [step.compute[i] + step.communication(i) for i in range(pp)]
+    slowest = max(range(pp), key=totals.__getitem__)
+    compute = sum(step.compute) + (micro - 1) * step.compute[slowest]
+    hops = pp - 1 + micro - 1 if pp > 1 else 0
+    p2p_time = step.p2p.time if step.p2p is not None else 0.0
+    p2p_sent = step.p2p.sent if step.p2p is not None else 0.0
+    communication = sum(step.communication(i) for i in range(pp)) + (micro - 1) * step.communication(slowest)
+    communication += hops * p2p_time
+    sent = max(step.sent(i) for i in range(pp)) * micro + (micro if pp > 1 else 0) * p2p_sent
+    return compute, communication, sent, sum(step.bound) + (micro - 1) * max(step.bound)
+
+
+def _memory(
+    placement: Placement, steps: Sequence[PhaseCost], kv_cache: float, by_type: dict[str, int]
+) -> list[DeviceMemory]:
+    """Each stage's device: its weights, its layers' share of the cache (``kv_cache`` at the last of
+    ``steps``), the largest working set of its share of any of ``steps``' operators."""
+    shares = placement.kv_shares(steps[-1].flops.trace().calls)
+    kv_cache = device_cache.held(by_type, kv_cache, shares)
+    layers = placement.stage_layers()
+    activations = [max(values) for values in zip(*(_activations(placement, s) for s in steps), strict=True)]
+    return [
+        DeviceMemory(w, kv_cache * n / placement.layers, a)
+        for w, n, a in zip(placement.weights_per_stage(), layers, activations, strict=True)
+    ]
+
+
+def _activations(placement: Placement, cost: PhaseCost) -> list[float]:
+    traffic = MemoryTrafficAnalysis(cost.flops.trace(), named_views=CACHE_NAMES)  # no second forward
+    traffic.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+    return peaks_per_stage(
+        traffic.traffic_per_call(),
+        placement.pricing,
+        lambda call: placement.stage(call.scope),
+        lambda call: _shares(placement, call.scope)[0],
+        placement.parallel.pp,
+    )
+
+
+def deploy(
+    llm: CausalLM,
+    cost: PhaseCost,
+    parallel: Parallel,
+    *,
+    hardware: Hardware | None = None,
+    price: float | None = None,
+    reserve: float = DEFAULT_RESERVE,
+    micro: PhaseCost | None = None,
+    max_batch: bool = False,
+    generation: GenerationCost | None = None,
+) -> Deployment:
+    """``cost`` (a phase, or with ``generation`` its prefill) on ``parallel``: ``micro`` is the phase
+    traced at one micro-batch (``batch / micro_batches`` sequences), needed when micro-batches > 1."""
+    if not 0 <= reserve < 1:
+        raise OpcountValueError(f"reserve must be a fraction from 0 to below 1, got {reserve!r}")
+    if price is not None and not (math.isfinite(price) and 0 < price <= MAX_PRICE):
+        raise OpcountValueError(f"price must be dollars per device-hour above 0 and up to {MAX_PRICE:g}, got {price!r}")
+    if parallel.micro_batches > 1 and (micro is None or micro.batch * parallel.micro_batches != cost.batch):
+        raise OpcountValueError(
+            f"--micro-batches {parallel.micro_batches}: needs the phase traced at batch / micro-batches "
+            f"(--batch {cost.batch} must be a multiple of it)"
+        )
+    if generation is not None and generation.first_step is None:  # --gen-len 0: no decode step, its prefill alone
+        generation = None
+    placement = Placement(llm.model, llm.config, llm.precision, parallel)
+    steps = [cost] if generation is None else [s for s in (generation.first_step, generation.last_step) if s]
+    memory_of = cost.memory if generation is None else generation.memory
+    held = [micro or cost] if generation is None else [cost, *steps[-1:]]  # a generation: prefill and last step
+    stages = _memory(placement, held, memory_of.kv_cache, memory_of.kv_cache_by_type)
+    per_device = max(stages, key=lambda m: m.total)
+    traced = [_step(placement, micro or s, hardware) for s in steps]
+    timed = [_timing(t, parallel.micro_batches) for t in traced]
+    compute = sum(t[0] for t in timed) / len(timed)  # a generation: the mean of its first and last step
+    communication = sum(t[1] for t in timed) / len(timed)
+    bound = sum(t[3] for t in timed) / len(timed)
+    capacity = None if hardware is None or hardware.memory_bytes is None else hardware.memory_bytes * (1 - reserve)
+    timed_ok = hardware is not None and cost.roofline is not None
+    d = Deployment(
+        parallel,
+        hardware.name if hardware is not None else None,
+        per_device,
+        float(memory_of.total),
+        reserve,
+        capacity,
+        max(t[2] for t in timed),
+        communication if timed_ok else None,
+        compute if timed_ok else None,
+        steps[-1].tokens,
+        bound if timed_ok else None,
+        price,
+    )
+    d.matmul_flops = max(traced[-1].flops) * parallel.micro_batches if timed_ok else None
+    if generation is not None and timed_ok:
+        prefill = _timing(_step(placement, cost, hardware), 1)
+        d.prefill_time, d.generated = step_time(prefill[0], prefill[1]), generation.gen_len
+        d.prefill_time_bound = max(prefill[3], prefill[1])
+    if price is not None and d.time:
+        per_second = parallel.tp * parallel.pp * price / 3600  # one replica's devices, dollars a second
+        d.cost = _costs(per_second, cost, generation is not None, d.prefill_time, d.time, d.tokens)
+        d.cost_bound = _costs(per_second, cost, generation is not None, d.prefill_time_bound, d.time_bound, d.tokens)
+    if max_batch and capacity is not None:
+        d.max_batch = largest_batch(stages, steps[-1].batch, capacity)
+    return d
+
+
+def _costs(
+    per_second: float, cost: PhaseCost, generation: bool, prefill: float | None, step: float | None, tokens: int
+) -> dict[str, float]:
+    """Dollars per million prompt and generated tokens at the step time ``step`` (a generation's
+    prompt at ``prefill``): ``per_second`` is one replica's devices' dollars a second."""
+    out: dict[str, float] = {}
+    if generation and prefill:
+        out["prompt"] = per_second * prefill / cost.tokens * 1e6
+    if step:
+        out["generated" if generation or cost.phase == "decode" else "prompt"] = per_second * step / tokens * 1e6
+    return out
+
+
+def on_layout(
+    llm: CausalLM, cost: PhaseCost | GenerationCost, parallel: Parallel | None = None, **options: Any
+) -> Deployment:
+    """:func:`deploy` of a phase or a whole generation (its prefill, first and last decode steps)."""
+    prefill = getattr(cost, "prefill", None)  # a GenerationCost
+    phase = prefill if prefill is not None else cost
+    options.setdefault("hardware", phase.roofline.hardware if phase.roofline is not None else None)
+    if prefill is not None:
+        return deploy(llm, prefill, parallel or Parallel(), generation=cost, **options)
+    return deploy(llm, cost, parallel or Parallel(), **options)
+
+
+def largest_batch(stages: Sequence[DeviceMemory], batch: int, capacity: float) -> int:
+    """The most sequences each stage's device holds: weights fixed, KV cache and activations
+    linear in the batch (scaled from the ``batch`` traced); 0 when the weights alone do not fit."""
+    best = MAX_BATCH
+    for m in stages:
+        per_sequence = (m.kv_cache + m.activations) / batch
+        room = capacity - m.weights
+        if room < per_sequence:
+            return 0
+        best = min(best, math.floor(room / per_sequence) if per_sequence else MAX_BATCH)
+    return best
+
+
+def fits(memory: DeviceMemory, capacity: float) -> bool:
+    return memory.total <= capacity

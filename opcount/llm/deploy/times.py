@@ -1,0 +1,83 @@
+"""One device's share of a phase's kernels, per pipeline stage: its estimate and its bound's figures.
+
+A phase's kernels (:mod:`.kernels`) run on every device of a layout, each device its share of
+them: a call in a tensor-parallel region ``1 / tp`` of its FLOPs, activations and weights, an
+expert ``dp / ep`` of the tokens and ``1 / ep`` of the weights (the caller says, per call, the
+share of its FLOPs and activations and the share of its weights and cache). A kernel's compute
+seconds are scaled by its members' FLOP-weighted share, its memory seconds by their byte-weighted
+share (each call's activation and weight bytes from the eager roofline), and the kernel runs on
+the stage of its member doing the most FLOPs (the matrix product it is fused around). Per stage:
+
+- the **estimate**: the sum of its kernels' ``max(compute, memory)`` at the shares, plus a launch
+  each (:attr:`.KernelPlan.time`);
+- the **bound's figures**: its matrix-product FLOPs (each call's at its share) and its compulsory
+  bytes (each call's weights and caches at the weight share, its inputs and outputs at the
+  activation share), which :func:`.bound.time_bound` turns into the stage's speed of light.
+
+On one device (every share 1, one stage) these are the phase's own figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ...ir import OpCall
+from ...roofline import RooflineReport
+from ...roofline.bound import time_bound
+from ..kernels.estimate import KernelPlan
+
+# per call: (share of its FLOPs and activations, share of its weights and cache) a device runs
+Shares = Callable[[OpCall], tuple[float, float]]
+
+
+@dataclass
+class StageTimes:
+    """Per pipeline stage: ``estimate`` seconds, matrix-product ``flops`` and ``compulsory`` bytes."""
+
+    estimate: list[float]
+    flops: list[float]
+    compulsory: list[float]
+
+    def bounds(self, plan: KernelPlan) -> list[float]:
+        """Each stage's speed of light (no communication: the caller adds it)."""
+        bandwidth = plan.hardware.bandwidth
+        return [time_bound(f, plan.matmul_peak, b, bandwidth) for f, b in zip(self.flops, self.compulsory, strict=True)]
+
+
+def stage_times(
+    plan: KernelPlan,
+    report: RooflineReport,
+    calls: Sequence[OpCall],
+    stage: Callable[[OpCall], int],
+    shares: Shares,
+    stages: int,
+) -> StageTimes:
+    """The figures of each of ``stages`` stages of the phase whose trace holds ``calls``."""
+    layer = {id(t.layer.call): t.layer for t in report.layers if t.layer.call is not None}
+    share = [shares(c) for c in calls]
+    out = StageTimes([0.0] * stages, [0.0] * stages, [0.0] * stages)
+    compute, memory = plan.compute_memory()
+    for k, kernel in enumerate(plan.kernels):
+        flops = work = moved = moved_share = 0.0
+        anchor, most = kernel.calls[0], -1.0
+        for i in kernel.calls:
+            lt = layer.get(id(calls[i]))
+            if lt is None:
+                continue
+            io, w = lt.ifmap_bytes + lt.ofmap_bytes, lt.weight_bytes
+            flops += lt.flops
+            work += lt.flops * share[i][0]
+            moved += io + w
+            moved_share += io * share[i][0] + w * share[i][1]
+            if lt.flops > most:
+                anchor, most = i, lt.flops
+        bytes_share = moved_share / moved if moved else share[anchor][1]
+        flops_share = work / flops if flops else bytes_share
+        out.estimate[stage(calls[anchor])] += float(max(compute[k] * flops_share, memory[k] * bytes_share))
+        out.estimate[stage(calls[anchor])] += plan.hardware.efficiency.launch_s
+    for i, call in enumerate(calls):
+        s = stage(call)
+        out.flops[s] += plan.call_flops[i] * share[i][0]
+        out.compulsory[s] += plan.call_weight_bytes[i] * share[i][1] + plan.call_io_bytes[i] * share[i][0]
+    return out

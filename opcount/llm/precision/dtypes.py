@@ -1,0 +1,190 @@
+"""What each tensor of an LLM is stored in, by role: weights, activations, KV cache.
+
+Weights are stored per module (:mod:`opcount.llm.precision.assignments`: a default and ``PATTERN=FORMAT``
+assignments, e.g. ``experts=mxfp4`` with bfloat16 elsewhere), each format with its scales (and
+zero-points) counted (:mod:`opcount.llm.precision.formats`): ``int4`` groups of 128 with float16 scale
+and zero-point (GPTQ / AWQ style, 4.25 bits), ``int8`` one float16 scale per row, ``float8_e4m3fn``
+(``fp8``) one float32 scale per tensor, ``fp8-block`` one float32 scale per 128 x 128 block
+(DeepSeek-V3), ``mxfp4`` (OCP Microscaling, 4.25 bits) and ``nvfp4`` (4.5 bits plus a float32 per
+tensor).
+
+By default the weights of ``nn.Linear`` layers and fused expert stacks are in the weight format,
+the output projection (``lm_head``) excepted; embeddings, norms, biases and routers stay in 16
+bits (the activations' float dtype, bfloat16 under 8-bit activations), as these schemes ship them.
+The peak a phase runs at is the activation dtype's: w4a16 computes in 16 bits after
+dequantizing, w8a8 in int8.
+
+A weight transformers keeps in float32 (a class's ``_keep_in_fp32_modules_strict``, or
+``_keep_in_fp32_modules`` in float16: :mod:`.kept_float32`) is priced in float32 unless an
+assignment (``PATTERN=FORMAT``) names it: an assignment, then the float32 rule, then the default.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ...errors import OpcountValueError
+from ...hardware.lookup import DType, dtype_name
+from ...ir import DTYPE_BYTES, TensorSpec
+from ..attention.indexed import INDEX_BUFFER, element_bytes
+from ..cache.names import FLOAT32_STATE, KV_PREFIX
+from .assignments import WeightPlan, WeightSpec, quantizable
+from .formats import ALIASES, BITS, FORMATS, GROUP_SIZE, PLAIN, stacked_bytes
+from .kept_float32 import kept_in_float32
+
+__all__ = ["GROUP_SIZE", "Precision", "footprint_weights", "pricing_for", "weight_bytes", "weight_formats"]
+
+WEIGHT_DTYPES = FORMATS
+ACT_DTYPES = ("float32", "bfloat16", "float16", "float8_e4m3fn", "int8")
+KV_DTYPES = ("float32", "bfloat16", "float16", "float8_e4m3fn", "int8")
+
+
+def canonical(dtype: DType, allowed: tuple[str, ...], role: str) -> str:
+    """``dtype``'s canonical name, checked against what ``role`` may be stored in."""
+    text = str(dtype_name(dtype)).lower()
+    name = ALIASES.get(text, text)
+    if name not in allowed:
+        raise OpcountValueError(
+            f"unknown {role} dtype {dtype!r}; choose one of {', '.join(allowed)} (or bf16, fp16, fp8)"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The dtype of each role; ``kv=None`` stores the cache in the activation dtype.
+
+    ``weight`` is one format (``"int4"``) or per-module assignments: ``["experts=mxfp4",
+    "bfloat16"]`` or ``{"experts": "mxfp4"}`` (see :mod:`opcount.llm.precision.assignments`); it reads back
+    as the text ``--weight-dtype`` takes (``"experts=mxfp4,bfloat16"``)."""
+
+    weight: WeightSpec = "bfloat16"
+    act: str = "bfloat16"
+    kv: str | None = None
+    weights: WeightPlan = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        plan = WeightPlan.parse(self.weight)
+        object.__setattr__(self, "weights", plan)
+        object.__setattr__(self, "weight", plan.text())
+        object.__setattr__(self, "act", canonical(self.act, ACT_DTYPES, "activation"))
+        object.__setattr__(self, "kv", canonical(self.kv or self.act, KV_DTYPES, "KV cache"))
+
+    @property
+    def kv_dtype(self) -> str:
+        return self.kv or self.act
+
+    @property
+    def traced(self) -> torch.dtype:
+        """The dtype the model is built and traced in: the activations', or bfloat16 for 8-bit ones
+        (their bytes are priced per role afterwards)."""
+        return getattr(torch, self.act) if self.act in ("float32", "bfloat16", "float16") else torch.bfloat16
+
+    @property
+    def stored(self) -> str:
+        """The dtype of the parameters that are not quantized (embeddings, norms, the output projection)."""
+        return str(self.traced).removeprefix("torch.")
+
+    def label(self) -> str:
+        """``w4a16``-style name (the format after it when its name is not the plain dtype's, the
+        assignments when the weights have several), with the cache's dtype when it differs."""
+        plan, act = self.weights, BITS[self.act]
+        if plan.assignments:
+            spec = ", ".join(f"{p}={f}" for p, f in plan.assignments)
+            text = f"weights {spec}, {plan.default} elsewhere; a{act}"
+        else:
+            text = f"w{BITS[plan.default]}a{act}"
+            if plan.default in ("fp8-block", "mxfp4", "nvfp4"):
+                text += f" ({plan.default})"
+        return text if self.kv_dtype == self.act else f"{text}, KV {self.kv_dtype}"
+
+
+def weight_bytes(shape: tuple[int, ...], dtype: str, transposed: bool = False) -> int:
+    """Bytes of one weight ``[out, in]`` (or a stack ``[experts, out, in]``) stored in ``dtype``,
+    scales included (see :mod:`opcount.llm.precision.formats`)."""
+    return stacked_bytes(canonical(dtype, FORMATS, "weight"), shape, transposed)
+
+
+def float32_weights(model: nn.Module, precision: Precision) -> frozenset[str]:
+    """The weights (and buffers) priced in float32: those transformers keeps in float32 at the
+    traced dtype, less those an assignment names."""
+    return kept_in_float32(model, precision.traced) - precision.weights.assigned(quantizable(model))
+
+
+def weight_formats(model: nn.Module, precision: Precision) -> dict[str, tuple[str, int]]:
+    """Each quantizable weight's format and bytes, by parameter name, under ``precision``'s plan;
+    a weight the plan leaves in its stored dtype is absent, and so is one transformers keeps in
+    float32 (:mod:`.kept_float32`) unless an assignment names it."""
+    weights = quantizable(model)
+    chosen = precision.weights.formats(weights, type(model).__name__)
+    wide = float32_weights(model, precision)
+    chosen = {name: fmt for name, fmt in chosen.items() if name not in wide}
+    return {
+        w.param: (chosen[w.param], stacked_bytes(chosen[w.param], w.shape, w.transposed))
+        for w in weights
+        if w.param in chosen and not (chosen[w.param] in PLAIN and chosen[w.param] == precision.stored)
+    }
+
+
+class Pricing:
+    """Bytes per element of each traced tensor, by its role (the roofline's ``itemsize``)."""
+
+    def __init__(
+        self,
+        precision: Precision,
+        formats: Mapping[str, tuple[str, int]],
+        shapes: Mapping[str, tuple[int, ...]],
+        float32: frozenset[str] = frozenset(),
+    ) -> None:
+        self._precision = precision
+        self._float32 = float32
+        self._per_element = {
+            name: nbytes / max(1, math.prod(shapes[name])) for name, (_, nbytes) in formats.items() if name in shapes
+        }
+        self._act = DTYPE_BYTES[precision.act]
+        self._kv = DTYPE_BYTES[precision.kv_dtype]
+        self._other = DTYPE_BYTES[precision.stored]
+
+    def __call__(self, spec: TensorSpec) -> float | None:
+        if spec.dtype not in _FLOATING:
+            return None  # indices and masks keep their size
+        name = spec.param
+        if name is None:
+            return self._act
+        if name.startswith(KV_PREFIX + "."):  # DSA's indexer keys, a state part kept in float32: their own formats
+            if name.endswith("." + INDEX_BUFFER):
+                return element_bytes(spec.shape[-1])
+            return 4 if name.endswith(FLOAT32_STATE) else self._kv
+        # an expert's slice of a fused stack (``experts.gate_up_proj[3]``, opcount.llm.moe.experts) is priced as its stack
+        stack = name.partition("[")[0]
+        other = 4 if stack in self._float32 else self._other  # kept in float32 as transformers loads it
+        return self._per_element.get(name, self._per_element.get(stack, other))
+
+
+_FLOATING = frozenset({"float32", "float16", "bfloat16", "float64", "float8_e4m3fn", "float8_e5m2"})
+
+
+def pricing_for(model: nn.Module, precision: Precision) -> Callable[[TensorSpec], float | None]:
+    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    return Pricing(precision, weight_formats(model, precision), shapes, float32_weights(model, precision))
+
+
+def footprint_weights(model: nn.Module, precision: Precision) -> int:
+    """Bytes of every parameter (shared ones once) stored per role, those transformers keeps in
+    float32 in float32 (:mod:`.kept_float32`)."""
+    formats = weight_formats(model, precision)
+    wide = float32_weights(model, precision)
+    total = 0
+    for name, p in model.named_parameters():
+        if name in formats:
+            total += formats[name][1]
+        elif name in wide and p.is_floating_point():
+            total += p.numel() * 4
+        else:
+            total += p.numel() * int(DTYPE_BYTES[precision.stored if p.is_floating_point() else str(p.dtype)[6:]])
+    return total

@@ -1,0 +1,76 @@
+"""A phase's and a generation's figures as plain values (:mod:`.sweep` computes them at many points
+from a few traces; :meth:`PhasePoint.of` and :meth:`GenerationPoint.of` take them from a traced
+phase or generation): FLOPs, memory, and with hardware the chosen kernels (:mod:`.kernels`) whose
+estimate and speed of light are the point's two times, as :mod:`.phases` computes them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...hardware.lookup import Hardware
+from ..kernels.estimate import KernelPlan, PlanFigures
+from ..phases import GenerationCost, GenerationFigures, Memory, PhaseCost
+from ..precision.dtypes import Precision
+
+
+@dataclass(frozen=True)
+class PhasePoint(PlanFigures):
+    """The figures of one phase at one point: ``traced`` when they come from the point's own analyzed
+    trace (``cost``), else from the records rebuilt by a fit."""
+
+    phase: str
+    batch: int
+    seq_len: int
+    kv_len: int
+    precision: Precision
+    flops: int | float
+    flops_per_mac: int
+    memory: Memory
+    hardware: Hardware | None
+    traced: bool
+    plan: KernelPlan | None = field(default=None, repr=False, compare=False)  # the chosen kernels, with hardware
+    cost: PhaseCost | None = field(default=None, repr=False, compare=False)  # the traced phase, if traced
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq_len
+
+    @property
+    def kernels(self) -> str | None:
+        return None if self.plan is None else self.plan.mode
+
+    @classmethod
+    def of(cls, cost: PhaseCost) -> PhasePoint:
+        """The figures of a traced phase."""
+        hw = None if cost.roofline is None else cost.roofline.hardware
+        return cls(
+            cost.phase, cost.batch, cost.seq_len, cost.kv_len, cost.precision, cost.flops.total(),
+            cost.flops.flops_per_mac, cost.memory, hw, True, cost.plan, cost,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GenerationPoint(GenerationFigures):
+    """A generation's figures (see :class:`~opcount.llm.phases.GenerationCost`) from its phases' points."""
+
+    prefill: PhasePoint
+    first_step: PhasePoint | None
+    last_step: PhasePoint | None
+    gen_len: int
+    decode_flops: float
+    decode_time: float | None
+    fullest_step: PhasePoint | None = None  # the step holding the most cache
+    decode_time_bound: float | None = None
+
+    @classmethod
+    def of(cls, gen: GenerationCost) -> GenerationPoint:
+        """The figures of a traced generation."""
+        first, last, fullest = (
+            None if s is None else PhasePoint.of(s) for s in (gen.first_step, gen.last_step, gen.fullest_step)
+        )
+        prefill, flops = PhasePoint.of(gen.prefill), gen.decode_flops
+        return cls(prefill, first, last, gen.gen_len, flops, gen.decode_time, fullest, gen.decode_time_bound)
+
+    @property
+    def flops(self) -> float:
+        return self.prefill.flops + self.decode_flops
