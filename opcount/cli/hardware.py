@@ -87,6 +87,10 @@ def describe(hw: Hardware) -> str:
         lines.append(link)
     if hw.clock_hz:
         lines.append(f"clock {si(hw.clock_hz, unit='Hz')}")
+    if hw.power_w:
+        lines.append(f"board power {hw.power_w:,.0f} W")
+    if hw.fp8:  # the FP8 encoding an 8-bit float request runs in (hardware.md)
+        lines.append(f"FP8 format {hw.fp8} ({'AMD fnuz' if hw.fp8.endswith('fnuz') else 'OCP'})")
     if hw.sparse.nm:
         lines.append(f"sparse tensor unit: {', '.join(f'{n}:{m}' for n, m in hw.sparse.nm)}")
     rows = [

@@ -31,6 +31,9 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "latency": (1e-9, 1.0, "s"),
     "devices_per_node": (1, 1e6, "devices"),
 }
+# Per step of a ring: NCCL's tuning model (src/graph/tuning.cc, ring algorithm, LL protocol), 0.47 us an
+# NVLink hop, 2.7 us a network hop; AMD publishes none for Infinity Fabric, which takes the NVLink figure.
+NVLINK_STEP, NETWORK_STEP = 0.47e-6, 2.7e-6
 FIELDS = {
     "bandwidth": "bandwidth",
     "latency": "latency",
@@ -94,6 +97,15 @@ class Interconnect:
         if missing:
             raise OpcountValueError(f"interconnect lacks {sorted(missing)}")
         return cls(**dict(data))
+
+
+def scale_up(bidirectional: float, devices: int, network_gbit: float, description: str) -> Interconnect:
+    """One scale-up domain (NVLink + NVSwitch, Infinity Fabric) of ``devices`` joined at
+    ``bidirectional`` bytes/s per device (half each way, as a datasheet's NVLink figure counts both),
+    and ``network_gbit`` Gb/s per device between domains (one NIC a GPU), at NCCL's hop latencies."""
+    return Interconnect(
+        bidirectional / 2, NVLINK_STEP, devices, network_gbit * 1e9 / 8, NETWORK_STEP, description=description
+    )
 
 
 def _check(name: str, kind: str, value: object) -> None:

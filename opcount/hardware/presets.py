@@ -6,29 +6,24 @@ the ridge points against ratios worked from the datasheets.
 
 from __future__ import annotations
 
-from .interconnect import Interconnect
-from .sparse_support import SparseSupport
+from .interconnect import scale_up
+from .presets_2026 import accelerators_2026
+from .sparse_support import NVIDIA_2_4, SparseSupport
 from .spec import TENSOR, VECTOR, Hardware, T
 
 GB = 1e9  # capacities as the datasheets give them, decimal (an "80 GB" part often holds 80 GiB, 7% more)
-# Per step of a ring: NCCL's tuning model (src/graph/tuning.cc, ring, LL protocol), 0.47 us an NVLink
-# hop, 2.7 us a network hop; AMD publishes none for Infinity Fabric, which takes the NVLink figure.
-_NVLINK_STEP, _NET_STEP = 0.47e-6, 2.7e-6
-
-
-def _links(bidirectional: float, network_gbit: float, description: str) -> Interconnect:
-    """8 devices a node joined by ``bidirectional`` bytes/s per device (half each way), and
-    ``network_gbit`` Gb/s per device between nodes."""
-    return Interconnect(bidirectional / 2, _NVLINK_STEP, 8, network_gbit * 1e9 / 8, _NET_STEP, description=description)
-
 
 # NVLink 4 (H100/H200 SXM): 18 links, 900 GB/s bidirectional; HGX boards of 8 with one 400 Gb/s
 # InfiniBand NDR (ConnectX-7) port per GPU. NVLink 5 (B200): 1.8 TB/s. NVLink 3 (A100 SXM): 600 GB/s,
 # HDR 200 Gb/s per GPU. MI300X: 7 Infinity Fabric links of 128 GB/s bidirectional to its 7 peers.
-_NVLINK4 = _links(900e9, 400, "NVLink 4 + NVSwitch, 8 GPUs a node; InfiniBand NDR 400 Gb/s per GPU")
-_NVLINK5 = _links(1800e9, 400, "NVLink 5 + NVSwitch, 8 GPUs a node; 400 Gb/s per GPU (ConnectX-7)")
-_NVLINK3 = _links(600e9, 200, "NVLink 3 + NVSwitch, 8 GPUs a node; InfiniBand HDR 200 Gb/s per GPU")
-_INFINITY_FABRIC = _links(7 * 128e9, 400, "Infinity Fabric, 7 links to 7 peers, 8 GPUs a node; 400 Gb/s RoCE per GPU")
+_NVLINK4 = scale_up(900e9, 8, 400, "NVLink 4 + NVSwitch, 8 GPUs a node; InfiniBand NDR 400 Gb/s per GPU")
+_NVLINK5 = scale_up(1800e9, 8, 400, "NVLink 5 + NVSwitch, 8 GPUs a node; 400 Gb/s per GPU (ConnectX-7)")
+_NVLINK3 = scale_up(600e9, 8, 200, "NVLink 3 + NVSwitch, 8 GPUs a node; InfiniBand HDR 200 Gb/s per GPU")
+_INFINITY_FABRIC = scale_up(
+    7 * 128e9, 8, 400, "Infinity Fabric, 7 links to 7 peers, 8 GPUs a node; 400 Gb/s RoCE per GPU"
+)
+# Block-scaled FP4 on Blackwell's tensor cores: NVFP4 and MXFP4 at one rate (NVIDIA HGX B200 specifications).
+_B200_FP4 = 9e15
 
 # ----- presets (dense peaks; sources in docs/hardware.md) ---------------------------------------
 _H100_SXM_PEAK = {
@@ -47,13 +42,6 @@ _A100_PEAK = {  # the A100's peaks do not depend on memory (40 / 80 GB) or form 
     VECTOR: {"float64": 9.7 * T, "float32": 19.5 * T, "float16": 78 * T, "bfloat16": 39 * T},
     TENSOR: {"float64": 19.5 * T, "tf32": 156 * T, "float16": 312 * T, "bfloat16": 312 * T, "int8": 624 * T},
 }
-# Sparse tensor cores (Ampere, Ada, Hopper, Blackwell) run 2:4 in tf32, fp16, bf16, int8 and fp8, not fp64.
-# No sparse support (the default) on Turing (T4), AMX (dense tiles only), the M2 Max (no tensor unit)
-# and NVDLA (it compresses weights in memory but computes dense).
-_NVIDIA_2_4 = SparseSupport(
-    nm=((2, 4),),
-    nm_precisions=frozenset({"tf32", "float16", "bfloat16", "int8", "float8_e4m3fn", "float8_e5m2"}),
-)
 
 
 def _xeon_8480_2s() -> Hardware:
@@ -116,7 +104,8 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             description="NVIDIA H200 SXM 141 GB (HBM3e)",
             memory_bytes=141 * GB,
             interconnect=_NVLINK4,
-            sparse=_NVIDIA_2_4,
+            sparse=NVIDIA_2_4,
+            power_w=700,
         ),
         Hardware(
             "b200",
@@ -130,13 +119,16 @@ def _current_accelerators() -> tuple[Hardware, ...]:
                     "float8_e4m3fn": 4.5e15,
                     "float8_e5m2": 4.5e15,
                     "int8": 4.5e15,
+                    "nvfp4": _B200_FP4,
+                    "mxfp4": _B200_FP4,
                 },
             },
             bandwidth=7.7e12,
-            description="NVIDIA B200 (HGX B200, 180 GB HBM3e)",
+            description="NVIDIA B200 (HGX B200, 180 GB HBM3e); FP8 OCP e4m3fn, FP4 nvfp4 / mxfp4",
             memory_bytes=180 * GB,
             interconnect=_NVLINK5,
-            sparse=_NVIDIA_2_4,
+            sparse=NVIDIA_2_4,
+            power_w=1000,
         ),
         Hardware(
             "mi300x",
@@ -156,9 +148,10 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             bandwidth=5.3e12,
             buffer_bytes=256 * 2**20,
             clock_hz=mi300x_clock,
-            description="AMD Instinct MI300X 192 GB (HBM3)",
+            description="AMD Instinct MI300X 192 GB (HBM3); FP8 fnuz (e4m3fnuz)",
             memory_bytes=192 * GB,
             interconnect=_INFINITY_FABRIC,
+            power_w=750,
             # CDNA 3 (AMD Instinct MI300X data sheet): 2:4 in fp16, bf16, fp8 and int8, not tf32/fp32/fp64
             sparse=SparseSupport(
                 nm=((2, 4),),
@@ -176,7 +169,7 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             bandwidth=600e9,
             description="NVIDIA A10G 24 GB (GDDR6), A10 datasheet figures",
             memory_bytes=24 * GB,
-            sparse=_NVIDIA_2_4,
+            sparse=NVIDIA_2_4,
         ),
         Hardware(
             "l40s",
@@ -194,7 +187,7 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             bandwidth=864e9,
             description="NVIDIA L40S 48 GB (GDDR6)",
             memory_bytes=48 * GB,
-            sparse=_NVIDIA_2_4,
+            sparse=NVIDIA_2_4,
         ),
         Hardware(
             "a100-pcie-40gb",
@@ -204,7 +197,7 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             clock_hz=1.41e9,
             description="NVIDIA A100 PCIe 40 GB (HBM2)",
             memory_bytes=40 * GB,
-            sparse=_NVIDIA_2_4,
+            sparse=NVIDIA_2_4,
         ),
     )
 
@@ -221,7 +214,8 @@ PRESETS: dict[str, Hardware] = {
             description="NVIDIA H100 SXM5 80 GB (HBM3)",
             memory_bytes=80 * GB,
             interconnect=_NVLINK4,
-            sparse=_NVIDIA_2_4,
+            sparse=NVIDIA_2_4,
+            power_w=700,
         ),
         Hardware(
             "h100-pcie",
@@ -242,7 +236,7 @@ PRESETS: dict[str, Hardware] = {
             clock_hz=1.755e9,
             description="NVIDIA H100 PCIe 80 GB (HBM2e)",
             memory_bytes=80 * GB,
-            sparse=_NVIDIA_2_4,
+            sparse=NVIDIA_2_4,
         ),
         Hardware(
             "a100-sxm",
@@ -253,7 +247,7 @@ PRESETS: dict[str, Hardware] = {
             description="NVIDIA A100 SXM4 80 GB (HBM2e)",
             memory_bytes=80 * GB,
             interconnect=_NVLINK3,
-            sparse=_NVIDIA_2_4,
+            sparse=NVIDIA_2_4,
         ),
         Hardware(
             "l4",
@@ -273,7 +267,7 @@ PRESETS: dict[str, Hardware] = {
             clock_hz=2.04e9,
             description="NVIDIA L4 24 GB (GDDR6)",
             memory_bytes=24 * GB,
-            sparse=_NVIDIA_2_4,
+            sparse=NVIDIA_2_4,
         ),
         Hardware(
             "t4",
@@ -306,10 +300,11 @@ PRESETS: dict[str, Hardware] = {
             clock_hz=2.52e9,
             description="NVIDIA GeForce RTX 4090 24 GB (GDDR6X)",
             memory_bytes=24 * GB,
-            sparse=_NVIDIA_2_4,
+            sparse=NVIDIA_2_4,
         ),
         _xeon_8480_2s(),
         *_current_accelerators(),
+        *accelerators_2026(),
         Hardware(
             "m2-max",
             # 38-core GPU: 38 cores x 128 ALUs x 2 x 1.398 GHz; fp16 at the fp32 rate. The 15.8 TOPS

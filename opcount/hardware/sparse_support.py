@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import OpcountValueError
 
-__all__ = ["SparseSupport"]
+__all__ = ["NVIDIA_2_4", "SparseSupport"]
 
 
 @dataclass(frozen=True)
@@ -95,3 +95,13 @@ def _pattern(text: object) -> tuple[int, int]:
     if found is None:
         raise OpcountValueError(f"sparse.nm: cannot read {text!r}; write N:M patterns as strings such as '2:4'")
     return int(found[1]), int(found[2])
+
+
+# Sparse tensor cores (Ampere, Ada, Hopper, Blackwell) run 2:4 in tf32, fp16, bf16, int8 and fp8, not fp64
+# (NVIDIA's Ampere architecture whitepaper, "Fine-grained structured sparsity"; its datasheets' starred
+# figures). The block-scaled FP4 formats (Blackwell) are left out: the sparsity roofline prices N:M
+# weights in torch's dtypes only.
+NVIDIA_2_4 = SparseSupport(
+    nm=((2, 4),),
+    nm_precisions=frozenset({"tf32", "float16", "bfloat16", "int8", "float8_e4m3fn", "float8_e5m2"}),
+)

@@ -7,6 +7,12 @@ that unit has a peak for the dtype, and everything else to ``"vector"``. ``spars
 structured-sparse patterns the tensor unit runs natively
 (:class:`~opcount.hardware.sparse_support.SparseSupport`, read by the sparsity roofline). A record is
 checked when it is made, from Python or from a TOML/JSON file.
+
+Peak tables are keyed by torch's dtype names and by the compute modes of a tensor unit that are not
+torch dtypes: ``tf32`` (float32 data run as TF32) and the block-scaled 4-bit floats ``mxfp4`` and
+``nvfp4`` (:data:`SCALED_FP4`). An 8-bit float request finds the FP8 the device runs
+(:meth:`Hardware.precision_of`): the OCP formats (``float8_e4m3fn``, ``float8_e5m2``) and AMD CDNA 3's
+``fnuz`` ones hold the same 8 bits at the same rate, only the exponent bias and the NaN encoding differ.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 import torch
 
 from ..errors import OpcountKeyError, OpcountValueError
+from ..ir import DTYPE_BYTES
 from .efficiency import Efficiency
 from .interconnect import Interconnect
 from .sparse_support import SparseSupport
@@ -41,6 +48,22 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "clock_hz": (1e3, 1e11, "Hz"),
     "buffer_bytes": (1.0, 1e15, "bytes"),
     "memory_bytes": (1.0, 1e15, "bytes"),
+    "power_w": (1e-3, 1e6, "W"),  # a milliwatt microcontroller .. a megawatt (a 72-GPU rack draws 120 kW)
+}
+
+# The block-scaled 4-bit floats a tensor unit may run, in bytes per element with their scales: E2M1
+# values (half a byte) and one E8M0 scale per 32 (OCP Microscaling Formats (MX) v1.0, MXFP4) or one
+# E4M3 scale per 16 (NVIDIA's NVFP4; its one float32 per tensor is left out, nothing per element).
+SCALED_FP4: dict[str, float] = {"mxfp4": 0.5 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
+# Each 8-bit float and its sibling of the other encoding: OCP FP8 (NVIDIA Hopper/Blackwell, AMD CDNA 4)
+# and fnuz (AMD CDNA 3: MI300X, MI325X), one value per byte at one rate. An engine converts an OCP
+# checkpoint for a fnuz device (vLLM's and SGLang's normalize_e4m3fn_to_e4m3fnuz reinterpret the bits
+# and double the scale), so a request for either runs on the device's own.
+FP8_SIBLINGS: dict[str, str] = {
+    "float8_e4m3fn": "float8_e4m3fnuz",
+    "float8_e4m3fnuz": "float8_e4m3fn",
+    "float8_e5m2": "float8_e5m2fnuz",
+    "float8_e5m2fnuz": "float8_e5m2",
 }
 
 
@@ -57,7 +80,8 @@ class Hardware:
     :class:`~opcount.hardware.sparse_support.SparseSupport` or its dict form; the default runs no N:M.
     ``memory_bytes``: the device's main-memory capacity (what a deployment must fit in).
     ``interconnect``: its links to other devices (:class:`~opcount.hardware.interconnect.Interconnect`
-    or its dict form); None: a single device, priced alone.
+    or its dict form); None: a single device, priced alone. ``power_w``: the board's power limit
+    (NVIDIA's TDP, AMD's TBP) in watts, what a device draws at full load, for energy.
     """
 
     name: str
@@ -70,6 +94,7 @@ class Hardware:
     memory_bytes: float | None = None
     interconnect: Interconnect | None = None
     efficiency: Efficiency = field(default_factory=Efficiency)  # the LLM estimate's factors
+    power_w: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -85,14 +110,14 @@ class Hardware:
                 if not _is_dtype_name(dtype):
                     raise OpcountValueError(
                         f"{self.name}: peak[{unit!r}] has unknown dtype {dtype!r}: name it as torch does "
-                        "(float32, float16, bfloat16, float8_e4m3fn, int8, ...) or tf32"
+                        "(float32, float16, bfloat16, float8_e4m3fn, int8, ...), tf32, mxfp4 or nvfp4"
                     )
                 _check_range(self.name, f"peak[{unit!r}][{dtype!r}]", "peak", value)
             frozen[str(unit)] = MappingProxyType({str(dtype_name(d)): float(v) for d, v in table.items()})
         # Read-only views: a preset shared by every caller must not be edited in place.
         object.__setattr__(self, "peak", MappingProxyType(frozen))
         object.__setattr__(self, "bandwidth", float(self.bandwidth))
-        for opt in ("buffer_bytes", "clock_hz", "memory_bytes"):
+        for opt in ("buffer_bytes", "clock_hz", "memory_bytes", "power_w"):
             value = getattr(self, opt)
             if value is not None:
                 _check_range(self.name, opt, opt, value)
@@ -126,9 +151,29 @@ class Hardware:
     def units(self) -> tuple[str, ...]:
         return tuple(self.peak)
 
+    def precision_of(self, unit: str, dtype: DType) -> str | None:
+        """The key of ``unit``'s peak table that runs ``dtype``: the dtype itself, or for an 8-bit
+        float the device's own encoding of it (``float8_e4m3fn`` runs as ``float8_e4m3fnuz`` on an
+        MI300X, :data:`FP8_SIBLINGS`); None when the unit runs neither."""
+        table = self.peak.get(unit, {})
+        name = dtype_name(dtype)
+        for key in (name, FP8_SIBLINGS.get(name)):
+            if key is not None and key in table:
+                return key
+        return None
+
     def peak_of(self, unit: str, dtype: DType) -> float | None:
-        """FLOP/s of ``unit`` on ``dtype`` (a name or a torch.dtype), None when the unit does not run that dtype."""
-        return self.peak.get(unit, {}).get(dtype_name(dtype))
+        """FLOP/s of ``unit`` on ``dtype`` (a name or a torch.dtype, an 8-bit float in either FP8
+        encoding, :meth:`precision_of`), None when the unit does not run that dtype."""
+        key = self.precision_of(unit, dtype)
+        return None if key is None else self.peak[unit][key]
+
+    @property
+    def fp8(self) -> str | None:
+        """The E4M3 format the tensor unit runs: ``float8_e4m3fn`` (OCP: NVIDIA Hopper and Blackwell,
+        AMD CDNA 4), ``float8_e4m3fnuz`` (AMD CDNA 3), or None without FP8."""
+        table = self.peak.get(TENSOR, {})
+        return next((f for f in ("float8_e4m3fn", "float8_e4m3fnuz") if f in table), None)
 
     def ridge(self, unit: str, dtype: DType) -> float:
         """The ridge point (FLOP/byte): intensities above it are compute bound on ``unit``."""
@@ -144,7 +189,7 @@ class Hardware:
             "bandwidth": self.bandwidth,
             "peak": {u: dict(t) for u, t in self.peak.items()},
         }
-        for key in ("buffer_bytes", "clock_hz", "memory_bytes"):
+        for key in ("buffer_bytes", "clock_hz", "memory_bytes", "power_w"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.interconnect is not None:
@@ -171,6 +216,7 @@ class Hardware:
             "memory_bytes",
             "interconnect",
             "efficiency",
+            "power_w",
         }
         unknown = set(data) - allowed
         if unknown:
@@ -188,6 +234,7 @@ class Hardware:
         bandwidth = 64e9          # bytes/s
         clock_hz = 1e9
         memory_bytes = 32e9       # optional: capacity, what a deployment must fit in
+        power_w = 75              # optional: board power (TDP), for energy
         [peak.tensor]
         float16 = 2.048e12        # FLOP/s, 2 per multiply-add
         [peak.vector]
@@ -230,12 +277,19 @@ def dtype_name(dtype: DType) -> str:
     return str(dtype).removeprefix("torch.") if isinstance(dtype, torch.dtype) else dtype
 
 
+def dtype_bytes(dtype: DType) -> float:
+    """Bytes per element of a dtype name (torch's, :data:`~opcount.ir.DTYPE_BYTES`) or of a
+    block-scaled 4-bit float with its scales (:data:`SCALED_FP4`); KeyError for anything else."""
+    name = dtype_name(dtype)
+    return SCALED_FP4[name] if name in SCALED_FP4 else DTYPE_BYTES[name]
+
+
 def _is_dtype_name(name: object) -> bool:
     # A key no operator's dtype matches (a typo, an alias such as half) would only fail later, at
     # the first layer priced in that dtype: the roofline looks peaks up by torch's canonical names.
     if isinstance(name, torch.dtype):
         return True
-    if name == "tf32":
+    if name == "tf32" or name in SCALED_FP4:  # compute modes of a tensor unit, not torch dtypes
         return True
     dtype = getattr(torch, name, None) if isinstance(name, str) else None
     return isinstance(dtype, torch.dtype) and str(dtype) == f"torch.{name}"

@@ -23,7 +23,10 @@ Conventions
   views free); ``fuse=True`` and ``resident_params=True`` are its options.
 - **dtype.** The model is traced in its own dtype (usually float32). ``dtype=`` says what it
   would run in: floating-point tensors' bytes are scaled by ``itemsize(dtype) / itemsize(traced)``
-  (integer tensors such as indices keep their size) and the peaks of that dtype are used.
+  (integer tensors such as indices keep their size) and the peaks of that dtype are used. An 8-bit
+  float runs in the device's own FP8 encoding (``float8_e4m3fn`` as ``float8_e4m3fnuz`` on an
+  MI300X); ``mxfp4`` and ``nvfp4`` (block-scaled, scales in the bytes) run their multiply-adds on a
+  tensor unit that lists them, and are refused on a device that does not.
 - **Units.** Multiply-add operators (conv, matmul family, einsum, attention: the handles marked
   ``macs``) run on ``"tensor"`` when the hardware lists a tensor peak for the dtype (float32 may
   run as TF32 with ``allow_tf32=True``); everything else, and multiply-adds without a tensor peak,

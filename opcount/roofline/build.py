@@ -25,6 +25,7 @@ from ..handles.op_keys import op_key
 from ..handles.registry import FLOPS
 from ..hardware.lookup import TENSOR, VECTOR, DType, Hardware, dtype_name
 from ..hardware.lookup import hardware as lookup_hardware
+from ..hardware.spec import FP8_SIBLINGS, SCALED_FP4, dtype_bytes
 from ..ir import DTYPE_BYTES, OpCall, TensorSpec
 from ..memory import MemoryTrafficAnalysis, alias_roots, data_flow
 from ..tracing import Trace
@@ -33,6 +34,7 @@ from .report import Layer, RooflineReport
 from .split import bias_gradient
 
 _FLOATING = frozenset(d for d in DTYPE_BYTES if d.startswith(("float", "bfloat", "complex")))
+NARROW_FLOATS = frozenset({*FP8_SIBLINGS, *SCALED_FP4})  # the floats only their own tensor cores run
 
 
 Source = nn.Module | Trace | FlopCountAnalysis | MemoryTrafficAnalysis
@@ -78,8 +80,9 @@ def roofline(
     traffic = [t for _, t in per_call]
     traced = _traced_dtype(calls)
     dtype = dtype_name(dtype) if dtype else traced
-    if dtype not in DTYPE_BYTES:
-        raise OpcountValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(sorted(DTYPE_BYTES))}")
+    if dtype not in DTYPE_BYTES and dtype not in SCALED_FP4:
+        known = sorted([*DTYPE_BYTES, *SCALED_FP4])
+        raise OpcountValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(known)}")
     if fuse is not True and fuse:
         traffic = fuse_modules(calls, traffic, _resolve_groups(memory, fuse, "fuse"), memory.trace().outputs)
     groups = _resolve_groups(memory, pipeline, "pipeline") if pipeline else []
@@ -209,7 +212,7 @@ def _in_dtype(
     source = a.tensor.dtype if a.tensor is not None else traced
     if source not in _FLOATING:
         return a.nbytes
-    return a.nbytes * DTYPE_BYTES[dtype] / DTYPE_BYTES[source]
+    return a.nbytes * dtype_bytes(dtype) / DTYPE_BYTES[source]
 
 
 def _assign(
@@ -229,9 +232,16 @@ def _assign(
                 candidates.append((TENSOR, "tf32"))
         candidates += [(VECTOR, dtype), (VECTOR, "float32")]
     candidates = list(dict.fromkeys(candidates))
+    if macs and chosen is None and dtype in NARROW_FLOATS and hw.precision_of(TENSOR, dtype) is None:
+        # an 8- or 4-bit float product runs on tensor cores made for it or not at all: priced on another
+        # unit, its FLOPs would leave the tensor-peak bound (an engine runs such weights as w8a16 / w4a16)
+        narrow = sorted(k for k in hw.peak.get(TENSOR, {}) if k in NARROW_FLOATS)
+        runs = f"its tensor unit runs {', '.join(narrow)}" if narrow else "its tensor unit runs no 8- or 4-bit float"
+        raise OpcountValueError(f"{hw.name} runs no {dtype} matrix products ({runs}); choose another dtype")
     for u, precision in candidates:
-        if hw.peak_of(u, precision) is not None:
-            return u, precision
+        key = hw.precision_of(u, precision)  # the device's own key: an FP8 request in its FP8 encoding
+        if key is not None:
+            return u, key
     raise OpcountValueError(
         f"{hw.name} has no unit for {call.kind} in {dtype} (tried {', '.join(f'{u}/{p}' for u, p in candidates)}; "
         f"it has {', '.join(f'{u}: {sorted(t)}' for u, t in hw.peak.items())}); pass another dtype="

@@ -77,10 +77,10 @@ def test_short_names_and_the_units_each_device_lacks() -> None:
         "l40s",
     }
     assert hardware("H200_SXM") is PRESETS["h200-sxm"]
-    # Ampere has no FP8; CDNA 3 runs the fnuz FP8 formats, not NVIDIA's e4m3fn
+    # Ampere has no FP8; CDNA 3 runs an FP8 request in its fnuz encoding (test_fp8_formats.py)
     assert hardware("a10g").peak_of("tensor", "float8_e4m3fn") is None
     assert hardware("a100-pcie-40gb").peak_of("tensor", "float8_e4m3fn") is None
-    assert hardware("mi300x").peak_of("tensor", "float8_e4m3fn") is None
+    assert hardware("mi300x").precision_of("tensor", "float8_e4m3fn") == "float8_e4m3fnuz"
     # same chip as the A100 SXM4, slower memory: the same peaks, a higher ridge
     assert hardware("a100-pcie-40gb").peak == PRESETS["a100-sxm"].peak
     assert hardware("a100-pcie-40gb").ridge("tensor", "float16") > PRESETS["a100-sxm"].ridge("tensor", "float16")

@@ -12,7 +12,10 @@ By default the weights of ``nn.Linear`` layers and fused expert stacks are in th
 the output projection (``lm_head``) excepted; embeddings, norms, biases and routers stay in 16
 bits (the activations' float dtype, bfloat16 under 8-bit activations), as these schemes ship them.
 The peak a phase runs at is the activation dtype's: w4a16 computes in 16 bits after
-dequantizing, w8a8 in int8.
+dequantizing, w8a8 in int8, FP8 in the device's own FP8 encoding (OCP e4m3fn, or fnuz on an
+MI300X), and ``--act-dtype nvfp4`` / ``mxfp4`` (activations quantized to block-scaled FP4, each
+element with its share of the scales) at the FP4 tensor peak of a device that has one; the cache of
+4-bit activations stays in 16 bits unless ``kv`` names another dtype.
 
 A weight transformers keeps in float32 (a class's ``_keep_in_fp32_modules_strict``, or
 ``_keep_in_fp32_modules`` in float16: :mod:`.kept_float32`) is priced in float32 unless an
@@ -30,6 +33,7 @@ from torch import nn
 
 from ...errors import OpcountValueError
 from ...hardware.lookup import DType, dtype_name
+from ...hardware.spec import SCALED_FP4, dtype_bytes
 from ...ir import DTYPE_BYTES, TensorSpec
 from ..attention.indexed import INDEX_BUFFER, element_bytes
 from ..cache.names import FLOAT32_STATE, KV_PREFIX
@@ -40,7 +44,7 @@ from .kept_float32 import kept_in_float32
 __all__ = ["GROUP_SIZE", "Precision", "footprint_weights", "pricing_for", "weight_bytes", "weight_formats"]
 
 WEIGHT_DTYPES = FORMATS
-ACT_DTYPES = ("float32", "bfloat16", "float16", "float8_e4m3fn", "int8")
+ACT_DTYPES = ("float32", "bfloat16", "float16", "float8_e4m3fn", "int8", *SCALED_FP4)
 KV_DTYPES = ("float32", "bfloat16", "float16", "float8_e4m3fn", "int8")
 
 
@@ -73,7 +77,9 @@ class Precision:
         object.__setattr__(self, "weights", plan)
         object.__setattr__(self, "weight", plan.text())
         object.__setattr__(self, "act", canonical(self.act, ACT_DTYPES, "activation"))
-        object.__setattr__(self, "kv", canonical(self.kv or self.act, KV_DTYPES, "KV cache"))
+        # 4-bit activations leave the cache in 16 bits, as vLLM's kv_cache_dtype="auto" keeps the model's dtype
+        default_kv = self.stored if self.act in SCALED_FP4 else self.act
+        object.__setattr__(self, "kv", canonical(self.kv or default_kv, KV_DTYPES, "KV cache"))
 
     @property
     def kv_dtype(self) -> str:
@@ -146,7 +152,7 @@ class Pricing:
         self._per_element = {
             name: nbytes / max(1, math.prod(shapes[name])) for name, (_, nbytes) in formats.items() if name in shapes
         }
-        self._act = DTYPE_BYTES[precision.act]
+        self._act = dtype_bytes(precision.act)
         self._kv = DTYPE_BYTES[precision.kv_dtype]
         self._other = DTYPE_BYTES[precision.stored]
 
