@@ -161,7 +161,9 @@ def _private_imports(path: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("path", sorted((PACKAGE / "cli").glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((PACKAGE / "cli").rglob("*.py")), ids=lambda p: p.relative_to(PACKAGE).as_posix()
+)
 def test_the_command_line_imports_no_private_name(path: Path) -> None:
     assert _private_imports(path) == []
 
@@ -267,3 +269,60 @@ def test_llm_folders_import_only_layers_before_them() -> None:
 def test_training_imports_nothing_from_the_llm_package() -> None:
     found = [f"{n} -> {t}" for n, ts in GRAPH.items() if n.startswith("opcount.training") for t in ts]
     assert [f for f in found if ".llm" in f] == []
+
+
+# The command line's parsing half: the parser, the typed options, the checks and the flag groups.
+PARSING = ("opcount.cli.parser", "opcount.cli.options", "opcount.cli.args", "opcount.cli.flags")
+# What runs a command, besides the command's own other modules (which build, trace, price and render): the
+# tracers and the analyses on a trace, the LLM phases and what prices them, the model catalogue.
+RUNNING = (
+    "opcount.tracing",
+    "opcount.tracers.dispatch",
+    "opcount.tracers.jit",
+    "opcount.analysis",
+    "opcount.memory",
+    "opcount.roofline.build",
+    "opcount.profiling",
+    "opcount.llm.phases",
+    "opcount.llm.training",
+    "opcount.llm.sweep",
+    "opcount.llm.report",
+    "opcount.llm.kernels.estimate",
+    "opcount.llm.deploy.deployment",
+    "opcount.llm.models.catalogue",
+)
+
+
+def _within(module: str, names: tuple[str, ...]) -> bool:
+    return any(module == name or module.startswith(name + ".") for name in names)
+
+
+def _reached(start: list[str], graph: dict[str, list[str]]) -> set[str]:
+    """Every module ``start`` imports, and what those import, and so on. A package's ``__init__`` counts where
+    it is imported by name, not as the parent of a submodule imported (``import opcount`` loads the public
+    API whatever is imported: what is held here is what the parser's own code depends on)."""
+    seen: set[str] = set()
+    todo = list(start)
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += graph.get(module, [])
+    return seen
+
+
+def test_the_parser_imports_no_module_that_runs() -> None:
+    # A flag is read and refused without the code that builds, traces or prices: the parser cannot break
+    # when that code changes, and a mistake costs no import of it.
+    parsing = [name for name in NAMES if _within(name, PARSING)]
+    assert "opcount.cli.flags.llm" in parsing and "opcount.cli.flags.deploy" in parsing
+    reached = _reached(parsing, GRAPH)
+    running = sorted(
+        m for m in reached if (m.startswith("opcount.cli") and not _within(m, PARSING)) or _within(m, RUNNING)
+    )
+    assert running == []
+
+
+def test_the_walk_finds_a_module_reached_through_others() -> None:
+    graph = {"p": ["a"], "a": ["b"], "b": ["opcount.llm.phases"], "c": ["opcount.cli.llm"]}
+    assert _reached(["p"], graph) == {"p", "a", "b", "opcount.llm.phases"}

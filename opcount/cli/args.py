@@ -89,7 +89,7 @@ def check_compare(
         )
     _check_exact_formats(layout)
     check_counts(layout, repeats)
-    named = [spec for spec in options.models if spec.startswith("llm:")] + llm.given()
+    named = [spec for spec in options.models if spec.startswith("llm:")] + list(llm.given)
     if named:
         raise UsageError(
             f"opcount compare analyzes whole models, not LLM phases ({', '.join(named)}): "
@@ -119,7 +119,7 @@ def check_roles(layout: Layout, analysis: Analysis, hardware: HardwareChoice | N
     if hardware is None and "sparsity" in analysis.roles:
         raise UsageError(f"--sparsity and the columns {', '.join(columns_needing('sparsity'))} need --hardware")
     if analysis.sparsity:
-        from ..sparsity import parse_sparsity_args
+        from ..sparsity.declared import parse_sparsity_args
 
         try:  # before tracing: a typo should not cost a trace
             parse_sparsity_args(analysis.sparsity)

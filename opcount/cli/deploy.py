@@ -1,139 +1,28 @@
-"""The command line's deployment flags on the LLM path: ``--tp --pp --ep --dp --micro-batches``
-(a parallel layout), ``--price`` (dollars per device-hour), ``--max-batch`` and ``--reserve``; their
-checks, and the lines and JSON fields they add to a report (:mod:`opcount.llm.deploy.deployment` computes)."""
+"""The command line's deployments on the LLM path (``--tp --pp --ep --dp --micro-batches``, ``--price``,
+``--max-batch``, ``--reserve``, as :mod:`opcount.cli.flags.deploy` parsed and checked them): each layout
+checked against the model built, a point's deployment priced (:mod:`opcount.llm.deploy.deployment` computes),
+and the lines and JSON fields it adds to a report."""
 
 from __future__ import annotations
 
-import argparse
-import itertools
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import OpcountError
 from ..hardware.lookup import Hardware
-from ..llm.deploy.deployment import DEFAULT_RESERVE, MAX_PRICE, Deployment, Placement, deploy
-from ..llm.deploy.layout import Parallel
+from ..llm.deploy.deployment import Deployment, Placement, deploy
 from ..llm.phases import CausalLM, GenerationCost, PhaseCost
 from ..units import seconds, size
-from .args import positive_int
-from .options import DeployOptions, LLMOptions
-
-# The flags by their argparse names (opcount compare's help hides them, as the other LLM flags).
-DEPLOY_FLAGS = ("tp", "pp", "ep", "dp", "micro_batches", "price", "max_batch", "reserve")
-# --sweep keys: a layout per point
-SWEEPABLE = {"tp": "tp", "pp": "pp", "ep": "ep", "dp": "dp"}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The deployment flags, in their own help group."""
-    g = parser.add_argument_group(
-        "LLM deployment (llm: and causal hf: models; per device: memory, fit, communication, time, cost; deploy.md)"
-    )
-    for name, what in (
-        ("tp", "tensor-parallel devices (the model's tp_plan splits heads and channels)"),
-        ("pp", "pipeline stages (contiguous layers)"),
-        ("ep", "expert-parallel devices: 1 or --tp x --dp"),
-        ("dp", "data-parallel replicas"),
-    ):
-        g.add_argument(f"--{name}", type=positive_int, metavar="N", help=f"{what} (default 1)")
-    g.add_argument(
-        "--micro-batches", type=positive_int, metavar="M", help="with --pp: micro-batches in flight (default 1)"
-    )
-    g.add_argument("--price", type=_price, metavar="USD", help="dollars per device-hour: the cost per million tokens")
-    g.add_argument(
-        "--max-batch",
-        action="store_true",
-        help="the largest --batch whose weights, KV cache (--kv-len + --gen-len) and activations fit a device",
-    )
-    g.add_argument(
-        "--reserve",
-        type=_fraction,
-        metavar="F",
-        help=f"fraction of a device's memory kept for the engine's workspace (default {DEFAULT_RESERVE:g}, "
-        "as vLLM's gpu_memory_utilization 0.9)",
-    )
-
-
-def _price(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected dollars per device-hour, got {text!r}") from None
-    if not math.isfinite(value) or not 0 < value <= MAX_PRICE:
-        raise argparse.ArgumentTypeError(
-            f"expected dollars per device-hour above 0 and up to {MAX_PRICE:g}, got {text}"
-        )
-    return value
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction from 0 to 0.99, got {text!r}") from None
-    if not 0 <= value <= 0.99:
-        raise argparse.ArgumentTypeError(f"expected a fraction from 0 to 0.99, got {text}")
-    return value
-
-
-def options(ns: Mapping[str, Any]) -> DeployOptions:
-    """The deployment flags of the parsed command line (argparse's names -> values)."""
-    return DeployOptions(
-        **{name: ns.get(name) for name in DEPLOY_FLAGS if name != "max_batch"}, max_batch=bool(ns.get("max_batch"))
-    )
-
-
-def layout(flags: DeployOptions, values: Mapping[str, int]) -> Parallel:
-    """The layout of one point: the flags, a swept value in its place; bad values name their flag."""
-    try:
-        return Parallel(
-            **{k: values.get(k, getattr(flags, k) or 1) for k in SWEEPABLE},
-            micro_batches=flags.micro_batches or 1,
-        )
-    except OpcountError as e:
-        raise OpcountError(str(e)) from None
-
-
-def check(flags: LLMOptions, hardware_given: bool, hardware: Hardware | None) -> None:
-    """Combinations refused before anything is built (``hardware``: the preset or file given, None
-    for this machine, measured later)."""
-    d = flags.deploy
-    swept = {k for k, _ in flags.sweep} & set(SWEEPABLE)
-    if d.micro_batches is not None and (d.pp or 1) == 1 and "pp" not in swept:
-        raise OpcountError("--micro-batches applies to a pipeline: give --pp")
-    if d.micro_batches is not None and flags.gen_len is not None:
-        raise OpcountError("--micro-batches prices one phase: drop --gen-len (or --micro-batches)")
-    if d.micro_batches is not None and (flags.batch or 1) % d.micro_batches:
-        raise OpcountError(f"--micro-batches {d.micro_batches}: does not divide --batch {flags.batch or 1}")
-    for name, value in (("price", d.price), ("max-batch", d.max_batch or None)):
-        if value is not None and not hardware_given:
-            raise OpcountError(f"--{name} needs --hardware (the time per step, the device's memory)")
-    if d.max_batch and hardware is not None and hardware.memory_bytes is None:
-        raise OpcountError(f"--max-batch: {hardware.name} does not say its memory (memory_bytes in a hardware file)")
-    layouts = [layout(d, values) for values in _swept_layouts(flags)]  # each within bounds, before building
-    multi = any(p.tp > 1 or p.pp > 1 or p.ep > 1 for p in layouts)  # replicas alone communicate nothing
-    if multi and hardware is not None and hardware.interconnect is None:
-        given = [f"--{k} {getattr(d, k)}" for k in SWEEPABLE if (getattr(d, k) or 1) > 1] or ["--sweep"]
-        raise OpcountError(
-            f"{' '.join(given)}: {hardware.name} has no interconnect figures to price the communication "
-            "(a hardware file can give them: hardware.md)"
-        )
+from .flags.deploy import SWEEPABLE, layout, swept_layouts
+from .options import LLMOptions
 
 
 def check_model(llm: CausalLM, flags: LLMOptions) -> None:
     """Every layout of the run against the model (heads, layers, experts), before anything is traced."""
     d = flags.deploy
-    if not d.given() and not any(k in SWEEPABLE for k, _ in flags.sweep):
+    if not d.given and not any(k in SWEEPABLE for k, _ in flags.sweep):
         return
-    for values in _swept_layouts(flags):
+    for values in swept_layouts(flags):
         Placement(llm.model, llm.config, llm.precision, layout(d, values))
-
-
-def _swept_layouts(flags: LLMOptions) -> list[dict[str, int]]:
-    """Every combination of the swept layout keys (one empty one without a sweep of them)."""
-    axes = [(k, v) for k, v in flags.sweep if k in SWEEPABLE]
-    return [dict(zip([k for k, _ in axes], combo, strict=True)) for combo in itertools.product(*(v for _, v in axes))]
 
 
 def deployment(
@@ -146,7 +35,7 @@ def deployment(
 ) -> Deployment | None:
     """The point's deployment, when a deployment flag is given or a layout swept; None otherwise."""
     d = flags.deploy
-    if not d.given() and not set(values) & set(SWEEPABLE):
+    if not d.given and not set(values) & set(SWEEPABLE):
         return None
     parallel = layout(d, values)
     micro = None
@@ -165,7 +54,7 @@ def deployment(
         parallel,
         hardware=hardware,
         price=d.price,
-        reserve=DEFAULT_RESERVE if d.reserve is None else d.reserve,
+        reserve=d.reserve,
         micro=micro,
         max_batch=d.max_batch,
         generation=generation,

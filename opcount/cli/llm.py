@@ -1,5 +1,7 @@
 """The command line's LLM inference mode: ``opcount llm:NAME`` (or a causal ``hf:`` model) with
-``--phase``, ``--kv-len``, ``--batch``, ``--gen-len``, the dtypes per role and ``--sweep``.
+``--phase``, ``--kv-len``, ``--batch``, ``--gen-len``, the dtypes per role and ``--sweep``, as
+:mod:`opcount.cli.flags.llm` parsed and checked them: the config read, the model built, its points
+traced and priced, the report.
 
 The model is always built on the meta device and traced by the dispatch tracer: nothing of the
 weights' or inputs' size is allocated, so a 70B model runs on a laptop.
@@ -7,10 +9,8 @@ weights' or inputs' size is allocated, so a 70B model runs on a laptop.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,219 +22,22 @@ from ..llm.deploy import deployment as deploy_lib
 from ..llm.models.build import is_causal_lm
 from ..llm.models.catalogue import ALIASES, resolve
 from ..llm.models.catalogue import config as catalogue_config
-from ..llm.models.limits import MAX_BATCH, MAX_POSITIONS
 from ..llm.models.local_config import looks_local, read_config, with_values
-from ..llm.phases import PHASES, CausalLM, GenerationCost, PhaseCost, generation
+from ..llm.phases import CausalLM, GenerationCost, PhaseCost, generation
 from ..llm.precision.assignments import WeightAssignmentError
-from ..llm.precision.dtypes import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
 from ..llm.report.operators import operator_rows
 from ..llm.sweep.figures import GenerationPoint, PhasePoint
 from ..report.provenance import export_meta
 from ..units import si, size
 from . import deploy
 from . import training as training_cli
-from .args import check_counts, check_kept, hf_overrides, invalid_config, natural_int, positive_int
+from .args import check_kept, hf_overrides, invalid_config
+from .flags.deploy import SWEEPABLE as LAYOUT_KEYS
+from .flags.llm import SWEEPABLE, require_transformers
 from .llm_rows import SweepPoint, point_json, sweep_points, sweep_report
-from .llm_times import add_kernels_argument, by_operator, table_columns, time_lines
-from .options import Analysis, Layout, LLMOptions, LLMRun, Options, columns_needing
+from .llm_times import by_operator, table_columns, time_lines
+from .options import Analysis, Layout, LLMOptions, LLMRun, Options
 from .render import write_csv_meta
-
-SWEEPABLE = {"batch": "batch", "seq-len": "seq_len", "kv-len": "kv_len", "gen-len": "gen_len", **deploy.SWEEPABLE}
-DEFAULT_SEQ_LEN = 128
-# The LLM flags by their argparse names (the parser hides them from opcount compare's help).
-LLM_FLAGS = (
-    "phase",
-    "kv_len",
-    "batch",
-    "gen_len",
-    "weight_dtype",
-    "act_dtype",
-    "kv_dtype",
-    "sweep",
-    "kernels",
-    *deploy.DEPLOY_FLAGS,
-    *training_cli.TRAINING_FLAGS,
-)
-deploy_options = deploy.options
-training_options = training_cli.options
-check_training = training_cli.check_options
-MAX_SWEEP_POINTS = 1000
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The LLM flags, in their own help group."""
-    g = parser.add_argument_group(
-        f"LLM inference (llm:NAME, or a causal LM from hf:; built on the meta device; needs the hf extra: {HF_EXTRA})"
-    )
-    g.add_argument("--phase", choices=PHASES, help="prefill (default: --seq-len prompt tokens) or decode")
-    g.add_argument("--kv-len", type=natural_int, metavar="L", help="decode: tokens already in the KV cache (default 0)")
-    g.add_argument("--batch", type=positive_int, metavar="B", help="sequences per batch (default 1)")
-    g.add_argument(
-        "--gen-len", type=natural_int, metavar="N", help="a whole generation: prefill, then N decode steps of one token"
-    )
-    g.add_argument(
-        "--weight-dtype",
-        metavar="[PATTERN=]DTYPE",
-        action=_Assignments,
-        help=f"{', '.join(WEIGHT_DTYPES)} (default bfloat16); PATTERN=DTYPE for the weights under matching "
-        "modules (e.g. experts=mxfp4), repeatable (the LLM guide, llm.md)",
-    )
-    g.add_argument("--act-dtype", metavar="DTYPE", help=f"{', '.join(ACT_DTYPES)} (default bfloat16)")
-    g.add_argument("--kv-dtype", metavar="DTYPE", help=f"{', '.join(KV_DTYPES)} (default: the activations')")
-    g.add_argument(
-        "--sweep",
-        action="append",
-        metavar="KEY=V1,V2,...",
-        type=_sweep,
-        help=f"one row per point ({', '.join(SWEEPABLE)}); repeat for a grid",
-    )
-    add_kernels_argument(g)
-    deploy.add_arguments(parser)
-    training_cli.add_arguments(parser)
-
-
-class _Assignments(argparse.Action):
-    """Each ``--weight-dtype`` appended to a tuple, in the order given."""
-
-    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
-        setattr(namespace, self.dest, (*(getattr(namespace, self.dest) or ()), values))
-
-
-def _sweep(text: str) -> tuple[str, tuple[int, ...]]:
-    key, sep, values = text.partition("=")
-    key = key.strip().replace("_", "-")
-    if not sep or key not in SWEEPABLE:
-        raise argparse.ArgumentTypeError(f"expected KEY=V1,V2 with KEY one of {', '.join(SWEEPABLE)}, got {text!r}")
-    parts = values.split(",")
-    if len(parts) > 1 and not parts[-1].strip():
-        parts = parts[:-1]  # a trailing comma, as in a Python tuple
-    try:
-        # An empty value ("1,,16") is a typo: int("") refuses it rather than the point being dropped.
-        numbers = tuple(int(v) for v in parts)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{key}: expected whole numbers, got {values!r}") from None
-    if not numbers or min(numbers) < (0 if key in ("kv-len", "gen-len") else 1):
-        raise argparse.ArgumentTypeError(f"{key}: expected values >= {0 if key in ('kv-len', 'gen-len') else 1}")
-    return key, numbers
-
-
-def wanted(model: str, flags: LLMOptions) -> bool:
-    """Whether the run is an LLM inference analysis: an ``llm:`` model or any LLM flag."""
-    return model.startswith("llm:") or bool(flags.given())
-
-
-def check(flags: LLMOptions, options: Options) -> Precision:
-    """Flag combinations, before anything is built (``options``: the run's other flags); the dtypes
-    of ``--weight-dtype``, ``--act-dtype`` and ``--kv-dtype``."""
-    if not options.model.startswith(("llm:", "hf:")):  # a factory's model was looked up as a transformers class
-        raise OpcountError(
-            f"--phase, --batch, --kv-len, --gen-len, --sweep and the dtype flags price LLM inference phases of "
-            f"llm: and hf: models, not {options.model}: give its inputs with --input"
-        )
-    require_transformers(options.model)  # no other flag is worth checking without it
-    analysis, layout = options.analysis, options.layout
-    if analysis.tracer == "jit":
-        raise OpcountError("LLM phases run on the meta device with the dispatch tracer: drop --tracer jit")
-    if options.inputs.dtype_name != "float32":  # its default; any other value would be ignored, not priced
-        raise OpcountError(
-            f"--dtype {options.inputs.dtype_name} does not apply to LLM runs: give --weight-dtype and --act-dtype"
-        )
-    if analysis.mode == "train":  # one training step instead of an inference phase
-        training_cli.check_llm(flags, options.model)
-    if options.inputs.shapes:
-        raise OpcountError("LLM phases take --seq-len, --batch and --kv-len, not --input shapes")
-    phase = flags.phase or "prefill"
-    if phase == "prefill" and flags.kv_len:
-        raise OpcountError("--kv-len is for --phase decode (prefill starts from an empty cache)")
-    if flags.gen_len is not None and flags.phase == "decode":
-        raise OpcountError("--gen-len covers prefill and decode: drop --phase decode")
-    for key, _ in flags.sweep:
-        if key == "gen-len" and flags.gen_len is None:
-            raise OpcountError("--sweep gen-len=... needs --gen-len")
-        if key == "kv-len" and phase != "decode":
-            raise OpcountError("--sweep kv-len=... needs --phase decode")
-    if len({k for k, _ in flags.sweep}) != len(flags.sweep):
-        raise OpcountError("--sweep: each key once")
-    _check_sizes(flags, options.inputs.seq_len)
-    check_counts(layout, options.repeats)
-    for flag, given in (("profile", options.profile), ("sparsity", analysis.sparsity)):
-        if given:
-            raise OpcountError(f"--{flag} does not apply to LLM phases (the model is on the meta device)")
-    if analysis.fuse and flags.kernels == "eager":
-        raise OpcountError("--fuse and --kernels eager contradict each other: give one")
-    for flag, value in (("roofline-dtype", analysis.roofline_dtype), ("tf32", analysis.tf32)):
-        if value:
-            raise OpcountError(
-                f"--{flag} does not apply to LLM phases: they are priced in the dtypes of "
-                "--weight-dtype, --act-dtype and --kv-dtype"
-            )
-    if layout.format in ("tree", "md", "repr", "html", "chrome-trace"):
-        raise OpcountError("LLM phases print table, json or csv (tree/md/repr/html/chrome-trace are for whole models)")
-    if layout.by_operator and flags.sweep:
-        raise OpcountError("--by-operator shapes one point's table, not a --sweep's rows")
-    _check_columns(layout, options.hardware is not None, bool(flags.sweep))
-    deploy.check(flags, options.hardware is not None, options.hardware.spec if options.hardware else None)
-    try:
-        return Precision(flags.weight_dtype or "bfloat16", flags.act_dtype or "bfloat16", flags.kv_dtype)
-    except WeightAssignmentError as e:
-        raise OpcountError(f"--weight-dtype: {e}") from None
-    except OpcountError as e:
-        raise OpcountError(f"{e} (--weight-dtype, --act-dtype, --kv-dtype)") from None
-
-
-def _check_sizes(flags: LLMOptions, seq_len: int | None) -> None:
-    """Each size flag (its largest --sweep value too) within opcount.llm.models.limits, and the positions
-    of a sequence together, before a model is built: past them torch's int64 sizes overflow."""
-    swept = dict(flags.sweep)
-    points = math.prod(len(values) for values in swept.values())
-    if points > MAX_SWEEP_POINTS:  # each point is priced (opcount.llm.sweep.points)
-        raise OpcountError(f"--sweep: {points:,} points, more than {MAX_SWEEP_POINTS:,} (the limit)")
-    given = {"batch": flags.batch, "seq-len": seq_len, "kv-len": flags.kv_len, "gen-len": flags.gen_len}
-    largest = {
-        key: max((value, *swept.get(key, ()))) if value is not None else max(swept.get(key, (0,)))
-        for key, value in given.items()
-    }
-    for key, value in largest.items():
-        limit = MAX_BATCH if key == "batch" else MAX_POSITIONS
-        if value > limit:
-            what = "sequences" if key == "batch" else "positions per sequence"
-            flag = f"--{key} {value}" if value == given[key] else f"--sweep {key}={value}"
-            raise OpcountError(f"{flag}: more than {limit:,} {what} (the limit)")
-    seq_len = largest["seq-len"] or (1 if flags.phase == "decode" else DEFAULT_SEQ_LEN)
-    positions = seq_len + largest["kv-len"] + largest["gen-len"]
-    if positions > MAX_POSITIONS:
-        raise OpcountError(
-            f"--seq-len, --kv-len and --gen-len: {positions:,} positions per sequence, more than {MAX_POSITIONS:,} "
-            "(the limit)"
-        )
-
-
-def _check_columns(layout: Layout, hardware: bool, sweep: bool) -> None:
-    columns = layout.columns or ()
-    sparse = columns_needing("sparsity", columns)
-    if sparse:
-        raise OpcountError(
-            f"columns {', '.join(sorted(sparse))} do not apply to LLM phases (the model is on the meta device)"
-        )
-    timed = columns_needing("roofline", columns)
-    if timed and not hardware:
-        raise OpcountError(f"columns {', '.join(sorted(timed))} need --hardware")
-    if sweep and (layout.columns or layout.depth is not None or not layout.param_shapes):
-        # a sweep prints one row per point, not a module table: these would be silently ignored
-        raise OpcountError("--columns, --depth and --no-param-shapes shape one point's table, not a --sweep's rows")
-
-
-HF_EXTRA = "pip install 'opcount[hf]'"
-
-
-def require_transformers(spec: str) -> None:
-    """``llm:`` and ``hf:`` models are transformers models: without the ``hf`` extra, one line saying so."""
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        raise OpcountError(
-            f"{spec}: LLM models are built with transformers, which is not installed: the hf extra adds it ({HF_EXTRA})"
-        ) from None
 
 
 def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
@@ -273,7 +76,7 @@ def _check_causal(config: Any, model: str, flags: LLMOptions) -> None:
     and the phase would fail on meta tensors, far from the flag that asked for it."""
     if is_causal_lm(config):
         return
-    given = flags.given() or [model]
+    given = flags.given or (model,)
     raise OpcountError(
         f"{given[0]} needs a causal LM; {type(config).__name__} is not one (a masked LM or an encoder-decoder): "
         f"leave out {', '.join(given)} to analyze the whole model"
@@ -311,32 +114,32 @@ def run(
     if options.analysis.mode == "train":  # one training step (opcount.cli.training)
         return training_cli.run(llm, options, flags, label, hardware, status), []
     base = {
-        "batch": flags.batch or 1,
-        "seq_len": options.inputs.seq_len or (1 if flags.phase == "decode" else DEFAULT_SEQ_LEN),
-        "kv_len": flags.kv_len or 0,
+        "batch": flags.batch,
+        "seq_len": flags.seq_len,
+        "kv_len": flags.kv_len,
     }
     if flags.gen_len is not None:
         base["gen_len"] = flags.gen_len
     axes = [(SWEEPABLE[k], v) for k, v in flags.sweep]
     analysis = options.analysis
     # Every point from a few traces (opcount.llm.sweep.points), with or without hardware; a deployment is priced per point
-    fitted = not flags.deploy.given() and not {key for key, _ in axes} & set(deploy.SWEEPABLE)
+    fitted = not flags.deploy.given and not {key for key, _ in axes} & set(LAYOUT_KEYS)
     if axes and fitted:
         combos = [
             {**base, **{key: v for (key, _), v in zip(axes, combo, strict=True)}}
             for combo in itertools.product(*(values for _, values in axes))
         ]
         status(f"tracing {label}: {len(combos)} points from a few traces")
-        rows = sweep_points(llm, combos, flags.phase, hardware, analysis, flags.kernels or "fused")
+        rows = sweep_points(llm, combos, flags.phase, hardware, analysis, flags.kernels)
         return sweep_report(rows, options.layout, label, options.model), rows
     points: list[Point] = []
     phases: dict[tuple[tuple[str, int], ...], Point] = {}
     for combo in itertools.product(*(values for _, values in axes)) if axes else [()]:
         values = {**base, **{key: v for (key, _), v in zip(axes, combo, strict=True)}}
         status(f"tracing {label}: {_describe(values, flags.phase)}")
-        traced = tuple((k, v) for k, v in values.items() if k not in deploy.SWEEPABLE)
+        traced = tuple((k, v) for k, v in values.items() if k not in LAYOUT_KEYS)
         if traced not in phases:  # a layout is arithmetic on the same trace
-            phases[traced] = _point(llm, values, flags.phase, hardware, analysis, flags.kernels or "fused")
+            phases[traced] = _point(llm, values, flags.phase, hardware, analysis, flags.kernels)
         point = replace(phases[traced], values=values)
         point.deployment = deploy.deployment(llm, point.phase, point.generation, values, flags, hardware)
         points.append(point)
@@ -356,7 +159,7 @@ def _point(
     phase: str | None,
     hardware: Hardware | None,
     analysis: Analysis,
-    kernels: str = "fused",
+    kernels: str,
 ) -> Point:
     common: dict[str, Any] = {
         "batch": values["batch"],

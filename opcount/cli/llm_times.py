@@ -11,7 +11,6 @@ import tabulate
 
 from .. import report
 from ..errors import OpcountError
-from ..llm.kernels.estimate import MODES
 from ..llm.phases import GenerationCost, PhaseCost
 from ..llm.report import times as kernel_times
 from ..llm.report.operators import operator_rows
@@ -20,16 +19,6 @@ from ..report.columns import Column
 from ..units import seconds, si, size
 from .options import Layout
 from .render import write_csv_meta
-
-
-def add_kernels_argument(group: Any) -> None:
-    """``--kernels``, in the LLM flags' help group."""
-    group.add_argument(
-        "--kernels",
-        choices=MODES,
-        help="the estimate's kernels: fused as serving engines run them (default; --fuse says the same) or eager, "
-        "one per operator",
-    )
 
 
 def by_operator(cost: PhaseCost, layout: Layout, meta: Mapping[str, Any]) -> str:

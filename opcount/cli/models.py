@@ -40,23 +40,6 @@ from ..tracers.meta import TensorShape
 from .args import UsageError, check_kept, check_real_weights, hf_overrides, invalid_config
 from .options import Inputs
 
-DTYPES = {
-    "float32": torch.float32,
-    "float": torch.float32,
-    "float16": torch.float16,
-    "half": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float64": torch.float64,
-    "double": torch.float64,
-    "int64": torch.int64,
-    "long": torch.int64,
-    "int32": torch.int32,
-    "int": torch.int32,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-    "bool": torch.bool,
-}
-
 
 @dataclass
 class Loaded:

@@ -7,8 +7,13 @@ model loader, :class:`Analysis` by the analyses, :class:`Layout` by the renderer
 by the LLM mode. ``--hardware`` is a :class:`HardwareChoice`: a preset or file read by the parser,
 or this machine, measured once when the run starts (:meth:`HardwareChoice.resolve`).
 
+The LLM, deployment and training groups hold values with their defaults resolved (``batch`` is 1 when
+``--batch`` is not given, ``kernels`` "fused", ``reserve`` 0.1, ``optimizer`` adamw...), each worked out
+once by its flag group (:mod:`opcount.cli.flags`), with ``given``, the flags as typed, for the messages
+that name them. Nothing below reads ``None`` as "the default".
+
 This module holds values only: the checks that refuse a combination of flags are in
-:mod:`opcount.cli.args` and :mod:`opcount.cli.llm`.
+:mod:`opcount.cli.args` and the flag groups.
 """
 
 from __future__ import annotations
@@ -18,9 +23,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import report
 from ..hardware.lookup import Hardware
 from ..llm.precision.dtypes import Precision
+from ..report.columns import COLUMNS
 
 # The analysis every report needs: the flop count also gives the model and its module tree.
 BASE_ROLE = "flops"
@@ -106,69 +111,54 @@ class Layout:
     csv_meta: str | None  # --csv-meta FILE: where a CSV export's meta goes (the CSV is a header and rows only)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DeployOptions:
-    """The deployment flags as given (None: not given): ``--tp --pp --ep --dp --micro-batches``,
-    ``--price``, ``--max-batch``, ``--reserve`` (:mod:`opcount.cli.deploy`)."""
+    """The deployment flags, each default resolved (:mod:`opcount.cli.flags.deploy`): a layout of ``tp x pp
+    x dp`` devices, experts over ``ep`` of them, ``micro_batches`` in a pipeline; ``price`` (None: no cost
+    asked for), ``max_batch``, ``reserve``; ``given``: the flags typed (``--tp``), for messages."""
 
-    tp: int | None = None
-    pp: int | None = None
-    ep: int | None = None
-    dp: int | None = None
-    micro_batches: int | None = None
-    price: float | None = None
-    max_batch: bool = False
-    reserve: float | None = None
-
-    def given(self) -> list[str]:
-        names = ("tp", "pp", "ep", "dp", "micro_batches", "price", "reserve")
-        flags = [f"--{n.replace('_', '-')}" for n in names if getattr(self, n) is not None]
-        return flags + (["--max-batch"] if self.max_batch else [])
+    tp: int
+    pp: int
+    ep: int
+    dp: int
+    micro_batches: int
+    price: float | None  # dollars per device-hour
+    max_batch: bool
+    reserve: float  # of a device's memory, kept for the engine's workspace
+    given: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TrainingOptions:
-    """The training flags as given (None: not given): ``--optimizer``, ``--recompute``, ``--zero``,
-    ``--tokens`` (:mod:`opcount.cli.training`)."""
+    """The training flags, each default resolved (:mod:`opcount.cli.flags.training`): ``optimizer``,
+    ``recompute``, ``zero`` (0: none), ``tokens`` (None: no run's time asked for); ``given``: the flags
+    typed, for messages."""
 
-    optimizer: str | None = None
-    recompute: str | None = None
-    zero: int | None = None
-    tokens: int | None = None
-
-    def given(self) -> list[str]:
-        return [f"--{n}" for n in ("optimizer", "recompute", "zero", "tokens") if getattr(self, n) is not None]
+    optimizer: str
+    recompute: str
+    zero: int
+    tokens: int | None
+    given: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LLMOptions:
-    """The LLM inference flags as given (None: not given)."""
+    """The LLM flags, each default resolved (:mod:`opcount.cli.flags.llm`); ``given``: the LLM and
+    deployment flags typed (``--kv-len``), in the order of their help, for messages and for whether the
+    run is an LLM one at all."""
 
-    phase: str | None = None
-    kv_len: int | None = None
-    batch: int | None = None
-    gen_len: int | None = None
-    weight_dtype: tuple[str, ...] | None = None  # each --weight-dtype, in order
-    act_dtype: str | None = None
-    kv_dtype: str | None = None
-    sweep: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    deploy: DeployOptions = DeployOptions()
-    kernels: str | None = None
-
-    def given(self) -> list[str]:
-        """The flags given, as typed (``--kv-len``), in the order of their help."""
-        values = (
-            ("--phase", self.phase),
-            ("--kv-len", self.kv_len),
-            ("--batch", self.batch),
-            ("--gen-len", self.gen_len),
-            ("--weight-dtype", self.weight_dtype),
-            ("--act-dtype", self.act_dtype),
-            ("--kv-dtype", self.kv_dtype),
-            ("--sweep", self.sweep or None),
-            ("--kernels", self.kernels),
-        )
-        return [flag for flag, value in values if value is not None] + self.deploy.given()
+    phase: str  # prefill or decode; a generation (gen_len) starts with its prefill
+    kv_len: int
+    batch: int
+    seq_len: int  # --seq-len, else 1 (a new token per sequence) decoding, else 128 prompt tokens
+    gen_len: int | None  # None: one phase, not a whole generation
+    weight_dtype: tuple[str, ...]  # each --weight-dtype, in order
+    act_dtype: str
+    kv_dtype: str | None  # None: the activations'
+    sweep: tuple[tuple[str, tuple[int, ...]], ...]
+    kernels: str
+    deploy: DeployOptions
+    given: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +186,7 @@ class Options:
     quiet: bool
     verbose: bool  # -v, or --debug: warnings with their whole lists
     debug: bool
-    training: TrainingOptions = TrainingOptions()
+    training: TrainingOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +209,7 @@ def roles_for(columns: Iterable[str], format: str, hardware: bool, sparsity: boo
     shows) declares it reads (``Column.needs``), the roofline with ``--hardware``, the sparsity
     roofline with ``--sparsity``."""
     shown = [*columns, *FORMAT_COLUMNS.get(format, ())]
-    roles = {BASE_ROLE, *(role for key in shown for role in report.COLUMNS[key].needs)}
+    roles = {BASE_ROLE, *(role for key in shown for role in COLUMNS[key].needs)}
     if hardware:
         roles.add("roofline")
     if sparsity:
@@ -229,5 +219,5 @@ def roles_for(columns: Iterable[str], format: str, hardware: bool, sparsity: boo
 
 def columns_needing(role: str, columns: Iterable[str] | None = None) -> list[str]:
     """The columns (of ``columns``, or of every registered one) that read the analysis ``role``."""
-    keys = report.COLUMNS if columns is None else columns
-    return [key for key in keys if role in report.COLUMNS[key].needs]
+    keys = COLUMNS if columns is None else columns
+    return [key for key in keys if role in COLUMNS[key].needs]

@@ -2,10 +2,11 @@
 turn a flag's text into a value (a shape, a list of columns), and :func:`parse`, which makes the
 command line, once, into the typed options everything below reads (:mod:`opcount.cli.options`).
 
-A malformed argument is refused in one line naming the flag (:class:`~opcount.cli.args.UsageError`),
-not with argparse's usage block; the checks that need several flags together
-(:mod:`opcount.cli.args`, :func:`opcount.cli.llm.check`) run in :func:`parse`, before the options
-are handed on and before anything is built. This is the only module that reads argparse's namespace.
+The whole model's flags are here; the LLM path's groups (:mod:`opcount.cli.flags`) each add their
+arguments, make their options group and check it, and this module composes them. A malformed argument
+is refused in one line naming the flag (:class:`~opcount.cli.args.UsageError`), not with argparse's usage
+block; the checks of several flags together run in :func:`parse`, before anything is built. Only this
+module and the flag groups read argparse's namespace; none of them imports a module that runs.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, NoReturn
 
-from .. import report
+import torch
+
 from .._version import __version__
 from ..handles.presets import FLOP_PRESETS
 from ..ir import DTYPE_BYTES
-from . import llm as llm_command
+from ..report.columns import COLUMNS
 from .args import (
     UsageError,
     check_compare,
@@ -29,18 +31,10 @@ from .args import (
     natural_int,
     positive_int,
 )
-from .models import DTYPES
-from .options import (
-    Analysis,
-    CompareOptions,
-    HardwareChoice,
-    Inputs,
-    Layout,
-    LLMOptions,
-    LLMRun,
-    Options,
-    roles_for,
-)
+from .flags import deploy as deploy_flags
+from .flags import llm as llm_flags
+from .flags import training as training_flags
+from .options import Analysis, CompareOptions, HardwareChoice, Inputs, Layout, LLMRun, Options, roles_for
 
 FORMATS = ("table", "tree", "json", "csv", "md", "repr", "html", "chrome-trace")
 # -o FILE's format by the file's ending, longest ending first: the formats it may hold, its default
@@ -53,6 +47,23 @@ OUTPUT_EXTENSIONS = {
     ".md": ("md",),
     ".html": ("html",),
     ".txt": ("table", "tree", "repr"),
+}
+# --dtype: the dtype of --input tensors, by the names torch prints and their aliases
+DTYPES = {
+    "float32": torch.float32,
+    "float": torch.float32,
+    "float16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+    "double": torch.float64,
+    "int64": torch.int64,
+    "long": torch.int64,
+    "int32": torch.int32,
+    "int": torch.int32,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
 }
 COLUMN_ALIASES = {
     "acts": "activations",
@@ -82,7 +93,8 @@ DOCS = (
 )
 # The flags `opcount compare` refuses (each model's totals have no depth, chart or profile): parsed,
 # so that the refusal says why, but left out of its --help.
-NOT_FOR_COMPARE = ("depth", "no_param_shapes", "profile", "repeats", "plot", *llm_command.LLM_FLAGS)
+ONE_MODEL = ("depth", "no_param_shapes", "profile", "repeats", "plot")
+NOT_FOR_COMPARE = (*ONE_MODEL, *llm_flags.FLAGS, *deploy_flags.FLAGS, *training_flags.FLAGS)
 
 
 def parse(argv: Sequence[str]) -> Options | CompareOptions:
@@ -97,8 +109,7 @@ def parse(argv: Sequence[str]) -> Options | CompareOptions:
 def _options(ns: argparse.Namespace, prog: str) -> Options:
     fmt = output_format(ns)
     hardware = _hardware(ns, prog)
-    flags = _llm_flags(ns)
-    llm = llm_command.wanted(ns.model, flags)
+    flags = llm_flags.options(vars(ns))
     options = Options(
         model=ns.model,
         inputs=_inputs(ns),
@@ -113,10 +124,10 @@ def _options(ns: argparse.Namespace, prog: str) -> Options:
         quiet=ns.quiet,
         verbose=ns.verbose or ns.debug,
         debug=ns.debug,
-        training=llm_command.training_options(vars(ns)),
+        training=training_flags.options(vars(ns)),
     )
-    if llm:  # its own flags, checked before anything is built
-        precision = llm_command.check(flags, options)
+    if llm_flags.wanted(ns.model, flags):  # its own flags, checked before anything is built
+        precision = llm_flags.check(flags, options)
         check_output_paths(options.layout, options.output, options.plot)
         if options.plot and hardware is None:
             raise UsageError("--plot needs --hardware")
@@ -124,7 +135,7 @@ def _options(ns: argparse.Namespace, prog: str) -> Options:
     else:
         check_model(options)  # before building: a typo should not cost a model
     check_recalibrate(hardware, ns.recalibrate)
-    llm_command.check_training(options)
+    training_flags.check(options)
     return options
 
 
@@ -146,8 +157,8 @@ def _compare_options(ns: argparse.Namespace, prog: str) -> CompareOptions:
         debug=ns.debug,
     )
     given = {"--no-param-shapes": ns.no_param_shapes, "--profile": ns.profile, "--plot": ns.plot is not None}
-    given |= dict.fromkeys(llm_command.training_options(vars(ns)).given(), True)  # one model's training step
-    check_compare(options, _llm_flags(ns), ns.depth, ns.repeats, given)
+    given |= dict.fromkeys(training_flags.options(vars(ns)).given, True)  # one model's training step
+    check_compare(options, llm_flags.options(vars(ns)), ns.depth, ns.repeats, given)
     check_recalibrate(hardware, ns.recalibrate)
     return options
 
@@ -211,21 +222,6 @@ def _layout(ns: argparse.Namespace, fmt: str) -> Layout:
     )
 
 
-def _llm_flags(ns: argparse.Namespace) -> LLMOptions:
-    return LLMOptions(
-        phase=ns.phase,
-        kv_len=ns.kv_len,
-        batch=ns.batch,
-        gen_len=ns.gen_len,
-        weight_dtype=ns.weight_dtype,
-        act_dtype=ns.act_dtype,
-        kv_dtype=ns.kv_dtype,
-        sweep=tuple(ns.sweep or ()),
-        deploy=llm_command.deploy_options(vars(ns)),
-        kernels=ns.kernels,
-    )
-
-
 def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     """The command's arguments; ``compare``: those of ``opcount compare MODEL [MODEL ...]``."""
     p = _Parser(
@@ -253,7 +249,7 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
         help="a torchvision model name (resnet50; the vision extra), module.path:factory or file.py:factory "
         "(returning a model, (model, inputs) or (model, inputs, kwargs)), hf:ConfigOrModelClass"
         + ("" if compare else ", or llm:NAME, a published LLM architecture (llm:llama-3-8b; the LLM guide, llm.md)")
-        + f"; hf:{'' if compare else ' and llm:'} need{'s' if compare else ''} the hf extra ({llm_command.HF_EXTRA})",
+        + f"; hf:{'' if compare else ' and llm:'} need{'s' if compare else ''} the hf extra ({llm_flags.HF_EXTRA})",
     )
     g = p.add_argument_group("inputs")
     g.add_argument(
@@ -362,7 +358,9 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
         metavar="N",
         help="--profile: profiled forward passes after 2 warm-up passes (default 10)",
     )
-    llm_command.add_arguments(p)
+    llm_flags.add_arguments(p)
+    deploy_flags.add_arguments(p)
+    training_flags.add_arguments(p)
     g = p.add_argument_group("output")
     g.add_argument(
         "--format",
@@ -376,7 +374,7 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
         "--columns",
         type=_column_list,
         metavar="LIST",
-        help=f"comma-separated: {', '.join(report.COLUMNS)} (aliases: acts, read, write); "
+        help=f"comma-separated: {', '.join(COLUMNS)} (aliases: acts, read, write); "
         "default params,flops (json/csv: every exact statistic computed)",
     )
     g.add_argument(
@@ -469,10 +467,10 @@ def parse_shape(text: str) -> tuple[int, ...]:
 
 def _column_list(text: str) -> list[str]:
     keys = [COLUMN_ALIASES.get(k.strip(), k.strip()) for k in text.split(",") if k.strip()]
-    unknown = [k for k in keys if k not in report.COLUMNS]
+    unknown = [k for k in keys if k not in COLUMNS]
     if unknown or not keys:
         raise argparse.ArgumentTypeError(
-            f"unknown column {', '.join(unknown) or text!r}; choose from {', '.join(report.COLUMNS)}"
+            f"unknown column {', '.join(unknown) or text!r}; choose from {', '.join(COLUMNS)}"
         )
     twice = [k for k in dict.fromkeys(keys) if keys.count(k) > 1]
     if twice:  # an alias and its name count as one column (acts, activations)

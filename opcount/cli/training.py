@@ -1,12 +1,12 @@
-"""The command line's training flags (``--optimizer``, ``--recompute``, ``--zero``, ``--tokens``,
-with ``--mode train``): their checks, the LLM training step's report (``opcount llm:NAME --mode
-train``) and the training memory added to a whole model's (``opcount MODEL --mode train``)."""
+"""The command line's training step (``--mode train`` with ``--optimizer``, ``--recompute``, ``--zero``,
+``--tokens``, as :mod:`opcount.cli.flags.training` parsed and checked them): the LLM training step priced
+and reported (``opcount llm:NAME --mode train``) and the training memory added to a whole model's report
+(``opcount MODEL --mode train``)."""
 
 from __future__ import annotations
 
-import argparse
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
@@ -17,124 +17,17 @@ from ..errors import OpcountError, OpcountValueError
 from ..hardware.lookup import Hardware
 from ..llm.moe.experts import expected_routing
 from ..llm.phases import CausalLM
-from ..llm.precision.formats import ALIASES
-from ..llm.training import TRAINABLE_DTYPES, TrainingCost, train_step
+from ..llm.training import TrainingCost, train_step
 from ..report.provenance import export_meta
 from ..torch_internals import pytree
-from ..training.saved import RECOMPUTE, SavedActivations, effective, layers_of, measure
-from ..training.states import OPTIMIZERS, ModelStates, states_of
+from ..training.saved import SavedActivations, effective, layers_of, measure
+from ..training.states import ModelStates, states_of
 from ..training.step import Throughput, forward_calls, recompute_time
 from ..units import seconds, si, size
-from .options import LLMOptions, Options, TrainingOptions
+from .options import LLMOptions, Options
 from .render import write_csv_meta
 
-# The flags by their argparse names (opcount compare's help hides them, as the LLM flags).
-TRAINING_FLAGS = ("optimizer", "recompute", "zero", "tokens")
-DEFAULT_OPTIMIZER = "adamw"
-MAX_TOKENS = 10**16  # tokens of a run: far above any published one (Llama 3: 15T)
-DEFAULT_SEQ_LEN = 128  # as a prefill's
 Status = Callable[[str], None]
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The training flags, in their own help group."""
-    g = parser.add_argument_group("training (with --mode train; per device memory, step time, MFU: training.md)")
-    g.add_argument("--optimizer", choices=OPTIMIZERS, help=f"whose states are counted (default {DEFAULT_OPTIMIZER})")
-    g.add_argument(
-        "--recompute",
-        choices=RECOMPUTE,
-        help="activation recomputation: none (default), selective (the attention core), full (each layer)",
-    )
-    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage over the --dp devices (default 0: none)")
-    g.add_argument(
-        "--tokens", type=_tokens, metavar="N", help="llm: tokens to train on: the run's time (and cost with --price)"
-    )
-
-
-def _tokens(text: str) -> int:
-    try:
-        number: float = int(text)  # exact, however large
-    except ValueError:
-        try:
-            number = float(text)  # 2e9
-        except ValueError:
-            number = float("nan")
-    if not float(number).is_integer():  # nan and inf too
-        raise argparse.ArgumentTypeError(f"expected a number of tokens such as 2000000000 or 2e9, got {text!r}")
-    if not 1 <= number <= MAX_TOKENS:
-        raise argparse.ArgumentTypeError(f"expected 1 to {MAX_TOKENS:.0e} tokens, got {text}")
-    return int(number)
-
-
-def options(ns: Mapping[str, Any]) -> TrainingOptions:
-    """The training flags of the parsed command line (argparse's names -> values)."""
-    return TrainingOptions(**{name: ns.get(name) for name in TRAINING_FLAGS})
-
-
-def check_options(options: Options) -> None:
-    """Combinations refused before anything is built, each naming its flag (``options``: the run's)."""
-    flags, mode = options.training, options.analysis.mode
-    given = flags.given()
-    if mode != "train":
-        if given:
-            raise OpcountError(f"{given[0]} applies to a training step: add --mode train")
-        return
-    deploy = options.llm.flags.deploy if options.llm is not None else None
-    dp = (deploy.dp if deploy is not None else None) or 1
-    price = deploy.price if deploy is not None else None
-    if flags.tokens is not None and options.llm is None:
-        raise OpcountError("--tokens counts the tokens of an LLM's run: llm: and causal hf: models")
-    if flags.tokens is not None and options.hardware is None:
-        raise OpcountError("--tokens needs --hardware (the step's time)")
-    if price is not None and flags.tokens is None:
-        raise OpcountError("--price with --mode train prices a run: give --tokens")
-    if flags.zero and dp == 1:
-        raise OpcountError(
-            f"--zero {flags.zero} partitions the model states over data-parallel devices: give --dp N with N > 1"
-        )
-    if flags.recompute == "selective" and not options.model.startswith(("llm:", "hf:")):
-        raise OpcountError(
-            "--recompute selective finds the attention scores by the sequence length: llm: and hf: models (--seq-len)"
-        )
-    if options.plot and options.llm is not None:
-        raise OpcountError("--plot draws inference phases and whole models' rooflines, not an LLM training step")
-
-
-def check_llm(flags: LLMOptions, model: str) -> None:
-    """``--mode train`` on the LLM path: one step of ``--batch`` x ``--seq-len`` tokens, no inference flag."""
-    inference = [f for f in flags.given() if f in ("--phase", "--kv-len", "--gen-len", "--kv-dtype", "--sweep")]
-    if inference:
-        raise OpcountError(
-            f"{inference[0]} is for inference phases: --mode train traces one training step of --batch x --seq-len tokens"
-        )
-    serving = [f for f in flags.deploy.given() if f in ("--max-batch", "--reserve")]
-    if serving:  # a serving engine's figures: a training step's capacity is the device's whole memory
-        raise OpcountError(
-            f"{serving[0]} applies to inference (a serving engine's batch and workspace): --mode train fits the "
-            "device's whole memory"
-        )
-    layout = [f for f in flags.deploy.given() if f in ("--tp", "--pp", "--ep", "--micro-batches")]
-    if layout:
-        raise OpcountError(
-            f"{layout[0]}: --mode train prices data parallelism (--dp, --zero); tensor, pipeline and expert "
-            "parallel training are not modelled"
-        )
-    # --weight-dtype may be repeated, per module: one plain dtype here
-    weight = None if flags.weight_dtype is None else ",".join(flags.weight_dtype)
-    names: dict[str, str] = {}
-    for flag, dtype in (("--weight-dtype", weight), ("--act-dtype", flags.act_dtype)):
-        text = (dtype or "bfloat16").strip().lower()
-        names[flag] = ALIASES.get(text, text)
-        if names[flag] not in TRAINABLE_DTYPES:
-            raise OpcountError(
-                f"{flag} {dtype}: --mode train trains {', '.join(TRAINABLE_DTYPES)} weights and activations"
-            )
-    if names["--weight-dtype"] != names["--act-dtype"]:
-        raise OpcountError(
-            f"--weight-dtype {names['--weight-dtype']} with --act-dtype {names['--act-dtype']}: a training step "
-            "computes in its weights' dtype (mixed precision keeps a float32 master copy with the optimizer): "
-            "give them alike"
-        )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -145,17 +38,15 @@ def run(
 ) -> str:
     """One training step of ``llm`` as the flags say, rendered."""
     train, deploy = options.training, flags.deploy
-    seq_len = options.inputs.seq_len or DEFAULT_SEQ_LEN
-    batch = flags.batch or 1
-    status(f"tracing {label}: training step, batch {batch}, {seq_len} tokens")
+    status(f"tracing {label}: training step, batch {flags.batch}, {flags.seq_len} tokens")
     cost = train_step(
         llm,
-        seq_len=seq_len,
-        batch=batch,
-        optimizer=train.optimizer or DEFAULT_OPTIMIZER,
-        zero=train.zero or 0,
-        dp=deploy.dp or 1,
-        recompute=train.recompute or "none",
+        seq_len=flags.seq_len,
+        batch=flags.batch,
+        optimizer=train.optimizer,
+        zero=train.zero,
+        dp=deploy.dp,
+        recompute=train.recompute,
         hardware=hardware,
         flops_per_mac=options.analysis.flops_per_mac,
         preset=options.analysis.preset,
@@ -318,7 +209,7 @@ def whole_model(analyses: Any, options: Options, text: str) -> str:
     trace = analyses.flops.trace()
     model = trace.model
     flags = options.training
-    optimizer, recompute = flags.optimizer or DEFAULT_OPTIMIZER, flags.recompute or "none"
+    optimizer, recompute = flags.optimizer, flags.recompute
     seq_len = _sequence_length(trace.inputs, trace.kwargs) if options.model.startswith("hf:") else None
     try:
         states = states_of(model, optimizer)

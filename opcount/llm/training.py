@@ -35,8 +35,9 @@ from .models.build import learned_positions
 from .moe.experts import expected_routing
 from .phases import CausalLM
 from .precision.dtypes import Precision, footprint_weights
+from .precision.formats import TRAINABLE
 
-TRAINABLE_DTYPES = ("float32", "bfloat16", "float16")
+TRAINABLE_DTYPES = TRAINABLE
 
 
 @dataclass

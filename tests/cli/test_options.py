@@ -17,7 +17,7 @@ from opcount import MemoryTrafficAnalysis, report
 from opcount.cli import main
 from opcount.cli.analyze import Analyses, analyze
 from opcount.cli.models import load
-from opcount.cli.options import CompareOptions, HardwareChoice, Options, roles_for
+from opcount.cli.options import CompareOptions, HardwareChoice, Options, TrainingOptions, roles_for
 from opcount.cli.parser import parse
 from opcount.cli.progress import Progress
 from opcount.hardware import calibrate
@@ -101,10 +101,13 @@ def test_the_roofline_and_the_bytes_columns_are_two_fields() -> None:
 
 
 def test_nothing_below_the_parser_reads_argparse() -> None:
+    # the parser and its flag groups (cli/flags/) read argparse's values; the options they make are all below sees
     readers = [
-        path.name
-        for path in sorted(CLI.glob("*.py"))
-        if path.name != "parser.py" and re.search(r"argparse\.Namespace|getattr\(args", path.read_text())
+        path.relative_to(CLI).as_posix()
+        for path in sorted(CLI.rglob("*.py"))
+        if path.name != "parser.py"
+        and path.parent.name != "flags"
+        and re.search(r"argparse\.Namespace|getattr\(args|vars\(ns\)", path.read_text())
     ]
     assert readers == []
     assert "argparse" not in (CLI.parent / "llm" / "report" / "plot.py").read_text()
@@ -117,3 +120,31 @@ def test_an_llm_sweep_is_plotted_from_plain_values(tmp_path: Path) -> None:
     argv = ["llm:llama-3-8b", "--hf-config", "num_hidden_layers=1", "--sweep", "batch=1,2", "--hardware", "h100-sxm"]
     assert main([*argv, "--plot", str(out), "-q"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_llm_defaults_are_resolved_once_in_the_options(nothing_built: None) -> None:
+    # The defaults --help states: a prefill of 128 prompt tokens for one sequence (decoding: one new token),
+    # bfloat16 weights and activations, fused kernels, one device, vLLM's 0.9 memory utilisation, AdamW.
+    pytest.importorskip("transformers")
+    options = parse(["llm:llama-3-8b"])
+    assert isinstance(options, Options) and options.llm is not None
+    flags = options.llm.flags
+    assert (flags.phase, flags.seq_len, flags.batch, flags.kv_len, flags.gen_len) == ("prefill", 128, 1, 0, None)
+    assert (flags.weight_dtype, flags.act_dtype, flags.kv_dtype, flags.kernels) == (
+        ("bfloat16",),
+        "bfloat16",
+        None,
+        "fused",
+    )
+    d = flags.deploy
+    assert (d.tp, d.pp, d.ep, d.dp, d.micro_batches, d.price, d.max_batch) == (1, 1, 1, 1, 1, None, False)
+    assert d.reserve == pytest.approx(1 - 0.9) and flags.given == d.given == ()
+    assert options.training == TrainingOptions(optimizer="adamw", recompute="none", zero=0, tokens=None, given=())
+    decode = parse(["llm:llama-3-8b", "--phase", "decode", "--kv-len", "64", "--tp", "2", "--reserve", "0"])
+    assert isinstance(decode, Options) and decode.llm is not None
+    assert (decode.llm.flags.seq_len, decode.llm.flags.kv_len, decode.llm.flags.deploy.reserve) == (1, 64, 0)
+    assert decode.llm.flags.given == ("--phase", "--kv-len", "--tp", "--reserve")  # as typed, for messages
+    trained = parse(["llm:llama-3-8b", "--mode", "train", "--seq-len", "256", "--dp", "2", "--zero", "1"])
+    assert isinstance(trained, Options) and trained.llm is not None
+    assert (trained.llm.flags.seq_len, trained.llm.flags.deploy.dp, trained.training.zero) == (256, 2, 1)
+    assert trained.training.given == ("--zero",)

@@ -34,6 +34,7 @@ from ...memory import MemoryTrafficAnalysis
 from ..cache.names import CACHE_NAMES
 from ..models.limits import MAX_BATCH
 from ..precision.dtypes import Precision, float32_weights, pricing_for, weight_formats
+from . import DEFAULT_RESERVE, MAX_PRICE
 from . import cache_shares as device_cache
 from .activations import peaks_per_stage
 from .layout import Parallel, Sharding, check_layout, kv_heads_per_device
@@ -44,9 +45,6 @@ from .times import stage_times
 PhaseCost: TypeAlias = Any
 GenerationCost: TypeAlias = Any
 CausalLM: TypeAlias = Any
-
-DEFAULT_RESERVE = 0.1  # of a device's memory, for the engine: vLLM's gpu_memory_utilization defaults to 0.9
-MAX_PRICE = 1e4  # dollars per device-hour: above any rental price
 
 
 @dataclass(frozen=True)

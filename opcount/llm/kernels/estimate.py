@@ -55,11 +55,11 @@ from ...roofline import RooflineReport
 from ...roofline.bound import time_bound
 from ...roofline.build import access_bytes, traced_dtype
 from ...roofline.model import FLOPS_PER_MAC, gemm_channels
+from . import MODES
 from .groups import ATTENTION_KINDS, KernelLayout, layout, moved_by
 
 __all__ = ["ATTENTION_KINDS", "MODES", "CallPrices", "Kernel", "KernelPlan", "attention_work", "plan", "priced"]
 
-MODES = ("fused", "eager")
 TILE_QUERIES = 128  # FlashAttention-2's query block
 
 

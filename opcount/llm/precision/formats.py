@@ -31,6 +31,7 @@ import math
 from ...ir import DTYPE_BYTES
 
 PLAIN = ("float32", "bfloat16", "float16")
+TRAINABLE = PLAIN  # what a training step computes in and keeps gradients of (opcount.llm.training)
 FORMATS = (*PLAIN, "float8_e4m3fn", "fp8-block", "int8", "int4", "mxfp4", "nvfp4")
 ALIASES = {
     "bf16": "bfloat16",
