@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ...errors import OpcountError
+from ..patching import patched
 
 Shapes = tuple[tuple[int, ...], ...]
 PARTS = 5
@@ -119,11 +120,5 @@ def rwkv_phase(model: nn.Module, layers: list[Any], seq_len: int) -> Iterator[Rw
     )
     state.layers = layers
     holders: list[Any] = [m for m in model.modules() if isinstance(getattr(m, "layers_are_rescaled", None), bool)]
-    saved = [m.layers_are_rescaled for m in holders]
-    try:
-        for m in holders:
-            m.layers_are_rescaled = not m.training
+    with patched((m, "layers_are_rescaled", not m.training) for m in holders):
         yield state
-    finally:
-        for m, flag in zip(holders, saved, strict=True):
-            m.layers_are_rescaled = flag

@@ -32,13 +32,14 @@ from __future__ import annotations
 import contextlib
 import re
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 from ...errors import OpcountError
+from ..patching import patched
 from . import jetmoe, zero_experts
 from .routing import Experts as Experts
 from .routing import expert_loads
@@ -372,46 +373,46 @@ def _list_forward(block: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch
 
 
 @contextlib.contextmanager
-def expected_routing(model: nn.Module) -> Iterator[list[str]]:
+def expected_routing(model: nn.Module, experts: Sequence[Experts] | None = None) -> Iterator[list[str]]:
     """Every mixture-of-experts block of ``model`` routes by expectation for the block; yields
-    their module names. An expert-like module no rule covers is an error naming it."""
+    their module names. ``experts``: the blocks :func:`find_experts` found (found here when not
+    given); an expert-like module no rule covers is then an error naming it."""
     modules = dict(model.named_modules())
-    patched: list[nn.Module] = []
+    found = find_experts(model) if experts is None else experts
+    forwards: list[tuple[object, str, Any]] = []  # the modules whose forward routes by expectation
     sliced: list[nn.Module] = []
-    with contextlib.ExitStack() as families:
-        try:
-            everything, routed, own = find_experts(model), [], set[str]()
-            for family in _FAMILIES:
-                theirs = family.find(modules, getattr(model, "config", None))[0]
-                routed += families.enter_context(family.routed(model, theirs))
-                own.update(e.name for e in theirs)
-            for found in everything:
-                if found.name in own:
-                    continue
-                experts, block = modules[found.name], modules[found.block]
-                if _is_llama4(block):
-                    experts.forward = types.MethodType(_llama4_experts(found.top_k), experts)
-                    patched.append(experts)
-                    target, forward = block, types.MethodType(_llama4_forward, block)
-                elif _is_expert_list(block):
-                    target, forward = block, types.MethodType(_list_forward, block)
-                elif _is_dbrx(experts):
-                    target, forward = experts, types.MethodType(_dbrx_forward(found.name, found.top_k), experts)
-                else:
-                    target, forward = experts, types.MethodType(_fused_forward(found.name, found.top_k), experts)
-                if not _is_expert_list(block):
-                    _add_slices(experts)
-                    sliced.append(experts)
-                target.forward = forward
-                patched.append(target)
-            names = {id(m): n for n, m in modules.items()}
-            # the block's name: the experts' parent where the experts themselves were patched
-            blocks = [_parent(names[id(m)]) if any(m is s for s in sliced) else names[id(m)] for m in patched]
-            yield list(dict.fromkeys(routed + blocks))
-        finally:
-            for target in patched:
-                target.__dict__.pop("forward", None)
-            for experts in sliced:
-                holder = getattr(experts, "mlp") if _is_dbrx(experts) else experts  # noqa: B009
-                for n in _slice_names(holder):
-                    del holder._buffers[n]
+    blocks: list[str] = []
+    for e in found:
+        if e.family:
+            continue
+        experts_module, block = modules[e.name], modules[e.block]
+        if _is_llama4(block):
+            forwards.append((experts_module, "forward", types.MethodType(_llama4_experts(e.top_k), experts_module)))
+            forwards.append((block, "forward", types.MethodType(_llama4_forward, block)))
+        elif _is_expert_list(block):
+            forwards.append((block, "forward", types.MethodType(_list_forward, block)))
+        elif _is_dbrx(experts_module):
+            forward = _dbrx_forward(e.name, e.top_k)
+            forwards.append((experts_module, "forward", types.MethodType(forward, experts_module)))
+        else:
+            forward = _fused_forward(e.name, e.top_k)
+            forwards.append((experts_module, "forward", types.MethodType(forward, experts_module)))
+        if not _is_expert_list(block):
+            sliced.append(experts_module)
+        blocks.append(e.block)
+    with contextlib.ExitStack() as stack:
+        routed: list[str] = []
+        for family in _FAMILIES:
+            routed += stack.enter_context(family.routed(model, [e for e in found if e.family == family.FAMILY]))
+        stack.enter_context(patched(forwards))
+        stack.callback(_remove_slices, sliced)
+        for experts_module in sliced:
+            _add_slices(experts_module)
+        yield list(dict.fromkeys(routed + blocks))
+
+
+def _remove_slices(modules: Sequence[nn.Module]) -> None:
+    for experts in modules:
+        holder = getattr(experts, "mlp") if _is_dbrx(experts) else experts  # noqa: B009
+        for n in _slice_names(holder):
+            del holder._buffers[n]
