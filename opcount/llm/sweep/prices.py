@@ -107,7 +107,10 @@ def _gathered(
         writes.append(w)
         held.append(h)
     timed, tensor_s, tensor_eff_s, vector_s, bound_s = columns
-    return CallPrices(timed, tensor_s, tensor_eff_s, vector_s, bound_s, flops, passes, reads, writes, held)
+    return CallPrices(
+        timed=timed, tensor_s=tensor_s, tensor_eff_s=tensor_eff_s, vector_s=vector_s, bound_s=bound_s, flops=flops,
+        passes=passes, reads=reads, writes=writes, held=held,
+    )  # fmt: skip
 
 
 def _accesses(call: OpCall, t: Traffic | None) -> tuple[object, ...]:
