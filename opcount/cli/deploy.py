@@ -12,9 +12,11 @@ from typing import Any
 
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
+from ..llm.causal_lm import CausalLM
 from ..llm.deploy.deployment import DEFAULT_RESERVE, MAX_PRICE, Deployment, Placement, deploy
 from ..llm.deploy.layout import Parallel
-from ..llm.phases import CausalLM, GenerationCost, PhaseCost
+from ..llm.generation import GenerationCost
+from ..llm.phases import PhaseCost
 from ..units import seconds, size
 from .args import positive_int
 from .options import DeployOptions, LLMOptions
@@ -127,7 +129,7 @@ def check_model(llm: CausalLM, flags: LLMOptions) -> None:
     if not d.given() and not any(k in SWEEPABLE for k, _ in flags.sweep):
         return
     for values in _swept_layouts(flags):
-        Placement(llm.model, llm.config, llm.precision, layout(d, values))
+        Placement(llm, layout(d, values))
 
 
 def _swept_layouts(flags: LLMOptions) -> list[dict[str, int]]:

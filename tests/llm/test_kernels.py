@@ -10,8 +10,10 @@ from transformers import GPT2Config, LlamaConfig, MixtralConfig
 
 from opcount.errors import OpcountValueError
 from opcount.hardware.spec import Hardware
+from opcount.llm.causal_lm import CausalLM
+from opcount.llm.generation import generation
 from opcount.llm.kernels.estimate import ATTENTION_KINDS, attention_work
-from opcount.llm.phases import CausalLM, PhaseCost, generation
+from opcount.llm.phases import PhaseCost
 from opcount.roofline.bound import time_bound
 
 H, FFN, LAYERS, HEADS, KV_HEADS, VOCAB = 64, 128, 2, 4, 2, 1000

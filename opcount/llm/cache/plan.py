@@ -50,7 +50,7 @@ from ..attention.indexed import (
     indexed_layers,
     unrecognised,
 )
-from ..models.build import kv_geometry, text_config
+from ..models.build import kv_geometry
 from .griffin import FLOAT32_STATES as GRIFFIN_FLOAT32
 from .griffin import griffin_phase, griffin_states, restored
 from .lightning import lightning_cache, lightning_states
@@ -182,17 +182,17 @@ class CachePlan:
         return max((layer.elements(kv_len, seq_len, batch) for layer in self.layers), default=0)
 
 
-def is_latent(config: Any) -> bool:
-    """Multi-head latent attention: the config gives a KV latent rank and a rope key width."""
-    c = text_config(config)
+def is_latent(c: Any) -> bool:
+    """Multi-head latent attention: the (decoder's or a layer's) config gives a KV latent rank and a
+    rope key width."""
     return all(isinstance(getattr(c, a, None), int) for a in ("kv_lora_rank", "qk_rope_head_dim"))
 
 
-def layer_types(config: Any) -> list[tuple[str, dict[str, Any]]]:
-    """transformers' cache layer type of each layer, with its arguments (window)."""
+def layer_types(c: Any) -> list[tuple[str, dict[str, Any]]]:
+    """transformers' cache layer type of each layer of the decoder's config ``c``, with its arguments
+    (window)."""
     from ...transformers_internals import cache_layer_types
 
-    c = text_config(config)
     try:
         types = cache_layer_types(c)
     except Exception as e:  # the helper reads config fields by name, whatever the config's class
@@ -203,11 +203,11 @@ def layer_types(config: Any) -> list[tuple[str, dict[str, Any]]]:
     return types
 
 
-def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.nullcontext) -> CachePlan:
-    """Every layer's cache for ``config``; the KV and state shapes are read from a one-token forward
-    on meta (:mod:`.kv_layout`), with ``routing(model)`` around it (the expected routing of
-    mixture-of-experts blocks, which meta tensors cannot route by their values)."""
-    c = text_config(config)
+def cache_plan(model: nn.Module, c: Any, routing: Routing = contextlib.nullcontext) -> CachePlan:
+    """Every layer's cache for the decoder's config ``c`` (:func:`.composite.text_config`); the KV and
+    state shapes are read from a one-token forward on meta (:mod:`.probe`), with ``routing(model)``
+    around it (the expected routing of mixture-of-experts blocks, which meta tensors cannot route by
+    their values)."""
     name = type(c).__name__
     recurrent = _recurrent_plan(model, c)
     if recurrent is not None:
@@ -422,14 +422,14 @@ def _hold_state(
 
 @contextlib.contextmanager
 def phase_cache(
-    model: nn.Module, config: Any, plan: CachePlan, batch: int, kv_len: int, seq_len: int, dtype: torch.dtype
+    model: nn.Module, c: Any, plan: CachePlan, batch: int, kv_len: int, seq_len: int, dtype: torch.dtype
 ) -> Iterator[Any]:
-    """A transformers ``Cache`` holding, per layer, what engines hold for this phase, its tensors
-    registered as the model's buffers ``kv_cache.L.*`` for the block (removed afterwards)."""
+    """A transformers ``Cache`` holding, per layer, what engines hold for this phase (``c``: the
+    decoder's config), its tensors registered as the model's buffers ``kv_cache.L.*`` for the block
+    (removed afterwards)."""
     from ... import transformers_internals
 
     cache_utils: Any = transformers_internals  # transformers leaves these classes' constructors unannotated
-    c = text_config(config)
     holder = nn.Module()
     layers: list[Any] = []
     for index, layer in enumerate(plan.layers):

@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from ...errors import OpcountError
+from ..models.composite import text_config
 from ..patching import patched
 from . import jetmoe, zero_experts
 from .routing import Experts as Experts
@@ -98,16 +99,25 @@ def _is_expert_list(module: nn.Module) -> bool:
     )
 
 
+def config_top_k(text: Any) -> int | None:
+    """Experts per token as the decoder's config names them (the first of :data:`TOP_K_FIELDS` it
+    has), None where it names none."""
+    for field in TOP_K_FIELDS:
+        value = getattr(text, field, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
 def _top_k(block: nn.Module, config: Any, where: str) -> int:
     """Experts per token: the block's or its router's ``top_k``, else the config's field."""
     for module in (block, *block.children()):
         value = getattr(module, "top_k", None)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-    for field in TOP_K_FIELDS:
-        value = getattr(config, field, None)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+    from_config = config_top_k(config)
+    if from_config is not None:
+        return from_config
     raise OpcountError(f"{where}: no top_k on the block, its router or the config: opcount cannot route it")
 
 
@@ -122,8 +132,10 @@ def _parent(name: str) -> str:
 
 
 def find_experts(model: nn.Module, config: Any = None) -> list[Experts]:
-    """Every set of routed experts in ``model``; an expert-like module no rule covers is an error naming it."""
-    config = config if config is not None else getattr(model, "config", None)
+    """Every set of routed experts in ``model``, each with its ``top_k``; an expert-like module no rule
+    covers is an error naming it. ``config``: the model's (its own ``config`` when not given), whose
+    decoder's config (:func:`.composite.text_config`) gives a top-k no block or router holds."""
+    config = text_config(config if config is not None else getattr(model, "config", None))
     modules = dict(model.named_modules())
     found: list[Experts] = []
     covered: set[str] = set()
@@ -161,9 +173,9 @@ def find_experts(model: nn.Module, config: Any = None) -> list[Experts]:
                 f"{name} ({type(module).__name__}) looks like a mixture-of-experts block that opcount does not "
                 "recognise: its cost on meta tensors would not be the experts' routed work"
             )
-    if not found and _expert_count(config) > 1 and _sparse_layers_built(config):
+    if not found and expert_count(config) > 1 and _sparse_layers_built(config):
         raise OpcountError(
-            f"{type(model).__name__}: its config has {_expert_count(config)} experts but opcount recognises no "
+            f"{type(model).__name__}: its config has {expert_count(config)} experts but opcount recognises no "
             "mixture-of-experts block in it"
         )
     return found
@@ -182,11 +194,10 @@ def _looks_like_experts(name: str, module: nn.Module) -> bool:
     )
 
 
-def _sparse_layers_built(config: Any) -> bool:
-    """Whether the config puts experts in one of the layers built, by the layer selectors transformers'
-    MoE families use (dense first layers, a per-layer kind, a sparse step); without one, every layer."""
-    get = getattr(config, "get_text_config", None)
-    text = get(decoder=True) if callable(get) else config
+def _sparse_layers_built(text: Any) -> bool:
+    """Whether the decoder's config puts experts in one of the layers built, by the layer selectors
+    transformers' MoE families use (dense first layers, a per-layer kind, a sparse step); without one,
+    every layer."""
     layers = getattr(text, "num_hidden_layers", None)
     if not isinstance(layers, int):
         return True
@@ -205,22 +216,16 @@ def _sparse_layers_built(config: Any) -> bool:
     return True
 
 
-def _expert_count(config: Any) -> int:
-    if config is None:
+def expert_count(text: Any) -> int:
+    """The routed experts the decoder's config names, by any of :data:`EXPERT_FIELDS`."""
+    if text is None:
         return 0
-    get = getattr(config, "get_text_config", None)
-    text = get(decoder=True) if callable(get) else config
     if getattr(text, "is_moe", True) is False:  # Doge keeps an expert count it does not use unless is_moe
         return 0
     values = [getattr(text, f, None) for f in EXPERT_FIELDS]
     ffn = getattr(text, "ffn_config", None)  # Dbrx keeps them in a sub-config
     values.append(getattr(ffn, "moe_num_experts", None))
     return max((v for v in values if isinstance(v, int) and not isinstance(v, bool)), default=0)
-
-
-def active_parameters(model: nn.Module, total: int, config: Any = None) -> int:
-    """Parameters one token touches: ``total`` less, in each MoE block, the experts it is not routed to."""
-    return total - sum(e.inactive for e in find_experts(model, config))
 
 
 # ------------------------------------------------------------------------------------------------
