@@ -155,8 +155,8 @@ def step_time(compute: float | None, communication: float | None) -> float | Non
 # What each device holds
 # ------------------------------------------------------------------------------------------------
 class Placement:
-    """A model's layout: its sharding, its decoder layers' stages, each parameter's bytes (the model's,
-    :class:`.decoder.Decoder`)."""
+    """A model's layout: its sharding, its decoder layers' stages, each parameter's bytes, its experts'
+    top-k (the model's, :class:`.decoder.Decoder`)."""
 
     def __init__(self, llm: Decoder, parallel: Parallel) -> None:
         model, config = llm.model, llm.config
@@ -173,8 +173,19 @@ class Placement:
                 self.stage_of[sub] = index * parallel.pp // self.layers
         self.pricing = llm.pricing  # bytes per element by role, as the phase prices them
         self.param_bytes = llm.weights.bytes  # each weight's bytes as the footprint counts them
+        # experts per token of each experts module (and its block), as the experts were recognised
+        self.top_k = {name: e.top_k for e in llm.experts for name in (e.name, e.block)}
         heads = getattr(config, "num_key_value_heads", None) or getattr(config, "num_attention_heads", None)
         self.kv_heads = heads if isinstance(heads, int) else 1
+
+    def experts_top_k(self, module: str) -> int:
+        """Experts per token of the experts module ``module`` the tensor-parallel plan names."""
+        if module not in self.top_k:
+            raise OpcountError(
+                f"{module}: the tensor-parallel plan names it as experts, but opcount recognises no "
+                "mixture-of-experts block there: its tokens' all-to-all cannot be priced"
+            )
+        return self.top_k[module]
 
     def stage(self, owners: Sequence[str]) -> int:
         """The pipeline stage running a module scope: its decoder layer's, else the first stage
@@ -279,7 +290,7 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
         stage = placement.stage(call.scope)
         if module in s.experts and p.ep > 1:
             # each token's hidden state to its top_k experts: this device's dp / ep share of the tokens
-            top_k = int(getattr(placement.config, "num_experts_per_tok", 1))
+            top_k = placement.experts_top_k(module)
             routed = cost.tokens * hidden * act * top_k * p.dp / p.ep
             collectives[stage] += [_priced(all_to_all, routed, p.ep, link) for _ in ("dispatch", "combine")]
         elif module in s.reduced and p.tp > 1:
