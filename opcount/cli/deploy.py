@@ -8,6 +8,7 @@ import argparse
 import itertools
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..errors import OpcountError
@@ -153,14 +154,8 @@ def deployment(
     parallel = layout(d, values)
     micro = None
     if parallel.micro_batches > 1:
-        micro = llm.phase(
-            phase.phase,
-            seq_len=phase.seq_len,
-            kv_len=phase.kv_len,
-            batch=phase.batch // parallel.micro_batches,
-            hardware=hardware,
-            flops_per_mac=phase.flops.flops_per_mac,
-        )
+        # the phase as it was asked (kernels, FLOP convention, hardware), at one micro-batch
+        micro = llm.cost(replace(phase.request, batch=phase.batch // parallel.micro_batches))
     return deploy(
         llm,
         phase,
