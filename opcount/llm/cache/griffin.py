@@ -21,8 +21,8 @@ import torch
 from torch import nn
 
 from ..patching import patched
+from .probe import StateShapes
 
-Shapes = tuple[tuple[int, ...], ...]
 FLOAT32_STATES = frozenset({0})  # the RG-LRU's hidden state
 
 
@@ -49,13 +49,13 @@ def griffin_blocks(model: nn.Module) -> dict[int, Any]:
     return {}
 
 
-def griffin_states(model: nn.Module) -> dict[int, tuple[Shapes, Shapes]]:
+def griffin_states(model: nn.Module) -> dict[int, StateShapes]:
     """Each recurrent block's conv state and RG-LRU state shapes for one sequence."""
-    out: dict[int, tuple[Shapes, Shapes]] = {}
+    out: dict[int, StateShapes] = {}
     for i, block in griffin_blocks(model).items():
         conv: nn.Conv1d = block.conv_1d
         width = conv.kernel_size[0]
-        out[i] = (((conv.in_channels, width - 1),), ((conv.in_channels,),))
+        out[i] = StateShapes(conv=((conv.in_channels, width - 1),), recurrent=((conv.in_channels,),))
     return out
 
 
