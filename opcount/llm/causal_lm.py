@@ -50,7 +50,7 @@ class CausalLM(Decoder):
 
     @property
     def active_parameters(self) -> int:
-        """Parameters one token touches: all of them less the routed experts it does not go to (:mod:`.moe`)."""
+        """Parameters one token touches: all of them less the routed experts it does not go to (:mod:`.moe.experts`)."""
         return self.parameters - sum(e.inactive for e in self.experts)
 
     def kv_bytes(self, tokens: int, batch: int) -> int:

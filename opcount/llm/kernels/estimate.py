@@ -30,10 +30,10 @@ their unit's peak, its bytes at the bandwidth times the stream efficiency
 (:mod:`opcount.hardware.efficiency`).
 
 Which calls form which kernel, and which reads and writes cross its boundary, is a layout
-(:mod:`.kernel_groups`) that depends on data flow, not on sizes; each call's work and each access's
+(:mod:`.groups`) that depends on data flow, not on sizes; each call's work and each access's
 bytes are :class:`CallPrices`, one column per point; :func:`priced` sums them into the kernels'
 figures at every point at once. A traced phase is one point (:func:`plan`); a fitted region of a
-sweep is many (:mod:`.sweep_prices`), the same sums.
+sweep is many (:mod:`opcount.llm.sweep.prices`), the same sums.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ class KernelPlan:
     compulsory_bytes: float
     # per call: its matrix-product FLOPs and the compulsory bytes it is charged, of weights and
     # caches and of inputs and outputs (a tensor read by several calls is charged to the largest
-    # read): what a device's share of the bound sums (:mod:`.device_times`)
+    # read): what a device's share of the bound sums (:mod:`opcount.llm.deploy.times`)
     call_flops: np.ndarray = field(default_factory=lambda: np.zeros(0))
     call_weight_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
     call_io_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))

@@ -1,6 +1,6 @@
 """Which operator calls of a phase run as which kernel, and which of their reads and writes cross
 a kernel's boundary: the half of :mod:`.kernels` that depends on data flow and module scopes, never
-on sizes, so one layout serves every point of a fitted region (:mod:`.sweep_prices`).
+on sizes, so one layout serves every point of a fitted region (:mod:`opcount.llm.sweep.prices`).
 
 A layout names accesses as :class:`Ref` (a call, and a position among its reads or writes); what each
 access costs at a point is :class:`.estimate.CallPrices`' business.

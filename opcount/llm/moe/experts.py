@@ -1,5 +1,6 @@
-"""Mixture-of-experts blocks found in a causal LM, routed by expectation while it is traced, and the
-parameters one token touches.
+"""Mixture-of-experts blocks found in a causal LM, each with its top-k (read once, whatever the config
+calls it), and routed by expectation while it is traced; the parameters one token touches follow from
+them (:attr:`.routing.Experts.inactive`).
 
 Routing real weights is data-dependent (``nonzero``, ``where``, a sort and histogram before a
 grouped GEMM), which meta tensors cannot follow, and random weights route at random. Expected

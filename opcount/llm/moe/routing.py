@@ -1,4 +1,4 @@
-"""Expected routing's arithmetic, shared by every mixture-of-experts family (:mod:`.moe`,
+"""Expected routing's arithmetic, shared by every mixture-of-experts family (:mod:`.experts`,
 :mod:`.jetmoe`, :mod:`.zero_experts`): the tokens each expert receives when every token's ``top_k``
 routes are spread evenly, the record of one recognised set of routed experts, and an expert's slice
 of a stacked weight named so that it is priced as the weight it is."""

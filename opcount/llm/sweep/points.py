@@ -8,7 +8,7 @@ all points together: the layers of a decoder repeat one another's, most records 
 batch alone). Its two
 times, the kernels' estimate and the speed of light, come from the same distinct records priced as
 a traced phase prices its calls, summed into kernels grouped once per region
-(:mod:`.sweep_prices`).
+(:mod:`.prices`).
 The other traces of a fit keep their records only (nothing rolled up per module); the first point
 of each region is analyzed in full and its figures must equal the fitted ones. Where a fit is
 refused, the region's points are traced one by one and the reason is logged.
