@@ -80,8 +80,8 @@ def api(model: str, batches: list[int], kv_lens: list[int], layers: int | None, 
     t0 = time.perf_counter()
     import transformers  # noqa: F401  (imported once per process, whatever the model)
 
+    from opcount.llm.causal_lm import CausalLM
     from opcount.llm.models.catalogue import config
-    from opcount.llm.phases import CausalLM
     from opcount.llm.sweep.figures import PhasePoint
     from opcount.llm.sweep.points import phase_points
 

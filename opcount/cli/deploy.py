@@ -6,11 +6,14 @@ and the lines and JSON fields it adds to a report."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..hardware.lookup import Hardware
+from ..llm.causal_lm import CausalLM
 from ..llm.deploy.deployment import Deployment, Placement, deploy
-from ..llm.phases import CausalLM, GenerationCost, PhaseCost
+from ..llm.generation import GenerationCost
+from ..llm.phases import PhaseCost
 from ..units import seconds, size
 from .flags.deploy import SWEEPABLE, layout, swept_layouts
 from .options import LLMOptions
@@ -22,7 +25,7 @@ def check_model(llm: CausalLM, flags: LLMOptions) -> None:
     if not d.given and not any(k in SWEEPABLE for k, _ in flags.sweep):
         return
     for values in swept_layouts(flags):
-        Placement(llm.model, llm.config, llm.precision, layout(d, values))
+        Placement(llm, layout(d, values))
 
 
 def deployment(
@@ -40,14 +43,8 @@ def deployment(
     parallel = layout(d, values)
     micro = None
     if parallel.micro_batches > 1:
-        micro = llm.phase(
-            phase.phase,
-            seq_len=phase.seq_len,
-            kv_len=phase.kv_len,
-            batch=phase.batch // parallel.micro_batches,
-            hardware=hardware,
-            flops_per_mac=phase.flops.flops_per_mac,
-        )
+        # the phase as it was asked (kernels, FLOP convention, hardware), at one micro-batch
+        micro = llm.cost(replace(phase.request, batch=phase.batch // parallel.micro_batches))
     return deploy(
         llm,
         phase,

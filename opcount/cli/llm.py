@@ -18,12 +18,14 @@ from typing import Any
 from .. import report
 from ..errors import OpcountError
 from ..hardware.lookup import Hardware
+from ..llm.causal_lm import CausalLM
 from ..llm.deploy import deployment as deploy_lib
+from ..llm.generation import GenerationCost, generate
 from ..llm.models.build import is_causal_lm
 from ..llm.models.catalogue import ALIASES, resolve
 from ..llm.models.catalogue import config as catalogue_config
 from ..llm.models.local_config import looks_local, read_config, with_values
-from ..llm.phases import CausalLM, GenerationCost, PhaseCost, generation
+from ..llm.phases import PhaseCost, PhaseRequest
 from ..llm.precision.assignments import WeightAssignmentError
 from ..llm.report.operators import operator_rows
 from ..llm.sweep.figures import GenerationPoint, PhasePoint
@@ -36,7 +38,7 @@ from .flags.deploy import SWEEPABLE as LAYOUT_KEYS
 from .flags.llm import SWEEPABLE, require_transformers
 from .llm_rows import SweepPoint, point_json, sweep_points, sweep_report
 from .llm_times import by_operator, table_columns, time_lines
-from .options import Analysis, Layout, LLMOptions, LLMRun, Options
+from .options import Layout, LLMOptions, LLMRun, Options
 from .render import write_csv_meta
 
 
@@ -122,6 +124,11 @@ def run(
         base["gen_len"] = flags.gen_len
     axes = [(SWEEPABLE[k], v) for k, v in flags.sweep]
     analysis = options.analysis
+    # what every point asks, whole: its own phase, batch and lengths come from the point
+    request = PhaseRequest(
+        phase=flags.phase or "prefill", hardware=hardware, flops_per_mac=analysis.flops_per_mac,
+        preset=analysis.preset, kernels=flags.kernels,
+    )  # fmt: skip
     # Every point from a few traces (opcount.llm.sweep.points), with or without hardware; a deployment is priced per point
     fitted = not flags.deploy.given and not {key for key, _ in axes} & set(LAYOUT_KEYS)
     if axes and fitted:
@@ -130,7 +137,7 @@ def run(
             for combo in itertools.product(*(values for _, values in axes))
         ]
         status(f"tracing {label}: {len(combos)} points from a few traces")
-        rows = sweep_points(llm, combos, flags.phase, hardware, analysis, flags.kernels)
+        rows = sweep_points(llm, combos, request)
         return sweep_report(rows, options.layout, label, options.model), rows
     points: list[Point] = []
     phases: dict[tuple[tuple[str, int], ...], Point] = {}
@@ -139,7 +146,7 @@ def run(
         status(f"tracing {label}: {_describe(values, flags.phase)}")
         traced = tuple((k, v) for k, v in values.items() if k not in LAYOUT_KEYS)
         if traced not in phases:  # a layout is arithmetic on the same trace
-            phases[traced] = _point(llm, values, flags.phase, hardware, analysis, flags.kernels)
+            phases[traced] = _point(llm, values, request)
         point = replace(phases[traced], values=values)
         point.deployment = deploy.deployment(llm, point.phase, point.generation, values, flags, hardware)
         points.append(point)
@@ -153,27 +160,13 @@ def run(
     return _single_report(llm, points[0], options.layout, label, options.model), points
 
 
-def _point(
-    llm: CausalLM,
-    values: dict[str, int],
-    phase: str | None,
-    hardware: Hardware | None,
-    analysis: Analysis,
-    kernels: str,
-) -> Point:
-    common: dict[str, Any] = {
-        "batch": values["batch"],
-        "hardware": hardware,
-        "flops_per_mac": analysis.flops_per_mac,
-        "preset": analysis.preset,
-        "kernels": kernels,
-    }
+def _point(llm: CausalLM, values: dict[str, int], request: PhaseRequest) -> Point:
     if "gen_len" in values:
-        gen = generation(llm, values["seq_len"], values["gen_len"], **common)
+        prefill = replace(request, phase="prefill").at(values["batch"], values["seq_len"], 0)
+        gen = generate(llm, prefill, values["gen_len"])
         return Point(values, gen.prefill, gen)
-    phase = phase or "prefill"
-    kv_len = values["kv_len"] if phase == "decode" else 0
-    return Point(values, llm.phase(phase, seq_len=values["seq_len"], kv_len=kv_len, **common))
+    kv_len = values["kv_len"] if request.phase == "decode" else 0
+    return Point(values, llm.cost(request.at(values["batch"], values["seq_len"], kv_len)))
 
 
 def _describe(values: dict[str, int], phase: str | None) -> str:

@@ -11,17 +11,18 @@ from typing import Any
 import tabulate
 
 from .. import report
-from ..hardware.lookup import Hardware
+from ..llm.causal_lm import CausalLM
 from ..llm.deploy import deployment as deploy_lib
-from ..llm.phases import CausalLM, GenerationCost, PhaseCost
+from ..llm.generation import GenerationCost
+from ..llm.phases import PhaseCost, PhaseRequest
 from ..llm.sweep.figures import GenerationPoint, PhasePoint
-from ..llm.sweep.points import generation_points, phase_points
+from ..llm.sweep.points import generations_of, points_of
 from ..report.columns import flops_unit
 from ..report.provenance import export_meta
 from ..units import seconds, si, size
 from . import deploy
 from .llm_times import time_fields
-from .options import Analysis, Layout
+from .options import Layout
 from .render import write_csv_meta
 
 
@@ -47,23 +48,15 @@ class SweepPoint:
         return cls(values, PhasePoint.of(phase), gen, deployment)
 
 
-def sweep_points(
-    llm: CausalLM,
-    combos: Sequence[dict[str, int]],
-    phase: str | None,
-    hardware: Hardware | None,
-    analysis: Analysis,
-    kernels: str = "fused",
-) -> list[SweepPoint]:
-    """Every point of a sweep, fitted from a few traces (equal to tracing each, :mod:`opcount.llm.sweep.points`)."""
-    common: dict[str, Any] = {"hardware": hardware, "flops_per_mac": analysis.flops_per_mac, "preset": analysis.preset}
-    common["kernels"] = kernels
+def sweep_points(llm: CausalLM, combos: Sequence[dict[str, int]], request: PhaseRequest) -> list[SweepPoint]:
+    """Every point of a sweep of ``request``, fitted from a few traces (equal to tracing each,
+    :mod:`opcount.llm.sweep.points`)."""
     if "gen_len" in combos[0]:
-        gens = generation_points(llm, [(v["batch"], v["seq_len"], v["gen_len"]) for v in combos], **common)
+        gens = generations_of(llm, request, [(v["batch"], v["seq_len"], v["gen_len"]) for v in combos])
         return [SweepPoint(v, g.prefill, g) for v, g in zip(combos, gens, strict=True)]
-    phase = phase or "prefill"
-    points = [(v["batch"], v["seq_len"], v["kv_len"] if phase == "decode" else 0) for v in combos]
-    return [SweepPoint(v, p) for v, p in zip(combos, phase_points(llm, phase, points, **common), strict=True)]
+    decode = request.phase == "decode"
+    points = [(v["batch"], v["seq_len"], v["kv_len"] if decode else 0) for v in combos]
+    return [SweepPoint(v, p) for v, p in zip(combos, points_of(llm, request, points), strict=True)]
 
 
 def point_json(

@@ -11,7 +11,8 @@ import tabulate
 
 from .. import report
 from ..errors import OpcountError
-from ..llm.phases import GenerationCost, PhaseCost
+from ..llm.generation import GenerationCost
+from ..llm.phases import PhaseCost
 from ..llm.report import times as kernel_times
 from ..llm.report.operators import operator_rows
 from ..llm.sweep.figures import GenerationPoint, PhasePoint

@@ -15,8 +15,8 @@ import torch
 from .. import report
 from ..errors import OpcountError, OpcountValueError
 from ..hardware.lookup import Hardware
+from ..llm.causal_lm import CausalLM
 from ..llm.moe.experts import expected_routing
-from ..llm.phases import CausalLM
 from ..llm.training import TrainingCost, train_step
 from ..report.provenance import export_meta
 from ..torch_internals import pytree

@@ -2,7 +2,7 @@
 states, activations saved for backward), its two times (the estimate and the bound) with the
 data-parallel collectives, tokens/s, MFU, and the time and cost of a run of N tokens.
 
-The step is traced once on the meta device (:class:`opcount.llm.phases.CausalLM`'s model, the
+The step is traced once on the meta device (:class:`opcount.llm.causal_lm.CausalLM`'s model, the
 dispatch tracer with ``mode="train"``: forward, the model's own loss on ``labels``, backward);
 the saved activations are measured on one forward on fake tensors (:mod:`opcount.training.saved`),
 the model states follow :mod:`opcount.training.states`, the time :mod:`opcount.training.step`.
@@ -30,17 +30,15 @@ from ..tracers.meta import TensorShape
 from ..training.saved import RECOMPUTE, SavedActivations, effective, layers_of, measure
 from ..training.states import OPTIMIZERS, ModelStates, model_states
 from ..training.step import StepTime, Throughput, forward_calls, gradient_sync, recomputed
+from .causal_lm import CausalLM
 from .kernels.estimate import plan
-from .models.build import learned_positions
-from .moe.experts import expected_routing
-from .phases import CausalLM
-from .precision.dtypes import Precision, footprint_weights
+from .precision.dtypes import Precision
 from .precision.formats import TRAINABLE
 
 TRAINABLE_DTYPES = TRAINABLE
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainingCost:
     """What one training step costs per device (see the module's docstring)."""
 
@@ -118,7 +116,7 @@ def train_step(
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise OpcountValueError(f"{name} must be an integer >= 1, got {value!r}")
     llm.check_sizes(batch, seq_len)
-    positions = learned_positions(llm.model, llm.config)
+    positions = llm.learned_positions
     if positions is not None and seq_len > positions[1]:
         raise OpcountValueError(
             f"seq_len {seq_len} exceeds the {positions[1]} rows of the learned position table '{positions[0]}'"
@@ -126,7 +124,7 @@ def train_step(
     model = llm.model
     ids = TensorShape((batch, seq_len), dtype=torch.long)
     kwargs: dict[str, Any] = {"input_ids": ids, "labels": ids}
-    with expected_routing(model):
+    with llm.routing():
         flops = FlopCountAnalysis(
             model, (), kwargs, tracer="dispatch", mode="train", flops_per_mac=flops_per_mac, preset=preset
         )
@@ -134,11 +132,14 @@ def train_step(
         flops.total()
         saved = measure(model, (), kwargs, seq_len=seq_len)
     params = list(model.parameters())
-    weight_bytes = footprint_weights(model, llm.precision)
+    weight_bytes = llm.weights.total
     itemsize = int(DTYPE_BYTES[llm.precision.stored])
     shapes = [tuple(p.shape) for p in params]
     states = model_states(shapes, weight_bytes, optimizer=optimizer, weight_itemsize=itemsize, zero=zero, dp=dp)
-    cost = TrainingCost(batch, seq_len, llm.precision, optimizer, zero, dp, recompute, flops, states, saved)
+    cost = TrainingCost(
+        batch=batch, seq_len=seq_len, precision=llm.precision, optimizer=optimizer, zero=zero, dp=dp,
+        recompute=recompute, flops=flops, states=states, saved=saved,
+    )  # fmt: skip
     if hardware is None:
         saved.kept(recompute)  # refuses full recomputation of a model without layers
         return cost

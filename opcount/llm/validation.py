@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import OpcountValueError
+from .causal_lm import CausalLM
+from .generation import generation
 from .models.catalogue import config
-from .phases import CausalLM, generation
 from .precision.dtypes import Precision
 
 CHECKS = ("bound", "bound+estimate")

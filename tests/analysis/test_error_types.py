@@ -121,8 +121,9 @@ def test_bad_call_raises_an_opcount_error_naming_the_value(call: Callable[[], An
 
 def test_llm_bad_calls_are_opcount_errors() -> None:
     transformers = pytest.importorskip("transformers")
+    from opcount.llm.causal_lm import CausalLM
+    from opcount.llm.generation import generation
     from opcount.llm.models.catalogue import config as architecture
-    from opcount.llm.phases import CausalLM, generation
     from opcount.llm.precision.dtypes import Precision
 
     config = transformers.LlamaConfig(

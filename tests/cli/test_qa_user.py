@@ -173,7 +173,7 @@ def _gpt2(positions: int) -> Any:
 def test_llm_positions_past_a_learned_position_table_are_refused() -> None:
     # GPT-2 looks each position up in wpe (n_positions rows): the real model raises IndexError past
     # it; on meta nothing is looked up, so before this the phase was priced as if it could run.
-    from opcount.llm.phases import CausalLM
+    from opcount.llm.causal_lm import CausalLM
 
     llm = CausalLM(_gpt2(16))
     assert llm.phase("prefill", seq_len=16).seq_len == 16
@@ -188,7 +188,7 @@ def test_llm_positions_past_a_learned_position_table_are_refused() -> None:
 
 def test_llm_rotary_models_run_past_their_configured_length() -> None:
     transformers = pytest.importorskip("transformers")
-    from opcount.llm.phases import CausalLM
+    from opcount.llm.causal_lm import CausalLM
 
     config = transformers.LlamaConfig(
         hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,

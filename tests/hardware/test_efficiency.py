@@ -12,7 +12,7 @@ from transformers import LlamaConfig
 from opcount.errors import OpcountValueError
 from opcount.hardware.efficiency import Efficiency
 from opcount.hardware.spec import Hardware
-from opcount.llm.phases import CausalLM
+from opcount.llm.causal_lm import CausalLM
 from opcount.llm.precision.dtypes import Precision
 
 H, FFN, TOKENS = 64, 128, 128

@@ -19,7 +19,7 @@ from torch import nn
 
 transformers = pytest.importorskip("transformers")
 
-from opcount.llm.phases import CausalLM  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from tests.llm.small_configs import causal_lm_config_classes, small  # noqa: E402
 
 QSA = (

@@ -21,7 +21,8 @@ pytest.importorskip("transformers.cache_utils", reason="layer types need transfo
 
 from opcount.errors import OpcountError  # noqa: E402
 from opcount.llm.cache.names import CACHE_NAMES  # noqa: E402
-from opcount.llm.phases import CausalLM, PhaseCost  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
+from opcount.llm.phases import PhaseCost  # noqa: E402
 from opcount.memory import MemoryTrafficAnalysis  # noqa: E402
 
 D, F, H, G, E, V = 64, 128, 4, 2, 16, 100
@@ -335,7 +336,7 @@ def test_command_line_breaks_the_cache_down(capsys: pytest.CaptureFixture[str]) 
 @pytest.mark.parametrize("family", ["mistral", "llama4"])
 def test_generation_across_a_window_or_a_chunk_is_the_sum_of_its_steps(family: str) -> None:
     # the reference: every decode step traced on its own and summed
-    from opcount.llm.phases import generation
+    from opcount.llm.generation import generation
 
     if family == "mistral":  # the window (8) fills at the 4th of 10 steps after a prompt of 4
         config: Any = transformers.MistralConfig(**ATTENTION, num_hidden_layers=2, sliding_window=W)

@@ -26,9 +26,9 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from opcount.llm.models.build import build_on_meta  # noqa: E402
 from opcount.llm.models.catalogue import ALIASES, config, names  # noqa: E402
-from opcount.llm.phases import CausalLM  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

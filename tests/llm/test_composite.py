@@ -13,8 +13,8 @@ if int(transformers.__version__.split(".")[0]) < 5 or importlib.util.find_spec("
     pytest.skip("Gemma 3n's wrapper builds here: nothing to fall back from", allow_module_level=True)
 
 from opcount.cli.main import main  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from opcount.llm.models.composite import text_decoder_instead  # noqa: E402
-from opcount.llm.phases import CausalLM  # noqa: E402
 
 TEXT = {"num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"], "num_kv_shared_layers": 0}
 

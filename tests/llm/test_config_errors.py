@@ -8,7 +8,7 @@ import pytest
 transformers = pytest.importorskip("transformers")
 
 from opcount.errors import TraceError  # noqa: E402
-from opcount.llm.phases import CausalLM  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from tests.llm.test_llm import GEOMETRY  # noqa: E402
 
 

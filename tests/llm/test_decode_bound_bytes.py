@@ -28,7 +28,7 @@ import pytest
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("transformers.cache_utils", reason="layer types need transformers 5")
 
-from opcount.llm.phases import CausalLM  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from opcount.llm.precision.dtypes import Precision  # noqa: E402
 
 B, L, V, D = 2, 5, 100, 32

@@ -18,9 +18,9 @@ transformers = pytest.importorskip("transformers")
 from opcount.errors import OpcountError  # noqa: E402
 from opcount.hardware.interconnect import Interconnect  # noqa: E402
 from opcount.hardware.lookup import Hardware  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from opcount.llm.deploy.deployment import DEFAULT_RESERVE  # noqa: E402
 from opcount.llm.deploy.layout import Parallel  # noqa: E402
-from opcount.llm.phases import CausalLM  # noqa: E402
 
 D, F, N, H, G, V = 256, 512, 2, 8, 2, 1000
 E = D // H
@@ -155,7 +155,7 @@ def test_cost_per_million_tokens(llm: CausalLM) -> None:
 
 
 def test_a_generation_prices_prompt_and_generated_tokens(llm: CausalLM) -> None:
-    from opcount.llm.phases import generation
+    from opcount.llm.generation import generation
 
     gen = generation(llm, 16, 4, batch=2, hardware=DEVICE)
     d = llm.deploy(gen, Parallel(tp=2), price=3.6)
@@ -166,7 +166,7 @@ def test_a_generation_prices_prompt_and_generated_tokens(llm: CausalLM) -> None:
 
 
 def test_a_generation_of_no_token_is_its_prefill(llm: CausalLM) -> None:
-    from opcount.llm.phases import generation
+    from opcount.llm.generation import generation
 
     # gen_len 0: no decode step (a mean over no step divided by zero); the prompt's 2 x 16 tokens are
     # priced as the prefill alone: 2 devices x $0.001 a second x its step time / 32 tokens, x 1e6

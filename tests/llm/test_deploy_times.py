@@ -14,8 +14,9 @@ transformers = pytest.importorskip("transformers")
 
 from opcount.hardware.interconnect import Interconnect  # noqa: E402
 from opcount.hardware.lookup import Hardware  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from opcount.llm.deploy.layout import Parallel  # noqa: E402
-from opcount.llm.phases import CausalLM, generation  # noqa: E402
+from opcount.llm.generation import generation  # noqa: E402
 from tests.llm.test_deploy import DEVICE, NORMS, D, E, llama  # noqa: E402
 from tests.llm.test_deploy import mixtral as mixtral_config  # noqa: E402
 

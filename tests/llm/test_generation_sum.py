@@ -10,7 +10,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from opcount.llm.phases import CausalLM, decode_times
+from opcount.llm.causal_lm import CausalLM
+from opcount.llm.generation import decode_times
 from opcount.roofline.bound import positive_part_sum
 from tests.llm.test_llm import llama
 

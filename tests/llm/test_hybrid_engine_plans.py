@@ -16,8 +16,8 @@ import pytest
 transformers = pytest.importorskip("transformers")
 
 from opcount.errors import OpcountValueError  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from opcount.llm.deploy.layout import Parallel, Sharding  # noqa: E402
-from opcount.llm.phases import CausalLM  # noqa: E402
 from tests.llm.test_deploy import DEVICE  # noqa: E402
 
 D, V, T, POS, BYTES = 64, 100, 2, 8, 2

@@ -20,8 +20,10 @@ pytest.importorskip("transformers.cache_utils", reason="layer types need transfo
 
 from opcount.errors import OpcountError  # noqa: E402
 from opcount.llm.attention.indexed import index_key_bytes  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
+from opcount.llm.generation import generation  # noqa: E402
 from opcount.llm.kernels.estimate import ATTENTION_KINDS, attention_work  # noqa: E402
-from opcount.llm.phases import CausalLM, PhaseCost, generation  # noqa: E402
+from opcount.llm.phases import PhaseCost  # noqa: E402
 from opcount.llm.precision.dtypes import Precision, pricing_for  # noqa: E402
 from opcount.memory import MemoryTrafficAnalysis  # noqa: E402
 from tests.llm.test_caches import cache_traffic  # noqa: E402

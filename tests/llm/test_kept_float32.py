@@ -10,8 +10,8 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from opcount.llm.models.build import build_on_meta  # noqa: E402
-from opcount.llm.phases import CausalLM  # noqa: E402
 from opcount.llm.precision.dtypes import Precision  # noqa: E402
 
 D, F, V = 32, 64, 100

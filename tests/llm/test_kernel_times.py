@@ -16,7 +16,8 @@ from transformers import DeepseekV3Config, GPT2Config, LlamaConfig, MixtralConfi
 
 from opcount.errors import OpcountValueError
 from opcount.hardware.lookup import hardware as lookup_hardware
-from opcount.llm.phases import CausalLM, generation
+from opcount.llm.causal_lm import CausalLM
+from opcount.llm.generation import generation
 from opcount.llm.report.operators import operator_rows
 from opcount.llm.report.times import KernelTimes
 

@@ -10,8 +10,10 @@ from transformers import GPT2Config, LlamaConfig, MixtralConfig
 
 from opcount.errors import OpcountValueError
 from opcount.hardware.spec import Hardware
+from opcount.llm.causal_lm import CausalLM
+from opcount.llm.generation import generation
 from opcount.llm.kernels.estimate import ATTENTION_KINDS, attention_work
-from opcount.llm.phases import CausalLM, PhaseCost, generation
+from opcount.llm.phases import PhaseCost
 from opcount.roofline.bound import time_bound
 
 H, FFN, LAYERS, HEADS, KV_HEADS, VOCAB = 64, 128, 2, 4, 2, 1000
@@ -227,14 +229,16 @@ def test_one_layout_priced_at_many_points() -> None:
         Traffic((Access(x, 12), Access(w2, 64)), (Access(y2, 8),)),
     ]
     kernels = layout(calls, moved, (y1, y2), [True, True], "fused")
-    assert [(kind, members) for _, kind, members in kernels.groups] == [("gemm", (0, 1))]
+    assert [(k.kind, k.calls) for k in kernels.groups] == [("gemm", (0, 1))]
     b = np.array([1.0, 3.0])
     ones = np.ones((2, 2))
     flops = np.array([2 * 8 * 4 * b, 2 * 8 * 4 * b])  # 2 x B x 8 x 4 per product
     prices = CallPrices(
-        ones.astype(bool), flops / 1e15, flops / 5e14, 0 * ones, flops / 1e15, flops, ones,
-        [np.array([16 * b, [64, 64]]), np.array([12 * b, [64, 64]])], [np.array([8 * b]), np.array([8 * b])],
-        [np.array([[0, 0], [64, 64], [0, 0]]), np.array([[0, 0], [64, 64], [0, 0]])],  # each weight whole: 64
+        timed=ones.astype(bool), tensor_s=flops / 1e15, tensor_eff_s=flops / 5e14, vector_s=0 * ones,
+        bound_s=flops / 1e15, flops=flops, passes=ones,
+        reads=[np.array([16 * b, [64, 64]]), np.array([12 * b, [64, 64]])],
+        writes=[np.array([8 * b]), np.array([8 * b])],
+        held=[np.array([[0, 0], [64, 64], [0, 0]]), np.array([[0, 0], [64, 64], [0, 0]])],  # each weight whole: 64
     )  # fmt: skip
     plans = priced(kernels, prices, hardware("h100-sxm"))
     for plan, batch in zip(plans, (1, 3), strict=True):

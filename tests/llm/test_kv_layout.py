@@ -9,7 +9,7 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
-from opcount.llm.phases import CausalLM  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from tests.llm.small_configs import small  # noqa: E402
 from tests.llm.test_caches import cache_traffic  # noqa: E402
 

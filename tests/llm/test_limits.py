@@ -7,10 +7,10 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from opcount.llm.models import limits  # noqa: E402
 from opcount.llm.models.build import build_on_meta  # noqa: E402
 from opcount.llm.models.limits import MAX_LAYERS, SizeError, check_config  # noqa: E402
-from opcount.llm.phases import CausalLM  # noqa: E402
 from tests.llm.test_llm import GEOMETRY, llama  # noqa: E402
 
 
@@ -75,7 +75,7 @@ def test_phase_sizes(kwargs: dict[str, int], message: str) -> None:
 
 
 def test_generation_bounded_before_its_prefill() -> None:
-    from opcount.llm.phases import generation
+    from opcount.llm.generation import generation
 
     with pytest.raises(SizeError, match="positions per sequence"):
         generation(CausalLM(llama()), 8, 10**20)

@@ -18,8 +18,9 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from opcount.errors import OpcountError  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
+from opcount.llm.generation import generation  # noqa: E402
 from opcount.llm.moe.experts import expert_loads  # noqa: E402
-from opcount.llm.phases import CausalLM, generation  # noqa: E402
 from opcount.llm.precision.dtypes import Precision, weight_bytes  # noqa: E402
 
 D, F, N, H, G, V = 256, 512, 2, 8, 2, 1000

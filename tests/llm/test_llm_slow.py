@@ -21,8 +21,10 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
+from opcount.llm.generation import generation  # noqa: E402
 from opcount.llm.models.catalogue import config  # noqa: E402
-from opcount.llm.phases import CausalLM, PhaseCost, generation  # noqa: E402
+from opcount.llm.phases import PhaseCost  # noqa: E402
 from opcount.llm.precision.dtypes import Precision  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -19,8 +19,9 @@ if int(transformers.__version__.split(".")[0]) < 5:
 
 from opcount import FlopCountAnalysis  # noqa: E402
 from opcount.errors import OpcountError  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from opcount.llm.moe.experts import expected_routing, find_experts  # noqa: E402
-from opcount.llm.phases import CausalLM, PhaseCost  # noqa: E402
+from opcount.llm.phases import PhaseCost  # noqa: E402
 from opcount.tracers.meta import TensorShape  # noqa: E402
 
 D, F, E, N, V = 64, 32, 4, 2, 256

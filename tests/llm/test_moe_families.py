@@ -22,9 +22,10 @@ if int(transformers.__version__.split(".")[0]) < 5:
     pytest.skip("JetMoE's and LongCat-Flash's layouts are transformers 5's", allow_module_level=True)
 
 from opcount.errors import OpcountError  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from opcount.llm.moe.experts import find_experts  # noqa: E402
 from opcount.llm.moe.routing import real_routes  # noqa: E402
-from opcount.llm.phases import CausalLM, PhaseCost  # noqa: E402
+from opcount.llm.phases import PhaseCost  # noqa: E402
 
 D, E, K, G, HEAD, F, V = 64, 4, 2, 2, 16, 32, 256
 MLP_EXPERT = 2 * F * D + D * F  # 6,144

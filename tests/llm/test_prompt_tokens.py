@@ -17,7 +17,7 @@ if int(transformers.__version__.split(".")[0]) < 5:
     pytest.skip("CPM-Ant's cache is transformers 5's", allow_module_level=True)
 
 from opcount.llm.attention.prompt_tokens import cache_lengths, prompt_length  # noqa: E402
-from opcount.llm.phases import CausalLM  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 
 P, LAYER_MACS, POSITION_BYTES = 8, 4 * 64 * 64 + 3 * 64 * 128, 2 * 2 * 64 * 2  # 40,960 MACs; 2 layers: 512 B
 

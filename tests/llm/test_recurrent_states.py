@@ -18,7 +18,7 @@ pytest.importorskip("transformers.cache_utils", reason="layer types need transfo
 
 from opcount.errors import OpcountError  # noqa: E402
 from opcount.ir import TensorSpec  # noqa: E402
-from opcount.llm.phases import CausalLM  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from opcount.llm.precision.dtypes import Precision, pricing_for  # noqa: E402
 from tests.llm.test_caches import cache_traffic  # noqa: E402
 

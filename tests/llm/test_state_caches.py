@@ -12,7 +12,7 @@ import pytest
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("transformers.cache_utils", reason="layer types need transformers 5")
 
-from opcount.llm.phases import CausalLM  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from tests.llm.test_caches import BF16, B, L, V, attention_flops, cache_traffic  # noqa: E402
 
 D, H, G, E = 64, 4, 2, 16

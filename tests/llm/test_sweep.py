@@ -22,7 +22,9 @@ transformers = pytest.importorskip("transformers")
 from opcount.cli import main  # noqa: E402
 from opcount.errors import OpcountError  # noqa: E402
 from opcount.ir import Const, OpCall, TensorSpec  # noqa: E402
-from opcount.llm.phases import CausalLM, generation  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
+from opcount.llm.generation import generation  # noqa: E402
+from opcount.llm.phases import PhaseRequest  # noqa: E402
 from opcount.llm.sweep import points as sweep_module  # noqa: E402
 from opcount.llm.sweep import prices as sweep_prices  # noqa: E402
 from opcount.llm.sweep.figures import GenerationPoint, PhasePoint  # noqa: E402
@@ -154,9 +156,9 @@ def test_priced_by_arithmetic(dense: CausalLM, monkeypatch: pytest.MonkeyPatch) 
     traces: list[tuple[int, int, int]] = []
     original = CausalLM._trace
 
-    def counted(self: CausalLM, seq_len: int, kv_len: int, batch: int, *args: Any, **kwargs: Any) -> Any:
-        traces.append((batch, seq_len, kv_len))
-        return original(self, seq_len, kv_len, batch, *args, **kwargs)
+    def counted(self: CausalLM, request: PhaseRequest, *args: Any, **kwargs: Any) -> Any:
+        traces.append((request.batch, request.new_tokens, request.kv_len))
+        return original(self, request, *args, **kwargs)
 
     monkeypatch.setattr(CausalLM, "_trace", counted)
     monkeypatch.setattr(Template, "at", lambda *a: pytest.fail("a point rebuilt in full"))

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from opcount.cli.main import main
+from opcount.llm.causal_lm import CausalLM
 from opcount.llm.models.catalogue import config
-from opcount.llm.phases import CausalLM
 from opcount.llm.training import train_step
 from tests.training.test_saved import saved_by_autograd
 

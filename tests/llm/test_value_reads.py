@@ -11,7 +11,7 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
-from opcount.llm.phases import CausalLM  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 
 pytestmark = pytest.mark.smoke
 
@@ -51,7 +51,7 @@ def test_linear_layers_of_a_prompt(name: str) -> None:
     # the head runs on the last prompt token only (logits_to_keep=1) where the model takes it
     llm = CausalLM(CONFIGS[name]())
     prompt = llm.phase("prefill", seq_len=8, preset="macs")
-    head_tokens = 1 if llm._keeps_logits else 8
+    head_tokens = 1 if llm.keeps_logits else 8
     assert prompt.flops.by_operator()["linear"] == 8 * N * (4 * D * D + 2 * D * F) + head_tokens * D * V
 
 

@@ -17,7 +17,7 @@ import pytest
 transformers = pytest.importorskip("transformers")
 
 from opcount.errors import OpcountValueError  # noqa: E402
-from opcount.llm.phases import CausalLM  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from opcount.llm.precision.assignments import WeightAssignmentError, WeightPlan  # noqa: E402
 from opcount.llm.precision.dtypes import Precision, footprint_weights, weight_bytes  # noqa: E402
 

@@ -29,7 +29,7 @@ import pytest
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("transformers.cache_utils", reason="layer types need transformers 5")
 
-from opcount.llm.phases import CausalLM  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from opcount.llm.precision.dtypes import Precision  # noqa: E402
 from tests.llm.test_decode_bound_bytes import STEPS, B, V  # noqa: E402
 

@@ -286,7 +286,7 @@ def test_the_command_line_traces_each_model_once(capsys: pytest.CaptureFixture[s
 
 def test_an_llm_phase_traces_the_model_once() -> None:
     transformers = pytest.importorskip("transformers")
-    from opcount.llm.phases import CausalLM
+    from opcount.llm.causal_lm import CausalLM
 
     config = transformers.LlamaConfig(
         hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4, vocab_size=100

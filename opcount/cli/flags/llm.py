@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import OpcountError
+from ...llm import PHASES
 from ...llm.kernels import MODES
 from ...llm.models.limits import MAX_BATCH, MAX_POSITIONS
-from ...llm.phase_checks import PHASES
 from ...llm.precision.assignments import WeightAssignmentError
 from ...llm.precision.dtypes import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
 from ..args import check_counts, natural_int, positive_int

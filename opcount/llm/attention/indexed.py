@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...errors import OpcountError
+from ..patching import patched
 from .latent import HOOK, absorbed_attention, is_latent_attention
 from .serving import sink_terms
 
@@ -210,15 +211,12 @@ def sparse(model: nn.Module, held: Mapping[int, Any], kv_len: int, seq_len: int,
         )
     batch = next((h.max_batch_size for h in held.values()), 1)
     mask = torch.zeros((batch, 1, seq_len, kv_len + seq_len), dtype=dtype, device="meta")
+    changes: list[tuple[object, str, Any]] = []
     for m in modules:
-        setattr(m, HOOK, functools.partial(sparse_attention, m, held[m.layer_idx].sparse_reads))
-        m.forward = functools.partial(_with_mask, m.forward, inspect.signature(m.forward), mask)
-    try:
+        changes.append((m, HOOK, functools.partial(sparse_attention, m, held[m.layer_idx].sparse_reads)))
+        changes.append((m, "forward", functools.partial(_with_mask, m.forward, inspect.signature(m.forward), mask)))
+    with patched(changes):
         yield
-    finally:
-        for m in modules:
-            m.__dict__.pop("forward", None)
-            m.__dict__.pop(HOOK, None)
 
 
 def _with_mask(forward: Any, signature: inspect.Signature, mask: torch.Tensor, *args: Any, **kwargs: Any) -> Any:

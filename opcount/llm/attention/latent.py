@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..patching import patched
+
 HOOK = "opcount_attention"  # an attention module's own attention, called by model._serving_attention
 # kv_b_proj's weight [heads x (nope + v), rank] seen per head as W_UK [heads, nope, rank] and W_UV
 # [heads, v, rank]: named buffers of the module while decoding, so the trace reads them as the
@@ -78,19 +80,20 @@ def absorbed(model: nn.Module, latents: dict[int, torch.Tensor]) -> Iterator[int
     modules: list[Any] = [
         m for m in model.modules() if is_latent_attention(m) and getattr(m, "layer_idx", None) in latents
     ]
+    own_form: list[tuple[object, str, Any]] = []  # each module expands to its latent and attends absorbed
     for m in modules:
         latent = latents[m.layer_idx]
-        m.expand_kv = types.MethodType(lambda self, kv, rope, t=latent: (t, t), m)
-        setattr(m, HOOK, functools.partial(absorbed_attention, m))
-        nope, v_dim = m.qk_nope_head_dim, m.v_head_dim
-        w = m.kv_b_proj.weight.view(m.num_heads, nope + v_dim, m.kv_lora_rank)
-        for name, part in zip(_PARTS, (w[:, :nope], w[:, nope:]), strict=True):
-            m.kv_b_proj.register_buffer(name, part, persistent=False)
+        own_form.append((m, "expand_kv", types.MethodType(lambda self, kv, rope, t=latent: (t, t), m)))
+        own_form.append((m, HOOK, functools.partial(absorbed_attention, m)))
     try:
-        yield len(modules)
+        with patched(own_form):
+            for m in modules:
+                nope, v_dim = m.qk_nope_head_dim, m.v_head_dim
+                w = m.kv_b_proj.weight.view(m.num_heads, nope + v_dim, m.kv_lora_rank)
+                for name, part in zip(_PARTS, (w[:, :nope], w[:, nope:]), strict=True):
+                    m.kv_b_proj.register_buffer(name, part, persistent=False)
+            yield len(modules)
     finally:
         for m in modules:
-            m.__dict__.pop("expand_kv", None)
-            m.__dict__.pop(HOOK, None)
             for name in _PARTS:
                 m.kv_b_proj._buffers.pop(name, None)

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..patching import patched
+
 _BASE = "CpmAntModel"
 
 
@@ -92,10 +94,5 @@ def _forward(
 def new_positions_only(model: nn.Module) -> Iterator[None]:
     """For the block, a model with prompt tokens runs its new positions only (module docstring)."""
     base = _base(model)
-    if base is not None:
-        base.forward = types.MethodType(_forward, base)
-    try:
+    with patched([] if base is None else [(base, "forward", types.MethodType(_forward, base))]):
         yield
-    finally:
-        if base is not None:
-            base.__dict__.pop("forward", None)

@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..patching import patched
+
 HOOK = "opcount_attention"  # an attention module's own attention, called by model._serving_attention
 
 
@@ -105,7 +107,7 @@ def _pairs(t: torch.Tensor, size: int) -> torch.Tensor:
 def windowed_prefill(model: nn.Module, windows: dict[int, tuple[str, int]], prompt: int) -> Iterator[None]:
     """For the block, the attention modules of the layers in ``windows`` (layer index: kind, size)
     attend by blocks when the prompt is longer than their window or chunk."""
-    changed: list[Any] = []
+    changes: list[tuple[object, str, Any]] = []
     for m in model.modules():
         idx = getattr(m, "layer_idx", None)
         if not isinstance(idx, int) or idx not in windows or not hasattr(m, "config"):
@@ -114,13 +116,9 @@ def windowed_prefill(model: nn.Module, windows: dict[int, tuple[str, int]], prom
         if prompt <= size or HOOK in m.__dict__:
             continue
         run = chunked_attention if kind == "chunked_attention" else sliding_attention
-        setattr(m, HOOK, functools.partial(_hooked, run, size))
-        changed.append(m)
-    try:
+        changes.append((m, HOOK, functools.partial(_hooked, run, size)))
+    with patched(changes):
         yield
-    finally:
-        for m in changed:
-            m.__dict__.pop(HOOK, None)
 
 
 def _hooked(run: Any, size: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: Any) -> Any:

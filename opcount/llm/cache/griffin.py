@@ -20,7 +20,9 @@ from typing import Any
 import torch
 from torch import nn
 
-Shapes = tuple[tuple[int, ...], ...]
+from ..patching import patched
+from .probe import StateShapes
+
 FLOAT32_STATES = frozenset({0})  # the RG-LRU's hidden state
 
 
@@ -47,13 +49,13 @@ def griffin_blocks(model: nn.Module) -> dict[int, Any]:
     return {}
 
 
-def griffin_states(model: nn.Module) -> dict[int, tuple[Shapes, Shapes]]:
+def griffin_states(model: nn.Module) -> dict[int, StateShapes]:
     """Each recurrent block's conv state and RG-LRU state shapes for one sequence."""
-    out: dict[int, tuple[Shapes, Shapes]] = {}
+    out: dict[int, StateShapes] = {}
     for i, block in griffin_blocks(model).items():
         conv: nn.Conv1d = block.conv_1d
         width = conv.kernel_size[0]
-        out[i] = (((conv.in_channels, width - 1),), ((conv.in_channels,),))
+        out[i] = StateShapes(conv=((conv.in_channels, width - 1),), recurrent=((conv.in_channels,),))
     return out
 
 
@@ -62,24 +64,26 @@ def restored(model: nn.Module) -> Iterator[dict[int, Any]]:
     """The recurrent blocks, their state attributes put back as they were when the block ends,
     failed or not (a forward leaves its last state in them)."""
     blocks = griffin_blocks(model)
-    saved = {i: (b.conv1d_state, b.rg_lru.recurrent_states) for i, b in blocks.items()}
-    try:
+    kept: list[tuple[object, str, Any]] = [(b, "conv1d_state", b.conv1d_state) for b in blocks.values()]
+    kept += [(b.rg_lru, "recurrent_states", b.rg_lru.recurrent_states) for b in blocks.values()]
+    with patched(kept):
         yield blocks
-    finally:
-        for i, b in blocks.items():
-            b.conv1d_state, b.rg_lru.recurrent_states = saved[i]
 
 
 @contextlib.contextmanager
 def griffin_phase(model: nn.Module, layers: list[Any], kv_len: int) -> Iterator[None]:
     """Each recurrent block reads its state from the phase's cache ``layers`` (a prompt starts from
     no RG-LRU state, as the model's scan does; its conv state is the prompt's last inputs) and writes
-    the new state into them in place at the end of its forward."""
-    with restored(model) as blocks, contextlib.ExitStack() as hooks:
+    the new state into them in place at the end of its forward; its own state attributes are put
+    back afterwards."""
+    blocks = griffin_blocks(model)
+    states: list[tuple[object, str, Any]] = []
+    for i, block in blocks.items():
+        conv, state = layers[i].conv_states[0], layers[i].recurrent_states[0]
+        states += [(block, "conv1d_state", conv), (block.rg_lru, "recurrent_states", state if kv_len else None)]
+    with patched(states), contextlib.ExitStack() as hooks:
         for i, block in blocks.items():
             conv, state = layers[i].conv_states[0], layers[i].recurrent_states[0]
-            block.conv1d_state = conv
-            block.rg_lru.recurrent_states = state if kv_len else None
 
             def write(m: Any, args: Any, out: Any, conv: torch.Tensor = conv, state: torch.Tensor = state) -> None:
                 conv.copy_(m.conv1d_state)

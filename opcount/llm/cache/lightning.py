@@ -18,8 +18,7 @@ import torch
 from torch import nn
 
 from ...errors import OpcountError
-
-Shapes = tuple[tuple[int, ...], ...]
+from .probe import StateShapes
 
 
 def lightning_layers(model: nn.Module) -> dict[int, Any]:
@@ -37,9 +36,12 @@ def lightning_layers(model: nn.Module) -> dict[int, Any]:
     return found
 
 
-def lightning_states(model: nn.Module) -> dict[int, tuple[Shapes, Shapes]]:
+def lightning_states(model: nn.Module) -> dict[int, StateShapes]:
     """Each lightning layer's state shapes for one sequence: no conv state, one recurrent state."""
-    return {i: ((), ((m.num_attention_heads, m.head_dim, m.head_dim),)) for i, m in lightning_layers(model).items()}
+    return {
+        i: StateShapes((), ((m.num_attention_heads, m.head_dim, m.head_dim),))
+        for i, m in lightning_layers(model).items()
+    }
 
 
 def lightning_cache(model: nn.Module, layers: list[Any], kv_len: int) -> Any | None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 import torch
@@ -50,12 +50,12 @@ from ..attention.indexed import (
     indexed_layers,
     unrecognised,
 )
-from ..models.build import kv_geometry, text_config
+from ..models.build import kv_geometry
 from .griffin import FLOAT32_STATES as GRIFFIN_FLOAT32
 from .griffin import griffin_phase, griffin_states, restored
 from .lightning import lightning_cache, lightning_states
 from .names import FLOAT32_STATE, KV_PREFIX
-from .probe import ForwardLayout, KVShape, Shapes, forward_layout
+from .probe import ForwardLayout, KVShape, StateShapes, forward_layout
 from .rwkv import FLOAT32_PARTS as RWKV_FLOAT32
 from .rwkv import rwkv_phase, rwkv_states
 from .xlstm import xlstm_cache, xlstm_states
@@ -90,6 +90,7 @@ class LayerCache:
 
     kind: str
     token_elements: int = 0
+    _: KW_ONLY  # the others by name
     state_elements: int = 0
     window: int = 0
     float32_elements: int = 0
@@ -120,8 +121,7 @@ class CachePlan:
     """Every layer's cache, in layer order, with the state tensors' shapes per sequence."""
 
     layers: tuple[LayerCache, ...]
-    # per layer: the conv states' and the recurrent states' shapes for one sequence
-    state_shapes: tuple[tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]], ...] = ()
+    state_shapes: tuple[StateShapes, ...] = ()  # per layer
     # per layer: the keys' and values' heads and widths of a layer holding them (else None)
     kv_shapes: tuple[KVShape | None, ...] = ()
     # per layer: which of its recurrent states the model keeps in float32 (by their index)
@@ -182,17 +182,17 @@ class CachePlan:
         return max((layer.elements(kv_len, seq_len, batch) for layer in self.layers), default=0)
 
 
-def is_latent(config: Any) -> bool:
-    """Multi-head latent attention: the config gives a KV latent rank and a rope key width."""
-    c = text_config(config)
+def is_latent(c: Any) -> bool:
+    """Multi-head latent attention: the (decoder's or a layer's) config gives a KV latent rank and a
+    rope key width."""
     return all(isinstance(getattr(c, a, None), int) for a in ("kv_lora_rank", "qk_rope_head_dim"))
 
 
-def layer_types(config: Any) -> list[tuple[str, dict[str, Any]]]:
-    """transformers' cache layer type of each layer, with its arguments (window)."""
+def layer_types(c: Any) -> list[tuple[str, dict[str, Any]]]:
+    """transformers' cache layer type of each layer of the decoder's config ``c``, with its arguments
+    (window)."""
     from ...transformers_internals import cache_layer_types
 
-    c = text_config(config)
     try:
         types = cache_layer_types(c)
     except Exception as e:  # the helper reads config fields by name, whatever the config's class
@@ -203,11 +203,11 @@ def layer_types(config: Any) -> list[tuple[str, dict[str, Any]]]:
     return types
 
 
-def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.nullcontext) -> CachePlan:
-    """Every layer's cache for ``config``; the KV and state shapes are read from a one-token forward
-    on meta (:mod:`.kv_layout`), with ``routing(model)`` around it (the expected routing of
-    mixture-of-experts blocks, which meta tensors cannot route by their values)."""
-    c = text_config(config)
+def cache_plan(model: nn.Module, c: Any, routing: Routing = contextlib.nullcontext) -> CachePlan:
+    """Every layer's cache for the decoder's config ``c`` (:func:`.composite.text_config`); the KV and
+    state shapes are read from a one-token forward on meta (:mod:`.probe`), with ``routing(model)``
+    around it (the expected routing of mixture-of-experts blocks, which meta tensors cannot route by
+    their values)."""
     name = type(c).__name__
     recurrent = _recurrent_plan(model, c)
     if recurrent is not None:
@@ -230,7 +230,7 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
         shapes.append(None)
         if kind in _STATE_TYPES:
             found = states.get(index)
-            if found is None or not (found[0] or found[1]):
+            if found is None or not (found.conv or found.recurrent):
                 raise OpcountError(f"{name}: layer {index} ({kind}) stored no state in a forward on meta")
             state = _size(found)
         lc = layer_config(c, index)  # Dots 3's sliding layers have other latent sizes than its DSA layers
@@ -241,8 +241,11 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
             shape = layout.kv.get(index) or _config_shape(c)
             shapes[-1] = shape
             window = int(kwargs.get("sliding_window") or 0)
+            wide_state = _size(states[index], wide) if state else 0
             layers.append(
-                LayerCache(_ATTENTION[kind], shape.elements, state, window, _size(states[index], wide) if state else 0)
+                LayerCache(
+                    _ATTENTION[kind], shape.elements, state_elements=state, window=window, float32_elements=wide_state
+                )
             )
         elif kind in _STATE_TYPES:
             layers.append(LayerCache(STATE, state_elements=state, float32_elements=_size(states[index], wide)))
@@ -252,7 +255,7 @@ def cache_plan(model: nn.Module, config: Any, routing: Routing = contextlib.null
             layers.append(LayerCache(NONE))
         else:
             raise OpcountError(f"{name}: layer {index} has a cache of type {kind!r}, which opcount does not model")
-    ordered = tuple(states.get(i, ((), ())) for i in range(len(layers)))
+    ordered = tuple(states.get(i, StateShapes((), ())) for i in range(len(layers)))
     return CachePlan(
         tuple(layers), ordered, tuple(shapes), tuple(wide if i in states else frozenset() for i in range(len(layers)))
     )
@@ -272,7 +275,7 @@ def _recurrent_plan(model: nn.Module, c: Any) -> CachePlan | None:
     return CachePlan(layers, tuple(recurrent.values()), float32=tuple(float32 for _ in recurrent))
 
 
-def _size(shapes: tuple[Shapes, Shapes], float32: frozenset[int] | None = None) -> int:
+def _size(shapes: StateShapes, float32: frozenset[int] | None = None) -> int:
     """Elements per sequence of a layer's conv and recurrent states; with ``float32``, those of the
     recurrent states of these indices only."""
     conv, recurrent = shapes
@@ -397,7 +400,7 @@ def _hold_tokens(
 
 
 def _hold_state(
-    layer: Any, shapes: tuple[Shapes, Shapes], batch: int, kv_len: int, dtype: torch.dtype, float32: frozenset[int]
+    layer: Any, shapes: StateShapes, batch: int, kv_len: int, dtype: torch.dtype, float32: frozenset[int]
 ) -> dict[str, torch.Tensor]:
     """Give the transformers linear-attention cache layer ``layer`` its conv and recurrent states
     (with a previous state in decode), those of ``float32``'s indices in float32 and named so
@@ -422,21 +425,21 @@ def _hold_state(
 
 @contextlib.contextmanager
 def phase_cache(
-    model: nn.Module, config: Any, plan: CachePlan, batch: int, kv_len: int, seq_len: int, dtype: torch.dtype
+    model: nn.Module, c: Any, plan: CachePlan, batch: int, kv_len: int, seq_len: int, dtype: torch.dtype
 ) -> Iterator[Any]:
-    """A transformers ``Cache`` holding, per layer, what engines hold for this phase, its tensors
-    registered as the model's buffers ``kv_cache.L.*`` for the block (removed afterwards)."""
+    """A transformers ``Cache`` holding, per layer, what engines hold for this phase (``c``: the
+    decoder's config), its tensors registered as the model's buffers ``kv_cache.L.*`` for the block
+    (removed afterwards)."""
     from ... import transformers_internals
 
     cache_utils: Any = transformers_internals  # transformers leaves these classes' constructors unannotated
-    c = text_config(config)
     holder = nn.Module()
     layers: list[Any] = []
     for index, layer in enumerate(plan.layers):
         slot = nn.Module()
         tensors: dict[str, torch.Tensor] = {}
         shapes = plan.state_shapes[index]
-        states = max(len(shapes[0]), len(shapes[1]))
+        states = max(len(shapes.conv), len(shapes.recurrent))
         made: Any
         if layer.token_elements and layer.state_elements:  # attention beside a state-space mixer (Falcon-H1)
             made = cache_utils.LinearAttentionAndStaticFullAttentionLayer(max_cache_len=1, number_of_states=states)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -22,7 +22,14 @@ from ...tracing import trace
 from ..attention.serving import serving_attention
 
 Routing = Callable[[nn.Module], contextlib.AbstractContextManager[Any]]
-Shapes = tuple[tuple[int, ...], ...]
+Shapes = tuple[tuple[int, ...], ...]  # tensors' shapes, one sequence's
+
+
+class StateShapes(NamedTuple):
+    """One layer's states for one sequence: the shapes of its conv states and of its recurrent states."""
+
+    conv: Shapes
+    recurrent: Shapes
 
 
 @dataclass(frozen=True)
@@ -46,7 +53,7 @@ class ForwardLayout:
     recurrent state shapes (one sequence) of the layers storing states."""
 
     kv: dict[int, KVShape]
-    states: dict[int, tuple[Shapes, Shapes]]
+    states: dict[int, StateShapes]
 
 
 def forward_layout(
@@ -77,7 +84,7 @@ def forward_layout(
             f"{first_line(e, type(e).__name__)}"
         ) from e
     kv: dict[int, KVShape] = {}
-    states: dict[int, tuple[Shapes, Shapes]] = {}
+    states: dict[int, StateShapes] = {}
     for index, layer in enumerate(cache.layers):
         keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
         if isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() == values.dim() == 4:
@@ -92,5 +99,5 @@ def forward_layout(
                 tuple(tuple(t.shape[1:]) for t in found.values() if isinstance(t, torch.Tensor))
                 for found in (layer.conv_states, layer.recurrent_states)
             )
-            states[index] = (conv, recurrent)
+            states[index] = StateShapes(conv, recurrent)
     return ForwardLayout(kv, states)

@@ -27,8 +27,9 @@ import torch
 from torch import nn
 
 from ...errors import OpcountError
+from ..patching import patched
+from .probe import StateShapes
 
-Shapes = tuple[tuple[int, ...], ...]
 PARTS = 5
 FLOAT32_PARTS = frozenset({2, 3, 4})  # numerator, denominator, maximum: float32 in transformers and ChatRWKV
 SHIFT_PARTS = frozenset({0, 1})  # the last token's input to the channel mix and to the time mix
@@ -49,12 +50,12 @@ def rwkv_layers(model: nn.Module) -> dict[int, tuple[str, Any]]:
     return {m.layer_id: (name, m) for name, m in model.named_modules() if _is_time_mix(m)}
 
 
-def rwkv_states(model: nn.Module) -> dict[int, tuple[Shapes, Shapes]]:
+def rwkv_states(model: nn.Module) -> dict[int, StateShapes]:
     """Each layer's five state parts for one sequence (no conv state), or nothing for a model
     other than RWKV-4. The parts are ``hidden_size`` wide, as the model stacks them: a time mix
     whose width differs (``attention_hidden_size``) would not fit them, and is refused."""
     found = rwkv_layers(model)
-    shapes: dict[int, tuple[Shapes, Shapes]] = {}
+    shapes: dict[int, StateShapes] = {}
     for index, (name, m) in sorted(found.items()):
         key = getattr(m, "key", None)
         if not isinstance(key, nn.Linear) or key.in_features != key.out_features:
@@ -63,7 +64,7 @@ def rwkv_states(model: nn.Module) -> dict[int, tuple[Shapes, Shapes]]:
                 "cannot hold it, and opcount does not model it"
             )
         width = key.in_features
-        shapes[index] = ((), tuple((1, width) if p in SHIFT_PARTS else (width,) for p in range(PARTS)))
+        shapes[index] = StateShapes((), tuple((1, width) if p in SHIFT_PARTS else (width,) for p in range(PARTS)))
     if found and sorted(shapes) != list(range(len(shapes))):
         raise OpcountError(
             f"{type(model).__name__}: RWKV layers {sorted(shapes)} are not numbered 0..{len(shapes) - 1}"
@@ -119,11 +120,5 @@ def rwkv_phase(model: nn.Module, layers: list[Any], seq_len: int) -> Iterator[Rw
     )
     state.layers = layers
     holders: list[Any] = [m for m in model.modules() if isinstance(getattr(m, "layers_are_rescaled", None), bool)]
-    saved = [m.layers_are_rescaled for m in holders]
-    try:
-        for m in holders:
-            m.layers_are_rescaled = not m.training
+    with patched((m, "layers_are_rescaled", not m.training) for m in holders):
         yield state
-    finally:
-        for m, flag in zip(holders, saved, strict=True):
-            m.layers_are_rescaled = flag

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-Shapes = tuple[tuple[int, ...], ...]
+from .probe import StateShapes
+
 _CACHE = "xLSTMCache"
 
 
@@ -24,7 +25,7 @@ def _cache_class(model: nn.Module) -> Any | None:
     return getattr(sys.modules[type(model).__module__], _CACHE, None)
 
 
-def xlstm_states(model: nn.Module, config: Any) -> dict[int, tuple[Shapes, Shapes]]:
+def xlstm_states(model: nn.Module, config: Any) -> dict[int, StateShapes]:
     """Each layer's state shapes for one sequence (no conv state; ``C``, ``n``, ``m``), or nothing
     for a model other than xLSTM."""
     if _cache_class(model) is None:
@@ -33,7 +34,7 @@ def xlstm_states(model: nn.Module, config: Any) -> dict[int, tuple[Shapes, Shape
     heads = int(config.num_heads)
     layers: list[Any] = [m for m in model.modules() if _is_mlstm(m)]
     widths = [(int(m.qk_dim) // heads, int(m.v_dim) // heads) for m in layers]
-    return {i: ((), ((heads, qk, v), (heads, qk), (heads, 1))) for i, (qk, v) in enumerate(widths)}
+    return {i: StateShapes((), ((heads, qk, v), (heads, qk), (heads, 1))) for i, (qk, v) in enumerate(widths)}
 
 
 def _is_mlstm(m: Any) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any
 
 from torch import nn
 
@@ -32,19 +32,14 @@ from ...hardware.lookup import Hardware
 from ...ir import DTYPE_BYTES, OpCall
 from ...memory import MemoryTrafficAnalysis
 from ..cache.names import CACHE_NAMES
+from ..decoder import Decoder
 from ..models.limits import MAX_BATCH
-from ..precision.dtypes import Precision, float32_weights, pricing_for, weight_formats
+from ..phases import GenerationFigures, PhaseCost
 from . import DEFAULT_RESERVE, MAX_PRICE
 from . import cache_shares as device_cache
 from .activations import peaks_per_stage
 from .layout import Parallel, Sharding, check_layout, kv_heads_per_device
 from .times import stage_times
-
-# A phase, a generation and the model are opcount.llm.phases' PhaseCost, GenerationCost and CausalLM,
-# typed Any here: phases imports this module (CausalLM.deploy), which does not import it back.
-PhaseCost: TypeAlias = Any
-GenerationCost: TypeAlias = Any
-CausalLM: TypeAlias = Any
 
 
 @dataclass(frozen=True)
@@ -158,9 +153,11 @@ def step_time(compute: float | None, communication: float | None) -> float | Non
 # What each device holds
 # ------------------------------------------------------------------------------------------------
 class Placement:
-    """A model's layout: its sharding, its decoder layers' stages, each parameter's bytes."""
+    """A model's layout: its sharding, its decoder layers' stages, each parameter's bytes, its experts'
+    top-k (the model's, :class:`.decoder.Decoder`)."""
 
-    def __init__(self, model: nn.Module, config: Any, precision: Precision, parallel: Parallel) -> None:
+    def __init__(self, llm: Decoder, parallel: Parallel) -> None:
+        model, config = llm.model, llm.config
         self.parallel, self.config = parallel, config
         self.sharding = Sharding.of(model, config)
         check_layout(model, config, parallel, self.sharding)
@@ -172,19 +169,21 @@ class Placement:
         for index, name in enumerate(stack[1] if stack else ()):
             for sub, _ in model.get_submodule(name).named_modules(prefix=name):
                 self.stage_of[sub] = index * parallel.pp // self.layers
-        self.pricing = pricing_for(model, precision)  # bytes per element by role, as the phase prices them
-        formats = weight_formats(model, precision)  # each weight's bytes as the footprint counts them
-        self.param_bytes: dict[str, int] = {}
-        wide = float32_weights(model, precision)  # a router transformers keeps in float32, as the footprint
-        for name, p in model.named_parameters():
-            if name in formats:
-                self.param_bytes[name] = formats[name][1]
-            else:
-                dtype = precision.stored if p.is_floating_point() else str(p.dtype).removeprefix("torch.")
-                dtype = "float32" if name in wide else dtype
-                self.param_bytes[name] = p.numel() * int(DTYPE_BYTES[dtype])
+        self.pricing = llm.pricing  # bytes per element by role, as the phase prices them
+        self.param_bytes = llm.weights.bytes  # each weight's bytes as the footprint counts them
+        # experts per token of each experts module (and its block), as the experts were recognised
+        self.top_k = {name: e.top_k for e in llm.experts for name in (e.name, e.block)}
         heads = getattr(config, "num_key_value_heads", None) or getattr(config, "num_attention_heads", None)
         self.kv_heads = heads if isinstance(heads, int) else 1
+
+    def experts_top_k(self, module: str) -> int:
+        """Experts per token of the experts module ``module`` the tensor-parallel plan names."""
+        if module not in self.top_k:
+            raise OpcountError(
+                f"{module}: the tensor-parallel plan names it as experts, but opcount recognises no "
+                "mixture-of-experts block there: its tokens' all-to-all cannot be priced"
+            )
+        return self.top_k[module]
 
     def stage(self, owners: Sequence[str]) -> int:
         """The pipeline stage running a module scope: its decoder layer's, else the first stage
@@ -289,7 +288,7 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
         stage = placement.stage(call.scope)
         if module in s.experts and p.ep > 1:
             # each token's hidden state to its top_k experts: this device's dp / ep share of the tokens
-            top_k = int(getattr(placement.config, "num_experts_per_tok", 1))
+            top_k = placement.experts_top_k(module)
             routed = cost.tokens * hidden * act * top_k * p.dp / p.ep
             collectives[stage] += [_priced(all_to_all, routed, p.ep, link) for _ in ("dispatch", "combine")]
         elif module in s.reduced and p.tp > 1:
@@ -381,7 +380,7 @@ def _activations(placement: Placement, cost: PhaseCost) -> list[float]:
 
 
 def deploy(
-    llm: CausalLM,
+    llm: Decoder,
     cost: PhaseCost,
     parallel: Parallel,
     *,
@@ -390,7 +389,7 @@ def deploy(
     reserve: float = DEFAULT_RESERVE,
     micro: PhaseCost | None = None,
     max_batch: bool = False,
-    generation: GenerationCost | None = None,
+    generation: GenerationFigures | None = None,
 ) -> Deployment:
     """``cost`` (a phase, or with ``generation`` its prefill) on ``parallel``: ``micro`` is the phase
     traced at one micro-batch (``batch / micro_batches`` sequences), needed when micro-batches > 1."""
@@ -405,7 +404,7 @@ def deploy(
         )
     if generation is not None and generation.first_step is None:  # --gen-len 0: no decode step, its prefill alone
         generation = None
-    placement = Placement(llm.model, llm.config, llm.precision, parallel)
+    placement = Placement(llm, parallel)
     steps = [cost] if generation is None else [s for s in (generation.first_step, generation.last_step) if s]
     memory_of = cost.memory if generation is None else generation.memory
     held = [micro or cost] if generation is None else [cost, *steps[-1:]]  # a generation: prefill and last step
@@ -460,15 +459,16 @@ def _costs(
 
 
 def on_layout(
-    llm: CausalLM, cost: PhaseCost | GenerationCost, parallel: Parallel | None = None, **options: Any
+    llm: Decoder, cost: PhaseCost | GenerationFigures, parallel: Parallel | None = None, **options: Any
 ) -> Deployment:
     """:func:`deploy` of a phase or a whole generation (its prefill, first and last decode steps)."""
-    prefill = getattr(cost, "prefill", None)  # a GenerationCost
-    phase = prefill if prefill is not None else cost
+    if isinstance(cost, GenerationFigures):
+        phase: PhaseCost = cost.prefill
+        options.setdefault("generation", cost)
+    else:
+        phase = cost
     options.setdefault("hardware", phase.roofline.hardware if phase.roofline is not None else None)
-    if prefill is not None:
-        return deploy(llm, prefill, parallel or Parallel(), generation=cost, **options)
-    return deploy(llm, cost, parallel or Parallel(), **options)
+    return deploy(llm, phase, parallel or Parallel(), **options)
 
 
 def largest_batch(stages: Sequence[DeviceMemory], batch: int, capacity: float) -> int:

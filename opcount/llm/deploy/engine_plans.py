@@ -24,7 +24,7 @@ from typing import Any
 
 from torch import nn
 
-from ..models.build import text_config
+from ..models.composite import text_config
 
 COL, ROW, WHOLE = "colwise", "rowwise", "replicate"
 GATHER = "colwise_gather_output"  # split by output columns, the output gathered whole

@@ -26,7 +26,7 @@ from typing import Any
 from torch import nn
 
 from ...errors import OpcountError, OpcountValueError
-from ..models.build import text_config
+from ..models.composite import text_config
 from .engine_plans import HEAD_FIELDS, engine_plan
 
 MAX_DEGREE = 65536  # devices in one dimension of a layout: more than any cluster built

@@ -30,10 +30,10 @@ their unit's peak, its bytes at the bandwidth times the stream efficiency
 (:mod:`opcount.hardware.efficiency`).
 
 Which calls form which kernel, and which reads and writes cross its boundary, is a layout
-(:mod:`.kernel_groups`) that depends on data flow, not on sizes; each call's work and each access's
+(:mod:`.groups`) that depends on data flow, not on sizes; each call's work and each access's
 bytes are :class:`CallPrices`, one column per point; :func:`priced` sums them into the kernels'
 figures at every point at once. A traced phase is one point (:func:`plan`); a fitted region of a
-sweep is many (:mod:`.sweep_prices`), the same sums.
+sweep is many (:mod:`opcount.llm.sweep.prices`), the same sums.
 """
 
 from __future__ import annotations
@@ -56,24 +56,14 @@ from ...roofline.bound import time_bound
 from ...roofline.build import access_bytes, traced_dtype
 from ...roofline.model import FLOPS_PER_MAC, gemm_channels
 from . import MODES
-from .groups import ATTENTION_KINDS, KernelLayout, layout, moved_by
+from .groups import ATTENTION_KINDS, Kernel, KernelLayout, layout, moved_by
 
 __all__ = ["ATTENTION_KINDS", "MODES", "CallPrices", "Kernel", "KernelPlan", "attention_work", "plan", "priced"]
 
 TILE_QUERIES = 128  # FlashAttention-2's query block
 
 
-@dataclass(frozen=True)
-class Kernel:
-    """One kernel: the operator ``calls`` it runs (indices into the phase's calls) and its ``kind``
-    (gemm, grouped_gemm, attention or other); its figures are its plan's, at its index."""
-
-    name: str
-    kind: str
-    calls: tuple[int, ...]
-
-
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class KernelPlan:
     """The kernels of one phase on ``hardware`` and the figures of its bound.
 
@@ -97,7 +87,7 @@ class KernelPlan:
     compulsory_bytes: float
     # per call: its matrix-product FLOPs and the compulsory bytes it is charged, of weights and
     # caches and of inputs and outputs (a tensor read by several calls is charged to the largest
-    # read): what a device's share of the bound sums (:mod:`.device_times`)
+    # read): what a device's share of the bound sums (:mod:`opcount.llm.deploy.times`)
     call_flops: np.ndarray = field(default_factory=lambda: np.zeros(0))
     call_weight_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
     call_io_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -137,7 +127,7 @@ class KernelPlan:
         return None if k is None else f"{self.kernels[k].kind} {self.kernels[k].name}"
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class CallPrices:
     """Each call's figures at ``P`` points (one column a point): whether the roofline prices it
     (``timed``), seconds of matrix-product work at peak and at the efficiency reached, seconds of
@@ -289,7 +279,10 @@ def call_prices(
     columns = np.array(work, dtype=np.float64).reshape(-1, 6)
     is_timed = np.array([[id(c) in timed] for c in calls], dtype=bool).reshape(-1, 1)
     tensor_s, tensor_eff_s, vector_s, bound_s, matmul, kv_passes = np.split(columns, 6, axis=1)  # each calls x 1
-    return CallPrices(is_timed, tensor_s, tensor_eff_s, vector_s, bound_s, matmul, kv_passes, reads, writes, held)
+    return CallPrices(
+        timed=is_timed, tensor_s=tensor_s, tensor_eff_s=tensor_eff_s, vector_s=vector_s, bound_s=bound_s,
+        flops=matmul, passes=kv_passes, reads=reads, writes=writes, held=held,
+    )  # fmt: skip
 
 
 def priced(kernels: KernelLayout, prices: CallPrices, hw: Hardware) -> list[KernelPlan]:
@@ -300,13 +293,14 @@ def priced(kernels: KernelLayout, prices: CallPrices, hw: Hardware) -> list[Kern
     count = len(kernels.groups)
     figures = np.zeros((4, count, points))  # tensor_s, tensor_eff_s, vector_s, bytes
     zero = np.zeros(points)
-    for k, (_, kind, members) in enumerate(kernels.groups):
+    for k, kernel in enumerate(kernels.groups):
+        kind, members = kernel.kind, kernel.calls
         rows = list(members)
         for j, source in enumerate((prices.tensor_s, prices.tensor_eff_s, prices.vector_s)):
             figures[j, k] = _total(source[rows])
         passes = prices.passes[members[-1]] if kind == "attention" else None
         read = zero
-        for refs, streamed in kernels.reads[k]:
+        for refs, streamed in kernels.reads[k]:  # one TensorReads each
             most = zero
             for i, n in refs:  # a tensor read by several members is read once
                 most = np.maximum(most, prices.reads[i][n])
@@ -321,14 +315,16 @@ def priced(kernels: KernelLayout, prices: CallPrices, hw: Hardware) -> list[Kern
         peak = np.where(seconds != 0, flops / np.where(seconds != 0, seconds, 1.0), 1.0)
     weights, io = _charged(kernels, prices)
     compulsory = _total(weights) + _total(io)
-    structure = [Kernel(name, kind, members) for name, kind, members in kernels.groups]
+    structure = list(kernels.groups)
     kernel_of = kernels.kernel_of
     plans = []
     for p in range(points):
         tensor_s, tensor_eff_s, vector_s, moved = figures[:, :, p]
         one = KernelPlan(
-            kernels.mode, hw, structure, kernel_of, tensor_s, tensor_eff_s, vector_s, moved, float(flops[p]),
-            float(peak[p]), float(compulsory[p]), prices.flops[:, p], weights[:, p], io[:, p],
+            mode=kernels.mode, hardware=hw, kernels=structure, kernel_of=kernel_of, tensor_s=tensor_s,
+            tensor_eff_s=tensor_eff_s, vector_s=vector_s, bytes=moved, matmul_flops=float(flops[p]),
+            matmul_peak=float(peak[p]), compulsory_bytes=float(compulsory[p]), call_flops=prices.flops[:, p],
+            call_weight_bytes=weights[:, p], call_io_bytes=io[:, p],
         )  # fmt: skip
         plans.append(one)
     return plans
@@ -353,12 +349,13 @@ def _charged(kernels: KernelLayout, prices: CallPrices) -> tuple[np.ndarray, np.
         weights[i] += prices.writes[i][n]
     largest: list[tuple[np.ndarray, np.ndarray]] = []  # per tensor: (its bytes, the call charged) per point
     parts: dict[str, np.ndarray] = {}  # a weight or cache -> its views' bytes, summed
-    for name, refs, _ in kernels.compulsory:
-        candidates = np.stack([(prices.writes if write else prices.reads)[i][n] for write, i, n in refs])
+    for tensor in kernels.compulsory:
+        moves = tensor.moves
+        candidates = np.stack([(prices.writes if m.write else prices.reads)[m.call][m.position] for m in moves])
         best = candidates.argmax(axis=0)
-        largest.append((candidates[best, columns], np.array([i for _, i, _ in refs])[best]))
-        if name is not None:
-            parts[name] = parts.get(name, 0.0) + largest[-1][0]
+        largest.append((candidates[best, columns], np.array([m.call for m in moves])[best]))
+        if tensor.name is not None:
+            parts[tensor.name] = parts.get(tensor.name, 0.0) + largest[-1][0]
     for (name, _, whole), (nbytes, charged) in zip(kernels.compulsory, largest, strict=True):
         if name is None:
             io[charged, columns] += nbytes

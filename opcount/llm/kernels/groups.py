@@ -1,9 +1,9 @@
 """Which operator calls of a phase run as which kernel, and which of their reads and writes cross
 a kernel's boundary: the half of :mod:`.kernels` that depends on data flow and module scopes, never
-on sizes, so one layout serves every point of a fitted region (:mod:`.sweep_prices`).
+on sizes, so one layout serves every point of a fitted region (:mod:`opcount.llm.sweep.prices`).
 
-A layout names accesses as ``(call, index)`` pairs into a call's reads or writes; what each access
-costs at a point is :class:`.kernels.CallPrices`' business.
+A layout names accesses as :class:`Ref` (a call, and a position among its reads or writes); what each
+access costs at a point is :class:`.estimate.CallPrices`' business.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ...handles.attention import SDPA_KEY, SDPA_VALUE
 from ...handles.memory import Access, Traffic, flat_tensors
@@ -26,36 +27,82 @@ ATTENTION_KINDS = frozenset(
         "aten::_scaled_dot_product_cudnn_attention",
     }
 )
-Ref = tuple[int, int]  # (call, index among its reads or among its writes)
-Group = tuple[str, str, list[int]]  # (name, kind, calls)
-Compulsory = tuple[str | None, tuple[tuple[bool, int, int], ...], Ref | None]  # KernelLayout.compulsory's
+
+
+class Ref(NamedTuple):
+    """One access of a call: ``position`` among the reads (or among the writes) of call ``call``."""
+
+    call: int
+    position: int
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel: the operator ``calls`` it runs (indices into the phase's calls) and its ``kind``
+    (gemm, grouped_gemm, attention or other); its figures are its plan's, at its index."""
+
+    name: str
+    kind: str
+    calls: tuple[int, ...]
+
+
+class TensorReads(NamedTuple):
+    """A tensor a kernel reads from outside: its reads (read once: their largest), ``streamed`` where
+    it streams past every tile of queries (attention's K and V, and what a K made in the kernel is
+    made from)."""
+
+    refs: tuple[Ref, ...]
+    streamed: bool
+
+
+class Move(NamedTuple):
+    """One access of a compulsory tensor: a read or a ``write`` of call ``call``, ``position`` among
+    its reads or writes."""
+
+    write: bool
+    call: int
+    position: int
+
+
+class CompulsoryTensor(NamedTuple):
+    """A tensor no engine avoids moving: the weight's or cache's ``name`` (None for an input or an
+    output), its ``moves``, and where the whole named tensor is (``whole``: the call, and the position
+    among that call's tensors), which caps the sum of its views."""
+
+    name: str | None
+    moves: tuple[Move, ...]
+    whole: Ref | None
+
+
+@dataclass
+class _Forming:
+    """A fused kernel while calls join it."""
+
+    name: str
+    kind: str
+    calls: list[int]
 
 
 @dataclass(frozen=True)
 class KernelLayout:
     """The kernels of a phase, in launch order, and what each moves.
 
-    ``groups``: (name, kind, calls) per kernel. ``reads``: per kernel, per tensor it reads from
-    outside, the reads of that tensor (it is read once: their largest), with ``streamed`` true where
-    the tensor streams past every tile of queries (attention's K and V, and what a K made in the
-    kernel is made from). ``writes``: per kernel, the writes that leave it. ``compulsory``: per
-    tensor no engine avoids moving (each weight, cache and input read once, each returned output
-    written once; a weight or cache read through several views: each view), the weight's or cache's
-    name (None for an input or output), its accesses as (is a write, call, index), and where the
-    whole named tensor is, (call, index among the call's tensors), which caps the sum of its views:
-    its bytes are the largest access, charged to the first call moving that much.
-    ``weight_writes``: the writes of weights and caches (every one compulsory)."""
+    ``groups``: the kernels. ``reads``: per kernel, the tensors it reads from outside. ``writes``:
+    per kernel, the writes that leave it. ``compulsory``: the tensors no engine avoids moving (each
+    weight, cache and input read once, each returned output written once; a weight or cache read
+    through several views: each view): its bytes are the largest access, charged to the first call
+    moving that much. ``weight_writes``: the writes of weights and caches (every one compulsory)."""
 
     mode: str
-    groups: tuple[tuple[str, str, tuple[int, ...]], ...]
-    reads: tuple[tuple[tuple[tuple[Ref, ...], bool], ...], ...]
+    groups: tuple[Kernel, ...]
+    reads: tuple[tuple[TensorReads, ...], ...]
     writes: tuple[tuple[Ref, ...], ...]
-    compulsory: tuple[Compulsory, ...]
+    compulsory: tuple[CompulsoryTensor, ...]
     weight_writes: tuple[Ref, ...]
 
     @property
     def kernel_of(self) -> dict[int, int]:
-        return {i: k for k, (_, _, members) in enumerate(self.groups) for i in members}
+        return {i: k for k, kernel in enumerate(self.groups) for i in kernel.calls}
 
 
 def moved_by(call: OpCall, t: Traffic | None) -> Traffic:
@@ -87,9 +134,10 @@ def layout(
     producer, readers = data_flow(calls, moved, roots)
     returned = {root(s) for s in outputs}
 
-    reads: list[tuple[tuple[tuple[Ref, ...], bool], ...]] = []
+    reads: list[tuple[TensorReads, ...]] = []
     writes: list[tuple[Ref, ...]] = []
-    for _, kind, members in groups:
+    for kernel in groups:
+        kind, members = kernel.kind, kernel.calls
         inside = set(members)
         read: dict[object, list[Ref]] = {}
         written: list[Ref] = []
@@ -104,14 +152,14 @@ def layout(
                 key: object = r if r is not None else (i, n)
                 if a.tensor is not None and a.tensor.param is not None and a.tensor.id != r:
                     key = (r, a.tensor.id)  # a named view (a cache read head by head): its own part
-                read.setdefault(key, []).append((i, n))
+                read.setdefault(key, []).append(Ref(i, n))
             for n, a in enumerate(t.write):
                 r = root(a.tensor)
                 users = readers.get(r, set()) if r is not None else set()
                 param = a.tensor is not None and a.tensor.param is not None
                 if not param and r not in returned and users and users <= inside:
                     continue  # consumed on chip
-                written.append((i, n))
+                written.append(Ref(i, n))
         kv: set[object] = set()
         if kind == "attention":  # K and V stream past every tile of queries they do not stay on chip for
             sdpa = calls[members[-1]]
@@ -125,12 +173,11 @@ def layout(
                         kv.add(r)
                         if producer.get(r) in inside:
                             made.append(r)
-        reads.append(tuple((tuple(refs), key in kv) for key, refs in read.items()))
+        reads.append(tuple(TensorReads(tuple(refs), key in kv) for key, refs in read.items()))
         writes.append(tuple(written))
     compulsory, weight_writes = _compulsory(calls, moved, roots, producer, returned)
-    return KernelLayout(
-        mode, tuple((n, k, tuple(m)) for n, k, m in groups), tuple(reads), tuple(writes), compulsory, weight_writes
-    )
+    kernels = tuple(Kernel(g.name, g.kind, tuple(g.calls)) for g in groups)
+    return KernelLayout(mode, kernels, tuple(reads), tuple(writes), compulsory, weight_writes)
 
 
 def _compulsory(
@@ -139,7 +186,7 @@ def _compulsory(
     roots: dict[int, TensorSpec],
     producer: dict[int, int],
     returned: set[int | None],
-) -> tuple[tuple[Compulsory, ...], tuple[Ref, ...]]:
+) -> tuple[tuple[CompulsoryTensor, ...], tuple[Ref, ...]]:
     """Bytes no engine avoids: each weight and cache tensor read once (its largest read: an
     embedding table's looked-up rows, unless a tied output layer reads it all; read through several
     views, a state head by head, the sum of each view's largest read, never more than the tensor:
@@ -153,8 +200,8 @@ def _compulsory(
     for i, call in enumerate(calls):
         for k, spec in enumerate((*flat_tensors(call.inputs), *flat_tensors(call.outputs))):
             if spec.param is not None and spec.id is not None:
-                where.setdefault(spec.id, (i, k))
-    once: dict[object, list[tuple[bool, int, int]]] = {}
+                where.setdefault(spec.id, Ref(i, k))
+    once: dict[object, list[Move]] = {}
     named: dict[object, TensorSpec] = {}  # a weight's or cache tensor's key -> the tensor
     weight_writes: list[Ref] = []
     for i, t in enumerate(moved):
@@ -172,30 +219,30 @@ def _compulsory(
                 key = b.id  # a model input; a 0-d one (a position offset) is a kernel argument, not a read
             else:
                 continue
-            once.setdefault(key, []).append((False, i, n))
+            once.setdefault(key, []).append(Move(False, i, n))
         for n, a in enumerate(t.write):
             s, b = a.tensor, base(a.tensor)
             if s is None or b is None:
                 continue
             if b.param is not None:
-                weight_writes.append((i, n))
+                weight_writes.append(Ref(i, n))
             elif b.id in returned and s.shape:
-                once.setdefault(("output", b.id), []).append((True, i, n))
-    out: list[Compulsory] = []
-    for key, refs in once.items():
+                once.setdefault(("output", b.id), []).append(Move(True, i, n))
+    out: list[CompulsoryTensor] = []
+    for key, moves in once.items():
         b = named.get(key)
         whole = None if b is None or b.id is None else where.get(b.id)
-        out.append((None if b is None else b.param, tuple(refs), whole))
+        out.append(CompulsoryTensor(None if b is None else b.param, tuple(moves), whole))
     return tuple(out), tuple(weight_writes)
 
 
-def _eager(calls: Sequence[OpCall], timed: Sequence[bool]) -> list[Group]:
+def _eager(calls: Sequence[OpCall], timed: Sequence[bool]) -> list[_Forming]:
     """One kernel per call that moves bytes or computes (views launch nothing)."""
-    out: list[Group] = []
+    out: list[_Forming] = []
     for i, call in enumerate(calls):
         if timed[i]:
             kind = "attention" if call.kind in ATTENTION_KINDS else "other"
-            out.append((call.scope[-1], kind, [i]))
+            out.append(_Forming(call.scope[-1], kind, [i]))
     return out
 
 
@@ -204,9 +251,9 @@ def _group(
     root: Callable[[TensorSpec | None], int | None],
     moe_blocks: Sequence[str],
     chains: Sequence[str] = (),
-) -> list[Group]:
-    """The fused kernels (:mod:`.kernels`' docstring): (name, kind, call indices) in launch order."""
-    groups: list[Group] = []
+) -> list[_Forming]:
+    """The fused kernels (:mod:`.kernels`' docstring), in launch order."""
+    groups: list[_Forming] = []
     pending: list[int] = []
     by_input: dict[int, int] = {}  # activation read -> the GEMM kernel reading it
     by_expert: dict[tuple[str, str, tuple[int, ...]], int] = {}  # an experts' projection -> its grouped GEMM
@@ -219,7 +266,7 @@ def _group(
             pending.append(i)
             continue
         if call.kind in ATTENTION_KINDS:
-            groups.append((call.scope[-1], "attention", [*pending, i]))
+            groups.append(_Forming(call.scope[-1], "attention", [*pending, i]))
             pending, last = [], len(groups) - 1
             continue
         tensors = list(flat_tensors(call.inputs))
@@ -230,21 +277,21 @@ def _group(
         target = by_input.get(source) if source is not None else None
         chain = call.scope[-1] if weight is None and call.scope[-1] in chains else None
         if chain is not None and chain in chained:  # the calls since the chain's last product run inside it
-            groups[chained[chain]][2].extend([*pending, i])
+            groups[chained[chain]].calls.extend([*pending, i])
             pending, last = [], chained[chain]
             continue
         if target is None and expert_key is not None:
             target = by_expert.get(expert_key)
         if target is not None:
             if pending:  # the calls since the last kernel run as its epilogue
-                groups[last][2].extend(pending)
+                groups[last].calls.extend(pending)
                 pending = []
-            groups[target][2].append(i)
+            groups[target].calls.append(i)
             last = target
-            if groups[target][1] == "gemm" and expert_key is not None:
-                groups[target] = (groups[target][0], "grouped_gemm", groups[target][2])
+            if groups[target].kind == "gemm" and expert_key is not None:
+                groups[target].kind = "grouped_gemm"
             continue
-        groups.append((call.scope[-1], "gemm", [*pending, i]))
+        groups.append(_Forming(call.scope[-1], "gemm", [*pending, i]))
         pending, last = [], len(groups) - 1
         if chain is not None:
             chained[chain] = last
@@ -254,11 +301,11 @@ def _group(
             by_expert[expert_key] = last
     if pending:
         if groups:
-            groups[last if last >= 0 else -1][2].extend(pending)
+            groups[last if last >= 0 else -1].calls.extend(pending)
         else:
-            groups.append((calls[pending[0]].scope[-1], "other", pending))
-    for _, _, members in groups:
-        members.sort()
+            groups.append(_Forming(calls[pending[0]].scope[-1], "other", pending))
+    for group in groups:
+        group.calls.sort()
     return groups
 
 

@@ -30,15 +30,9 @@ class KVGeometry:
         return 2 * self.layers * self.kv_heads * self.head_dim * tokens * batch
 
 
-def text_config(config: Any) -> Any:
-    """The decoder's config (a multimodal config holds it inside)."""
-    get = getattr(config, "get_text_config", None)
-    return get(decoder=True) if callable(get) else config
-
-
-def kv_geometry(config: Any) -> KVGeometry:
-    """The KV cache's shape per token, from the config's attention hyperparameters."""
-    c = text_config(config)
+def kv_geometry(c: Any) -> KVGeometry:
+    """The KV cache's shape per token, from the decoder's config's (:func:`.composite.text_config`)
+    attention hyperparameters."""
     heads = getattr(c, "num_attention_heads", None)
     layers = getattr(c, "num_hidden_layers", None)
     hidden = getattr(c, "hidden_size", None)

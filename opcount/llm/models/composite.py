@@ -1,6 +1,7 @@
-"""A multimodal config whose wrapper cannot be built without an optional package (Gemma 3n's
-vision tower is a timm model, and timm is not a dependency): its text decoder is built instead, and
-a note says so. A text-only phase runs the decoder alone either way; what changes is the weights
+"""A multimodal config and its text decoder: the decoder's config, read in one place
+(:func:`text_config`), and a wrapper that cannot be built without an optional package (Gemma 3n's
+vision tower is a timm model, and timm is not a dependency), whose text decoder is built instead with
+a note saying so. A text-only phase runs the decoder alone either way; what changes is the weights
 held, the other modalities' towers being left out."""
 
 from __future__ import annotations
@@ -10,6 +11,13 @@ import re
 from typing import Any
 
 logger = logging.getLogger("opcount.llm")
+
+
+def text_config(config: Any) -> Any:
+    """The decoder's config: transformers' ``get_text_config(decoder=True)`` of a multimodal config,
+    ``config`` itself for a text model's (or for anything without that method)."""
+    get = getattr(config, "get_text_config", None)
+    return get(decoder=True) if callable(get) else config
 
 
 def missing_package(error: BaseException) -> ImportError | None:
@@ -29,8 +37,7 @@ def text_decoder_instead(config: Any, error: BaseException) -> Any | None:
     from ...transformers_internals import MODEL_FOR_CAUSAL_LM_MAPPING
 
     missing = missing_package(error)
-    get = getattr(config, "get_text_config", None)
-    text = get(decoder=True) if callable(get) else config
+    text = text_config(config)
     if missing is None or text is config or type(text) not in MODEL_FOR_CAUSAL_LM_MAPPING:
         return None
     named = re.search(r"requires the (\S+) library", str(missing))  # transformers' requires_backends

@@ -87,7 +87,7 @@ def module_budget(label: str) -> Iterator[None]:
         handle.remove()
 
 
-def check_phase(batch: int, positions: int, cache_elements: int) -> None:
+def check_sizes(batch: int, positions: int, cache_elements: int) -> None:
     """A phase's sizes: ``batch`` sequences of ``positions`` positions each (prompt, cache and
     generated tokens), and the elements of one layer's KV cache tensor."""
     if batch > MAX_BATCH:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ...errors import OpcountValueError
 from ...messages import first_line
+from .composite import text_config
 
 CONFIG_FILE = "config.json"
 
@@ -76,8 +77,7 @@ def causal_decoder(config: Any) -> Any:
     """``config`` if transformers builds a causal LM for it, else the text decoder it wraps."""
     from ...transformers_internals import MODEL_FOR_CAUSAL_LM_MAPPING
 
-    get_text = getattr(config, "get_text_config", None)
-    text = get_text(decoder=True) if callable(get_text) else config
+    text = text_config(config)
     if text is not config and type(text) in MODEL_FOR_CAUSAL_LM_MAPPING:
         return text
     if type(config) in MODEL_FOR_CAUSAL_LM_MAPPING:

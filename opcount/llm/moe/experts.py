@@ -1,5 +1,6 @@
-"""Mixture-of-experts blocks found in a causal LM, routed by expectation while it is traced, and the
-parameters one token touches.
+"""Mixture-of-experts blocks found in a causal LM, each with its top-k (read once, whatever the config
+calls it), and routed by expectation while it is traced; the parameters one token touches follow from
+them (:attr:`.routing.Experts.inactive`).
 
 Routing real weights is data-dependent (``nonzero``, ``where``, a sort and histogram before a
 grouped GEMM), which meta tensors cannot follow, and random weights route at random. Expected
@@ -32,13 +33,15 @@ from __future__ import annotations
 import contextlib
 import re
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 from ...errors import OpcountError
+from ..models.composite import text_config
+from ..patching import patched
 from . import jetmoe, zero_experts
 from .routing import Experts as Experts
 from .routing import expert_loads
@@ -97,16 +100,25 @@ def _is_expert_list(module: nn.Module) -> bool:
     )
 
 
+def config_top_k(text: Any) -> int | None:
+    """Experts per token as the decoder's config names them (the first of :data:`TOP_K_FIELDS` it
+    has), None where it names none."""
+    for field in TOP_K_FIELDS:
+        value = getattr(text, field, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
 def _top_k(block: nn.Module, config: Any, where: str) -> int:
     """Experts per token: the block's or its router's ``top_k``, else the config's field."""
     for module in (block, *block.children()):
         value = getattr(module, "top_k", None)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-    for field in TOP_K_FIELDS:
-        value = getattr(config, field, None)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+    from_config = config_top_k(config)
+    if from_config is not None:
+        return from_config
     raise OpcountError(f"{where}: no top_k on the block, its router or the config: opcount cannot route it")
 
 
@@ -121,8 +133,10 @@ def _parent(name: str) -> str:
 
 
 def find_experts(model: nn.Module, config: Any = None) -> list[Experts]:
-    """Every set of routed experts in ``model``; an expert-like module no rule covers is an error naming it."""
-    config = config if config is not None else getattr(model, "config", None)
+    """Every set of routed experts in ``model``, each with its ``top_k``; an expert-like module no rule
+    covers is an error naming it. ``config``: the model's (its own ``config`` when not given), whose
+    decoder's config (:func:`.composite.text_config`) gives a top-k no block or router holds."""
+    config = text_config(config if config is not None else getattr(model, "config", None))
     modules = dict(model.named_modules())
     found: list[Experts] = []
     covered: set[str] = set()
@@ -160,9 +174,9 @@ def find_experts(model: nn.Module, config: Any = None) -> list[Experts]:
                 f"{name} ({type(module).__name__}) looks like a mixture-of-experts block that opcount does not "
                 "recognise: its cost on meta tensors would not be the experts' routed work"
             )
-    if not found and _expert_count(config) > 1 and _sparse_layers_built(config):
+    if not found and expert_count(config) > 1 and _sparse_layers_built(config):
         raise OpcountError(
-            f"{type(model).__name__}: its config has {_expert_count(config)} experts but opcount recognises no "
+            f"{type(model).__name__}: its config has {expert_count(config)} experts but opcount recognises no "
             "mixture-of-experts block in it"
         )
     return found
@@ -181,11 +195,10 @@ def _looks_like_experts(name: str, module: nn.Module) -> bool:
     )
 
 
-def _sparse_layers_built(config: Any) -> bool:
-    """Whether the config puts experts in one of the layers built, by the layer selectors transformers'
-    MoE families use (dense first layers, a per-layer kind, a sparse step); without one, every layer."""
-    get = getattr(config, "get_text_config", None)
-    text = get(decoder=True) if callable(get) else config
+def _sparse_layers_built(text: Any) -> bool:
+    """Whether the decoder's config puts experts in one of the layers built, by the layer selectors
+    transformers' MoE families use (dense first layers, a per-layer kind, a sparse step); without one,
+    every layer."""
     layers = getattr(text, "num_hidden_layers", None)
     if not isinstance(layers, int):
         return True
@@ -204,22 +217,16 @@ def _sparse_layers_built(config: Any) -> bool:
     return True
 
 
-def _expert_count(config: Any) -> int:
-    if config is None:
+def expert_count(text: Any) -> int:
+    """The routed experts the decoder's config names, by any of :data:`EXPERT_FIELDS`."""
+    if text is None:
         return 0
-    get = getattr(config, "get_text_config", None)
-    text = get(decoder=True) if callable(get) else config
     if getattr(text, "is_moe", True) is False:  # Doge keeps an expert count it does not use unless is_moe
         return 0
     values = [getattr(text, f, None) for f in EXPERT_FIELDS]
     ffn = getattr(text, "ffn_config", None)  # Dbrx keeps them in a sub-config
     values.append(getattr(ffn, "moe_num_experts", None))
     return max((v for v in values if isinstance(v, int) and not isinstance(v, bool)), default=0)
-
-
-def active_parameters(model: nn.Module, total: int, config: Any = None) -> int:
-    """Parameters one token touches: ``total`` less, in each MoE block, the experts it is not routed to."""
-    return total - sum(e.inactive for e in find_experts(model, config))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -372,46 +379,46 @@ def _list_forward(block: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch
 
 
 @contextlib.contextmanager
-def expected_routing(model: nn.Module) -> Iterator[list[str]]:
+def expected_routing(model: nn.Module, experts: Sequence[Experts] | None = None) -> Iterator[list[str]]:
     """Every mixture-of-experts block of ``model`` routes by expectation for the block; yields
-    their module names. An expert-like module no rule covers is an error naming it."""
+    their module names. ``experts``: the blocks :func:`find_experts` found (found here when not
+    given); an expert-like module no rule covers is then an error naming it."""
     modules = dict(model.named_modules())
-    patched: list[nn.Module] = []
+    found = find_experts(model) if experts is None else experts
+    forwards: list[tuple[object, str, Any]] = []  # the modules whose forward routes by expectation
     sliced: list[nn.Module] = []
-    with contextlib.ExitStack() as families:
-        try:
-            everything, routed, own = find_experts(model), [], set[str]()
-            for family in _FAMILIES:
-                theirs = family.find(modules, getattr(model, "config", None))[0]
-                routed += families.enter_context(family.routed(model, theirs))
-                own.update(e.name for e in theirs)
-            for found in everything:
-                if found.name in own:
-                    continue
-                experts, block = modules[found.name], modules[found.block]
-                if _is_llama4(block):
-                    experts.forward = types.MethodType(_llama4_experts(found.top_k), experts)
-                    patched.append(experts)
-                    target, forward = block, types.MethodType(_llama4_forward, block)
-                elif _is_expert_list(block):
-                    target, forward = block, types.MethodType(_list_forward, block)
-                elif _is_dbrx(experts):
-                    target, forward = experts, types.MethodType(_dbrx_forward(found.name, found.top_k), experts)
-                else:
-                    target, forward = experts, types.MethodType(_fused_forward(found.name, found.top_k), experts)
-                if not _is_expert_list(block):
-                    _add_slices(experts)
-                    sliced.append(experts)
-                target.forward = forward
-                patched.append(target)
-            names = {id(m): n for n, m in modules.items()}
-            # the block's name: the experts' parent where the experts themselves were patched
-            blocks = [_parent(names[id(m)]) if any(m is s for s in sliced) else names[id(m)] for m in patched]
-            yield list(dict.fromkeys(routed + blocks))
-        finally:
-            for target in patched:
-                target.__dict__.pop("forward", None)
-            for experts in sliced:
-                holder = getattr(experts, "mlp") if _is_dbrx(experts) else experts  # noqa: B009
-                for n in _slice_names(holder):
-                    del holder._buffers[n]
+    blocks: list[str] = []
+    for e in found:
+        if e.family:
+            continue
+        experts_module, block = modules[e.name], modules[e.block]
+        if _is_llama4(block):
+            forwards.append((experts_module, "forward", types.MethodType(_llama4_experts(e.top_k), experts_module)))
+            forwards.append((block, "forward", types.MethodType(_llama4_forward, block)))
+        elif _is_expert_list(block):
+            forwards.append((block, "forward", types.MethodType(_list_forward, block)))
+        elif _is_dbrx(experts_module):
+            forward = _dbrx_forward(e.name, e.top_k)
+            forwards.append((experts_module, "forward", types.MethodType(forward, experts_module)))
+        else:
+            forward = _fused_forward(e.name, e.top_k)
+            forwards.append((experts_module, "forward", types.MethodType(forward, experts_module)))
+        if not _is_expert_list(block):
+            sliced.append(experts_module)
+        blocks.append(e.block)
+    with contextlib.ExitStack() as stack:
+        routed: list[str] = []
+        for family in _FAMILIES:
+            routed += stack.enter_context(family.routed(model, [e for e in found if e.family == family.FAMILY]))
+        stack.enter_context(patched(forwards))
+        stack.callback(_remove_slices, sliced)
+        for experts_module in sliced:
+            _add_slices(experts_module)
+        yield list(dict.fromkeys(routed + blocks))
+
+
+def _remove_slices(modules: Sequence[nn.Module]) -> None:
+    for experts in modules:
+        holder = getattr(experts, "mlp") if _is_dbrx(experts) else experts  # noqa: B009
+        for n in _slice_names(holder):
+            del holder._buffers[n]

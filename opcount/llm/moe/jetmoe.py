@@ -28,8 +28,10 @@ from torch import nn
 from ...errors import OpcountError
 from ...transformers_internals import attention_implementation
 from ..attention.serving import ATTENTION
+from ..patching import patched
 from .routing import Experts, add_slices, expert_loads, remove_slices
 
+FAMILY = "jetmoe"  # the Experts.family of the blocks this module recognises and routes
 _MOE, _MOA = "JetMoeMoE", "JetMoeMoA"
 
 
@@ -69,7 +71,7 @@ def _record(name: str, block: str, module: Any) -> Experts:
             f"{name}: {inp.shape[0]} input experts, {out.shape[0]} output, router over a different count"
         )
     per_expert = inp[0].numel() + out[0].numel()
-    return Experts(name, block, int(inp.shape[0]), int(module.router.top_k), per_expert)
+    return Experts(name, block, int(inp.shape[0]), int(module.router.top_k), per_expert, family=FAMILY)
 
 
 def find(modules: dict[str, nn.Module], config: Any) -> tuple[list[Experts], set[str]]:
@@ -170,20 +172,19 @@ def _attention_forward(
 def routed(model: nn.Module, found: list[Experts]) -> Iterator[list[str]]:
     """JetMoE's blocks in ``found`` route by expectation for the block; yields their names."""
     modules = dict(model.named_modules())
-    patched: list[nn.Module] = []
-    stacks: list[nn.Module] = []
+    forwards: list[tuple[object, str, Any]] = []
+    for e in found:
+        block, experts = modules[e.block], modules[e.name]
+        forward = _attention_forward if block is not experts else _moe_forward
+        forwards.append((block, "forward", types.MethodType(forward, block)))
+    stacks = [stack for e in found for stack in (modules[e.name].input_linear, modules[e.name].output_linear)]
     try:
-        for e in found:
-            block, experts = modules[e.block], modules[e.name]
-            forward = _attention_forward if block is not experts else _moe_forward
-            block.forward = types.MethodType(forward, block)
-            patched.append(block)
-            for stack in (experts.input_linear, experts.output_linear):
-                add_slices(stack, "weight", e.count)
-                stacks.append(stack)
-        yield [e.block for e in found]
+        with patched(forwards):
+            for e in found:
+                experts = modules[e.name]
+                for stack in (experts.input_linear, experts.output_linear):
+                    add_slices(stack, "weight", e.count)
+            yield [e.block for e in found]
     finally:
-        for module in patched:
-            module.__dict__.pop("forward", None)
         for stack in stacks:
             remove_slices(stack)

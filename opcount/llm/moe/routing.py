@@ -1,4 +1,4 @@
-"""Expected routing's arithmetic, shared by every mixture-of-experts family (:mod:`.moe`,
+"""Expected routing's arithmetic, shared by every mixture-of-experts family (:mod:`.experts`,
 :mod:`.jetmoe`, :mod:`.zero_experts`): the tokens each expert receives when every token's ``top_k``
 routes are spread evenly, the record of one recognised set of routed experts, and an expert's slice
 of a stacked weight named so that it is priced as the weight it is."""
@@ -24,7 +24,9 @@ class Experts:
     parameters each, ``top_k`` of them per token, and the block that routes to them. ``identity``
     more slots the router may pick run no computation (LongCat-Flash's zero-computation experts):
     a token's ``top_k`` picks then reach ``top_k x count / (count + identity)`` real experts on
-    average, rounded down (:func:`real_routes`)."""
+    average, rounded down (:func:`real_routes`). ``family``: the module that recognised and routes
+    them, ``""`` for :mod:`.experts`' own layouts, else a family's ``FAMILY`` (:mod:`.jetmoe`,
+    :mod:`.zero_experts`)."""
 
     name: str
     block: str
@@ -32,6 +34,7 @@ class Experts:
     top_k: int
     per_expert: int
     identity: int = 0
+    family: str = ""
 
     @property
     def inactive(self) -> int:

@@ -27,7 +27,10 @@ import torch
 from torch import nn
 
 from ...errors import OpcountError
+from ..patching import patched
 from .routing import Experts, add_slices, expert_loads, real_routes, remove_slices
+
+FAMILY = "zero_experts"  # the Experts.family of the blocks this module recognises and routes
 
 
 def _counts(module: nn.Module) -> tuple[int, int] | None:
@@ -74,7 +77,7 @@ def find(modules: dict[str, nn.Module], config: Any) -> tuple[list[Experts], set
                 "that run (transformers' stack for the identity slots too): build it with opcount "
                 "(CausalLM(config)), which keeps the ones that run"
             )
-        found.append(Experts(name, block, real, top_k, gate_up[0].numel() + down[0].numel(), zero))
+        found.append(Experts(name, block, real, top_k, gate_up[0].numel() + down[0].numel(), zero, FAMILY))
     blocks = tuple(e.block + "." for e in found)
     return found, {n for n in modules if (n + ".").startswith(blocks)}
 
@@ -105,16 +108,13 @@ def _forward(found: Experts) -> Any:
 def routed(model: nn.Module, found: list[Experts]) -> Iterator[list[str]]:
     """The blocks in ``found`` route by expectation for the block; yields their names."""
     modules = dict(model.named_modules())
-    patched: list[nn.Module] = []
+    held = [modules[e.name] for e in found]
     try:
-        for e in found:
-            experts = modules[e.name]
-            for name in ("gate_up_proj", "down_proj"):
-                add_slices(experts, name, e.count)
-            experts.forward = types.MethodType(_forward(e), experts)
-            patched.append(experts)
-        yield [e.block for e in found]
+        with patched((modules[e.name], "forward", types.MethodType(_forward(e), modules[e.name])) for e in found):
+            for e, experts in zip(found, held, strict=True):
+                for name in ("gate_up_proj", "down_proj"):
+                    add_slices(experts, name, e.count)
+            yield [e.block for e in found]
     finally:
-        for experts in patched:
-            experts.__dict__.pop("forward", None)
+        for experts in held:
             remove_slices(experts)

@@ -41,7 +41,16 @@ from .assignments import WeightPlan, WeightSpec, quantizable
 from .formats import ALIASES, BITS, FORMATS, GROUP_SIZE, PLAIN, stacked_bytes
 from .kept_float32 import kept_in_float32
 
-__all__ = ["GROUP_SIZE", "Precision", "footprint_weights", "pricing_for", "weight_bytes", "weight_formats"]
+__all__ = [
+    "GROUP_SIZE",
+    "Precision",
+    "WeightTable",
+    "footprint_weights",
+    "pricing_for",
+    "weight_bytes",
+    "weight_formats",
+    "weight_table",
+]
 
 WEIGHT_DTYPES = FORMATS
 ACT_DTYPES = ("float32", "bfloat16", "float16", "float8_e4m3fn", "int8", *SCALED_FP4)
@@ -175,22 +184,45 @@ class Pricing:
 _FLOATING = frozenset({"float32", "float16", "bfloat16", "float64", "float8_e4m3fn", "float8_e5m2"})
 
 
+@dataclass(frozen=True, kw_only=True)
+class WeightTable:
+    """A model's weights under a precision, worked out once: each parameter's bytes as stored
+    (``bytes``, shared ones once: a quantized weight in its format with its scales, one transformers
+    keeps in float32 in float32, any other in its stored dtype), and the bytes per element of every
+    traced tensor (``pricing``, the roofline's ``itemsize``)."""
+
+    bytes: Mapping[str, int]
+    pricing: Pricing
+
+    @property
+    def total(self) -> int:
+        """Bytes of every parameter: the memory footprint's weights."""
+        return sum(self.bytes.values())
+
+
+def weight_table(model: nn.Module, precision: Precision) -> WeightTable:
+    """``model``'s :class:`WeightTable` under ``precision``."""
+    formats = weight_formats(model, precision)
+    wide = float32_weights(model, precision)
+    table: dict[str, int] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, p in model.named_parameters():
+        shapes[name] = tuple(p.shape)
+        if name in formats:
+            table[name] = formats[name][1]
+        elif name in wide and p.is_floating_point():
+            table[name] = p.numel() * 4
+        else:
+            table[name] = p.numel() * int(DTYPE_BYTES[precision.stored if p.is_floating_point() else str(p.dtype)[6:]])
+    return WeightTable(bytes=table, pricing=Pricing(precision, formats, shapes, wide))
+
+
 def pricing_for(model: nn.Module, precision: Precision) -> Callable[[TensorSpec], float | None]:
-    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
-    return Pricing(precision, weight_formats(model, precision), shapes, float32_weights(model, precision))
+    """Bytes per element of each traced tensor of ``model`` (:attr:`WeightTable.pricing`)."""
+    return weight_table(model, precision).pricing
 
 
 def footprint_weights(model: nn.Module, precision: Precision) -> int:
     """Bytes of every parameter (shared ones once) stored per role, those transformers keeps in
-    float32 in float32 (:mod:`.kept_float32`)."""
-    formats = weight_formats(model, precision)
-    wide = float32_weights(model, precision)
-    total = 0
-    for name, p in model.named_parameters():
-        if name in formats:
-            total += formats[name][1]
-        elif name in wide and p.is_floating_point():
-            total += p.numel() * 4
-        else:
-            total += p.numel() * int(DTYPE_BYTES[precision.stored if p.is_floating_point() else str(p.dtype)[6:]])
-    return total
+    float32 in float32 (:mod:`.kept_float32`): :attr:`WeightTable.total`."""
+    return weight_table(model, precision).total

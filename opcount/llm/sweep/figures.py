@@ -8,12 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...hardware.lookup import Hardware
+from ..generation import GenerationCost
 from ..kernels.estimate import KernelPlan, PlanFigures
-from ..phases import GenerationCost, GenerationFigures, Memory, PhaseCost
+from ..phases import GenerationFigures, Memory, PhaseCost
 from ..precision.dtypes import Precision
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PhasePoint(PlanFigures):
     """The figures of one phase at one point: ``traced`` when they come from the point's own analyzed
     trace (``cost``), else from the records rebuilt by a fit."""
@@ -44,14 +45,15 @@ class PhasePoint(PlanFigures):
         """The figures of a traced phase."""
         hw = None if cost.roofline is None else cost.roofline.hardware
         return cls(
-            cost.phase, cost.batch, cost.seq_len, cost.kv_len, cost.precision, cost.flops.total(),
-            cost.flops.flops_per_mac, cost.memory, hw, True, cost.plan, cost,
+            phase=cost.phase, batch=cost.batch, seq_len=cost.seq_len, kv_len=cost.kv_len, precision=cost.precision,
+            flops=cost.flops.total(), flops_per_mac=cost.flops.flops_per_mac, memory=cost.memory, hardware=hw,
+            traced=True, plan=cost.plan, cost=cost,
         )  # fmt: skip
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GenerationPoint(GenerationFigures):
-    """A generation's figures (see :class:`~opcount.llm.phases.GenerationCost`) from its phases' points."""
+    """A generation's figures (see :class:`~opcount.llm.generation.GenerationCost`) from its phases' points."""
 
     prefill: PhasePoint
     first_step: PhasePoint | None
@@ -68,8 +70,11 @@ class GenerationPoint(GenerationFigures):
         first, last, fullest = (
             None if s is None else PhasePoint.of(s) for s in (gen.first_step, gen.last_step, gen.fullest_step)
         )
-        prefill, flops = PhasePoint.of(gen.prefill), gen.decode_flops
-        return cls(prefill, first, last, gen.gen_len, flops, gen.decode_time, fullest, gen.decode_time_bound)
+        return cls(
+            prefill=PhasePoint.of(gen.prefill), first_step=first, last_step=last, gen_len=gen.gen_len,
+            decode_flops=gen.decode_flops, decode_time=gen.decode_time, fullest_step=fullest,
+            decode_time_bound=gen.decode_time_bound,
+        )  # fmt: skip
 
     @property
     def flops(self) -> float:

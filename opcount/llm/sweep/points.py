@@ -8,7 +8,7 @@ all points together: the layers of a decoder repeat one another's, most records 
 batch alone). Its two
 times, the kernels' estimate and the speed of light, come from the same distinct records priced as
 a traced phase prices its calls, summed into kernels grouped once per region
-(:mod:`.sweep_prices`).
+(:mod:`.prices`).
 The other traces of a fit keep their records only (nothing rolled up per module); the first point
 of each region is analyzed in full and its figures must equal the fitted ones. Where a fit is
 refused, the region's points are traced one by one and the reason is logged.
@@ -18,26 +18,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from ..._runtime import gc_paused
 from ...analysis import FlopCountAnalysis
-from ...errors import OpcountValueError
 from ...handles.memory import Traffic
 from ...hardware.lookup import Hardware
-from ...hardware.lookup import hardware as lookup_hardware
 from ...ir import OpCall, Spec, TensorSpec
 from ...memory import MemoryTrafficAnalysis
 from ...tracing import Trace
 from ..cache.names import CACHE_NAMES
 from ..cache.plan import CHUNKED, SLIDING
-from ..kernels.estimate import MODES
-from ..models.build import text_config
-from ..moe.experts import find_experts
-from ..phases import CausalLM, Memory, PhaseCost, decode_times
+from ..causal_lm import CausalLM
+from ..generation import decode_times
+from ..moe.experts import config_top_k, expert_count
+from ..phases import Memory, PhaseCost, PhaseRequest, resolved
 from .figures import GenerationPoint, PhasePoint
 from .prices import region_plans
 from .symbolic import (
@@ -61,33 +59,23 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class _Run:
+    """A sweep of ``request`` (its phase, hardware, FLOP convention and kernels) over ``llm``'s points."""
+
     llm: CausalLM
-    phase: str
-    hardware: Hardware | None
-    flops_per_mac: int
-    preset: str
-    kernels: str
+    request: PhaseRequest
 
     def trace(self, point: Point) -> PhaseCost:
         """The phase at ``point``, traced and analyzed."""
-        batch, tokens, cache = point
-        return self.llm.phase(
-            self.phase, seq_len=tokens, kv_len=cache, batch=batch, hardware=self.hardware,
-            flops_per_mac=self.flops_per_mac, preset=self.preset, kernels=self.kernels,
-        )  # fmt: skip
+        return self.llm.cost(self.request.at(*point))
 
     def records(self, point: Point) -> Trace:
         """The phase's records at ``point``, nothing rolled up (what a fit needs)."""
-        batch, tokens, cache = point
-        return self.llm.records(
-            self.phase, seq_len=tokens, kv_len=cache, batch=batch, flops_per_mac=self.flops_per_mac,
-            preset=self.preset,
-        ).trace()  # fmt: skip
+        return self.llm.records(self.request.at(*point)).trace()
 
 
 def structure_of(llm: CausalLM) -> Structure:
     """The windows, chunks and expert blocks that cut ``llm``'s points into regions (:func:`.symbolic.region`)."""
-    config = text_config(llm.config)
+    config = llm.config
     kinds = llm.caches.windows().values()
     windows = {w for kind, w in kinds if kind == SLIDING}
     chunks = {w for kind, w in kinds if kind == CHUNKED}
@@ -97,13 +85,11 @@ def structure_of(llm: CausalLM) -> Structure:
         w = getattr(config, key, None)
         if isinstance(w, int) and not isinstance(w, bool) and w > 0:
             (chunks if key == "attention_chunk_size" else windows).add(w)
-    experts = {e.regions for e in find_experts(llm.model, llm.config)}
-    # and from the config, whatever module runs the experts: the loads are integer-divided all the same
-    top_k = getattr(config, "num_experts_per_tok", None)
-    for key in ("num_local_experts", "num_experts", "n_routed_experts"):
-        count = getattr(config, key, None)
-        if isinstance(top_k, int) and isinstance(count, int) and count > 0 and top_k > 0:
-            experts.add((top_k, count))
+    experts = {e.regions for e in llm.experts}
+    # and as the config names them, whatever module runs the experts: the loads are integer-divided all the same
+    top_k, count = config_top_k(config), expert_count(config)
+    if top_k is not None and top_k > 0 and count > 0:
+        experts.add((top_k, count))
     return Structure(tuple(sorted(windows)), tuple(sorted(experts)), tuple(sorted(chunks)))
 
 
@@ -119,12 +105,18 @@ def phase_points(
 ) -> list[PhasePoint]:
     """The figures of ``phase`` at each ``(batch, seq_len, kv_len)`` point: equal to
     ``PhasePoint.of(llm.phase(...))`` at each, from a few traces per region."""
-    if kernels not in MODES:
-        raise OpcountValueError(f"unknown kernels {kernels!r}; choose {' or '.join(MODES)}")
-    for batch, tokens, cache in points:
-        llm.validate(phase, seq_len=tokens, kv_len=cache, batch=batch)
-    hw = lookup_hardware(hardware) if hardware is not None else None
-    run = _Run(llm, phase, hw, flops_per_mac, preset, kernels)
+    request = PhaseRequest(
+        phase=phase, hardware=resolved(hardware), flops_per_mac=flops_per_mac, preset=preset, kernels=kernels
+    )
+    return points_of(llm, request, points)
+
+
+def points_of(llm: CausalLM, request: PhaseRequest, points: Sequence[Point]) -> list[PhasePoint]:
+    """:func:`phase_points` asked as one request: its phase, hardware, FLOP convention and kernels at
+    each point (its own batch and lengths are not read)."""
+    for point in points:
+        llm.check_phase(request.at(*point))
+    run = _Run(llm, request)
     structure = structure_of(llm)
     groups: dict[Any, list[Point]] = {}
     for p in dict.fromkeys(points):
@@ -150,7 +142,7 @@ def _region(run: _Run, points: list[Point]) -> dict[Point, PhasePoint]:
         if fitted is not None:
             return _evaluate(run, fitted[0], points, first, fitted[1])
     except FitError as e:
-        logger.info("%s: tracing each of %d points instead of fitting them: %s", run.phase, len(points), e)
+        logger.info("%s: tracing each of %d points instead of fitting them: %s", run.request.phase, len(points), e)
     return {p: PhasePoint.of(first if p == points[0] else run.trace(p)) for p in points}
 
 
@@ -215,8 +207,8 @@ def _evaluate(
     run: _Run, template: Template, points: list[Point], first: PhaseCost, check: Trace
 ) -> dict[Point, PhasePoint]:
     """The figures at every point of a region; the first, traced in full, checks them."""
-    llm = run.llm
-    pricing = llm._pricing
+    llm, request = run.llm, run.request
+    pricing = llm.pricing
     index: dict[Any, int] = {}
     chains = set(llm.indexers)  # a DSA indexer's products are priced by their kept pairs: apart from others
     which = [
@@ -229,7 +221,7 @@ def _evaluate(
     counts = np.bincount(np.array(which), minlength=len(unique))
     calls, at = _distinct_calls(template, unique, points)
     trace = Trace(template.trace.tree, tuple(calls), template.trace.called, (), "dispatch", template.trace.mode)
-    flops = FlopCountAnalysis(trace, flops_per_mac=run.flops_per_mac, preset=run.preset)
+    flops = FlopCountAnalysis(trace, flops_per_mac=request.flops_per_mac, preset=request.preset)
     flops.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     per_call = [0 if v is None else sum(v.values()) for _, v in flops.per_call()]
     if any(type(x) is not int for x in per_call):
@@ -241,9 +233,9 @@ def _evaluate(
     traffic.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     moved = [t for _, t in traffic.traffic_per_call()]
     plans = None
-    if run.hardware is not None:
+    if request.hardware is not None:
         plans = region_plans(
-            template.trace, moved, check, trace, which, at, hardware=run.hardware, mode=run.kernels,
+            template.trace, moved, check, trace, which, at, hardware=request.hardware, mode=request.kernels,
             dtype=llm.precision.act, itemsize=pricing, moe_blocks=first.moe_blocks, chains=llm.indexers,
             named=CACHE_NAMES,
         )  # fmt: skip
@@ -252,10 +244,11 @@ def _evaluate(
     for k, p in enumerate(points):
         batch, tokens, cache = p
         by_type = llm.kv_bytes_by_type(cache, tokens, batch)
-        memory = Memory(llm._weights, sum(by_type.values()), activations[k], by_type)
+        memory = Memory(llm.weights.total, sum(by_type.values()), activations[k], by_type)
         out[p] = PhasePoint(
-            run.phase, batch, tokens, cache, llm.precision, totals[k], run.flops_per_mac, memory, run.hardware,
-            False, None if plans is None else plans[k],
+            phase=request.phase, batch=batch, seq_len=tokens, kv_len=cache, precision=llm.precision,
+            flops=totals[k], flops_per_mac=request.flops_per_mac, memory=memory, hardware=request.hardware,
+            traced=False, plan=None if plans is None else plans[k],
         )  # fmt: skip
     got, want = out[points[0]], PhasePoint.of(first)
     figures = [(x.flops, x.memory, x.time, x.time_bound, x.bound) for x in (got, want)]
@@ -307,7 +300,7 @@ def _activations(
         numel = np.ones(len(points), dtype=np.int64)
         for poly in known[1]:
             numel = numel * poly.over(grid)
-        size = llm._pricing(s)
+        size = llm.pricing(s)
         sizes[uid] = np.ceil(numel * (size if size is not None else s.itemsize)).astype(np.int64)
     ends: dict[int, list[int]] = {}
     for uid, i in last.items():
@@ -340,22 +333,33 @@ def generation_points(
     preset: str = "default",
     kernels: str = "fused",
 ) -> list[GenerationPoint]:
-    """:func:`~opcount.llm.phases.generation` at each ``(batch, prompt_len, gen_len)`` point: the
+    """:func:`~opcount.llm.generation.generation` at each ``(batch, prompt_len, gen_len)`` point: the
     prefills are one sweep of points, the first and last decode steps of each affine run another."""
+    request = PhaseRequest(hardware=resolved(hardware), flops_per_mac=flops_per_mac, preset=preset, kernels=kernels)
+    return generations_of(llm, request, points)
+
+
+def generations_of(
+    llm: CausalLM, request: PhaseRequest, points: Sequence[tuple[int, int, int]]
+) -> list[GenerationPoint]:
+    """:func:`generation_points` asked as one request: its hardware, FLOP convention and kernels at
+    each ``(batch, prompt_len, gen_len)`` point (its phase, batch and lengths are not read)."""
     for batch, prompt, gen in points:  # what generation() refuses, in its order, before any trace
-        llm.validate_generation(prompt, gen, batch=batch)
-    common: dict[str, Any] = {"hardware": hardware, "flops_per_mac": flops_per_mac, "preset": preset}
-    common["kernels"] = kernels
-    prefills = phase_points(llm, "prefill", [(b, prompt, 0) for b, prompt, _ in points], **common)
+        llm.check_generation(prompt, gen, batch=batch)
+    prefills = points_of(llm, replace(request, phase="prefill"), [(b, prompt, 0) for b, prompt, _ in points])
     # the runs of steps over which every cost is affine in the cache length (generation()'s): two steps a run
     runs = [llm.caches.affine_steps(prompt, gen) if gen else [] for _, prompt, gen in points]
     steps = sorted({(b, 1, prompt + j) for (b, prompt, _), rs in zip(points, runs, strict=True) for r in rs for j in r})
-    found = dict(zip(steps, phase_points(llm, "decode", steps, **common), strict=True))
-    zero = 0.0 if hardware is not None else None
+    found = dict(zip(steps, points_of(llm, replace(request, phase="decode"), steps), strict=True))
+    zero = 0.0 if request.hardware is not None else None
     out = []
     for (batch, prompt, gen), prefill, rs in zip(points, prefills, runs, strict=True):
         if gen == 0:
-            out.append(GenerationPoint(prefill, None, None, 0, 0.0, zero, None, zero))
+            empty = GenerationPoint(
+                prefill=prefill, first_step=None, last_step=None, gen_len=0, decode_flops=0.0, decode_time=zero,
+                fullest_step=None, decode_time_bound=zero,
+            )  # fmt: skip
+            out.append(empty)
             continue
         flops, time, bound = 0.0, zero, zero
         traced: list[PhasePoint] = []
@@ -371,5 +375,9 @@ def generation_points(
             if a == 0:
                 opening = first
         fullest = max(traced, key=lambda p: p.memory.kv_cache)
-        out.append(GenerationPoint(prefill, opening, traced[-1], gen, flops, time, fullest, bound))
+        whole = GenerationPoint(
+            prefill=prefill, first_step=opening, last_step=traced[-1], gen_len=gen, decode_flops=flops,
+            decode_time=time, fullest_step=fullest, decode_time_bound=bound,
+        )  # fmt: skip
+        out.append(whole)
     return out

@@ -1,7 +1,7 @@
 """The kernels of a fitted region (:mod:`.sweep`) priced at every point at once, by arithmetic.
 
 Which calls form which kernel, and which of their reads and writes cross a kernel's boundary, is
-a layout (:mod:`.kernel_groups`) that reads data flow and module scopes, not sizes: it is computed
+a layout (:mod:`opcount.llm.kernels.groups`) that reads data flow and module scopes, not sizes: it is computed
 once, from the region's template, and checked against the layout of the region's check trace. What
 changes with the point is each call's work and each access's bytes: they are computed once per
 distinct record (the layers of a decoder repeat one another's records, and most records depend on
@@ -107,7 +107,10 @@ def _gathered(
         writes.append(w)
         held.append(h)
     timed, tensor_s, tensor_eff_s, vector_s, bound_s = columns
-    return CallPrices(timed, tensor_s, tensor_eff_s, vector_s, bound_s, flops, passes, reads, writes, held)
+    return CallPrices(
+        timed=timed, tensor_s=tensor_s, tensor_eff_s=tensor_eff_s, vector_s=vector_s, bound_s=bound_s, flops=flops,
+        passes=passes, reads=reads, writes=writes, held=held,
+    )  # fmt: skip
 
 
 def _accesses(call: OpCall, t: Traffic | None) -> tuple[object, ...]:
