@@ -413,7 +413,7 @@ def summary(llm_label: str, point: Point, parameters: int, active: int | None = 
     )
     lines += time_lines(p, gen, point.deployment)  # the layout's under one
     if point.deployment is not None:
-        lines += deploy.summary_lines(point.deployment) + single_device_lines(p, gen)
+        lines += deploy.summary_lines(point.deployment) + single_device_lines(p, gen, point.deployment)
     return "\n".join(lines)
 
 

@@ -162,22 +162,32 @@ def time_lines(p: PhaseCost, gen: GenerationCost | None, deployment: Deployment 
     head = f"{p.roofline.hardware.name}, {p.kernels} kernels"
     if deployment is None or deployment.step_time is None:
         return _phase_lines(head, p, p.phase) if gen is None else _generation_lines(head, gen, p.bound, gen.last_step)
-    head = f"{head}, {deployment.parallel.label()}"
-    parts = (
-        f" ({seconds(deployment.compute_time)} kernels + {seconds(deployment.communication_time)} communication, "
-        "not overlapped)"
-    )
+    layout = deployment.parallel
+    if not _alone(deployment):
+        head = f"{head}, {layout.label()}"
+    parts = ""
+    if layout.tp * layout.pp * layout.ep > 1:  # a layout that communicates: its kernels and collectives apart
+        parts = (
+            f" ({seconds(deployment.compute_time)} kernels + {seconds(deployment.communication_time)} communication, "
+            "not overlapped)"
+        )
     if gen is None:
         return _phase_lines(head, deployment, p.phase, parts)
-    return _generation_lines(head, deployment, None, deployment if gen.gen_len else None, parts)
+    prompt_bound = p.bound if _alone(deployment) else None  # the prompt's own on one device
+    return _generation_lines(head, deployment, prompt_bound, deployment if gen.gen_len else None, parts)
 
 
-def single_device_lines(p: PhaseCost, gen: GenerationCost | None) -> list[str]:
-    """Under a layout, the traced device's own times, named so."""
-    if p.roofline is None:
+def single_device_lines(p: PhaseCost, gen: GenerationCost | None, deployment: Deployment) -> list[str]:
+    """Under a layout of several devices (or micro-batches), the traced device's own times, named so."""
+    if p.roofline is None or _alone(deployment):
         return []
     head = f"single device ({p.roofline.hardware.name}, {p.kernels} kernels)"
     return _phase_lines(head, p, p.phase) if gen is None else _generation_lines(head, gen, p.bound, gen.last_step)
+
+
+def _alone(deployment: Deployment) -> bool:
+    """A layout of one device running the batch whole: its times are the traced device's."""
+    return deployment.parallel.single and deployment.parallel.micro_batches == 1
 
 
 def _phase_lines(head: str, f: PhaseTimes, phase: str, parts: str = "") -> list[str]:
