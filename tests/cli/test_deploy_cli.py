@@ -8,6 +8,7 @@ the closed forms of tests/llm/test_deploy.py.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -177,3 +178,52 @@ def test_micro_batches_price_the_kernels_asked_for(capsys: pytest.CaptureFixture
         step = model.phase("decode", kv_len=7, batch=2, hardware="h100-sxm", kernels=kernels)
         assert compute[kernels] == pytest.approx(model.deploy(step, Parallel(pp=2, micro_batches=2)).compute_time)
     assert compute["eager"] > compute["fused"]  # one kernel per operator: more launches and more bytes
+
+
+def test_a_layout_sweep_is_plotted_as_the_layouts_run_it(tmp_path: Path) -> None:
+    """The plot's time is each row's layout's (the table's ``time``), its memory a device's."""
+    pytest.importorskip("matplotlib")
+    from transformers import LlamaConfig
+
+    from opcount.cli.llm_rows import SweepPoint
+    from opcount.llm.deploy.layout import Parallel
+    from opcount.llm.phases import CausalLM
+    from opcount.llm.report import plot
+
+    geometry = {"hidden_size": D, "intermediate_size": F, "num_hidden_layers": N, "num_attention_heads": H}
+    model = CausalLM(LlamaConfig(**geometry, num_key_value_heads=G, vocab_size=V))
+    step = model.phase("decode", kv_len=7, batch=2, hardware="h100-sxm")
+    points = [
+        SweepPoint.of(
+            {"batch": 2, "seq_len": 1, "kv_len": 7, "tp": tp}, step, None, model.deploy(step, Parallel(tp=tp))
+        )
+        for tp in (1, 2)
+    ]
+    out = tmp_path / "tp.png"
+    assert plot.save_llm_chart(points, out, model="tiny", sweep=["tp"]) == [out]
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for point in points:
+        assert point.deployment is not None and point.deployment.time is not None
+        assert plot._time_of(point) == point.deployment.time
+        assert plot._memory_of(point) == point.deployment.per_device.total
+    assert plot._time_of(points[0]) != plot._time_of(points[1])
+
+
+@pytest.mark.slow
+def test_llama_3_70b_on_four_devices_is_the_layouts_time(capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue's check: ``llm.time`` of Llama-3-70B decoding on ``--tp 4`` is the 4-device step (less
+    than half the one-device figure, which ``single_device`` keeps), and with ``--micro-batches 2 --pp 2``
+    the kernels asked for are the ones priced."""
+    argv = ["llm:llama-3-70b", "--phase", "decode", "--kv-len", "2048", "--batch", "8", "--tp", "4"]
+    argv += ["--hardware", "h100-sxm", "--format", "json"]
+    status, out, err = run(capsys, *argv)
+    assert status == 0, err
+    llm = json.loads(out)["llm"]
+    assert llm["time"] < llm["single_device"]["time"] / 2
+    assert llm["tokens_per_s"] > 2 * llm["single_device"]["tokens_per_s"]
+    compute = {}
+    for kernels in ("eager", "fused"):
+        status, out, err = run(capsys, *argv, "--micro-batches", "2", "--pp", "2", "--kernels", kernels)
+        assert status == 0, err
+        compute[kernels] = json.loads(out)["llm"]["compute"]["time"]
+    assert compute["eager"] > compute["fused"]
