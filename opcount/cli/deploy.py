@@ -6,7 +6,6 @@ and the lines and JSON fields it adds to a report."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from ..hardware.lookup import Hardware
@@ -44,11 +43,11 @@ def deployment(
     micro = None
     if parallel.micro_batches > 1:
         # the phase as it was asked (kernels, FLOP convention, hardware), at one micro-batch
-        micro = llm.cost(replace(phase.request, batch=phase.batch // parallel.micro_batches))
+        micro = llm.micro_batch(phase, parallel.micro_batches)
     return deploy(
         llm,
         phase,
-        parallel,
+        layout(d, values),
         hardware=hardware,
         price=d.price,
         reserve=d.reserve,
@@ -62,10 +61,11 @@ def deployment(
 # Reports
 # ------------------------------------------------------------------------------------------------
 def summary_lines(d: Deployment) -> list[str]:
-    """The deployment in a few lines: layout, memory per device against capacity, communication, time, cost."""
+    """The deployment in a few lines: layout, memory per device against capacity, communication,
+    cost (its times are the summary's time lines: :func:`opcount.cli.llm_times.time_lines`)."""
     m = d.per_device
     lines = [
-        f"  layout: {d.parallel.label()} (the lines above: one device); per device: weights {size(m.weights)}, KV cache {size(m.kv_cache)}, "
+        f"  layout: {d.parallel.label()}; per device: weights {size(m.weights)}, KV cache {size(m.kv_cache)}, "
         f"activations {size(m.activations)}, total {size(m.total)}"
     ]
     if d.capacity is not None:
@@ -75,19 +75,8 @@ def summary_lines(d: Deployment) -> list[str]:
         )
     if d.parallel.tp * d.parallel.pp * d.parallel.ep > 1:  # a layout that communicates
         timed = f", {seconds(d.communication_time)}" if d.communication_time is not None else ""
-        lines.append(f"  communication: {size(d.communication_bytes)} sent per device per step{timed}")
-    if d.time is not None and d.time_bound is not None:
-        devices = f"{d.parallel.devices} device{'s' if d.parallel.devices > 1 else ''}"
-        lines.append(
-            f"  per device and {'output token' if d.generated else 'step'}: estimate {seconds(d.compute_time)} kernels "
-            f"+ {seconds(d.communication_time)} communication (not overlapped) = {seconds(d.time)}, "
-            f"{d.tokens_per_s:,.1f} tokens/s on {devices}; bound {seconds(d.time_bound)}, {d.tokens_per_s_bound:,.1f} tokens/s"
-        )
-    if d.prefill_time is not None:
-        lines.append(
-            f"  per device: time to first token {seconds(d.prefill_time)} (bound {seconds(d.prefill_time_bound)}), "
-            f"whole generation {seconds(d.generation_time)} (bound {seconds(d.generation_time_bound)})"
-        )
+        step = "output token" if d.generation else "step"
+        lines.append(f"  communication: {size(d.communication_bytes)} sent per device per {step}{timed}")
     if d.cost is not None:
         bound = d.cost_bound or {}
         lines.append(
@@ -100,90 +89,74 @@ def summary_lines(d: Deployment) -> list[str]:
 
 
 def add_json(out: dict[str, Any], d: Deployment | None) -> None:
-    """The deployment's JSON into a point's: ``parallel``; ``memory`` gains ``per_device``,
-    ``capacity`` and ``fits``; ``communication``, ``time_per_device``, ``cost``, ``max_batch``."""
+    """The deployment's JSON into a point's, beside its times (the deployment's: :func:`opcount.cli.llm_times.time_fields`):
+    ``parallel``; ``memory`` gains ``per_device``, ``capacity`` and ``fits``; ``communication`` and
+    ``compute`` (a step's collectives and kernels, which its ``time`` adds), ``cost``, ``max_batch``."""
     if d is None:
         return
     out["parallel"] = d.parallel.as_dict()
     memory = out.setdefault("memory", {})
     memory |= {"per_device": d.per_device.as_dict(), "capacity": d.capacity, "fits": d.fits}
     out["communication"] = {"bytes_per_device": d.communication_bytes, "time": d.communication_time}
-    if d.time is not None:
-        out["time_per_device"] = {
-            "compute": d.compute_time,
-            "communication": d.communication_time,
-            "total": d.time,
-            "time_bound": d.time_bound,
-        }
-        if d.prefill_time is not None:
-            out["time_per_device"] |= {
-                "time_to_first_token": d.prefill_time,
-                "time_to_first_token_bound": d.prefill_time_bound,
-                "generation": d.generation_time,
-                "generation_bound": d.generation_time_bound,
-            }
-        out["tokens_per_s_all_devices"] = d.tokens_per_s
-        out["tokens_per_s_all_devices_bound"] = d.tokens_per_s_bound
+    if d.step_time is not None:
+        out["compute"] = {"time": d.compute_time, "time_bound": d.compute_bound}
     if d.cost is not None:
-        out["cost"] = {
-            "per_million_tokens": d.cost,
-            "per_million_tokens_bound": d.cost_bound,
-            "usd_per_device_hour": d.price,
-            "devices": d.parallel.devices,
-        }
+        out["cost"] = cost_json(d.cost, d.cost_bound, d.price, d.parallel.devices)
     if d.max_batch is not None:
         out["max_batch"] = d.max_batch
 
 
-# A sweep's extra columns, how a table cell shows each, and their CSV names (units: bytes, seconds, dollars).
+def cost_json(
+    cost: dict[str, float], bound: dict[str, float] | None, price: float | None, devices: int
+) -> dict[str, Any]:
+    """``cost``: dollars per million tokens of each kind (``prompt``, ``generated``, ``trained``),
+    from the estimate and from the bound, at ``usd_per_device_hour`` on ``devices`` devices."""
+    return {
+        "per_million_tokens": cost,
+        "per_million_tokens_bound": bound,
+        "usd_per_device_hour": price,
+        "devices": devices,
+    }
+
+
+# A sweep's extra columns, how a table cell shows each, and their CSV names (units: bytes, seconds,
+# dollars). Its times are the point's own columns (time, tokens_per_s, ...): the layout's.
 SWEEP_CELLS: dict[str, Callable[[Any], str]] = {
     "devices": str,
     "per_device": size,
     "fits": lambda v: "yes" if v else "no",
     "communication_time": seconds,
-    "step_time": seconds,
-    "step_time_bound": seconds,
-    "tokens_per_s_all_devices": lambda v: f"{v:,.1f}",
-    "usd_per_1m_tokens": lambda v: f"{v:,.4g}",
-    "usd_per_1m_tokens_bound": lambda v: f"{v:,.4g}",
+    **{f"usd_per_1m_{k}_tokens{b}": (lambda v: f"{v:,.4g}") for k in ("prompt", "generated") for b in ("", "_bound")},
     "max_batch": str,
 }
-SWEEP_CSV_NAMES = {
-    "per_device": "per_device_bytes",
-    "communication_time": "communication_time_s",
-    "step_time": "step_time_s",
-    "step_time_bound": "step_time_bound_s",
-}
+SWEEP_CSV_NAMES = {"per_device": "per_device_bytes", "communication_time": "communication_time_s"}
 
 
 def sweep_header(d: Deployment | None) -> list[str]:
     if d is None:
         return []
     keys = ["devices", "per_device", "fits"]
-    if d.time is not None:
-        keys += ["communication_time", "step_time", "step_time_bound", "tokens_per_s_all_devices"]
-    if d.cost is not None:
-        keys += ["usd_per_1m_tokens", "usd_per_1m_tokens_bound"]
+    if d.step_time is not None:
+        keys.append("communication_time")
+    for kind in d.cost or {}:  # every kind priced: a generation's prompt and generated tokens
+        keys += [f"usd_per_1m_{kind}_tokens", f"usd_per_1m_{kind}_tokens_bound"]
     if d.max_batch is not None:
         keys.append("max_batch")
     return keys
 
 
 def sweep_row(d: Deployment | None) -> dict[str, Any]:
-    """One sweep row's deployment cells (a generation's cost: per generated token)."""
+    """One sweep row's deployment cells."""
     if d is None:
         return {}
-    cost = None if d.cost is None else d.cost.get("generated", d.cost.get("prompt"))
-    bound = None if d.cost_bound is None else d.cost_bound.get("generated", d.cost_bound.get("prompt"))
-    return {
+    row: dict[str, Any] = {
         "devices": d.parallel.devices,
         "per_device": d.per_device.total,
         "fits": d.fits,
         "communication_time": d.communication_time,
-        "step_time": d.time,
-        "step_time_bound": d.time_bound,
-        "tokens_per_s_all_devices": d.tokens_per_s,
-        "usd_per_1m_tokens": cost,
-        "usd_per_1m_tokens_bound": bound,
         "max_batch": d.max_batch,
     }
+    for kind, value in (d.cost or {}).items():
+        row[f"usd_per_1m_{kind}_tokens"] = value
+        row[f"usd_per_1m_{kind}_tokens_bound"] = (d.cost_bound or {}).get(kind)
+    return row

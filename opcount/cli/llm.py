@@ -27,7 +27,6 @@ from ..llm.models.catalogue import config as catalogue_config
 from ..llm.models.local_config import looks_local, read_config, with_values
 from ..llm.phases import PhaseCost, PhaseRequest
 from ..llm.precision.assignments import WeightAssignmentError
-from ..llm.report.operators import operator_rows
 from ..llm.sweep.figures import GenerationPoint, PhasePoint
 from ..report.provenance import export_meta
 from ..units import si, size
@@ -37,7 +36,7 @@ from .args import check_kept, hf_overrides, invalid_config
 from .flags.deploy import SWEEPABLE as LAYOUT_KEYS
 from .flags.llm import SWEEPABLE, require_transformers
 from .llm_rows import SweepPoint, point_json, sweep_points, sweep_report
-from .llm_times import by_operator, table_columns, time_lines
+from .llm_times import by_operator, operator_rows_named, single_device_lines, table_columns, time_lines
 from .options import Layout, LLMOptions, LLMRun, Options
 from .render import write_csv_meta
 
@@ -201,16 +200,17 @@ def summary(llm_label: str, point: Point, parameters: int, active: int | None = 
         f"{f' ({by_type})' if len(m.kv_cache_by_type) > 1 else ''}, "
         f"activations (peak) {size(m.activations)}, total {size(m.total)}"
     )
-    lines += time_lines(p, gen)
+    lines += time_lines(p, gen, point.deployment)  # the layout's under one
     if point.deployment is not None:
-        lines += deploy.summary_lines(point.deployment)
+        lines += deploy.summary_lines(point.deployment) + single_device_lines(p, gen, point.deployment)
     return "\n".join(lines)
 
 
 def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, model: str) -> str:
     p = point.phase
+    single = point.deployment is not None  # the table's times are then one device's, named so
     # with hardware the times are the chosen kernels' estimate by module, headed by the mode (llm_times)
-    columns, extra = table_columns(p, layout.columns)
+    columns, extra = table_columns(p, layout.columns, single)
     given = columns if layout.columns is not None else None
     # the model as typed (llm:gpt2), not the class it builds (GPT2LMHeadModel); device: meta
     meta = export_meta(p.flops, model=model, roofline=p.roofline)
@@ -220,13 +220,12 @@ def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, mode
         data["llm"] = point_json(
             point.values, PhasePoint.of(p), gen, label, llm.parameters, llm.active_parameters, point.deployment
         )
-        data["memory"] = (p.memory if point.generation is None else point.generation.memory).as_dict()
+        data["memory"] = dict(data["llm"]["memory"])  # the report's copy, as a whole model's
         if layout.by_operator:
-            data["llm"]["by_operator"] = operator_rows(p)
-        deploy.add_json(data, point.deployment)
+            data["llm"]["by_operator"] = operator_rows_named(p, single)
         return json.dumps(data, indent=2)
     if layout.by_operator:
-        return by_operator(p, layout, meta) + (
+        return by_operator(p, layout, meta, single) + (
             "" if layout.format == "csv" else "\n\n" + summary(label, point, llm.parameters)
         )
     depth = 3 if layout.depth is None else layout.depth

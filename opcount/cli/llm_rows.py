@@ -78,7 +78,7 @@ def point_json(
         "flops_per_mac": p.flops_per_mac,
         "memory": (p.memory if gen is None else gen.memory).as_dict(),
     }
-    out |= time_fields(p, gen)
+    out |= time_fields(p, gen, deployment)  # under a layout the layout's, one device's in single_device
     deploy.add_json(out, deployment)
     return out
 

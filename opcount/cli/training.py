@@ -17,6 +17,7 @@ from ..errors import OpcountError, OpcountValueError
 from ..hardware.lookup import Hardware
 from ..llm.causal_lm import CausalLM
 from ..llm.moe.experts import expected_routing
+from ..llm.precision.dtypes import footprint_weights
 from ..llm.training import TrainingCost, train_step
 from ..report.provenance import export_meta
 from ..torch_internals import pytree
@@ -24,6 +25,7 @@ from ..training.saved import SavedActivations, effective, layers_of, measure
 from ..training.states import ModelStates, states_of
 from ..training.step import Throughput, forward_calls, recompute_time
 from ..units import seconds, si, size
+from .deploy import cost_json
 from .options import LLMOptions, Options
 from .render import write_csv_meta
 
@@ -51,41 +53,75 @@ def run(
         flops_per_mac=options.analysis.flops_per_mac,
         preset=options.analysis.preset,
     )
+    if options.layout.format == "json":
+        return llm_json(cost, llm, options, label, train.tokens, deploy.price)
     return llm_report(cost, options.layout, label, options.model, llm.parameters, train.tokens, deploy.price)
+
+
+def llm_json(
+    cost: TrainingCost, llm: CausalLM, options: Options, label: str, tokens: int | None, price: float | None
+) -> str:
+    """The step's JSON: the report, ``llm`` with the keys an inference point has (``parameters``
+    ``{total, active}``, ``memory`` with ``per_device``, the times of the step on its ``parallel``
+    layout, ``communication``, ``cost``), ``memory`` (its copy) and ``training`` (the step's parts)."""
+    layout = options.layout
+    extra = {"roofline": cost.roofline} if cost.roofline is not None else None
+    given = list(layout.columns) if layout.columns is not None else None
+    meta = export_meta(cost.flops, model=options.model, roofline=cost.roofline)
+    data = report.to_dict(cost.flops, columns=given, max_depth=layout.depth, extra=extra, meta=meta)
+    capacity = _capacity(cost)
+    per_device = cost.memory()
+    out: dict[str, Any] = {
+        "model": label,
+        "phase": "train",
+        "batch": cost.batch,
+        "seq_len": cost.seq_len,
+        "precision": {"weight": cost.precision.weight, "act": cost.precision.act},
+        "parameters": {"total": llm.parameters, "active": llm.active_parameters},
+        "flops": cost.flops.total(),
+        "flops_per_mac": cost.flops.flops_per_mac,
+        "memory": {  # the model's, as an inference point's; then a device's (ZeRO partitions its states)
+            "weights": footprint_weights(llm.model, llm.precision),
+            "kv_cache": 0,
+            "kv_cache_by_type": {},
+            "activations": cost.activations,
+            "per_device": per_device,
+            "capacity": capacity,
+            "fits": None if capacity is None else per_device["total"] <= capacity,
+        },
+    }
+    step, rate = cost.step, cost.throughput
+    if step is not None and rate is not None and cost.roofline is not None:  # the step on every device at once
+        out |= {
+            "hardware": cost.roofline.hardware.name,
+            "kernels": "eager",  # a training step runs one kernel a call (opcount.llm.training)
+            "time": step.time,
+            "time_bound": step.time_bound,
+            "bound": step.bound,
+            "tokens_per_s": rate.tokens_per_s,
+            "tokens_per_s_bound": rate.tokens_per_s_bound,
+        }
+    out["parallel"] = {"tp": 1, "pp": 1, "ep": 1, "dp": cost.dp, "devices": cost.dp}
+    if step is not None:  # the data-parallel collectives of one step, as a deployment reports its own
+        out["communication"] = {"bytes_per_device": sum(c.sent for c in cost.collectives), "time": step.communication}
+    if rate is not None and price is not None:
+        per_million = {"trained": rate.cost(1e6, price)}
+        bound = rate.tokens_per_s_bound
+        at_bound = {"trained": 1e6 / bound / 3600 * cost.dp * price} if bound else None
+        out["cost"] = cost_json(per_million, at_bound, price, cost.dp)
+    data["llm"] = out
+    data["memory"] = dict(out["memory"])  # the report's copy, as an inference point's
+    data["training"] = training_json(cost, tokens, price)
+    return json.dumps(data, indent=2)
 
 
 def llm_report(
     cost: TrainingCost, layout: Any, label: str, model: str, parameters: int, tokens: int | None, price: float | None
 ) -> str:
-    """The step's module table and summary, or its JSON (``memory`` with ``per_device``, ``training``)."""
+    """The step's module table and summary, or its CSV."""
     extra = {"roofline": cost.roofline} if cost.roofline is not None else None
     given = list(layout.columns) if layout.columns is not None else None
     meta = export_meta(cost.flops, model=model, roofline=cost.roofline)
-    if layout.format == "json":
-        data = report.to_dict(cost.flops, columns=given, max_depth=layout.depth, extra=extra, meta=meta)
-        data["llm"] = {
-            "model": label,
-            "phase": "train",
-            "batch": cost.batch,
-            "seq_len": cost.seq_len,
-            "precision": {"weight": cost.precision.weight, "act": cost.precision.act},
-            "parameters": parameters,
-            "flops": cost.flops.total(),
-            "flops_per_mac": cost.flops.flops_per_mac,
-        }
-        capacity = _capacity(cost)
-        total = cost.memory()["total"]
-        data["memory"] = {
-            "per_device": cost.memory(),
-            "capacity": capacity,
-            "fits": None if capacity is None else total <= capacity,
-        }
-        data["parallel"] = {"tp": 1, "pp": 1, "ep": 1, "dp": cost.dp, "devices": cost.dp}
-        if cost.step is not None:  # the data-parallel collectives of one step, as a deployment reports its own
-            sent = sum(c.sent for c in cost.collectives)
-            data["communication"] = {"bytes_per_device": sent, "time": cost.step.communication}
-        data["training"] = training_json(cost, tokens, price)
-        return json.dumps(data, indent=2)
     columns = given or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
     if layout.format == "csv":
         write_csv_meta(layout.csv_meta, meta)

@@ -11,6 +11,7 @@ Its checks, one name each: :meth:`CausalLM.check_sizes` (the size limits, :mod:`
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -169,8 +170,21 @@ class CausalLM(Decoder):
         self, cost: PhaseCost | GenerationFigures, parallel: Parallel | None = None, **options: Any
     ) -> Deployment:
         """``cost`` (a phase or a generation of this model) on a parallel layout: per-device memory,
-        fit, communication, time and cost (:func:`opcount.llm.deploy.deployment.deploy`, its options)."""
+        fit, communication, time and cost (:func:`opcount.llm.deploy.deployment.deploy`, its options).
+        With micro-batches, a phase is traced again at one micro-batch (:meth:`micro_batch`)."""
+        m = 1 if parallel is None else parallel.micro_batches
+        if m > 1 and isinstance(cost, PhaseCost) and options.get("micro") is None:
+            options["micro"] = self.micro_batch(cost, m)
         return on_layout(self, cost, parallel, **options)
+
+    def micro_batch(self, cost: PhaseCost, micro_batches: int) -> PhaseCost:
+        """The phase ``cost`` at one of ``micro_batches`` micro-batches (``batch / micro_batches``
+        sequences), asked as ``cost`` was (hardware, FLOP convention, preset, kernels)."""
+        if cost.batch % micro_batches:
+            raise OpcountValueError(
+                f"--micro-batches {micro_batches}: does not divide the batch of {cost.batch} sequences"
+            )
+        return self.cost(replace(cost.request, batch=cost.batch // micro_batches))
 
     def _trace(
         self, request: PhaseRequest, records_only: bool = False

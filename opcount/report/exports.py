@@ -46,6 +46,9 @@ _CSV_NAMES = {
     # an LLM phase's estimate of its fused or eager kernels, attributed to modules (opcount.llm.report.times)
     **{f"time_{mode}": f"time_{mode}_s" for mode in ("fused", "eager")},
     **{f"time_share_{mode}": f"time_{mode}_percent" for mode in ("fused", "eager")},
+    # the same of one device when the run describes a layout (opcount.cli.llm_times)
+    **{f"time_{mode}_single_device": f"time_{mode}_single_device_s" for mode in ("fused", "eager")},
+    **{f"time_share_{mode}_single_device": f"time_{mode}_single_device_percent" for mode in ("fused", "eager")},
 }
 
 _EXACT_COLUMNS = ("params", "flops", "activations", "bytes_read", "bytes_written")

@@ -22,7 +22,7 @@ def _compute(capsys: pytest.CaptureFixture[str], kernels: str) -> float:
                    "--micro-batches", "2", "--hardware", "h100-sxm", "--kernels", kernels, "--format", "json"])  # fmt: skip
     out, err = capsys.readouterr()
     assert status == 0, err
-    compute: float = json.loads(out)["llm"]["time_per_device"]["compute"]
+    compute: float = json.loads(out)["llm"]["compute"]["time"]
     return compute
 
 

@@ -80,7 +80,8 @@ def test_a_hardware_file_may_key_peaks_by_fp4_format() -> None:
 transformers = pytest.importorskip("transformers")
 
 from opcount.llm.models.catalogue import config  # noqa: E402
-from opcount.llm.phases import CausalLM, PhaseCost  # noqa: E402
+from opcount.llm.causal_lm import CausalLM  # noqa: E402
+from opcount.llm.phases import PhaseCost  # noqa: E402
 from opcount.llm.precision.dtypes import Precision  # noqa: E402
 
 # meta-llama/Meta-Llama-3-8B's config.json: d 4096, f 14336, n 32, h 32, g 8, e 128, V 128256.

@@ -115,11 +115,11 @@ def test_micro_batches_add_the_bubble(llm: CausalLM) -> None:
     whole = llm.phase("decode", kv_len=7, batch=4, hardware=DEVICE)
     micro = llm.phase("decode", kv_len=7, batch=2, hardware=DEVICE)
     one = llm.deploy(micro, Parallel(pp=2))
-    d = llm.deploy(whole, Parallel(pp=2, micro_batches=2), micro=micro)
+    d = llm.deploy(whole, Parallel(pp=2, micro_batches=2))  # the micro-batch traced by the deployment
     assert d.compute_time > one.compute_time
     assert d.compute_time < 2 * one.compute_time  # the stages overlap: less than running twice
-    with pytest.raises(OpcountError, match="micro-batches"):
-        llm.deploy(whole, Parallel(pp=2, micro_batches=2))
+    with pytest.raises(OpcountError, match="--micro-batches 3: does not divide the batch of 4"):
+        llm.deploy(whole, Parallel(pp=2, micro_batches=3))
 
 
 def test_data_parallel_replicas_multiply_throughput_not_memory(llm: CausalLM) -> None:
@@ -174,7 +174,16 @@ def test_a_generation_of_no_token_is_its_prefill(llm: CausalLM) -> None:
     d = llm.deploy(gen, Parallel(tp=2), price=3.6)
     assert d.time is not None and d.cost == {"prompt": pytest.approx(2 * 0.001 * d.time / 32 * 1e6)}
     assert d.per_device.kv_cache == kv_bytes(2, 16) / 2  # the prompt's 16 positions, half on each device
-    assert d == llm.deploy(gen.prefill, Parallel(tp=2), price=3.6)
+    prefill = llm.deploy(gen.prefill, Parallel(tp=2), price=3.6)
+    assert (d.per_device, d.step_time, d.step_time_bound, d.cost) == (
+        prefill.per_device,
+        prefill.time,
+        prefill.time_bound,
+        prefill.cost,
+    )
+    # a generation's names: its prompt is the whole of it, no output token
+    assert d.time_to_first_token == d.time == prefill.time and d.time_bound == prefill.time_bound
+    assert d.time_per_output_token is None and d.tokens_per_s is None
 
 
 @pytest.mark.parametrize(

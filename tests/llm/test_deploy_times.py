@@ -12,6 +12,7 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
+from opcount.errors import OpcountError  # noqa: E402
 from opcount.hardware.interconnect import Interconnect  # noqa: E402
 from opcount.hardware.lookup import Hardware  # noqa: E402
 from opcount.llm.causal_lm import CausalLM  # noqa: E402
@@ -78,9 +79,37 @@ def test_the_bound_never_exceeds_the_estimate_mixtral(mixtral: CausalLM, layout:
 
 def test_micro_batches_keep_the_bound_below_the_estimate(llm: CausalLM) -> None:
     whole = llm.phase("decode", kv_len=7, batch=4, hardware=DEVICE)
-    micro = llm.phase("decode", kv_len=7, batch=2, hardware=DEVICE)
-    d = llm.deploy(whole, Parallel(pp=2, micro_batches=2), micro=micro)
+    d = llm.deploy(whole, Parallel(pp=2, micro_batches=2))
     assert d.time_bound is not None and d.time is not None and d.time_bound <= d.time
+
+
+@pytest.mark.parametrize("kernels", ["fused", "eager"])
+def test_micro_batches_run_the_kernels_the_phase_asked_for(llm: CausalLM, kernels: str) -> None:
+    # One stage (pp 1), M micro-batches of B / M sequences: they run one after the other through it,
+    # M times one micro-batch's kernels (the bubble formula: every stage once, then M - 1 more through
+    # the slowest, with one stage). One device runs a phase's own kernels (test above), so a
+    # micro-batch's are the phase at batch B / M in the same mode: eager kernels give eager times.
+    whole = llm.phase("prefill", seq_len=32, batch=4, hardware=DEVICE, kernels=kernels)
+    micro = llm.phase("prefill", seq_len=32, batch=2, hardware=DEVICE, kernels=kernels)
+    d = llm.deploy(whole, Parallel(micro_batches=2))
+    assert micro.time is not None and micro.time_bound is not None
+    assert d.compute_time == pytest.approx(2 * micro.time, rel=1e-12)
+    assert d.compute_bound == pytest.approx(2 * micro.time_bound, rel=1e-12)
+    other = llm.phase(
+        "prefill", seq_len=32, batch=2, hardware=DEVICE, kernels="fused" if kernels == "eager" else "eager"
+    )
+    assert other.time is not None and d.compute_time != pytest.approx(2 * other.time, rel=1e-3)
+
+
+def test_a_micro_batch_is_traced_with_the_phases_settings(llm: CausalLM) -> None:
+    """Hardware, FLOP convention, preset and kernels: a micro-batch is the phase at batch / M, nothing else."""
+    whole = llm.phase("decode", kv_len=7, batch=4, hardware=DEVICE, flops_per_mac=2, preset="macs", kernels="eager")
+    micro = llm.micro_batch(whole, 2)
+    assert (micro.phase, micro.batch, micro.seq_len, micro.kv_len) == ("decode", 2, 1, 7)
+    assert (micro.flops.flops_per_mac, micro.flops.preset, micro.kernels) == (2, "macs", "eager")
+    assert micro.roofline is not None and micro.roofline.hardware is DEVICE
+    with pytest.raises(OpcountError, match="prices one phase, not a generation"):
+        llm.deploy(generation(llm, 16, 2, batch=2, hardware=DEVICE), Parallel(pp=2, micro_batches=2))
 
 
 def test_tensor_parallel_bound_is_the_devices_half_of_the_bytes(llm: CausalLM) -> None:
@@ -119,9 +148,15 @@ def test_costs_from_the_estimate_and_the_bound(llm: CausalLM) -> None:
 def test_a_generation_has_both_times(llm: CausalLM) -> None:
     gen = generation(llm, 16, 4, batch=2, hardware=DEVICE)
     d = llm.deploy(gen, Parallel(tp=2), price=3.6)
-    assert d.prefill_time_bound is not None and d.prefill_time is not None
-    assert d.prefill_time_bound <= d.prefill_time
-    assert d.generation_time_bound is not None and d.generation_time is not None
-    assert d.generation_time_bound <= d.generation_time
+    assert d.time_to_first_token_bound is not None and d.time_to_first_token is not None
+    assert d.time_to_first_token_bound <= d.time_to_first_token
+    assert d.time_bound is not None and d.time is not None
+    assert d.time_bound <= d.time
+    # a generation's names, as GenerationCost's: the prompt, then 4 decode steps at the mean step time
+    assert d.time_per_output_token == d.step_time and d.step_time is not None
+    assert d.time == pytest.approx(d.time_to_first_token + 4 * d.step_time)
+    assert d.tokens_per_s == pytest.approx(2 / d.step_time)  # B = 2 tokens a decode step
+    # the prompt's price at the prompt's time: 2 devices at $0.001 a second, B x 16 prompt tokens
+    assert d.cost is not None and d.cost["prompt"] == pytest.approx(2 * 0.001 * d.time_to_first_token / 32 * 1e6)
     assert d.cost is not None and d.cost_bound is not None and set(d.cost_bound) == {"prompt", "generated"}
     assert all(d.cost_bound[k] <= d.cost[k] for k in d.cost)

@@ -45,7 +45,10 @@ def test_json_per_device_and_training(capsys: pytest.CaptureFixture[str]) -> Non
     assert status == 0
     data = json.loads(out)
     per = data["memory"]["per_device"]
-    params = data["llm"]["parameters"]
+    assert data["llm"]["memory"] == data["memory"]
+    params = data["llm"]["parameters"]["total"]
+    assert data["llm"]["parameters"] == {"total": params, "active": params}  # a dense model: one token touches all
+    assert data["llm"]["memory"]["weights"] == 2 * params  # the model's bfloat16 weights, before ZeRO splits them
     # ZeRO-3 over 4: bfloat16 weights and gradients, 12 bytes of AdamW states, each a quarter (rounded up)
     assert per["weights"] == -(-2 * params // 4)
     assert per["gradients"] == -(-2 * params // 4)
@@ -64,10 +67,22 @@ def test_json_per_device_and_training(capsys: pytest.CaptureFixture[str]) -> Non
     # bfloat16 (NVIDIA's datasheet, dense), so MFU at the bound is at most 1
     assert t["step_time_bound"] >= 2 * data["llm"]["flops"] / 989.4e12 and t["mfu_bound"] <= 1
     assert t["step_time"] == pytest.approx(t["compute_time"] + t["recompute_time"] + t["exposed_communication_time"])
-    assert data["parallel"] == {"tp": 1, "pp": 1, "ep": 1, "dp": 4, "devices": 4}
+    llm = data["llm"]
+    assert llm["parallel"] == {"tp": 1, "pp": 1, "ep": 1, "dp": 4, "devices": 4}
     # ZeRO-3: a reduce-scatter of the gradients and two all-gathers of the weights, 3 x 3/4 x 2 bytes per parameter
-    assert data["communication"]["bytes_per_device"] == pytest.approx(3 * 3 / 4 * 2 * params)
-    assert data["communication"]["time"] == t["communication_time"]
+    assert llm["communication"]["bytes_per_device"] == pytest.approx(3 * 3 / 4 * 2 * params)
+    assert llm["communication"]["time"] == t["communication_time"]
+    # the keys an inference point has: the step on its 4 devices, and the cost of a million tokens
+    assert (llm["time"], llm["time_bound"], llm["bound"]) == (t["step_time"], t["step_time_bound"], t["bound"])
+    assert llm["tokens_per_s"] == t["tokens_per_s"]
+    # $2 a device-hour on 4 devices, a million tokens at tokens_per_s
+    per_million = 1e6 / t["tokens_per_s"] / 3600 * 4 * 2
+    assert llm["cost"]["per_million_tokens"] == {"trained": pytest.approx(per_million)}
+    assert llm["cost"]["per_million_tokens_bound"] == {
+        "trained": pytest.approx(1e6 / t["tokens_per_s_bound"] / 3600 * 4 * 2)
+    }
+    assert (llm["cost"]["usd_per_device_hour"], llm["cost"]["devices"]) == (2, 4)
+    assert not {"parallel", "communication"} & set(data)  # in llm, as an inference point's
 
 
 def test_summary_and_recompute(capsys: pytest.CaptureFixture[str]) -> None:

@@ -27,7 +27,8 @@ SWEEPABLE = {"tp": "tp", "pp": "pp", "ep": "ep", "dp": "dp"}
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The deployment flags, in their own help group."""
     g = parser.add_argument_group(
-        "LLM deployment (llm: and causal hf: models; per device: memory, fit, communication, time, cost; deploy.md)"
+        "LLM deployment (llm: and causal hf: models; memory and fit per device, communication, the layout's time and cost; "
+        "deploy.md)"
     )
     for name, what in (
         ("tp", "tensor-parallel devices (the model's tp_plan splits heads and channels)"),

@@ -1,20 +1,22 @@
 """One phase of an LLM deployed on a parallel layout: what each device holds, the collectives it
-runs, its time per step, whether it fits, the largest batch that does, and the cost per token.
+runs, the layout's time, whether it fits, the largest batch that does, and the cost per token
+(:mod:`.figures` holds the result under the names a phase's figures have).
 
-Per device, from the phase's single-device trace (:mod:`.parallel` says what is split):
+Per device, from the phase's single-device trace (:mod:`.layout` says what is split):
 
 - **weights**: a parameter split by the tensor-parallel plan holds ``1 / tp`` of its bytes, an
   expert's ``1 / ep`` under expert parallelism; a pipeline stage holds its layers (the first stage
   also what runs before them, the last what runs after); the device holding the most is reported;
 - **KV cache**: ``kv_heads / tp`` heads a device (one when ``tp`` exceeds them, copied as vLLM
   does), the stage's layers; **activations**: the stage's peak working set, each tensor at the
-  device's share of the operator writing it (:mod:`.device_activations`);
+  device's share of the operator writing it (:mod:`.activations`);
 - **time**: each kernel's FLOPs and bytes divided as its region is (``1 / tp`` in a split
   attention or MLP, ``dp / ep`` of the experts' tokens and ``1 / ep`` of their weights,
-  :mod:`.device_times`), two ways as a phase is: ``time``, the estimate (the device's share of the
+  :mod:`.times`), two ways as a phase is: ``time``, the estimate (the device's share of the
   fused or eager kernels, then the collectives, which this estimate does not overlap with the
-  compute: :func:`step_time`), and ``time_bound``, the speed of light
-  (``max(device FLOPs / peak, device compulsory bytes / bandwidth, communication)``).
+  compute: :attr:`.Deployment.step_time`), and ``time_bound``, the speed of light
+  (``max(device FLOPs / peak, device compulsory bytes / bandwidth, communication)``). Micro-batches
+  are the phase traced again at ``batch / micro_batches``, with every setting it was traced with.
 """
 
 from __future__ import annotations
@@ -38,115 +40,10 @@ from ..phases import GenerationFigures, PhaseCost
 from . import DEFAULT_RESERVE, MAX_PRICE
 from . import cache_shares as device_cache
 from .activations import peaks_per_stage
+from .figures import Deployment as Deployment  # where callers have always found it
+from .figures import DeviceMemory
 from .layout import Parallel, Sharding, check_layout, kv_heads_per_device
 from .times import stage_times
-
-
-@dataclass(frozen=True)
-class DeviceMemory:
-    """Bytes one device holds. ``gradients`` and ``optimizer`` are 0 at inference."""
-
-    weights: float
-    kv_cache: float
-    activations: float
-    gradients: float = 0.0
-    optimizer: float = 0.0
-
-    @property
-    def total(self) -> float:
-        return self.weights + self.kv_cache + self.activations + self.gradients + self.optimizer
-
-    def as_dict(self) -> dict[str, float]:
-        return {
-            "weights": self.weights,
-            "kv_cache": self.kv_cache,
-            "activations": self.activations,
-            "gradients": self.gradients,
-            "optimizer": self.optimizer,
-            "total": self.total,
-        }
-
-
-@dataclass
-class Deployment:
-    """A phase (or generation) on ``parallel``: per-device memory against ``capacity`` (the device's
-    memory less ``reserve``), communication and time per step, tokens/s over all replicas, cost."""
-
-    parallel: Parallel
-    hardware: str | None
-    per_device: DeviceMemory
-    model_bytes: float  # everything the layout holds, replicas excepted: what "needs >= N devices" divides
-    reserve: float
-    capacity: float | None
-    communication_bytes: float
-    communication_time: float | None
-    compute_time: float | None  # the estimate's kernels, communication excepted
-    tokens: int  # per step per replica
-    compute_bound: float | None = None  # the speed of light of the kernels' work, communication excepted
-    price: float | None = None
-    cost: dict[str, float] | None = None  # dollars per million tokens, from the estimate
-    cost_bound: dict[str, float] | None = None  # from the bound: the least any engine could charge
-    max_batch: int | None = None
-    prefill_time: float | None = None  # a generation: the time to first token per device
-    prefill_time_bound: float | None = None
-    generated: int = 0  # a generation: its decode steps
-    matmul_flops: float | None = None  # a step's matrix-product FLOPs on the busiest device (2 per multiply-add)
-
-    @property
-    def generation_time(self) -> float | None:
-        """A generation per device: the prefill, then its steps at the mean step time."""
-        if self.prefill_time is None or self.time is None:
-            return None
-        return self.prefill_time + self.generated * self.time
-
-    @property
-    def fits(self) -> bool | None:
-        return None if self.capacity is None else self.per_device.total <= self.capacity
-
-    @property
-    def needs(self) -> int | None:
-        """Devices a replica needs at least: its bytes spread evenly over them, and more than this
-        layout's when it does not fit."""
-        if not self.capacity:
-            return None
-        devices = self.parallel.tp * self.parallel.pp
-        even = math.ceil(self.model_bytes / self.capacity)
-        return even if self.fits else max(even, devices + 1)
-
-    @property
-    def generation_time_bound(self) -> float | None:
-        if self.prefill_time_bound is None or self.time_bound is None:
-            return None
-        return self.prefill_time_bound + self.generated * self.time_bound
-
-    @property
-    def time(self) -> float | None:
-        """The estimate of a step per device: its kernels, then its collectives."""
-        return step_time(self.compute_time, self.communication_time)
-
-    @property
-    def time_bound(self) -> float | None:
-        """The speed of light of a step per device: no engine runs it faster."""
-        if self.compute_bound is None:
-            return None
-        return max(self.compute_bound, self.communication_time or 0.0)
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        time = self.time
-        return None if not time else self.tokens * self.parallel.dp / time
-
-    @property
-    def tokens_per_s_bound(self) -> float | None:
-        time = self.time_bound
-        return None if not time else self.tokens * self.parallel.dp / time
-
-
-def step_time(compute: float | None, communication: float | None) -> float | None:
-    """A step's time per device: compute/memory, then the collectives (no overlap assumed)."""
-    if compute is None:
-        return None
-    return compute + (communication or 0.0)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -246,6 +143,7 @@ class _Step:
     collectives: list[list[Collective]]
     p2p: Collective | None
     flops: list[float]
+    binds: list[str]  # what binds each stage's speed of light: compute or memory
 
     def communication(self, stage: int) -> float:
         return sum(c.time for c in self.collectives[stage])
@@ -259,6 +157,7 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
     calls = cost.flops.trace().calls
     kv_shares = placement.kv_shares(calls)
     compute = bound = flops = [0.0] * p.pp
+    binds = ["memory"] * p.pp
     if cost.roofline is not None and cost.plan is not None:
 
         def shares(call: OpCall) -> tuple[float, float]:
@@ -267,6 +166,7 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
 
         times = stage_times(cost.plan, cost.roofline, calls, lambda c: placement.stage(c.scope), shares, p.pp)
         compute, bound, flops = times.estimate, times.bounds(cost.plan), times.flops
+        binds = times.binds(cost.plan)
     link = hardware.interconnect if hardware is not None else None
     collectives: list[list[Collective]] = [[] for _ in range(p.pp)]
     # the residual stream is communicated in the dtype the model computes it in (bfloat16 under
@@ -302,7 +202,7 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
             if link is not None
             else Collective("send_recv", 2, payload, payload, 1, math.nan)
         )
-    return _Step(compute, bound, collectives, p2p, flops)
+    return _Step(compute, bound, collectives, p2p, flops, binds)
 
 
 def _priced(kind: Any, payload: float, devices: int, link: Any) -> Collective:
@@ -335,10 +235,21 @@ def _shares(placement: Placement, owners: Sequence[str]) -> tuple[float, float]:
 # ------------------------------------------------------------------------------------------------
 # A phase, a generation
 # ------------------------------------------------------------------------------------------------
-def _timing(step: _Step, micro: int) -> tuple[float, float, float, float]:
-    """(compute, communication, bytes sent per device, compute at the bound) of a whole step: every
-    stage once, then ``micro - 1`` more micro-batches through the slowest stage (the pipeline's
-    bubble); at the bound the slowest stage is the bound's."""
+@dataclass(frozen=True)
+class _Timing:
+    """A whole step on the layout: the seconds of its kernels on the busiest path (``compute``) and
+    of its collectives, the bytes a device sends, the kernels' speed of light, and what binds it."""
+
+    compute: float
+    communication: float
+    sent: float
+    compute_bound: float
+    binds: str
+
+
+def _timing(step: _Step, micro: int) -> _Timing:
+    """Every stage once, then ``micro - 1`` more micro-batches through the slowest stage (the
+    pipeline's bubble); at the bound the slowest stage is the bound's, and binds as it does."""
     pp = len(step.compute)
     totals = [step.compute[i] + step.communication(i) for i in range(pp)]
     slowest = max(range(pp), key=totals.__getitem__)
@@ -349,7 +260,8 @@ def _timing(step: _Step, micro: int) -> tuple[float, float, float, float]:
     communication = sum(step.communication(i) for i in range(pp)) + (micro - 1) * step.communication(slowest)
     communication += hops * p2p_time
     sent = max(step.sent(i) for i in range(pp)) * micro + (micro if pp > 1 else 0) * p2p_sent
-    return compute, communication, sent, sum(step.bound) + (micro - 1) * max(step.bound)
+    bound = sum(step.bound) + (micro - 1) * max(step.bound)
+    return _Timing(compute, communication, sent, bound, step.binds[max(range(pp), key=step.bound.__getitem__)])
 
 
 def _memory(
@@ -387,21 +299,25 @@ def deploy(
     hardware: Hardware | None = None,
     price: float | None = None,
     reserve: float = DEFAULT_RESERVE,
-    micro: PhaseCost | None = None,
     max_batch: bool = False,
     generation: GenerationFigures | None = None,
+    micro: PhaseCost | None = None,
 ) -> Deployment:
-    """``cost`` (a phase, or with ``generation`` its prefill) on ``parallel``: ``micro`` is the phase
-    traced at one micro-batch (``batch / micro_batches`` sequences), needed when micro-batches > 1."""
+    """``cost`` (a phase, or with ``generation`` its prefill) on ``parallel``; with micro-batches,
+    ``micro`` is the phase traced at one micro-batch with every setting it was
+    (:meth:`.causal_lm.CausalLM.micro_batch`), so the pipeline runs the kernels the user asked for."""
     if not 0 <= reserve < 1:
         raise OpcountValueError(f"reserve must be a fraction from 0 to below 1, got {reserve!r}")
     if price is not None and not (math.isfinite(price) and 0 < price <= MAX_PRICE):
         raise OpcountValueError(f"price must be dollars per device-hour above 0 and up to {MAX_PRICE:g}, got {price!r}")
+    if parallel.micro_batches > 1 and generation is not None:
+        raise OpcountValueError(f"--micro-batches {parallel.micro_batches} prices one phase, not a generation")
     if parallel.micro_batches > 1 and (micro is None or micro.batch * parallel.micro_batches != cost.batch):
         raise OpcountValueError(
             f"--micro-batches {parallel.micro_batches}: needs the phase traced at batch / micro-batches "
             f"(--batch {cost.batch} must be a multiple of it)"
         )
+    is_generation = generation is not None
     if generation is not None and generation.first_step is None:  # --gen-len 0: no decode step, its prefill alone
         generation = None
     placement = Placement(llm, parallel)
@@ -409,37 +325,42 @@ def deploy(
     memory_of = cost.memory if generation is None else generation.memory
     held = [micro or cost] if generation is None else [cost, *steps[-1:]]  # a generation: prefill and last step
     stages = _memory(placement, held, memory_of.kv_cache, memory_of.kv_cache_by_type)
-    per_device = max(stages, key=lambda m: m.total)
     traced = [_step(placement, micro or s, hardware) for s in steps]
     timed = [_timing(t, parallel.micro_batches) for t in traced]
-    compute = sum(t[0] for t in timed) / len(timed)  # a generation: the mean of its first and last step
-    communication = sum(t[1] for t in timed) / len(timed)
-    bound = sum(t[3] for t in timed) / len(timed)
+    compute = sum(t.compute for t in timed) / len(timed)  # a generation: the mean of its first and last step
+    communication = sum(t.communication for t in timed) / len(timed)
+    bound = sum(t.compute_bound for t in timed) / len(timed)
     capacity = None if hardware is None or hardware.memory_bytes is None else hardware.memory_bytes * (1 - reserve)
     timed_ok = hardware is not None and cost.roofline is not None
     d = Deployment(
-        parallel,
-        hardware.name if hardware is not None else None,
-        per_device,
-        float(memory_of.total),
-        reserve,
-        capacity,
-        max(t[2] for t in timed),
-        communication if timed_ok else None,
-        compute if timed_ok else None,
-        steps[-1].tokens,
-        bound if timed_ok else None,
-        price,
+        parallel=parallel,
+        hardware=hardware.name if hardware is not None else None,
+        per_device=max(stages, key=lambda m: m.total),
+        model_bytes=float(memory_of.total),
+        reserve=reserve,
+        capacity=capacity,
+        communication_bytes=max(t.sent for t in timed),
+        communication_time=communication if timed_ok else None,
+        compute_time=compute if timed_ok else None,
+        tokens=steps[-1].tokens,
+        compute_bound=bound if timed_ok else None,
+        bound=("communication" if communication > bound else timed[-1].binds) if timed_ok else None,
+        price=price,
+        generation=is_generation,
+        generated=0 if generation is None else generation.gen_len,
     )
     d.matmul_flops = max(traced[-1].flops) * parallel.micro_batches if timed_ok else None
     if generation is not None and timed_ok:
         prefill = _timing(_step(placement, cost, hardware), 1)
-        d.prefill_time, d.generated = step_time(prefill[0], prefill[1]), generation.gen_len
-        d.prefill_time_bound = max(prefill[3], prefill[1])
-    if price is not None and d.time:
+        d.time_to_first_token = prefill.compute + prefill.communication
+        d.time_to_first_token_bound = max(prefill.compute_bound, prefill.communication)
+    elif is_generation:  # no decode step: the prompt is the whole generation
+        d.time_to_first_token, d.time_to_first_token_bound = d.step_time, d.step_time_bound
+    if price is not None and d.step_time:
         per_second = parallel.tp * parallel.pp * price / 3600  # one replica's devices, dollars a second
-        d.cost = _costs(per_second, cost, generation is not None, d.prefill_time, d.time, d.tokens)
-        d.cost_bound = _costs(per_second, cost, generation is not None, d.prefill_time_bound, d.time_bound, d.tokens)
+        prompt = (d.time_to_first_token, d.time_to_first_token_bound) if generation is not None else (None, None)
+        d.cost = _costs(per_second, cost, generation is not None, prompt[0], d.step_time, d.tokens)
+        d.cost_bound = _costs(per_second, cost, generation is not None, prompt[1], d.step_time_bound, d.tokens)
     if max_batch and capacity is not None:
         d.max_batch = largest_batch(stages, steps[-1].batch, capacity)
     return d
@@ -482,7 +403,3 @@ def largest_batch(stages: Sequence[DeviceMemory], batch: int, capacity: float) -
             return 0
         best = min(best, math.floor(room / per_sequence) if per_sequence else MAX_BATCH)
     return best
-
-
-def fits(memory: DeviceMemory, capacity: float) -> bool:
-    return memory.total <= capacity

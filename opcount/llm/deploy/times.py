@@ -44,6 +44,13 @@ class StageTimes:
         bandwidth = plan.hardware.bandwidth
         return [time_bound(f, plan.matmul_peak, b, bandwidth) for f, b in zip(self.flops, self.compulsory, strict=True)]
 
+    def binds(self, plan: KernelPlan) -> list[str]:
+        """What binds each stage's speed of light: ``compute`` or ``memory`` (as :attr:`.KernelPlan.binds`)."""
+        return [
+            "compute" if f / plan.matmul_peak >= b / plan.hardware.bandwidth else "memory"
+            for f, b in zip(self.flops, self.compulsory, strict=True)
+        ]
+
 
 def stage_times(
     plan: KernelPlan,

@@ -13,9 +13,10 @@ from ...errors import OpcountError
 def save_llm_chart(points: Sequence[Any], path: str | Path, *, model: str, sweep: Sequence[str] = ()) -> list[Path]:
     """Charts of ``points`` (the analyzed phases of ``model``, a name for the title) written to ``path``.
 
-    One point: the phase's roofline charts (as the main command draws them). A sweep (``sweep``: the
-    swept keys, ``seq-len`` or ``seq_len``, in the order of the grid): time (or time per output token)
-    and memory against the first swept key, one curve per value of the others."""
+    One point: the phase's roofline charts (as the main command draws them: one device's operators). A
+    sweep (``sweep``: the swept keys, ``seq-len`` or ``seq_len``, in the order of the grid): time (or time
+    per output token) and memory against the first swept key, one curve per value of the others; a
+    point with a ``deployment`` (a layout) is drawn as the layout runs it: its time, a device's memory."""
     if len(points) == 1:
         from ...roofline.plot import save_charts
 
@@ -39,14 +40,15 @@ def save_llm_chart(points: Sequence[Any], path: str | Path, *, model: str, sweep
         xs = [p.values[x_key] for p in members]
         times = [_time_of(p) for p in members]
         time_ax.plot(xs, [t * 1e3 for t in times], marker="o", label=label)
-        memory_ax.plot(xs, [p.phase.memory.total / 1e9 for p in members], marker="o", label=label)
+        memory_ax.plot(xs, [_memory_of(p) / 1e9 for p in members], marker="o", label=label)
     gen = points[0].generation is not None
+    layout = getattr(points[0], "deployment", None) is not None
     time_ax.set_ylabel(
         f"time per output token (ms), {points[0].phase.kernels} kernels"
         if gen
         else f"time (ms), {points[0].phase.kernels} kernels"
     )
-    memory_ax.set_ylabel("memory: weights + KV cache + activations (GB)")
+    memory_ax.set_ylabel(f"memory{' per device' if layout else ''}: weights + KV cache + activations (GB)")
     for ax in (time_ax, memory_ax):
         ax.set_xlabel(x_key.replace("_", "-"))
         ax.set_xscale("log", base=2)
@@ -63,7 +65,17 @@ def save_llm_chart(points: Sequence[Any], path: str | Path, *, model: str, sweep
 
 
 def _time_of(point: Any) -> float:
+    """The point's time (a generation's per output token): its layout's where it has one."""
+    deployment = getattr(point, "deployment", None)
     gen = point.generation
-    if gen is not None:
-        return gen.time_per_output_token or 0.0
-    return point.phase.time or 0.0
+    figures = deployment if deployment is not None and deployment.step_time is not None else gen or point.phase
+    value = figures.time_per_output_token if gen is not None else figures.time
+    return float(value or 0.0)
+
+
+def _memory_of(point: Any) -> float:
+    """Bytes the point holds: a device's under a layout, else the single device's footprint."""
+    deployment = getattr(point, "deployment", None)
+    if deployment is not None:
+        return float(deployment.per_device.total)
+    return float(point.phase.memory.total)

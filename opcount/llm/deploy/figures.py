@@ -1,0 +1,139 @@
+"""A deployment's figures: what one device holds, and what the whole layout does, under the names a
+phase and a generation use (:class:`~opcount.llm.kernels.estimate.PlanFigures`,
+:class:`~opcount.llm.phases.GenerationFigures`).
+
+``time``, ``time_bound``, ``bound``, ``tokens_per_s`` (over every replica) and their ``_bound`` are
+the layout's: a phase's step, or a generation's prompt then its decode steps, with
+``time_to_first_token`` and ``time_per_output_token``. All the devices of a layout run a step
+together, so its time is each device's share of the kernels (``compute_time``), then the
+collectives (``communication_time``, not overlapped): :attr:`Deployment.step_time`.
+:mod:`.deployment` computes them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .layout import Parallel
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Bytes one device holds. ``gradients`` and ``optimizer`` are 0 at inference."""
+
+    weights: float
+    kv_cache: float
+    activations: float
+    gradients: float = 0.0
+    optimizer: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.kv_cache + self.activations + self.gradients + self.optimizer
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "weights": self.weights,
+            "kv_cache": self.kv_cache,
+            "activations": self.activations,
+            "gradients": self.gradients,
+            "optimizer": self.optimizer,
+            "total": self.total,
+        }
+
+
+@dataclass(kw_only=True)
+class Deployment:
+    """A phase (or generation) on ``parallel``: per-device memory against ``capacity`` (the device's
+    memory less ``reserve``), communication, the layout's times and tokens/s, cost."""
+
+    parallel: Parallel
+    hardware: str | None
+    per_device: DeviceMemory
+    model_bytes: float  # everything the layout holds, replicas excepted: what "needs >= N devices" divides
+    reserve: float
+    capacity: float | None
+    communication_bytes: float  # sent per device per step
+    communication_time: float | None  # a step's collectives
+    compute_time: float | None  # a step's kernels on the busiest path, communication excepted
+    tokens: int  # per step per replica
+    compute_bound: float | None = None  # the speed of light of a step's kernels, communication excepted
+    # what binds a step's speed of light: compute, memory (its slowest stage's) or communication
+    bound: str | None = None
+    price: float | None = None
+    cost: dict[str, float] | None = None  # dollars per million tokens, from the estimate
+    cost_bound: dict[str, float] | None = None  # from the bound: the least any engine could charge
+    max_batch: int | None = None
+    generation: bool = False  # a prompt then ``generated`` decode steps, whose step is the mean decode step
+    generated: int = 0
+    time_to_first_token: float | None = None  # a generation: its prompt on the layout
+    time_to_first_token_bound: float | None = None
+    matmul_flops: float | None = None  # a step's matrix-product FLOPs on the busiest device (2 per multiply-add)
+
+    @property
+    def step_time(self) -> float | None:
+        """The estimate of one step (a generation's: a decode step): its kernels, then its collectives."""
+        if self.compute_time is None:
+            return None
+        return self.compute_time + (self.communication_time or 0.0)
+
+    @property
+    def step_time_bound(self) -> float | None:
+        """The speed of light of one step: no engine runs it faster."""
+        if self.compute_bound is None:
+            return None
+        return max(self.compute_bound, self.communication_time or 0.0)
+
+    @property
+    def time(self) -> float | None:
+        """The estimate: a phase's step, or a whole generation (its prompt, then its decode steps)."""
+        return self._whole(self.time_to_first_token, self.step_time)
+
+    @property
+    def time_bound(self) -> float | None:
+        return self._whole(self.time_to_first_token_bound, self.step_time_bound)
+
+    @property
+    def time_per_output_token(self) -> float | None:
+        """A generation's decode step (None for a phase, and without a decode step)."""
+        return self.step_time if self.generation and self.generated else None
+
+    @property
+    def time_per_output_token_bound(self) -> float | None:
+        return self.step_time_bound if self.generation and self.generated else None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Tokens a second over every replica: a phase's, or a generation's generated tokens."""
+        return self._rate(self.step_time)
+
+    @property
+    def tokens_per_s_bound(self) -> float | None:
+        return self._rate(self.step_time_bound)
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.capacity is None else self.per_device.total <= self.capacity
+
+    @property
+    def needs(self) -> int | None:
+        """Devices a replica needs at least: its bytes spread evenly over them, and more than this
+        layout's when it does not fit."""
+        if not self.capacity:
+            return None
+        devices = self.parallel.tp * self.parallel.pp
+        even = math.ceil(self.model_bytes / self.capacity)
+        return even if self.fits else max(even, devices + 1)
+
+    def _whole(self, prompt: float | None, step: float | None) -> float | None:
+        if not self.generation:
+            return step
+        if prompt is None or (step is None and self.generated):
+            return None
+        return prompt + self.generated * (step or 0.0)
+
+    def _rate(self, step: float | None) -> float | None:
+        if not step or (self.generation and not self.generated):
+            return None
+        return self.tokens * self.parallel.dp / step
