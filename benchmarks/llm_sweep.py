@@ -82,7 +82,7 @@ def api(model: str, batches: list[int], kv_lens: list[int], layers: int | None, 
 
     from opcount.llm.causal_lm import CausalLM
     from opcount.llm.models.catalogue import config
-    from opcount.llm.sweep.figures import PhasePoint
+    from opcount.llm.sweep.figures import PhaseValues
     from opcount.llm.sweep.points import phase_points
 
     overrides = {"num_hidden_layers": layers} if layers else {}
@@ -103,10 +103,11 @@ def api(model: str, batches: list[int], kv_lens: list[int], layers: int | None, 
     out: dict[str, Any] = {"imports": t1 - t0, "build": t2 - t1, "fitted": t3 - t2, "points": len(points)}
     out["traces"] = traces[0]
     if reference:
-        traced = [PhasePoint.of(llm.phase("decode", kv_len=k, batch=b, hardware="h100-sxm")) for b, _, k in points]
+        traced = [PhaseValues.of(llm.phase("decode", kv_len=k, batch=b, hardware="h100-sxm")) for b, _, k in points]
         out["traced"] = time.perf_counter() - t3
         same = all(
-            (a.flops, a.memory, a.time, a.time_bound, a.bound) == (b.flops, b.memory, b.time, b.time_bound, b.bound)
+            (a.flops, a.memory, a.time, a.time_bound, a.limited_by)
+            == (b.flops, b.memory, b.time, b.time_bound, b.limited_by)
             for a, b in zip(fitted, traced, strict=True)
         )
         out["equal"] = same

@@ -5,7 +5,7 @@ The hierarchy (classes marked * are defined beside the code that raises them)::
     RuntimeError
     └── OpcountError                     every error opcount raises on purpose
         ├── OpcountValueError (ValueError)   a wrong value: the argument and the value
-        │   ├── SparseLayoutError*           a sparse tensor where formulas price dense ones (opcount.tracers.structure)
+        │   ├── SparseTensorError*           a sparse tensor where formulas price dense ones (opcount.tracers.structure)
         │   ├── WeightAssignmentError*       a weight format or PATTERN=FORMAT no weight takes (opcount.llm.precision.assignments)
         │   └── TrainingError*               a training step that cannot run (opcount.tracers.training)
         │       └── LossFnError*             the loss function failed or returned no scalar

@@ -25,7 +25,7 @@ from .torch_internals import pytree
 from .tracers import Recording, trace_dispatch, trace_jit
 from .tracers.dispatch import MODES
 from .tracers.meta import device_of, has_shapes, materialize
-from .tracers.structure import check_layouts
+from .tracers.structure import check_dense_inputs
 
 TRACERS = ("jit", "dispatch")
 
@@ -136,7 +136,7 @@ def run(
             f"parameter(s) {', '.join(map(repr, lazy))} of a lazy module are uninitialized; "
             "call the model once (model(x)) to size them, then analyze it"
         )
-    check_layouts(model, inputs, kwargs)
+    check_dense_inputs(model, inputs, kwargs)
     recorded: Recording
     # autograd may save the inputs, which a tensor made under torch.inference_mode() forbids: a copy
     given, given_kwargs = inputs, kwargs

@@ -18,7 +18,7 @@ import torch
 import torchvision
 
 from opcount import MemoryTrafficAnalysis, SparseSupport, prune, sparsity_roofline
-from opcount.sparsity.plot import SparsityPoint, sparsity_roofline_chart, speedup_chart
+from opcount.sparsity.plot import SparsityResult, sparsity_roofline_chart, speedup_chart
 
 IMG = Path(__file__).resolve().parent.parent / "docs" / "img"
 HW, DTYPE = "h100-sxm", "float16"
@@ -61,7 +61,7 @@ def main() -> None:
         traced = MemoryTrafficAnalysis(model, (x,), fuse=True)
         dense = sparsity_roofline(traced, hardware=HW, dtype=DTYPE)
         print(f"\n## {name} on {HW}, {DTYPE}, batch 1, fused epilogues\n\n{dense.summary()}\n")
-        points: list[SparsityPoint] = []
+        points: list[SparsityResult] = []
         rows = []
         for config in CONFIGS:
             pruned = prune(model, config)
@@ -96,7 +96,7 @@ def main() -> None:
         if name == "resnet50":
             # Points nearer than the printed precision would overlap: the roofline chart takes one label each.
             plotted = [
-                SparsityPoint(
+                SparsityResult(
                     p.series, p.speedup, illustrative_accuracy(p.series, p.level), p.level, p.flop_speedup, p.label
                 )
                 for p in points

@@ -5,7 +5,7 @@ makes, and run there, before the options are handed on.
 
 - flag combinations: ``--meta`` implies ``--tracer dispatch`` (``--tracer jit`` with it is
   refused), ``--mode train`` needs the dispatch tracer, the roofline flags need ``--hardware``,
-  layout flags must apply to the ``--format`` (no ``--depth`` with ``repr``, no ``--units`` with json);
+  rendering flags must apply to the ``--format`` (no ``--depth`` with ``repr``, no ``--units`` with json);
 - the analyses the columns declare they read (:func:`~opcount.cli.options.roles_for`): a time or
   sparsity column, ``--sparsity`` or ``--plot`` without ``--hardware`` is refused;
 - ``opcount compare``: no flag of one model's report, no LLM phases, no model named twice;
@@ -34,7 +34,7 @@ from torch import nn
 
 from ..llm.models.limits import MAX_POSITIONS
 from ..messages import first_line
-from .options import Analysis, CompareOptions, HardwareChoice, Inputs, Layout, LLMOptions, Options, columns_needing
+from .options import Analysis, CompareOptions, HardwareChoice, Inputs, LLMOptions, Options, Rendering, columns_needing
 
 # Real tensors (inputs, or weights built from a config) above this are refused unless --meta:
 # 2**31 float32 elements, about what a workstation can allocate and trace without swapping.
@@ -56,10 +56,10 @@ def check_model(options: Options) -> None:
     inputs, then a flag missing the analysis it needs."""
     _check_tracer(options)
     _check_roofline_flags(options.analysis, options.hardware)
-    _check_format_flags(options.layout, options.profile, options.analysis.sparsity, options.hardware is not None)
-    check_counts(options.layout, options.repeats)
+    _check_format_flags(options.rendering, options.profile, options.analysis.sparsity, options.hardware is not None)
+    check_counts(options.rendering, options.repeats)
     _check_hf_flags(options.model, options.inputs)
-    check_output_paths(options.layout, options.output, options.plot)
+    check_output_paths(options.rendering, options.output, options.plot)
     inputs = options.inputs
     shapes = [(f"--input {','.join(map(str, s))}", s, inputs.dtype) for s in inputs.shapes]
     if inputs.seq_len and options.model.startswith("hf:"):  # token ids (int64) or audio samples, 1 x N
@@ -68,7 +68,7 @@ def check_model(options: Options) -> None:
     if inputs.seq_len and options.model.startswith("hf:") and inputs.seq_len > MAX_POSITIONS:
         # on meta too, where no budget applies: attention's seq x seq sizes overflow int64
         raise UsageError(f"--seq-len {inputs.seq_len}: more than {MAX_POSITIONS:,} positions (the limit)")
-    check_roles(options.layout, options.analysis, options.hardware, options.plot)
+    check_roles(options.rendering, options.analysis, options.hardware, options.plot)
 
 
 def check_compare(
@@ -77,9 +77,9 @@ def check_compare(
     """``opcount compare``: refuse what applies to one model's report (``given``: flag -> whether it
     was given) or to LLM phases, counts past their limits, a model named twice, an unwritable ``-o``;
     then a flag missing the analysis it needs."""
-    layout = options.layout
-    if layout.format not in (*COMPARE_FORMATS, "json", "csv"):
-        raise UsageError(f"opcount compare prints table, md, json or csv, not {layout.format}")
+    rendering = options.rendering
+    if rendering.format not in (*COMPARE_FORMATS, "json", "csv"):
+        raise UsageError(f"opcount compare prints table, md, json or csv, not {rendering.format}")
     refused = {"--depth": depth is not None, **given}
     if any(refused.values()):
         flags = [flag for flag, value in refused.items() if value]
@@ -87,8 +87,8 @@ def check_compare(
         raise UsageError(
             f"opcount compare reports each model's totals: {', '.join(flags)} {verb} to one model's report"
         )
-    _check_exact_formats(layout)
-    check_counts(layout, repeats)
+    _check_exact_formats(rendering)
+    check_counts(rendering, repeats)
     named = [spec for spec in options.models if spec.startswith("llm:")] + list(llm.given)
     if named:
         raise UsageError(
@@ -99,9 +99,9 @@ def check_compare(
     if twice:
         raise UsageError(f"model {', '.join(twice)} named twice")
     check_output_paths(
-        options.layout, options.output, None
+        options.rendering, options.output, None
     )  # as `opcount MODEL` does: a folder given to -o should not cost the analyses
-    check_roles(options.layout, options.analysis, options.hardware, None)
+    check_roles(options.rendering, options.analysis, options.hardware, None)
 
 
 def check_recalibrate(hardware: HardwareChoice | None, recalibrate: bool) -> None:
@@ -110,11 +110,11 @@ def check_recalibrate(hardware: HardwareChoice | None, recalibrate: bool) -> Non
         raise UsageError("--recalibrate applies to --hardware local")
 
 
-def check_roles(layout: Layout, analysis: Analysis, hardware: HardwareChoice | None, plot: str | None) -> None:
+def check_roles(rendering: Rendering, analysis: Analysis, hardware: HardwareChoice | None, plot: str | None) -> None:
     """The analyses the columns and flags need (``analysis.roles``), refused when one needs ``--hardware``
     missing; ``--sparsity`` values read before anything is traced."""
     if hardware is None and "roofline" in analysis.roles:  # asked for by columns, then
-        named = sorted(columns_needing("roofline", layout.columns or ()))
+        named = sorted(columns_needing("roofline", rendering.columns or ()))
         raise UsageError(f"columns {', '.join(named)} need --hardware")
     if hardware is None and "sparsity" in analysis.roles:
         raise UsageError(f"--sparsity and the columns {', '.join(columns_needing('sparsity'))} need --hardware")
@@ -161,14 +161,14 @@ def _check_roofline_flags(analysis: Analysis, hardware: HardwareChoice | None) -
         raise UsageError(f"{given[0]} applies to the roofline: add --hardware NAME (e.g. --hardware h100-sxm)")
 
 
-def _check_format_flags(layout: Layout, profile: bool, sparsity: tuple[str, ...], hardware: bool) -> None:
-    # Layout flags a format ignores: refused here rather than after the model is built and traced.
-    fmt = layout.format
-    _check_exact_formats(layout)
-    if fmt == "repr" and (layout.by_operator or layout.depth is not None):
+def _check_format_flags(rendering: Rendering, profile: bool, sparsity: tuple[str, ...], hardware: bool) -> None:
+    # Rendering flags a format ignores: refused here rather than after the model is built and traced.
+    fmt = rendering.format
+    _check_exact_formats(rendering)
+    if fmt == "repr" and (rendering.by_operator or rendering.depth is not None):
         raise UsageError("--by-operator and --depth do not apply to --format repr: it prints the whole model")
-    numbers = layout.units or layout.decimals is not None or layout.sig_figs is not None
-    if fmt == "html" and (layout.by_operator or numbers):
+    numbers = rendering.units or rendering.decimals is not None or rendering.sig_figs is not None
+    if fmt == "html" and (rendering.by_operator or numbers):
         raise UsageError(
             "--by-operator, --units, --decimals and --sig-figs do not apply to --format html: "
             "the page has both tables, to 3 significant figures (the exact number in each cell's tooltip)"
@@ -177,7 +177,7 @@ def _check_format_flags(layout: Layout, profile: bool, sparsity: tuple[str, ...]
         raise UsageError("--profile does not apply to --format html: its measured report prints as text, json or csv")
     if fmt == "html" and sparsity:
         raise UsageError("--sparsity does not apply to --format html yet: its report prints as text, json or csv")
-    if fmt in ("tree", "chrome-trace") and layout.by_operator:
+    if fmt in ("tree", "chrome-trace") and rendering.by_operator:
         raise UsageError("--by-operator applies to table, csv and md")
     if fmt == "chrome-trace" and not hardware:
         raise UsageError(
@@ -192,20 +192,20 @@ def _check_format_flags(layout: Layout, profile: bool, sparsity: tuple[str, ...]
         raise UsageError("--profile's measured report is json, csv or text: leave out --format chrome-trace")
 
 
-def check_counts(layout: Layout, repeats: int) -> None:
+def check_counts(rendering: Rendering, repeats: int) -> None:
     """The counts a user types that are no model size (digits, profiled passes), within limits."""
     for flag, value, limit in (
-        ("--decimals", layout.decimals, MAX_DIGITS),
-        ("--sig-figs", layout.sig_figs, MAX_DIGITS),
+        ("--decimals", rendering.decimals, MAX_DIGITS),
+        ("--sig-figs", rendering.sig_figs, MAX_DIGITS),
         ("--repeats", repeats, MAX_REPEATS),
     ):
         if value is not None and value > limit:
             raise UsageError(f"{flag} {value}: more than {limit:,} (the limit)")
 
 
-def _check_exact_formats(layout: Layout) -> None:
-    if layout.format in ("json", "csv") and (
-        layout.units or layout.decimals is not None or layout.sig_figs is not None
+def _check_exact_formats(rendering: Rendering) -> None:
+    if rendering.format in ("json", "csv") and (
+        rendering.units or rendering.decimals is not None or rendering.sig_figs is not None
     ):
         raise UsageError("--units, --decimals and --sig-figs apply to text formats; json and csv are exact")
 
@@ -219,19 +219,21 @@ def _check_hf_flags(model: str, inputs: Inputs) -> None:
         raise UsageError(f"{given[0]} applies to hf: and llm: models, not to {model}: give its inputs with --input")
 
 
-def check_output_paths(layout: Layout, output: str | None, plot: str | None) -> None:
+def check_output_paths(rendering: Rendering, output: str | None, plot: str | None) -> None:
     """``-o`` and ``--plot`` are written after the analysis: a wrong folder or format should not
     cost one."""
-    if layout.csv_meta and layout.format != "csv":
-        raise UsageError(f"--csv-meta describes a CSV export: add --format csv (the {layout.format} format has none)")
-    for flag, value in (("-o", output), ("--plot", plot), ("--csv-meta", layout.csv_meta)):
+    if rendering.csv_meta and rendering.format != "csv":
+        raise UsageError(
+            f"--csv-meta describes a CSV export: add --format csv (the {rendering.format} format has none)"
+        )
+    for flag, value in (("-o", output), ("--plot", plot), ("--csv-meta", rendering.csv_meta)):
         if value is not None and not value.strip():  # -o "" (an unset shell variable) was taken as no -o at all
             raise UsageError(f"{flag} needs a file name, got {value!r}")
         if value and not Path(value).resolve().parent.is_dir():
             raise UsageError(f"{flag} {value}: no folder {str(Path(value).parent)!r} to write it in")
         if value and Path(value).is_dir():
             raise UsageError(f"{flag} {value}: a folder, not a file: name a file in it")
-    _check_distinct_outputs(output, plot, layout.csv_meta)
+    _check_distinct_outputs(output, plot, rendering.csv_meta)
     if plot:
         try:  # only when a chart is asked for
             from matplotlib.backend_bases import FigureCanvasBase

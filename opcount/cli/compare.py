@@ -24,7 +24,7 @@ from ..report.provenance import export_meta
 from . import models as cli_models
 from .analyze import analyze
 from .args import UsageError
-from .options import CompareOptions, Layout
+from .options import CompareOptions, Rendering
 from .progress import Progress
 from .render import number_format, write_csv_meta
 from .warning_capture import Caught, captured_warnings, note, unsupported, warning_lines
@@ -66,8 +66,8 @@ def compare(options: CompareOptions, stderr: TextIO) -> str:
                 caught.append(collect.take())
         finally:
             spinner.close()
-    layout = options.layout
-    keys = list(layout.columns) if layout.columns is not None else _default_columns(measured[0].sources)
+    rendering = options.rendering
+    keys = list(rendering.columns) if rendering.columns is not None else _default_columns(measured[0].sources)
     if not options.quiet:  # as `opcount MODEL` warns, each line naming its model
         lines = warning_lines(shared, None, options.verbose)
         for m, one in zip(measured, caught, strict=True):
@@ -76,11 +76,11 @@ def compare(options: CompareOptions, stderr: TextIO) -> str:
                 lines.append(f"{kind}: {m.spec}: {text}")
         stderr.writelines(f"opcount: {line}\n" for line in lines)
     columns = report.resolve_columns(keys, measured[0].sources)
-    if layout.by_operator:
+    if rendering.by_operator:
         columns = [c for c in columns if c.operators is not None]
         if not columns:
             raise UsageError("--by-operator: the columns chosen have no per-operator breakdown")
-    return _render(measured, columns, layout)
+    return _render(measured, columns, rendering)
 
 
 def _measure(spec: str, options: CompareOptions, hardware: Hardware | None, spinner: Progress) -> Measured:
@@ -107,16 +107,16 @@ def _default_columns(sources: report.Sources) -> list[str]:
 # ================================================================================================
 # Rendering
 # ================================================================================================
-def _render(measured: list[Measured], columns: list[report.Column], layout: Layout) -> str:
-    if layout.format == "json":
-        return json.dumps(_to_dict(measured, columns, layout.by_operator), indent=2)
-    if layout.format == "csv":
-        return _to_csv(measured, columns, layout).rstrip("\n")
-    fmt = number_format(layout, significant=layout.format == "md")
-    by_operator = layout.by_operator
+def _render(measured: list[Measured], columns: list[report.Column], rendering: Rendering) -> str:
+    if rendering.format == "json":
+        return json.dumps(_to_dict(measured, columns, rendering.by_operator), indent=2)
+    if rendering.format == "csv":
+        return _to_csv(measured, columns, rendering).rstrip("\n")
+    fmt = number_format(rendering, significant=rendering.format == "md")
+    by_operator = rendering.by_operator
     headers, rows = _operator_rows(measured, columns, fmt) if by_operator else _model_rows(measured, columns, fmt)
     # md right-aligns numbers as to_markdown does; the table keeps fvcore's left-aligned cells
-    aligns = ["left", *(["right"] * (len(headers) - 1))] if layout.format == "md" else None
+    aligns = ["left", *(["right"] * (len(headers) - 1))] if rendering.format == "md" else None
     text: str = tabulate.tabulate(rows, headers=headers, tablefmt="pipe", colalign=aligns, disable_numparse=True)
     return text + _footer(measured)
 
@@ -196,13 +196,13 @@ def _long_operator_rows(measured: list[Measured], columns: list[report.Column]) 
     return rows
 
 
-def _to_csv(measured: list[Measured], columns: list[report.Column], layout: Layout) -> str:
+def _to_csv(measured: list[Measured], columns: list[report.Column], rendering: Rendering) -> str:
     """A header line, then the rows (``model,<columns>`` or ``model,operator,<columns>``); what they
     were computed from goes to ``--csv-meta FILE``, the JSON's ``meta`` and each model's own."""
     keys = [c.key for c in columns]
-    write_csv_meta(layout.csv_meta, {**_shared_meta(measured), "models": {m.spec: _model_meta(m) for m in measured}})
+    write_csv_meta(rendering.csv_meta, {**_shared_meta(measured), "models": {m.spec: _model_meta(m) for m in measured}})
     names = report.csv_fields(keys, measured[0].meta["flops_per_mac"])
-    if layout.by_operator:
+    if rendering.by_operator:
         return report.csv_rows(["model", "operator", *keys], _long_operator_rows(measured, columns), names)
     rows = [{"model": m.spec, **{c.key: report.export_number(m.total(c)) for c in columns}} for m in measured]
     return report.csv_rows(["model", *keys], rows, names)

@@ -99,7 +99,7 @@ def add_json(out: dict[str, Any], d: Deployment | None) -> None:
     memory |= {"per_device": d.per_device.as_dict(), "capacity": d.capacity, "fits": d.fits}
     out["communication"] = {"bytes_per_device": d.communication_bytes, "time": d.communication_time}
     if d.step_time is not None:
-        out["compute"] = {"time": d.compute_time, "time_bound": d.compute_bound}
+        out["compute"] = {"time": d.compute_time, "time_bound": d.compute_time_bound}
     if d.cost is not None:
         out["cost"] = cost_json(d.cost, d.cost_bound, d.price, d.parallel.devices)
     if d.max_batch is not None:

@@ -27,7 +27,7 @@ from ..llm.models.catalogue import config as catalogue_config
 from ..llm.models.local_config import looks_local, read_config, with_values
 from ..llm.phases import PhaseCost, PhaseRequest
 from ..llm.precision.assignments import WeightAssignmentError
-from ..llm.sweep.figures import GenerationPoint, PhasePoint
+from ..llm.sweep.figures import GenerationValues, PhaseValues
 from ..report.provenance import export_meta
 from ..units import si, size
 from . import deploy
@@ -35,9 +35,9 @@ from . import training as training_cli
 from .args import check_kept, hf_overrides, invalid_config
 from .flags.deploy import SWEEPABLE as LAYOUT_KEYS
 from .flags.llm import SWEEPABLE, require_transformers
-from .llm_rows import SweepPoint, point_json, sweep_points, sweep_report
+from .llm_rows import SweepRow, point_json, sweep_points, sweep_report
 from .llm_times import by_operator, operator_rows_named, single_device_lines, table_columns, time_lines
-from .options import Layout, LLMOptions, LLMRun, Options
+from .options import LLMOptions, LLMRun, Options, Rendering
 from .render import write_csv_meta
 
 
@@ -85,7 +85,7 @@ def _check_causal(config: Any, model: str, flags: LLMOptions) -> None:
 
 
 @dataclass
-class Point:
+class PointCost:
     """One analyzed point: a phase, or a whole generation."""
 
     values: dict[str, int]
@@ -96,7 +96,7 @@ class Point:
 
 def run(
     options: Options, wanted: LLMRun, hardware: Hardware | None, status: Callable[[str], None]
-) -> tuple[str, list[Point] | list[SweepPoint]]:
+) -> tuple[str, list[PointCost] | list[SweepRow]]:
     """Analyze the LLM ``options`` describe (``wanted``: its LLM flags, checked; ``hardware``: resolved
     once by the caller); returns the rendered report and the points."""
     flags, items = wanted.flags, options.inputs.hf_config
@@ -137,9 +137,9 @@ def run(
         ]
         status(f"tracing {label}: {len(combos)} points from a few traces")
         rows = sweep_points(llm, combos, request)
-        return sweep_report(rows, options.layout, label, options.model), rows
-    points: list[Point] = []
-    phases: dict[tuple[tuple[str, int], ...], Point] = {}
+        return sweep_report(rows, options.rendering, label, options.model), rows
+    points: list[PointCost] = []
+    phases: dict[tuple[tuple[str, int], ...], PointCost] = {}
     for combo in itertools.product(*(values for _, values in axes)) if axes else [()]:
         values = {**base, **{key: v for (key, _), v in zip(axes, combo, strict=True)}}
         status(f"tracing {label}: {_describe(values, flags.phase)}")
@@ -151,21 +151,21 @@ def run(
         points.append(point)
     if axes:
         return sweep_report(
-            [SweepPoint.of(p.values, p.phase, p.generation, p.deployment) for p in points],
-            options.layout,
+            [SweepRow.of(p.values, p.phase, p.generation, p.deployment) for p in points],
+            options.rendering,
             label,
             options.model,
         ), points
-    return _single_report(llm, points[0], options.layout, label, options.model), points
+    return _single_report(llm, points[0], options.rendering, label, options.model), points
 
 
-def _point(llm: CausalLM, values: dict[str, int], request: PhaseRequest) -> Point:
+def _point(llm: CausalLM, values: dict[str, int], request: PhaseRequest) -> PointCost:
     if "gen_len" in values:
         prefill = replace(request, phase="prefill").at(values["batch"], values["seq_len"], 0)
         gen = generate(llm, prefill, values["gen_len"])
-        return Point(values, gen.prefill, gen)
+        return PointCost(values, gen.prefill, gen)
     kv_len = values["kv_len"] if request.phase == "decode" else 0
-    return Point(values, llm.cost(request.at(values["batch"], values["seq_len"], kv_len)))
+    return PointCost(values, llm.cost(request.at(values["batch"], values["seq_len"], kv_len)))
 
 
 def _describe(values: dict[str, int], phase: str | None) -> str:
@@ -179,7 +179,7 @@ def _describe(values: dict[str, int], phase: str | None) -> str:
 # ------------------------------------------------------------------------------------------------
 # Reports
 # ------------------------------------------------------------------------------------------------
-def summary(llm_label: str, point: Point, parameters: int, active: int | None = None) -> str:
+def summary(llm_label: str, point: PointCost, parameters: int, active: int | None = None) -> str:
     """The phase in a few lines: what was analyzed, parameters (those one token touches where a
     mixture of experts routes it), FLOPs, memory, speed of light."""
     p, gen = point.phase, point.generation
@@ -206,33 +206,33 @@ def summary(llm_label: str, point: Point, parameters: int, active: int | None = 
     return "\n".join(lines)
 
 
-def _single_report(llm: CausalLM, point: Point, layout: Layout, label: str, model: str) -> str:
+def _single_report(llm: CausalLM, point: PointCost, rendering: Rendering, label: str, model: str) -> str:
     p = point.phase
     single = point.deployment is not None  # the table's times are then one device's, named so
     # with hardware the times are the chosen kernels' estimate by module, headed by the mode (llm_times)
-    columns, extra = table_columns(p, layout.columns, single)
-    given = columns if layout.columns is not None else None
+    columns, extra = table_columns(p, rendering.columns, single)
+    given = columns if rendering.columns is not None else None
     # the model as typed (llm:gpt2), not the class it builds (GPT2LMHeadModel); device: meta
     meta = export_meta(p.flops, model=model, roofline=p.roofline)
-    if layout.format == "json":
-        data = report.to_dict(p.flops, columns=given, max_depth=layout.depth, extra=extra, meta=meta)
-        gen = None if point.generation is None else GenerationPoint.of(point.generation)
+    if rendering.format == "json":
+        data = report.to_dict(p.flops, columns=given, max_depth=rendering.depth, extra=extra, meta=meta)
+        gen = None if point.generation is None else GenerationValues.of(point.generation)
         data["llm"] = point_json(
-            point.values, PhasePoint.of(p), gen, label, llm.parameters, llm.active_parameters, point.deployment
+            point.values, PhaseValues.of(p), gen, label, llm.parameters, llm.active_parameters, point.deployment
         )
         data["memory"] = dict(data["llm"]["memory"])  # the report's copy, as a whole model's
-        if layout.by_operator:
+        if rendering.by_operator:
             data["llm"]["by_operator"] = operator_rows_named(p, single)
         return json.dumps(data, indent=2)
-    if layout.by_operator:
-        return by_operator(p, layout, meta, single) + (
-            "" if layout.format == "csv" else "\n\n" + summary(label, point, llm.parameters)
+    if rendering.by_operator:
+        return by_operator(p, rendering, meta, single) + (
+            "" if rendering.format == "csv" else "\n\n" + summary(label, point, llm.parameters)
         )
-    depth = 3 if layout.depth is None else layout.depth
-    if layout.format == "csv":
-        write_csv_meta(layout.csv_meta, meta)
-        return report.to_csv(p.flops, columns=columns, max_depth=layout.depth, extra=extra).rstrip("\n")
+    depth = 3 if rendering.depth is None else rendering.depth
+    if rendering.format == "csv":
+        write_csv_meta(rendering.csv_meta, meta)
+        return report.to_csv(p.flops, columns=columns, max_depth=rendering.depth, extra=extra).rstrip("\n")
     table = report.module_table(
-        p.flops, columns=columns, max_depth=depth, extra=extra, show_param_shapes=layout.param_shapes
+        p.flops, columns=columns, max_depth=depth, extra=extra, show_param_shapes=rendering.param_shapes
     )
     return table + "\n\n" + summary(label, point, llm.parameters, llm.active_parameters)

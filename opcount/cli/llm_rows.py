@@ -15,24 +15,24 @@ from ..llm.causal_lm import CausalLM
 from ..llm.deploy import deployment as deploy_lib
 from ..llm.generation import GenerationCost
 from ..llm.phases import PhaseCost, PhaseRequest
-from ..llm.sweep.figures import GenerationPoint, PhasePoint
+from ..llm.sweep.figures import GenerationValues, PhaseValues
 from ..llm.sweep.points import generations_of, points_of
 from ..report.columns import flops_unit
 from ..report.provenance import export_meta
 from ..units import seconds, si, size
 from . import deploy
 from .llm_times import time_fields
-from .options import Layout
+from .options import Rendering
 from .render import write_csv_meta
 
 
 @dataclass
-class SweepPoint:
+class SweepRow:
     """One point of a sweep: a phase, or a whole generation, as figures (opcount.llm.sweep.points)."""
 
     values: dict[str, int]
-    phase: PhasePoint
-    generation: GenerationPoint | None = None
+    phase: PhaseValues
+    generation: GenerationValues | None = None
     deployment: deploy_lib.Deployment | None = None
 
     @classmethod
@@ -42,27 +42,27 @@ class SweepPoint:
         phase: PhaseCost,
         generation: GenerationCost | None,
         deployment: deploy_lib.Deployment | None,
-    ) -> SweepPoint:
+    ) -> SweepRow:
         """A point traced on its own (a deployment sweep), as figures."""
-        gen = None if generation is None else GenerationPoint.of(generation)
-        return cls(values, PhasePoint.of(phase), gen, deployment)
+        gen = None if generation is None else GenerationValues.of(generation)
+        return cls(values, PhaseValues.of(phase), gen, deployment)
 
 
-def sweep_points(llm: CausalLM, combos: Sequence[dict[str, int]], request: PhaseRequest) -> list[SweepPoint]:
+def sweep_points(llm: CausalLM, combos: Sequence[dict[str, int]], request: PhaseRequest) -> list[SweepRow]:
     """Every point of a sweep of ``request``, fitted from a few traces (equal to tracing each,
     :mod:`opcount.llm.sweep.points`)."""
     if "gen_len" in combos[0]:
         gens = generations_of(llm, request, [(v["batch"], v["seq_len"], v["gen_len"]) for v in combos])
-        return [SweepPoint(v, g.prefill, g) for v, g in zip(combos, gens, strict=True)]
+        return [SweepRow(v, g.prefill, g) for v, g in zip(combos, gens, strict=True)]
     decode = request.phase == "decode"
     points = [(v["batch"], v["seq_len"], v["kv_len"] if decode else 0) for v in combos]
-    return [SweepPoint(v, p) for v, p in zip(combos, points_of(llm, request, points), strict=True)]
+    return [SweepRow(v, p) for v, p in zip(combos, points_of(llm, request, points), strict=True)]
 
 
 def point_json(
     values: dict[str, int],
-    p: PhasePoint,
-    gen: GenerationPoint | None,
+    p: PhaseValues,
+    gen: GenerationValues | None,
     label: str,
     parameters: int,
     active: int = 0,
@@ -97,10 +97,10 @@ SWEEP_CSV_NAMES = {
 }
 
 
-def sweep_report(points: Sequence[SweepPoint], layout: Layout, label: str, model: str) -> str:
+def sweep_report(points: Sequence[SweepRow], rendering: Rendering, label: str, model: str) -> str:
     keys = list(points[0].values)
     rows = [point_json(pt.values, pt.phase, pt.generation, label, 0, 0, pt.deployment) for pt in points]
-    if layout.format == "json":
+    if rendering.format == "json":
         return json.dumps(
             {"model": label, "points": [{k: v for k, v in r.items() if k != "parameters"} for r in rows]}, indent=2
         )
@@ -116,10 +116,10 @@ def sweep_report(points: Sequence[SweepPoint], layout: Layout, label: str, model
         header.append("bound")
     header += deploy.sweep_header(points[0].deployment)
     flat = [{**r, **r["memory"], **deploy.sweep_row(pt.deployment)} for r, pt in zip(rows, points, strict=True)]
-    if layout.format == "csv":  # a missing value (None) is an empty cell, as in every CSV export
+    if rendering.format == "csv":  # a missing value (None) is an empty cell, as in every CSV export
         first = points[0].phase.cost  # the first point is always traced (opcount.llm.sweep.points)
         if first is not None:
-            write_csv_meta(layout.csv_meta, export_meta(first.flops, model=model, roofline=first.roofline))
+            write_csv_meta(rendering.csv_meta, export_meta(first.flops, model=model, roofline=first.roofline))
         names = {
             **report.csv_fields(header, points[0].phase.flops_per_mac),
             **SWEEP_CSV_NAMES,

@@ -23,10 +23,10 @@ from ..llm.generation import GenerationCost
 from ..llm.phases import PhaseCost
 from ..llm.report import times as kernel_times
 from ..llm.report.operators import operator_rows
-from ..llm.sweep.figures import GenerationPoint, PhasePoint
+from ..llm.sweep.figures import GenerationValues, PhaseValues
 from ..report.columns import Column
 from ..units import seconds, si, size
-from .options import Layout
+from .options import Rendering
 from .render import write_csv_meta
 
 SINGLE_DEVICE = "single_device"  # the name of one device's figures under a layout: JSON key, column suffix, line
@@ -46,7 +46,7 @@ def operator_rows_named(cost: PhaseCost, single_device: bool = False) -> list[di
     return [{names.get(k, k): v for k, v in row.items()} for row in operator_rows(cost)]
 
 
-def by_operator(cost: PhaseCost, layout: Layout, meta: Mapping[str, Any], single_device: bool = False) -> str:
+def by_operator(cost: PhaseCost, rendering: Rendering, meta: Mapping[str, Any], single_device: bool = False) -> str:
     """The rows as a table or CSV; counts are headed by their unit (MACs or FLOPs), bytes are each
     operator's as its own kernels (eager), seconds its part of the estimate of the chosen kernels
     (:mod:`opcount.llm.report.times`: the rows sum to the single device's time), headed
@@ -57,8 +57,8 @@ def by_operator(cost: PhaseCost, layout: Layout, meta: Mapping[str, Any], single
     unit = "MACs" if cost.flops.flops_per_mac == 1 else "FLOPs"
     mode = cost.kernels
     time, bound = _single(f"time_{mode}", single_device), _single(f"bound_{mode}", single_device)
-    if layout.format == "csv":
-        write_csv_meta(layout.csv_meta, meta)
+    if rendering.format == "csv":
+        write_csv_meta(rendering.csv_meta, meta)
         fields = ("operator", "calls", "flops", "bytes_eager", time, bound, "kernels")
         names = {"flops": unit.lower(), time: f"{time}_s", "kernels": f"{mode}_kernels"}
         return report.csv_rows(fields, rows, names=names).rstrip("\n")
@@ -94,7 +94,7 @@ def table_columns(
     and ``bound`` are the estimate of the chosen kernels attributed to modules
     (:mod:`opcount.llm.report.times`: the whole model's row is the single device's time), headed by
     the mode, and under a layout by ``single device`` (their keys ``time_fused_single_device``...)."""
-    if cost.roofline is None or cost.plan is None:
+    if cost.roofline is None or cost.schedule is None:
         return list(given or ("params", "flops")), None
     estimate = kernel_times.columns(cost.kernels)
     if single_device:
@@ -115,7 +115,7 @@ class PhaseTimes(Protocol):
     @property
     def time_bound(self) -> float | None: ...
     @property
-    def bound(self) -> str | None: ...
+    def limited_by(self) -> str | None: ...
     @property
     def tokens_per_s(self) -> float | None: ...
     @property
@@ -150,7 +150,9 @@ def time_lines(p: PhaseCost, gen: GenerationCost | None, deployment: Deployment 
         return []
     head = f"{p.roofline.hardware.name}, {p.kernels} kernels"
     if deployment is None or deployment.step_time is None:
-        return _phase_lines(head, p, p.phase) if gen is None else _generation_lines(head, gen, p.bound, gen.last_step)
+        return (
+            _phase_lines(head, p, p.phase) if gen is None else _generation_lines(head, gen, p.limited_by, gen.last_step)
+        )
     layout = deployment.parallel
     if not _alone(deployment):
         head = f"{head}, {layout.label()}"
@@ -162,8 +164,8 @@ def time_lines(p: PhaseCost, gen: GenerationCost | None, deployment: Deployment 
         )
     if gen is None:
         return _phase_lines(head, deployment, p.phase, parts)
-    prompt_bound = p.bound if _alone(deployment) else None  # the prompt's own on one device
-    return _generation_lines(head, deployment, prompt_bound, deployment if gen.gen_len else None, parts)
+    prompt_limited_by = p.limited_by if _alone(deployment) else None  # the prompt's own on one device
+    return _generation_lines(head, deployment, prompt_limited_by, deployment if gen.gen_len else None, parts)
 
 
 def single_device_lines(p: PhaseCost, gen: GenerationCost | None, deployment: Deployment) -> list[str]:
@@ -171,7 +173,7 @@ def single_device_lines(p: PhaseCost, gen: GenerationCost | None, deployment: De
     if p.roofline is None or _alone(deployment):
         return []
     head = f"single device ({p.roofline.hardware.name}, {p.kernels} kernels)"
-    return _phase_lines(head, p, p.phase) if gen is None else _generation_lines(head, gen, p.bound, gen.last_step)
+    return _phase_lines(head, p, p.phase) if gen is None else _generation_lines(head, gen, p.limited_by, gen.last_step)
 
 
 def _alone(deployment: Deployment) -> bool:
@@ -183,28 +185,28 @@ def _phase_lines(head: str, f: PhaseTimes, phase: str, parts: str = "") -> list[
     if phase == "prefill":
         return [
             f"  {head}: time to first token {seconds(f.time)}{parts}, speed of light {seconds(f.time_bound)} "
-            f"({f.bound}-bound); {f.tokens_per_s:,.0f} prompt tokens/s (at most {f.tokens_per_s_bound:,.0f})"
+            f"({f.limited_by}-bound); {f.tokens_per_s:,.0f} prompt tokens/s (at most {f.tokens_per_s_bound:,.0f})"
         ]
     return [
-        f"  {head}: {seconds(f.time)} per step{parts}, speed of light {seconds(f.time_bound)} ({f.bound}-bound); "
+        f"  {head}: {seconds(f.time)} per step{parts}, speed of light {seconds(f.time_bound)} ({f.limited_by}-bound); "
         f"{f.tokens_per_s:,.1f} tokens/s (at most {f.tokens_per_s_bound:,.1f})"
     ]
 
 
 def _generation_lines(
-    head: str, f: GenerationTimes, prompt_bound: str | None, last: PhaseTimes | None, parts: str = ""
+    head: str, f: GenerationTimes, prompt_limited_by: str | None, last: PhaseTimes | None, parts: str = ""
 ) -> list[str]:
-    """``prompt_bound``: what binds the prompt's speed of light, where known; ``last``: the last
-    decode step's figures (what binds it), None without a decode step."""
-    binds = f" ({prompt_bound}-bound)" if prompt_bound else ""
+    """``prompt_limited_by``: what limits the prompt's speed of light, where known; ``last``: the last
+    decode step's figures (what limits it), None without a decode step."""
+    limit_note = f" ({prompt_limited_by}-bound)" if prompt_limited_by else ""
     lines = [
         f"  {head}: time to first token {seconds(f.time_to_first_token)}, speed of light "
-        f"{seconds(f.time_to_first_token_bound)}{binds}"
+        f"{seconds(f.time_to_first_token_bound)}{limit_note}"
     ]
     if last is not None:
         lines.append(
             f"  {head}: time per output token {seconds(f.time_per_output_token)}{parts}, speed of light "
-            f"{seconds(f.time_per_output_token_bound)} ({last.bound}-bound at the last step); "
+            f"{seconds(f.time_per_output_token_bound)} ({last.limited_by}-bound at the last step); "
             f"{f.tokens_per_s:,.1f} tokens/s (at most {f.tokens_per_s_bound:,.1f}); "
             f"whole generation {seconds(f.time)} (speed of light {seconds(f.time_bound)})"
         )
@@ -212,7 +214,7 @@ def _generation_lines(
 
 
 def time_fields(
-    p: PhaseCost | PhasePoint, gen: GenerationCost | GenerationPoint | None, deployment: Deployment | None = None
+    p: PhaseCost | PhaseValues, gen: GenerationCost | GenerationValues | None, deployment: Deployment | None = None
 ) -> dict[str, Any]:
     """The JSON fields of times (none without hardware): each with its ``_bound``; a traced phase's
     or a swept point's (:mod:`opcount.llm.sweep.figures`) alike; under a layout the deployment's,
@@ -232,7 +234,7 @@ def phase_fields(f: PhaseTimes) -> dict[str, Any]:
     return {
         "time": f.time,
         "time_bound": f.time_bound,
-        "bound": f.bound,
+        "bound": f.limited_by,
         "tokens_per_s": f.tokens_per_s,
         "tokens_per_s_bound": f.tokens_per_s_bound,
     }

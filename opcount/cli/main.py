@@ -13,7 +13,7 @@ the flags are parsed once into frozen typed options (:func:`opcount.cli.parser.p
 :mod:`opcount.cli.options`), ``--hardware`` is resolved once (:meth:`HardwareChoice.resolve
 <opcount.cli.options.HardwareChoice.resolve>`), the model is built from ``options.inputs``
 (:mod:`opcount.cli.models`), analyzed as ``options.analysis`` says (:mod:`opcount.cli.analyze`),
-rendered as ``options.layout`` says (:mod:`opcount.cli.render`) and printed with the warnings
+rendered as ``options.rendering`` says (:mod:`opcount.cli.render`) and printed with the warnings
 (:mod:`opcount.cli.warning_capture`); ``opcount llm:NAME`` goes to :mod:`opcount.cli.llm`,
 ``opcount compare`` to :mod:`opcount.cli.compare`.
 """
@@ -133,10 +133,10 @@ def _whole_model(options: Options, hardware: Hardware | None, spinner: Progress)
     routing = expected_routing(loaded.model) if options.model.startswith("hf:") else nullcontext()
     with torch.no_grad(), routing:
         analyses = analyze(loaded, options.model, options.analysis, hardware, spinner)
-    text = render(analyses, options.layout, options.model)
+    text = render(analyses, options.rendering, options.model)
     if options.analysis.mode == "train":  # the step's memory per device (opcount.cli.training)
         text = training_whole_model(analyses, options, text)
-    missed = unsupported(analyses, shown_columns(analyses, options.layout) or ["params", "flops"])
+    missed = unsupported(analyses, shown_columns(analyses, options.rendering) or ["params", "flops"])
     if options.profile:
         text = _profiled(loaded, analyses, options, spinner, text)
     if options.plot:
@@ -163,12 +163,12 @@ def _profiled(loaded: Loaded, analyses: Analyses, options: Options, spinner: Pro
         path = Path(options.plot)
         with writing("--plot", options.plot):
             measured.plot(path.with_name(f"{path.stem}.profile{path.suffix}"))
-    layout = options.layout
-    if layout.format == "json":
+    rendering = options.rendering
+    if rendering.format == "json":
         return measured.to_json()
-    if layout.format == "csv":
-        return measured.to_csv("operators" if layout.by_operator else "modules").rstrip("\n")
-    depth = 3 if layout.depth is None else layout.depth
+    if rendering.format == "csv":
+        return measured.to_csv("operators" if rendering.by_operator else "modules").rstrip("\n")
+    depth = 3 if rendering.depth is None else rendering.depth
     return "\n\n".join([text, measured.summary(), measured.table(max_depth=depth), measured.table(by="operator")])
 
 

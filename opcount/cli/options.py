@@ -3,7 +3,7 @@ and everything below the parser reads.
 
 :class:`Options` is ``opcount MODEL`` (or ``llm:NAME``), :class:`CompareOptions` is ``opcount
 compare``; both are frozen and made of groups, each read by one layer: :class:`Inputs` by the
-model loader, :class:`Analysis` by the analyses, :class:`Layout` by the renderer, :class:`LLMRun`
+model loader, :class:`Analysis` by the analyses, :class:`Rendering` by the renderer, :class:`LLMRun`
 by the LLM mode. ``--hardware`` is a :class:`HardwareChoice`: a preset or file read by the parser,
 or this machine, measured once when the run starts (:meth:`HardwareChoice.resolve`).
 
@@ -96,7 +96,7 @@ class Analysis:
 
 
 @dataclass(frozen=True, slots=True)
-class Layout:
+class Rendering:
     """How the report looks: ``--format``, ``--columns`` (None: the format's default), ``--by-operator``,
     ``--depth``, ``--units``, ``--decimals``, ``--sig-figs``, ``--no-param-shapes``."""
 
@@ -177,7 +177,7 @@ class Options:
     inputs: Inputs
     analysis: Analysis
     hardware: HardwareChoice | None
-    layout: Layout
+    rendering: Rendering
     llm: LLMRun | None
     profile: bool
     repeats: int
@@ -197,7 +197,7 @@ class CompareOptions:
     inputs: Inputs
     analysis: Analysis
     hardware: HardwareChoice | None
-    layout: Layout
+    rendering: Rendering
     output: str | None
     quiet: bool
     verbose: bool

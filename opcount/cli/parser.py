@@ -34,7 +34,7 @@ from .args import (
 from .flags import deploy as deploy_flags
 from .flags import llm as llm_flags
 from .flags import training as training_flags
-from .options import Analysis, CompareOptions, HardwareChoice, Inputs, Layout, LLMRun, Options, roles_for
+from .options import Analysis, CompareOptions, HardwareChoice, Inputs, LLMRun, Options, Rendering, roles_for
 
 FORMATS = ("table", "tree", "json", "csv", "md", "repr", "html", "chrome-trace")
 # -o FILE's format by the file's ending, longest ending first: the formats it may hold, its default
@@ -115,7 +115,7 @@ def _options(ns: argparse.Namespace, prog: str) -> Options:
         inputs=_inputs(ns),
         analysis=_analysis(ns, fmt, tracer=ns.tracer, hardware=hardware is not None),
         hardware=hardware,
-        layout=_layout(ns, fmt),
+        rendering=_rendering(ns, fmt),
         llm=None,
         profile=ns.profile,
         repeats=ns.repeats,
@@ -128,7 +128,7 @@ def _options(ns: argparse.Namespace, prog: str) -> Options:
     )
     if llm_flags.wanted(ns.model, flags):  # its own flags, checked before anything is built
         precision = llm_flags.check(flags, options)
-        check_output_paths(options.layout, options.output, options.plot)
+        check_output_paths(options.rendering, options.output, options.plot)
         if options.plot and hardware is None:
             raise UsageError("--plot needs --hardware")
         options = replace(options, llm=LLMRun(flags, precision))
@@ -150,7 +150,7 @@ def _compare_options(ns: argparse.Namespace, prog: str) -> CompareOptions:
             ns, fmt, tracer=ns.tracer or ("dispatch" if ns.meta else "jit"), hardware=hardware is not None
         ),
         hardware=hardware,
-        layout=_layout(ns, fmt),
+        rendering=_rendering(ns, fmt),
         output=ns.output,
         quiet=ns.quiet,
         verbose=ns.verbose or ns.debug,
@@ -208,8 +208,8 @@ def _analysis(ns: argparse.Namespace, fmt: str, tracer: str | None, hardware: bo
     )
 
 
-def _layout(ns: argparse.Namespace, fmt: str) -> Layout:
-    return Layout(
+def _rendering(ns: argparse.Namespace, fmt: str) -> Rendering:
+    return Rendering(
         format=fmt,
         columns=None if ns.columns is None else tuple(ns.columns),
         by_operator=ns.by_operator,

@@ -53,9 +53,9 @@ def run(
         flops_per_mac=options.analysis.flops_per_mac,
         preset=options.analysis.preset,
     )
-    if options.layout.format == "json":
+    if options.rendering.format == "json":
         return llm_json(cost, llm, options, label, train.tokens, deploy.price)
-    return llm_report(cost, options.layout, label, options.model, llm.parameters, train.tokens, deploy.price)
+    return llm_report(cost, options.rendering, label, options.model, llm.parameters, train.tokens, deploy.price)
 
 
 def llm_json(
@@ -64,11 +64,11 @@ def llm_json(
     """The step's JSON: the report, ``llm`` with the keys an inference point has (``parameters``
     ``{total, active}``, ``memory`` with ``per_device``, the times of the step on its ``parallel``
     layout, ``communication``, ``cost``), ``memory`` (its copy) and ``training`` (the step's parts)."""
-    layout = options.layout
+    rendering = options.rendering
     extra = {"roofline": cost.roofline} if cost.roofline is not None else None
-    given = list(layout.columns) if layout.columns is not None else None
+    given = list(rendering.columns) if rendering.columns is not None else None
     meta = export_meta(cost.flops, model=options.model, roofline=cost.roofline)
-    data = report.to_dict(cost.flops, columns=given, max_depth=layout.depth, extra=extra, meta=meta)
+    data = report.to_dict(cost.flops, columns=given, max_depth=rendering.depth, extra=extra, meta=meta)
     capacity = _capacity(cost)
     per_device = cost.memory()
     out: dict[str, Any] = {
@@ -97,7 +97,7 @@ def llm_json(
             "kernels": "eager",  # a training step runs one kernel a call (opcount.llm.training)
             "time": step.time,
             "time_bound": step.time_bound,
-            "bound": step.bound,
+            "bound": step.limited_by,
             "tokens_per_s": rate.tokens_per_s,
             "tokens_per_s_bound": rate.tokens_per_s_bound,
         }
@@ -116,19 +116,19 @@ def llm_json(
 
 
 def llm_report(
-    cost: TrainingCost, layout: Any, label: str, model: str, parameters: int, tokens: int | None, price: float | None
+    cost: TrainingCost, rendering: Any, label: str, model: str, parameters: int, tokens: int | None, price: float | None
 ) -> str:
     """The step's module table and summary, or its CSV."""
     extra = {"roofline": cost.roofline} if cost.roofline is not None else None
-    given = list(layout.columns) if layout.columns is not None else None
+    given = list(rendering.columns) if rendering.columns is not None else None
     meta = export_meta(cost.flops, model=model, roofline=cost.roofline)
     columns = given or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
-    if layout.format == "csv":
-        write_csv_meta(layout.csv_meta, meta)
-        return report.to_csv(cost.flops, columns=columns, max_depth=layout.depth, extra=extra).rstrip("\n")
-    depth = 3 if layout.depth is None else layout.depth
+    if rendering.format == "csv":
+        write_csv_meta(rendering.csv_meta, meta)
+        return report.to_csv(cost.flops, columns=columns, max_depth=rendering.depth, extra=extra).rstrip("\n")
+    depth = 3 if rendering.depth is None else rendering.depth
     table = report.module_table(
-        cost.flops, columns=columns, max_depth=depth, extra=extra, show_param_shapes=layout.param_shapes
+        cost.flops, columns=columns, max_depth=depth, extra=extra, show_param_shapes=rendering.param_shapes
     )
     return table + "\n\n" + "\n".join(llm_summary(cost, label, parameters, tokens, price))
 
@@ -185,7 +185,7 @@ def _time_lines(cost: TrainingCost, rate: Throughput, tokens: int | None, price:
     lines = [
         f"  {hw}: step {seconds(step.time)} ({parts}), {rate.tokens_per_s:,.0f} tokens/s on {cost.dp} "
         f"device{'s' if cost.dp > 1 else ''}, MFU {rate.mfu:.1%}",
-        f"  speed of light: step {seconds(step.time_bound)} ({step.bound}-bound), "
+        f"  speed of light: step {seconds(step.time_bound)} ({step.limited_by}-bound), "
         f"{rate.tokens_per_s_bound or 0:,.0f} tokens/s, MFU at the bound {rate.mfu_bound or 0:.1%}",
     ]
     if tokens is not None:
@@ -219,7 +219,7 @@ def training_json(cost: TrainingCost, tokens: int | None, price: float | None) -
         out |= {
             "step_time": step.time,
             "step_time_bound": step.time_bound,
-            "bound": step.bound,
+            "bound": step.limited_by,
             "compute_time": step.compute,
             "recompute_time": step.recompute,
             "communication_time": step.communication,
@@ -276,12 +276,12 @@ def whole_model(analyses: Any, options: Options, text: str) -> str:
             f"  {report_.hardware.name}: step {seconds(step)} (compute {seconds(report_.total_time)}"
             + (f" + recompute {seconds(extra)})" if extra else ")")
         )
-    if options.layout.format == "json":
+    if options.rendering.format == "json":
         data = json.loads(text)
         data.setdefault("memory", {})["per_device"] = memory
         data["training"] = training
         return json.dumps(data, indent=2)
-    if options.layout.format == "csv":
+    if options.rendering.format == "csv":
         return text
     return text + "\n\n" + f"training step ({options.model}), one device:\n" + "\n".join(lines)
 

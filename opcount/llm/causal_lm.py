@@ -31,11 +31,11 @@ from .attention.prompt_tokens import cache_lengths, new_positions_only
 from .attention.serving import serving_attention
 from .attention.windows import windowed_prefill
 from .cache.names import CACHE_NAMES
-from .cache.plan import phase_cache
+from .cache.specs import phase_cache
 from .decoder import Decoder
 from .deploy.deployment import Deployment, on_layout
 from .deploy.layout import Parallel
-from .kernels.estimate import MODES, plan
+from .kernels.estimate import MODES, schedule_kernels
 from .models.limits import check_sizes
 from .phases import GenerationFigures, Memory, PhaseCost, PhaseRequest, peak_activations, resolved
 
@@ -57,13 +57,13 @@ class CausalLM(Decoder):
 
     def kv_bytes(self, tokens: int, batch: int) -> int:
         """Bytes of the cache holding ``tokens`` positions of ``batch`` sequences, each layer as its
-        kind holds them (a decode step's view: the last token just written), in the KV dtype."""
+        layer type holds them (a decode step's view: the last token just written), in the KV dtype."""
         return sum(self.kv_bytes_by_type(tokens - 1, 1, batch).values()) if tokens else 0
 
     def kv_bytes_by_type(self, kv_len: int, seq_len: int, batch: int) -> dict[str, int]:
-        """Bytes of the cache per layer kind when ``seq_len`` tokens follow ``kv_len`` cached ones."""
+        """Bytes of the cache per layer type when ``seq_len`` tokens follow ``kv_len`` cached ones."""
         lengths = cache_lengths(self.prefix, kv_len, seq_len)
-        return self.caches.bytes_by_kind(*lengths, batch, DTYPE_BYTES[self.precision.kv_dtype])
+        return self.caches.bytes_by_type(*lengths, batch, DTYPE_BYTES[self.precision.kv_dtype])
 
     # --------------------------------------------------------------------------------------------
     # What is refused, before anything is traced
@@ -146,7 +146,7 @@ class CausalLM(Decoder):
         if hw is not None:
             report = roofline(traffic, hardware=hw, dtype=self.precision.act, itemsize=self.pricing)
             plans = {
-                mode: plan(
+                mode: schedule_kernels(
                     traffic,
                     report,
                     mode,
@@ -159,7 +159,7 @@ class CausalLM(Decoder):
             }
         return PhaseCost(
             request=request, precision=self.precision, flops=flops, memory=memory, roofline=report,
-            moe_blocks=tuple(blocks), plans=plans,
+            moe_blocks=tuple(blocks), schedules=plans,
         )  # fmt: skip
 
     def records(self, request: PhaseRequest) -> FlopCountAnalysis:

@@ -2,7 +2,7 @@
 out once when it is built and passed down to the folders that need it: the decoder's config
 (:func:`.models.composite.text_config`), its mixture-of-experts blocks with their top-k
 (:func:`.moe.experts.find_experts`), its weights' bytes and each traced tensor's bytes per element
-(:func:`.precision.dtypes.weight_table`), its cache per layer (:func:`.cache.plan.cache_plan`), a
+(:func:`.precision.dtypes.weight_table`), its cache per layer (:func:`.cache.specs.cache_specs`), a
 learned position table, prompt tokens run in front of every sequence, DSA indexers.
 
 :class:`.causal_lm.CausalLM` is a :class:`Decoder` with its costs (phases, checks, a deployment); the
@@ -21,7 +21,7 @@ from torch import nn
 from ..errors import OpcountTypeError, OpcountValueError
 from .attention.indexed import indexer_scopes
 from .attention.prompt_tokens import prompt_length
-from .cache.plan import CachePlan, cache_plan
+from .cache.specs import CacheSpecs, cache_specs
 from .models.build import build_on_meta, learned_positions
 from .models.composite import text_config
 from .moe.experts import Experts, expected_routing, find_experts
@@ -54,7 +54,7 @@ class Decoder:
         self.model: nn.Module = model
         self.config: Any = text_config(config)
         self.experts: tuple[Experts, ...] = tuple(find_experts(model, self.config))
-        self.caches: CachePlan = cache_plan(model, self.config, lambda m: expected_routing(m, self.experts))
+        self.caches: CacheSpecs = cache_specs(model, self.config, lambda m: expected_routing(m, self.experts))
         self.weights: WeightTable = weight_table(model, self.precision)
         self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         # the learned position table's name and rows, if the model has one (GPT-2's wpe)

@@ -3,7 +3,7 @@ steps of one token each (:func:`generation`).
 
 A step's cost per operator is affine in the cache length (linear layers do not depend on it,
 attention and the cache reads grow by one token's worth per step) over each run of steps in which no
-sliding window fills and no chunk starts (:meth:`.cache.plan.CachePlan.affine_steps`), so two traces a
+sliding window fills and no chunk starts (:meth:`.cache.specs.CacheSpecs.affine_steps`), so two traces a
 run, at its first and last step, give every step exactly; the times over a run are summed in closed
 form (:func:`decode_times`).
 """
@@ -19,7 +19,7 @@ from ..errors import OpcountError, OpcountValueError
 from ..hardware.lookup import Hardware
 from ..roofline.bound import sum_of_max
 from .causal_lm import CausalLM
-from .kernels.estimate import KernelPlan
+from .kernels.estimate import KernelSchedule
 from .phases import GenerationFigures, PhaseCost, PhaseRequest, resolved
 
 
@@ -55,7 +55,7 @@ def generation(
 ) -> GenerationCost:
     """Prefill ``prompt_len`` tokens, then ``gen_len`` decode steps of one token each; step
     ``j`` (0-based) attends to ``prompt_len + j`` cached tokens. Three traces whatever ``gen_len``
-    (two more for each run a sliding window fills or a chunk starts: :meth:`.CachePlan.affine_steps`)."""
+    (two more for each run a sliding window fills or a chunk starts: :meth:`.CacheSpecs.affine_steps`)."""
     prefill = PhaseRequest(
         phase="prefill", seq_len=prompt_len, batch=batch, hardware=resolved(hardware), flops_per_mac=flops_per_mac,
         preset=preset, kernels=kernels,
@@ -88,8 +88,8 @@ def generate(llm: CausalLM, prefill: PhaseRequest, gen_len: int) -> GenerationCo
         last = first if a == b else llm.cost(step.at(batch, None, prompt_len + b))
         traced.append(last)
         flops += (first.flops.total() + last.flops.total()) * (b - a + 1) / 2
-        if time is not None and bound is not None and first.plan is not None and last.plan is not None:
-            run_time, run_bound = decode_times(first.plan, last.plan, b - a + 1)
+        if time is not None and bound is not None and first.schedule is not None and last.schedule is not None:
+            run_time, run_bound = decode_times(first.schedule, last.schedule, b - a + 1)
             time, bound = time + run_time, bound + run_bound
         if a == 0:
             opening = first
@@ -100,7 +100,7 @@ def generate(llm: CausalLM, prefill: PhaseRequest, gen_len: int) -> GenerationCo
     )  # fmt: skip
 
 
-def decode_times(first: KernelPlan, last: KernelPlan, steps: int) -> tuple[float, float]:
+def decode_times(first: KernelSchedule, last: KernelSchedule, steps: int) -> tuple[float, float]:
     """(estimate, bound) summed over ``steps`` decode steps, each kernel's and the bound's figures
     interpolated linearly between the first and the last step, in closed form (:func:`.bound.sum_of_max`)."""
     if len(first.kernels) != len(last.kernels) or any(

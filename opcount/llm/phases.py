@@ -28,7 +28,7 @@ from ..hardware.lookup import Hardware
 from ..hardware.lookup import hardware as lookup_hardware
 from ..ir import OpCall, TensorSpec
 from ..roofline import RooflineReport
-from .kernels.estimate import KernelPlan, PlanFigures
+from .kernels.estimate import KernelSchedule, PhaseFigures
 from .precision.dtypes import Precision
 
 
@@ -70,7 +70,7 @@ def resolved(hardware: Hardware | str | None) -> Hardware | None:
 class Memory:
     """Bytes resident during a phase: the weights, the cache (what each layer holds for ``kv_len +
     seq_len`` positions: :mod:`.cache`) and the peak working set of activations (tensors alive at
-    once, cache excluded); ``kv_cache_by_type`` splits the cache by layer kind."""
+    once, cache excluded); ``kv_cache_by_type`` splits the cache by layer type."""
 
     weights: int
     kv_cache: int
@@ -91,10 +91,10 @@ class Memory:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PhaseCost(PlanFigures):
+class PhaseCost(PhaseFigures):
     """What one phase costs: what was asked (``request``), ``flops`` (the analysis: totals, per
     operator and module), ``memory``, and with hardware its ``roofline`` (each operator's roofline as
-    its own kernel), its kernels per mode (``plans``, :mod:`.kernels`) and its two times: ``time``,
+    its own kernel), its kernels per mode (``schedules``, :mod:`.kernels`) and its two times: ``time``,
     the estimate of the chosen mode's kernels, and ``time_bound``, the speed of light."""
 
     request: PhaseRequest
@@ -103,7 +103,7 @@ class PhaseCost(PlanFigures):
     memory: Memory
     roofline: RooflineReport | None = None
     moe_blocks: tuple[str, ...] = ()
-    plans: dict[str, KernelPlan] | None = None  # with hardware: the kernels of each mode (kernels/)
+    schedules: dict[str, KernelSchedule] | None = None  # with hardware: the kernels of each mode (kernels/)
 
     @property
     def phase(self) -> str:
@@ -132,9 +132,16 @@ class PhaseCost(PlanFigures):
         return self.batch * self.seq_len
 
     @property
-    def plan(self) -> KernelPlan | None:
+    def schedule(self) -> KernelSchedule | None:
         """The kernels of the chosen mode (None without hardware)."""
-        return None if self.plans is None else self.plans[self.kernels]
+        return None if self.schedules is None else self.schedules[self.kernels]
+
+    # Former names (before docs/glossary.md's vocabulary), kept for scripts written against them.
+
+    @property
+    def plans(self) -> dict[str, KernelSchedule] | None:
+        """Former name of :attr:`schedules`."""
+        return self.schedules
 
 
 def peak_activations(per_call: Sequence[tuple[OpCall, Traffic | None]], itemsize: Any) -> int:
@@ -175,7 +182,7 @@ def _bytes(spec: TensorSpec, itemsize: Any) -> int:
 class GenerationFigures:
     """A generation's figures from its prefill and decode steps, whether traced
     (:class:`.generation.GenerationCost`) or rebuilt from a fit
-    (:class:`~opcount.llm.sweep.figures.GenerationPoint`): what a deployment reads of either."""
+    (:class:`~opcount.llm.sweep.figures.GenerationValues`): what a deployment reads of either."""
 
     prefill: Any
     first_step: Any

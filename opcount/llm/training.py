@@ -31,7 +31,7 @@ from ..training.saved import RECOMPUTE, SavedActivations, effective, layers_of, 
 from ..training.states import OPTIMIZERS, ModelStates, model_states
 from ..training.step import StepTime, Throughput, forward_calls, gradient_sync, recomputed
 from .causal_lm import CausalLM
-from .kernels.estimate import plan
+from .kernels.estimate import schedule_kernels
 from .precision.dtypes import Precision
 from .precision.formats import TRAINABLE
 
@@ -153,7 +153,8 @@ def train_step(
     again = recomputed(trace.calls, forward_calls(trace), layers, effective(saved, recompute), seq_len)
     whole = model_states(shapes, weight_bytes, optimizer=optimizer, weight_itemsize=itemsize)
     collectives = gradient_sync(whole.gradients, whole.weights, zero, dp, getattr(hw, "interconnect", None))
-    kernels = plan(traffic, report, "eager", dtype=llm.precision.act)  # one kernel a call, as eager training runs
+    # one kernel a call, as eager training runs
+    kernels = schedule_kernels(traffic, report, "eager", dtype=llm.precision.act)
     compute, memory = kernels.compute_memory()
     seconds = np.maximum(compute, memory) + hw.efficiency.launch_s
     extra = float(sum(seconds[kernels.kernel_of[i]] for i in again if i in kernels.kernel_of))

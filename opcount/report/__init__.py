@@ -10,7 +10,7 @@ adds more (the roofline's time columns plug in there); a new column reads its an
 ``extra={"<role>": analysis}`` through :meth:`Sources.get`.
 
 One module per job: :mod:`.columns` (the column registry), :mod:`.parameters` (parameter
-counts), :mod:`.layout` (which rows, in what order), :mod:`.tables` (fvcore's tables and the
+counts), :mod:`.rows` (which rows, in what order), :mod:`.tables` (fvcore's tables and the
 operator table), :mod:`.model_str` (the model string and the compact tree), :mod:`.exports`
 (dict, JSON, CSV, markdown), :mod:`.html` (the HTML page), :mod:`.trace` (the roofline as a Chrome
 trace-event timeline); numbers are written by :mod:`opcount.units`.
@@ -22,9 +22,9 @@ from ..units import COMPACT, EXACT, FVCORE_STR, FVCORE_TABLE, UNITS, NumberForma
 from .columns import COLUMNS, Column, Sources, Values, register_column, resolve_columns
 from .exports import ROOT, csv_fields, csv_rows, export_number, to_csv, to_dict, to_json, to_markdown
 from .html import html_report
-from .layout import check_max_depth
 from .model_str import flop_count_str, tree_str
 from .parameters import parameter_count
+from .rows import check_max_depth
 from .tables import flop_count_table, module_table, operator_table, parameter_count_table
 
 __all__ = [

@@ -22,7 +22,7 @@ import tabulate
 from ..errors import OpcountValueError
 from ..units import COMPACT, NumberFormat, exact
 from .columns import COLUMNS, Column, Sources, resolve_columns
-from .layout import build_layout, check_max_depth, format_cells
+from .rows import build_row_tree, check_max_depth, format_cells
 from .tables import operator_rows, operator_table
 
 __all__ = ["ROOT", "csv_fields", "csv_rows", "export_number", "to_csv", "to_dict", "to_json", "to_markdown"]
@@ -85,15 +85,15 @@ def to_dict(
     sources = Sources(analysis, activations, memory, extra or {})
     chosen = _export_columns(sources, columns)
     values = {c.key: c.modules(sources) for c in chosen}
-    layout = build_layout(sources.tree, with_params=False)
+    row_tree = build_row_tree(sources.tree, with_params=False)
     tree = sources.tree
     uncalled = set(analysis.uncalled_modules())
     modules = []
     for name in tree.names:
-        depth = layout.depth(name)
+        depth = row_tree.depth(name)
         if max_depth is not None and depth > max_depth:
             continue
-        parent = layout.parent[name]
+        parent = row_tree.parent[name]
         row: dict[str, Any] = {
             "name": _named(name),
             "type": type(tree.module(name)).__name__,
@@ -101,7 +101,7 @@ def to_dict(
             "depth": depth,
             "called": name not in uncalled,
         }
-        kids = layout.children.get(name, ())
+        kids = row_tree.children.get(name, ())
         for c in chosen:
             row[c.key] = export_number(values[c.key].get(name, 0 if c.additive else None))
         for c in chosen:
@@ -247,8 +247,8 @@ def to_markdown(
     if level != "modules":
         raise OpcountValueError(f"unknown level {level!r}; choose 'modules' or 'operators'")
     values = {c.key: c.modules(sources) for c in chosen}
-    layout = build_layout(sources.tree, with_params=False)
-    shown = [n for n in sources.tree.names if max_depth is None or layout.depth(n) <= max_depth]
+    row_tree = build_row_tree(sources.tree, with_params=False)
+    shown = [n for n in sources.tree.names if max_depth is None or row_tree.depth(n) <= max_depth]
     cells = format_cells(sources, chosen, values, shown, number_format, "N/A")
     tree = sources.tree
     rows = [[_md_name(n), type(tree.module(n)).__name__, *(cells[n].get(c.key, "") for c in chosen)] for n in shown]

@@ -21,7 +21,7 @@ from ..errors import OpcountTypeError, OpcountValueError
 from ..units import seconds, si, size
 from .columns import flops_unit
 from .exports import ROOT, to_dict
-from .layout import check_kind, check_max_depth
+from .rows import check_kind, check_max_depth
 
 __all__ = ["html_report"]
 
@@ -199,7 +199,7 @@ def _summary(data: Mapping[str, Any], roofline: Any) -> str:
     if roofline is not None:
         time = roofline.total_time
         cards.append(("roofline time", seconds(time), time, f"speed of light, {roofline.dtype}"))
-        cards.append(("bound", roofline.total().bound or "n/a", None, roofline.hardware.name))
+        cards.append(("bound", roofline.total().limited_by or "n/a", None, roofline.hardware.name))
     items = "".join(
         f'<div class="card"><div class="label">{_e(label)}</div>'
         f'<div class="value" title="{_e(_exact(value))}">{_e(text)}</div><div class="hint">{_e(hint)}</div></div>'

@@ -10,8 +10,8 @@ from torch import nn
 
 from ..units import COMPACT, FVCORE_STR, NumberFormat, format_number
 from .columns import Column, Sources, resolve_columns, uncalled_rows
-from .layout import build_layout, check_max_depth, format_cells, keep_nonzero
 from .parameters import parameter_counts
+from .rows import build_row_tree, check_max_depth, format_cells, keep_nonzero
 
 __all__ = ["flop_count_str", "tree_str"]
 
@@ -138,13 +138,13 @@ def tree_str(
     sources = Sources(analysis, activations, memory, extra or {})
     chosen = resolve_columns(columns, sources)
     values = {c.key: c.modules(sources) for c in chosen}
-    layout = build_layout(sources.tree, with_params=False)
-    kept = keep_nonzero(layout, values)
-    cells = format_cells(sources, chosen, values, [n for n in layout.order if n in kept], number_format, "N/A")
+    row_tree = build_row_tree(sources.tree, with_params=False)
+    kept = keep_nonzero(row_tree, values)
+    cells = format_cells(sources, chosen, values, [n for n in row_tree.order if n in kept], number_format, "N/A")
     tree = sources.tree
 
     def label(name: str) -> str:
-        up = layout.parent[name]
+        up = row_tree.parent[name]
         local = "model" if up is None else name[len(up) + 1 :] if up else name
         return f"{local} ({type(tree.module(name)).__name__})"
 
@@ -156,7 +156,7 @@ def tree_str(
     while pending:
         name, first, rest, level = pending.pop()
         lines.append((first + label(name), [cells[name].get(c.key, "") for c in chosen]))
-        kids = [c for c in layout.children.get(name, ()) if c in cells] if level < max_depth else []
+        kids = [c for c in row_tree.children.get(name, ()) if c in cells] if level < max_depth else []
         for i, child in reversed(list(enumerate(kids))):
             last = i == len(kids) - 1
             pending.append((child, rest + ("└─ " if last else "├─ "), rest + ("   " if last else "│  "), level + 1))

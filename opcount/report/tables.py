@@ -14,8 +14,8 @@ from ..errors import OpcountValueError
 from ..scopes import ModuleTree
 from ..units import FVCORE_TABLE, NumberFormat
 from .columns import Column, Sources, resolve_columns
-from .layout import Layout, build_layout, check_max_depth, format_cells, keep_nonzero
 from .parameters import parameter_counts
+from .rows import RowTree, build_row_tree, check_max_depth, format_cells, keep_nonzero
 
 __all__ = [
     "flop_count_table",
@@ -47,7 +47,7 @@ def _merge(a: Mapping[str, str], b: Mapping[str, str]) -> dict[str, str] | None:
 
 
 def _indented_rows(
-    layout: Layout,
+    row_tree: RowTree,
     cells: dict[str, dict[str, str]],
     keys: Sequence[str],
     max_depth: int,
@@ -56,7 +56,7 @@ def _indented_rows(
     child agrees with it is merged into the child (``layer1`` + ``layer1.0`` -> ``layer1.0``)."""
 
     def kids(name: str) -> list[str]:
-        return [c for c in layout.children.get(name, ()) if c in cells]
+        return [c for c in row_tree.children.get(name, ()) if c in cells]
 
     def fast_forward(name: str) -> str:
         while len(only := kids(name)) == 1 and (merged := _merge(cells[name], cells[only[0]])) is not None:
@@ -112,17 +112,17 @@ def module_table(
     chosen = resolve_columns(columns, sources, units=units)
     values = {c.key: c.modules(sources) for c in chosen}
     with_params = "params" in values
-    layout = build_layout(sources.tree, with_params)
-    kept = keep_nonzero(layout, values)
-    cells = format_cells(sources, chosen, values, [n for n in layout.order if n in kept], number_format, "")
-    for name, shape in layout.shapes.items():
+    row_tree = build_row_tree(sources.tree, with_params)
+    kept = keep_nonzero(row_tree, values)
+    cells = format_cells(sources, chosen, values, [n for n in row_tree.order if n in kept], number_format, "")
+    for name, shape in row_tree.shapes.items():
         if name in cells:
             if show_param_shapes:
                 cells[name]["params"] = str(shape)
             else:
                 del cells[name]
     headers = [c.header + (" or shape" if c.key == "params" and show_param_shapes else "") for c in chosen]
-    rows = _indented_rows(layout, cells, [c.key for c in chosen], max_depth)
+    rows = _indented_rows(row_tree, cells, [c.key for c in chosen], max_depth)
     return _pipe(["module", *headers], rows)
 
 
@@ -150,7 +150,7 @@ def parameter_count_table(model: nn.Module, max_depth: int = 3) -> str:
     check_max_depth(max_depth)
     tree = ModuleTree(model)
     counts = parameter_counts(tree)
-    layout = build_layout(tree, with_params=True)
+    row_tree = build_row_tree(tree, with_params=True)
 
     def size(x: int) -> str:
         for prefix, scale in _PARAMETER_SCALES:  # one decimal, as fvcore's parameter table
@@ -161,17 +161,17 @@ def parameter_count_table(model: nn.Module, max_depth: int = 3) -> str:
     rows = [["model", size(counts[""])]]
 
     # Pre-order with a stack (a model may nest deeper than Python's recursion limit): (row, level).
-    pending = [(child, 0) for child in reversed(layout.children.get("", ()))]
+    pending = [(child, 0) for child in reversed(row_tree.children.get("", ()))]
     while pending:
         child, level = pending.pop()
         if level >= max_depth or child not in counts:
             continue
         pad = " " * (level + 1)
-        if child in layout.shapes:
-            rows.append([pad + child, pad + str(layout.shapes[child])])
+        if child in row_tree.shapes:
+            rows.append([pad + child, pad + str(row_tree.shapes[child])])
         else:
             rows.append([pad + child, pad + size(counts[child])])
-            pending.extend((grandchild, level + 1) for grandchild in reversed(layout.children.get(child, ())))
+            pending.extend((grandchild, level + 1) for grandchild in reversed(row_tree.children.get(child, ())))
     return _pipe(["name", "#elements or shape"], rows)
 
 
@@ -185,10 +185,10 @@ def operator_rows(
         if c.operators is None:
             raise OpcountValueError(f"column {c.key!r} has no per-operator breakdown")
     tables = {c.key: c.operators(sources) for c in columns if c.operators is not None}
-    layout = build_layout(sources.tree, with_params=False)
+    row_tree = build_row_tree(sources.tree, with_params=False)
     rows: list[tuple[str, str, dict[str, Any]]] = []
     for name in sources.tree.names:
-        if max_depth is not None and layout.depth(name) > max_depth:
+        if max_depth is not None and row_tree.depth(name) > max_depth:
             continue
         ops: dict[str, None] = {}
         for table in tables.values():

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import OpcountTypeError
 from .exports import ROOT
-from .layout import check_kind
+from .rows import check_kind
 
 if TYPE_CHECKING:
     from ..roofline.report import LayerTime, RooflineReport
@@ -111,7 +111,7 @@ def _operator_event(times: list[LayerTime], start: float, duration: float) -> di
         "kind": layer.call.kind if layer.call is not None else layer.op,
         "flops": sum(t.layer.flops for t in times),
         "bytes": sum(t.layer.bytes for t in times),
-        "bound": first.bound,
+        "bound": first.limited_by,
         "unit": layer.unit,
         "time_s": sum(t.effective_time for t in times),
     }

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from matplotlib.text import Annotation
     from matplotlib.transforms import Bbox
 
-__all__ = ["Label", "crosses", "freeze_layout", "place_labels"]
+__all__ = ["Label", "crosses", "freeze_figure", "place_labels"]
 
 _GAP = 3.0  # points between a label and its point, or between two labels
 _NEAR = 6.0  # points: a label farther than this from its point (past the first ring) gets a leader line
@@ -49,7 +49,7 @@ Box = tuple[float, float, float, float]  # x0, y0, x1, y1 in display pixels
 Segment = tuple[float, float, float, float]  # a leader line: x0, y0 (the label's centre), x1, y1 (its point)
 
 
-def freeze_layout(fig: Figure) -> RendererBase:
+def freeze_figure(fig: Figure) -> RendererBase:
     """Lay ``fig`` out once (constrained layout included), then keep that layout: labels placed
     in display coordinates stay where they were measured. Returns the renderer that measured."""
     canvas = fig.canvas
@@ -76,7 +76,7 @@ def place_labels(
 ) -> list[Annotation]:
     """Place up to ``limit`` of ``labels`` (most important first) without overlaps; points
     outside the axes, or on top of a point already named, are skipped. The figure's layout must
-    be frozen first (``renderer`` is what :func:`freeze_layout` returns). Returns the texts drawn."""
+    be frozen first (``renderer`` is what :func:`freeze_figure` returns). Returns the texts drawn."""
     frame = _box(ax.get_window_extent(renderer))
     taken = [_box(a.get_window_extent(renderer)) for a in obstacles if a.get_visible()]
     px_per_pt = ax.figure.dpi / 72

@@ -52,7 +52,7 @@ def _register_columns() -> None:
     specs: list[tuple[str, str, Callable[[Summary, float], Any], Callable[[Any, Any], str], bool]] = [
         ("time", "time", lambda s, total: s.time, _seconds_cell, True),
         ("time_share", "% time", lambda s, total: 100 * s.time / total if total > 0 else None, _percent_cell, False),
-        ("bound", "bound", lambda s, total: s.bound or None, _text_cell, False),
+        ("bound", "bound", lambda s, total: s.limited_by or None, _text_cell, False),
         ("unit", "unit", lambda s, total: "+".join(s.units) or None, _text_cell, False),
     ]
     for key, header, attr, render, additive in specs:

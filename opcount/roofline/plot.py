@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import OpcountValueError
 from ..units import seconds, si, time_unit, unprefixed
 from . import RooflineReport, Summary
-from .chart_labels import Label, freeze_layout, place_labels
+from .chart_labels import Label, freeze_figure, place_labels
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -135,7 +135,7 @@ def roofline_chart(
     ax.set_title("\n".join(textwrap.wrap(text, TITLE_CHARS)), fontsize=10)  # wrapped: never cut at the edges
     ax.grid(True, which="major", lw=0.4, alpha=0.5)
     legend = ax.legend(fontsize=7, loc="upper left")  # above the memory roof: no point is ever there
-    renderer = freeze_layout(fig)
+    renderer = freeze_figure(fig)
     notes = _ridge_notes(ax, [(ridge, _color(u, units)) for (u, _), ridge in zip(roofs, ridges, strict=True)], renderer)
     slowest = [Label(_short(p[0]), p[2], p[3]) for p in sorted(points, key=lambda p: -p[4])]
     place_labels(ax, slowest, limit=label_top, renderer=renderer, obstacles=[legend, *notes])
@@ -164,8 +164,8 @@ def time_chart(
     unit, scale = time_unit(max((s.time for s in rows), default=0.0))
     compute, memory = [], []
     for s in rows:
-        own = s.compute_bound_time + s.memory_bound_time
-        share = s.compute_bound_time / own if own > 0 else 0.0
+        own = s.compute_limited_time + s.memory_limited_time
+        share = s.compute_limited_time / own if own > 0 else 0.0
         compute.append(s.time * share / scale)
         memory.append(s.time * (1 - share) / scale)
     ax.barh(names, compute, color="tab:blue", label="compute bound")

@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import OpcountValueError
 from ..hardware.lookup import VECTOR, Hardware
 from ..ir import OpCall
-from ..report.layout import check_max_depth
+from ..report.rows import check_max_depth
 from ..rollup import grouped
 from ..units import seconds, si, size, unprefixed
 
@@ -71,7 +71,7 @@ class LayerTime:
         return max(self.compute_time, self.memory_time)
 
     @property
-    def bound(self) -> str:
+    def limited_by(self) -> str:
         return "compute" if self.compute_time >= self.memory_time else "memory"
 
     @property
@@ -126,8 +126,8 @@ class Summary:
     time: float
     compute_time: float
     memory_time: float
-    compute_bound_time: float
-    memory_bound_time: float
+    compute_limited_time: float
+    memory_limited_time: float
     units: tuple[str, ...]
 
     @property
@@ -139,10 +139,10 @@ class Summary:
         return _ratio(self.flops, self.time, zero=0.0)
 
     @property
-    def bound(self) -> str:
+    def limited_by(self) -> str:
         if self.calls == 0:
             return ""
-        return "compute" if self.compute_bound_time >= self.memory_bound_time else "memory"
+        return "compute" if self.compute_limited_time >= self.memory_limited_time else "memory"
 
 
 def _ratio(a: float, b: float, zero: float = math.nan) -> float:
@@ -169,7 +169,7 @@ def _summarize(name: str, times: Iterable[LayerTime]) -> Summary:
         time += t.effective_time
         ct += t.compute_time
         mt += t.memory_time
-        if t.bound == "compute":
+        if t.limited_by == "compute":
             cb += t.time
         else:
             mb += t.time
@@ -322,7 +322,7 @@ class RooflineReport:
     def summary(self) -> str:
         """One paragraph: hardware, dtype, totals and how the time splits between bounds."""
         total = self.total()
-        share = 100 * total.compute_bound_time / (total.compute_bound_time + total.memory_bound_time or 1)
+        share = 100 * total.compute_limited_time / (total.compute_limited_time + total.memory_limited_time or 1)
         cycles = self.cycles(self.total_time)
         text = (
             f"{self.hardware.name} ({self.dtype}): {seconds(self.total_time)} speed of light"
@@ -343,11 +343,11 @@ class RooflineReport:
 
 def _layer_row(t: LayerTime) -> list[Any]:
     name = f"{t.layer.module or '(model)'}:{t.layer.op}"
-    return [name, t.layer.unit, si(t.layer.flops), si(t.layer.bytes), _fmt(t.intensity), t.bound, t.effective_time]
+    return [name, t.layer.unit, si(t.layer.flops), si(t.layer.bytes), _fmt(t.intensity), t.limited_by, t.effective_time]
 
 
 def _summary_row(s: Summary) -> list[Any]:
-    return [s.name or "(model)", "+".join(s.units), si(s.flops), si(s.bytes), _fmt(s.intensity), s.bound, s.time]
+    return [s.name or "(model)", "+".join(s.units), si(s.flops), si(s.bytes), _fmt(s.intensity), s.limited_by, s.time]
 
 
 def _fmt(x: float) -> str:

@@ -41,7 +41,7 @@ from .detect import DETECT_BLOCKS, DETECT_GROUPS, MIN_MEASURED_LEVEL, detect_spa
 from .formats import Format, bsr_format, csr_format, dense_format, nm_format, storage
 from .gemm import VIEWS, WeightUse, gemm_view, weight_use
 from .patterns import DENSE, MEASURED, PATTERNS, Sparsity
-from .plot import SparsityPoint, sparsity_roofline_chart, speedup_chart
+from .plot import SparsityResult, sparsity_roofline_chart, speedup_chart
 from .pruning import prunable_weights, prune
 from .report import SparseLayer, SparsityReport
 from .roofline import SPARSE_SUPPORT, sparse_support, sparsity_roofline
@@ -60,8 +60,8 @@ __all__ = [
     "SparseSupport",
     "Sparsity",
     "SparsityArg",
-    "SparsityPoint",
     "SparsityReport",
+    "SparsityResult",
     "SparsitySpec",
     "WeightUse",
     "bsr_format",

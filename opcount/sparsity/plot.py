@@ -16,20 +16,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import OpcountValueError
-from ..roofline.chart_labels import Label, freeze_layout, place_labels
+from ..roofline.chart_labels import Label, freeze_figure, place_labels
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
-__all__ = ["SparsityPoint", "sparsity_roofline_chart", "speedup_chart"]
+__all__ = ["SparsityResult", "sparsity_roofline_chart", "speedup_chart"]
 
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
 @dataclass(frozen=True)
-class SparsityPoint:
+class SparsityResult:
     """One configuration: its ``series`` (pattern, e.g. ``"2:4"``, ``"block 16"``), theoretical
     ``speedup``, the user's ``accuracy`` (None when unknown), the weights' zero ``level``, what
     FLOPs alone would promise (``flop_speedup``) and an optional point ``label``."""
@@ -50,8 +50,8 @@ def _figure(width: float, height: float) -> Figure:
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
-def _by_series(points: Iterable[SparsityPoint]) -> dict[str, list[SparsityPoint]]:
-    series: dict[str, list[SparsityPoint]] = {}
+def _by_series(points: Iterable[SparsityResult]) -> dict[str, list[SparsityResult]]:
+    series: dict[str, list[SparsityResult]] = {}
     for p in points:
         series.setdefault(p.series, []).append(p)
     return series
@@ -64,7 +64,7 @@ def _finish(
     ax.grid(True, lw=0.4, alpha=0.5)
     legend = ax.legend(fontsize=8, loc="best")
     if labels:  # after the layout and the legend: labels clear of both and of each other
-        renderer = freeze_layout(fig)
+        renderer = freeze_figure(fig)
         place_labels(ax, labels, limit=len(labels), renderer=renderer, obstacles=[legend], fontsize=6, color="dimgray")
     if path is not None:
         fig.savefig(Path(path), dpi=fig.dpi)
@@ -78,7 +78,7 @@ def _speedup_ticks(values: Sequence[float]) -> list[float]:
 
 
 def sparsity_roofline_chart(
-    points: Sequence[SparsityPoint],
+    points: Sequence[SparsityResult],
     path: str | Path | None = None,
     *,
     dense_accuracy: float | None = None,
@@ -123,7 +123,7 @@ def sparsity_roofline_chart(
 
 
 def speedup_chart(
-    points: Sequence[SparsityPoint],
+    points: Sequence[SparsityResult],
     path: str | Path | None = None,
     *,
     title: str = "Speedup by sparsity level",

@@ -17,7 +17,7 @@ from ..roofline import FLOPS_PER_MAC, LayerTime, RooflineReport, Summary
 from ..units import seconds, si, size
 from .formats import Format
 from .patterns import Sparsity
-from .plot import SparsityPoint
+from .plot import SparsityResult
 
 
 @dataclass(frozen=True)
@@ -152,9 +152,9 @@ class SparsityReport:
         sparse = self.sparse.by_module()
         return {name: (d, sparse[name]) for name, d in self.dense.by_module().items()}
 
-    def point(self, accuracy: float | None = None, series: str | None = None, label: str = "") -> SparsityPoint:
+    def point(self, accuracy: float | None = None, series: str | None = None, label: str = "") -> SparsityResult:
         """This configuration as a point of the Sparsity Roofline chart (accuracy is the user's)."""
-        return SparsityPoint(series or self.series, self.speedup, accuracy, self.level, self.flop_speedup, label)
+        return SparsityResult(series or self.series, self.speedup, accuracy, self.level, self.flop_speedup, label)
 
     # ----- text ----------------------------------------------------------------------------
     def rows(self) -> list[dict[str, Any]]:
@@ -184,7 +184,7 @@ class SparsityReport:
                 "dense_time": w.dense.time,
                 "sparse_time": w.sparse.time,
                 "speedup": w.speedup,
-                "bound": w.sparse.bound,
+                "bound": w.sparse.limited_by,
             }
             for w in self.weights
         ]
@@ -211,7 +211,7 @@ class SparsityReport:
                     seconds(w.dense.time),
                     seconds(w.sparse.time),
                     f"{w.speedup:.3g}x",
-                    w.sparse.bound,
+                    w.sparse.limited_by,
                 ]
                 for w in chosen
             ]

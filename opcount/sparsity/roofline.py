@@ -128,7 +128,7 @@ def sparsity_roofline(
         else:
             chosen, source = Sparsity.parse(spec), "declared"
             nnz = _implied_nnz(chosen, use.rows, use.cols)
-        fmt, unit, precision = _plan(chosen, nnz, use, t, hw, caps, value_size, index_size)
+        fmt, unit, precision = _stored_format(chosen, nnz, use, t, hw, caps, value_size, index_size)
         if product.rest and unit != t.layer.unit:
             # One kernel runs on one unit: the call's dense gradients keep it on the dense unit,
             # where a format that needs another unit cannot run, so the product stays dense.
@@ -163,7 +163,7 @@ def _implied_nnz(s: Sparsity, rows: int, cols: int) -> int:
     return round((1 - s.level) * rows * cols)
 
 
-def _plan(
+def _stored_format(
     s: Sparsity,
     nnz: int,
     use: WeightUse,

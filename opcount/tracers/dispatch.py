@@ -57,7 +57,7 @@ from .recorder import Recorder
 from .scoping import Scopes
 from .shapes import ShapeUnsupported
 from .state import preserved
-from .structure import SparseLayoutError, normalize_inputs
+from .structure import SparseTensorError, normalize_inputs
 from .tensor_kinds import FakeTensors, RealTensors, ShapeTensors
 from .training import BackwardError, LossFnError, Step, TrainingError, training_flags
 
@@ -108,7 +108,7 @@ def trace_dispatch(
     if on_meta and not train:
         try:
             return _trace(model, inner, tree, state, args, kw, warn_mode, ShapeTensors(claimed), train, None)
-        except (TrainingError, SparseLayoutError):
+        except (TrainingError, SparseTensorError):
             raise
         except Exception as e:  # what a shape-only tensor cannot follow, fake tensors may
             cause = e.__cause__ or e
@@ -165,7 +165,7 @@ def _trace(
                 if tensors.on_meta:  # most likely the loss read a value, which meta tensors lack
                     raise LossFnError(f"{e}. Hint: {META_HINT}") from e.__cause__
                 raise
-            except (TrainingError, BackwardError, SparseLayoutError):
+            except (TrainingError, BackwardError, SparseTensorError):
                 raise
             except (Exception, SystemExit) as e:  # re-raised with the module path; sys.exit in a forward too
                 raise _trace_error(model, tree, e, tensors.on_meta) from e

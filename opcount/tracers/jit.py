@@ -38,7 +38,14 @@ from ..torch_internals import (
 )
 from .patching import exclusive, replaced
 from .state import preserved
-from .structure import FlatCall, layout_of, normalize_inputs, output_tensors, refuse_sparse, refuse_sparse_kinds
+from .structure import (
+    FlatCall,
+    normalize_inputs,
+    output_tensors,
+    refuse_sparse,
+    refuse_sparse_kinds,
+    tensor_description,
+)
 
 # TorchScript scalar type names -> torch dtype names.
 _DTYPES = {
@@ -409,7 +416,7 @@ class _Converter:
             if dtype is None:
                 dtype = dtypes[t.dtype] = str(t.dtype).removeprefix("torch.")
             if t.layout is not torch.strided:
-                self.sparse[len(cache)] = f"{layout_of(t)} ({name!r})"
+                self.sparse[len(cache)] = f"{tensor_description(t)} ({name!r})"
             cache[value] = TensorSpec(tuple(t.shape), dtype, name, len(cache))
         self._cache = cache
         return cache

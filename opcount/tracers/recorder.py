@@ -32,7 +32,7 @@ from ..torch_internals import (
 from .aten import Record, backward_records, bind, forward_records, jit_constant, outputs_of, schema
 from .scoping import Scope, Scopes
 from .shapes import Meta, ShapeTensor
-from .structure import layout_of, output_tensors, refuse_sparse
+from .structure import output_tensors, refuse_sparse, tensor_description
 from .training import Step, TrainingError, backward_error, differentiate
 
 _TAG = "opcount"  # key of the (scope, within) tag in autograd nodes' metadata
@@ -208,13 +208,13 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # its __ini
             if spec is None:
                 spec = self._state_specs[id(t)] = TensorSpec(tuple(t.shape), self._dtype(t.dtype), name, self._new_id())
                 if t.layout is not torch.strided:
-                    self._sparse[spec.id] = f"{layout_of(t)} ({name!r})"  # type: ignore[index]
+                    self._sparse[spec.id] = f"{tensor_description(t)} ({name!r})"  # type: ignore[index]
             return spec
         uid = self._ids.get(t)  # type: ignore[no-untyped-call]  # torch leaves WeakIdKeyDictionary unannotated
         if uid is None:
             uid = self._ids[t] = self._new_id()
             if t.layout is not torch.strided:  # looked at once per tensor
-                self._sparse[uid] = layout_of(t)
+                self._sparse[uid] = tensor_description(t)
         return TensorSpec(tuple(t.shape), self._dtype(t.dtype), None, uid)
 
     def _dtype(self, dtype: torch.dtype) -> str:

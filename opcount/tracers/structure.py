@@ -24,11 +24,11 @@ def normalize_inputs(inputs: Any, kwargs: Mapping[str, Any] | None) -> tuple[tup
     return args, kw
 
 
-class SparseLayoutError(OpcountValueError):
+class SparseTensorError(OpcountValueError):
     """A sparse (non-strided) tensor where opcount prices dense ones; the message names it."""
 
 
-def check_layouts(model: torch.nn.Module, inputs: Any, kwargs: Any) -> None:
+def check_dense_inputs(model: torch.nn.Module, inputs: Any, kwargs: Any) -> None:
     """Refuse sparse (and other non-strided) inputs, naming each.
 
     Every formula prices dense tensors: a sparse x dense product costs its stored values times
@@ -39,8 +39,8 @@ def check_layouts(model: torch.nn.Module, inputs: Any, kwargs: Any) -> None:
     args, kw = normalize_inputs(inputs, kwargs)
     for path, leaf in _leaves_with_path((args, kw)):
         if isinstance(leaf, torch.Tensor) and leaf.layout is not torch.strided:
-            raise SparseLayoutError(
-                f"input {path} of the model ({type(model).__name__}) is {layout_of(leaf)}: {DENSE_ONLY}"
+            raise SparseTensorError(
+                f"input {path} of the model ({type(model).__name__}) is {tensor_description(leaf)}: {DENSE_ONLY}"
             )
 
 
@@ -63,7 +63,7 @@ def refuse_sparse(call: OpCall, sparse: Mapping[int, str]) -> None:
     for spec in (*call.inputs, *call.outputs):
         if isinstance(spec, TensorSpec) and spec.id is not None and spec.id in sparse:
             where = f"module '{call.scope[-1]}'" if call.scope[-1] else "the model"
-            raise SparseLayoutError(f"operator {call.kind} in {where} takes or makes {sparse[spec.id]}: {DENSE_ONLY}")
+            raise SparseTensorError(f"operator {call.kind} in {where} takes or makes {sparse[spec.id]}: {DENSE_ONLY}")
 
 
 def refuse_sparse_kinds(call: OpCall) -> None:
@@ -73,7 +73,7 @@ def refuse_sparse_kinds(call: OpCall) -> None:
     if call.kind in SPARSE_OK or "sparse" not in call.kind.partition("::")[2]:
         return
     where = f"module '{call.scope[-1]}'" if call.scope[-1] else "the model"
-    raise SparseLayoutError(f"operator {call.kind} in {where} works on sparse tensors: {DENSE_ONLY}")
+    raise SparseTensorError(f"operator {call.kind} in {where} works on sparse tensors: {DENSE_ONLY}")
 
 
 DENSE_ONLY = (
@@ -82,7 +82,7 @@ DENSE_ONLY = (
 )
 
 
-def layout_of(t: torch.Tensor) -> str:
+def tensor_description(t: torch.Tensor) -> str:
     """``a torch.sparse_coo tensor of shape [4, 8]``."""
     return f"a {t.layout} tensor of shape {list(t.shape)}"
 

@@ -139,8 +139,8 @@ class StepTime:
         return time_bound(self.flops_at_peak, 1.0, self.bytes_at_bandwidth, 1.0, self.communication)
 
     @property
-    def bound(self) -> str:
-        """What binds the speed of light: ``compute``, ``memory`` or ``communication``."""
+    def limited_by(self) -> str:
+        """What limits the speed of light: ``compute``, ``memory`` or ``communication``."""
         terms = {"compute": self.flops_at_peak, "memory": self.bytes_at_bandwidth, "communication": self.communication}
         return max(terms, key=terms.__getitem__)
 

@@ -162,8 +162,8 @@ def test_micro_batches_price_the_kernels_asked_for(capsys: pytest.CaptureFixture
     fused ones whatever the flag), the same as the Python API's deployment of an eager phase."""
     from transformers import LlamaConfig
 
-    from opcount.llm.deploy.layout import Parallel
     from opcount.llm.causal_lm import CausalLM
+    from opcount.llm.deploy.layout import Parallel
 
     pipeline = ["--pp", "2", "--micro-batches", "2", "--hardware", "h100-sxm", "--format", "json"]
     geometry = {"hidden_size": D, "intermediate_size": F, "num_hidden_layers": N, "num_attention_heads": H}
@@ -185,18 +185,16 @@ def test_a_layout_sweep_is_plotted_as_the_layouts_run_it(tmp_path: Path) -> None
     pytest.importorskip("matplotlib")
     from transformers import LlamaConfig
 
-    from opcount.cli.llm_rows import SweepPoint
-    from opcount.llm.deploy.layout import Parallel
+    from opcount.cli.llm_rows import SweepRow
     from opcount.llm.causal_lm import CausalLM
+    from opcount.llm.deploy.layout import Parallel
     from opcount.llm.report import plot
 
     geometry = {"hidden_size": D, "intermediate_size": F, "num_hidden_layers": N, "num_attention_heads": H}
     model = CausalLM(LlamaConfig(**geometry, num_key_value_heads=G, vocab_size=V))
     step = model.phase("decode", kv_len=7, batch=2, hardware="h100-sxm")
     points = [
-        SweepPoint.of(
-            {"batch": 2, "seq_len": 1, "kv_len": 7, "tp": tp}, step, None, model.deploy(step, Parallel(tp=tp))
-        )
+        SweepRow.of({"batch": 2, "seq_len": 1, "kv_len": 7, "tp": tp}, step, None, model.deploy(step, Parallel(tp=tp)))
         for tp in (1, 2)
     ]
     out = tmp_path / "tp.png"

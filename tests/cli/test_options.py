@@ -33,7 +33,7 @@ def test_the_flags_become_frozen_typed_options(nothing_built: None) -> None:
     assert isinstance(options, Options)
     assert options.hardware == HardwareChoice(spec=opcount.hardware("h100-sxm"))
     assert options.analysis.fuse and options.inputs.shapes == ((2, 3, 16, 16),)
-    assert options.layout.columns == ("flops", "bytes_read")  # the alias read as its column
+    assert options.rendering.columns == ("flops", "bytes_read")  # the alias read as its column
     assert options.analysis.roles == {"flops", "memory", "roofline"}
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.model = "resnet50"  # type: ignore[misc]

@@ -64,11 +64,11 @@ def test_a_gemm_kernel_at_its_dtypes_factor(dtype: str, peak: float, factor: flo
         Precision(dtype, dtype),
     )
     hw = Hardware("x", PEAKS, bandwidth=1e15, efficiency={"gemm": 0.5, "gemm_fp8": 0.25})
-    plan = llm.phase("prefill", seq_len=TOKENS, hardware=hw).plan
-    assert plan is not None
-    k = next(i for i, kernel in enumerate(plan.kernels) if kernel.name == "model.layers.0.mlp.gate_proj")
+    schedule = llm.phase("prefill", seq_len=TOKENS, hardware=hw).schedule
+    assert schedule is not None
+    k = next(i for i, kernel in enumerate(schedule.kernels) if kernel.name == "model.layers.0.mlp.gate_proj")
     # the gate and up projections read the same input: one kernel of 2 x 128 tokens x 64 in x 128
     # out multiply-adds, 2 FLOPs each; its 128 x 128 outputs fill whole 64 x 128 tiles
     flops = 2 * 2 * TOKENS * H * FFN
-    assert plan.tensor_s[k] == pytest.approx(flops / peak, rel=1e-12)
-    assert plan.tensor_eff_s[k] == pytest.approx(flops / peak / factor, rel=1e-12)
+    assert schedule.tensor_s[k] == pytest.approx(flops / peak, rel=1e-12)
+    assert schedule.tensor_eff_s[k] == pytest.approx(flops / peak / factor, rel=1e-12)

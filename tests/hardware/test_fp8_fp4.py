@@ -79,8 +79,8 @@ def test_a_hardware_file_may_key_peaks_by_fp4_format() -> None:
 # ----- the LLM path: Llama-3-8B, 32k-token prefill ---------------------------------------------
 transformers = pytest.importorskip("transformers")
 
-from opcount.llm.models.catalogue import config  # noqa: E402
 from opcount.llm.causal_lm import CausalLM  # noqa: E402
+from opcount.llm.models.catalogue import config  # noqa: E402
 from opcount.llm.phases import PhaseCost  # noqa: E402
 from opcount.llm.precision.dtypes import Precision  # noqa: E402
 
@@ -107,11 +107,11 @@ def test_llama_3_8b_prefill_in_fp8_on_mi300x_is_bound_by_its_fp8_peak() -> None:
     # weights read once take 3 ms). Before FP8 found the fnuz peak the GEMMs fell to the vector unit and
     # the bound read 1.72 s.
     fp8, bf16 = prefill("mi300x", "fp8"), prefill("mi300x", "bf16")
-    assert fp8.plan.matmul_flops == bf16.plan.matmul_flops == MATMUL_FLOPS
+    assert fp8.schedule.matmul_flops == bf16.schedule.matmul_flops == MATMUL_FLOPS
     assert fp8.time_bound == pytest.approx(MATMUL_FLOPS / MI300X_FP8, rel=1e-4)
     assert bf16.time_bound == pytest.approx(MATMUL_FLOPS / MI300X_BF16, rel=1e-4)
     assert fp8.time_bound < bf16.time_bound
-    assert fp8.plan.binds == "compute"
+    assert fp8.schedule.limited_by == "compute"
 
 
 def test_llama_3_8b_in_nvfp4_on_b200_runs_at_its_fp4_peak() -> None:

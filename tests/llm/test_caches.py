@@ -142,7 +142,7 @@ def test_llama4_chunked_layers_hold_the_current_chunk() -> None:
     )
     llm = CausalLM(config)
     # Llama-4's no_rope_layer_interval (4): layers 0-2 are chunked with rope, layer 3 is global NoPE
-    assert [layer.kind for layer in llm.caches.layers] == ["chunked_attention"] * 3 + ["full_attention"]
+    assert [layer.layer_type for layer in llm.caches.layers] == ["chunked_attention"] * 3 + ["full_attention"]
     cost = llm.phase("decode", kv_len=L, batch=B)
     # the new token is position 20, in the chunk [16, 24): positions 16..20, 5 tokens
     chunk = L + 1 - (L // c) * c

@@ -326,11 +326,11 @@ STEPS = {
 def _bound_bytes(step: Step, kv: str | None = None) -> tuple[float, int]:
     config = step.config()
     llm = CausalLM(config, Precision(kv=kv))
-    plan = llm.phase("decode", kv_len=L, batch=B, hardware="h100-sxm").plan
-    assert plan is not None
+    schedule = llm.phase("decode", kv_len=L, batch=B, hardware="h100-sxm").schedule
+    assert schedule is not None
     parameters = sum(p.numel() for p in llm.model.parameters())  # transformers' modules, tied ones once
     expected = step.bound_bytes(parameters, bool(config.get_text_config().tie_word_embeddings), 1 if kv else 2)
-    return plan.compulsory_bytes, expected
+    return schedule.compulsory_bytes, expected
 
 
 @pytest.mark.parametrize("family", sorted(STEPS))

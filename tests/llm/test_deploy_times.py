@@ -94,7 +94,7 @@ def test_micro_batches_run_the_kernels_the_phase_asked_for(llm: CausalLM, kernel
     d = llm.deploy(whole, Parallel(micro_batches=2))
     assert micro.time is not None and micro.time_bound is not None
     assert d.compute_time == pytest.approx(2 * micro.time, rel=1e-12)
-    assert d.compute_bound == pytest.approx(2 * micro.time_bound, rel=1e-12)
+    assert d.compute_time_bound == pytest.approx(2 * micro.time_bound, rel=1e-12)
     other = llm.phase(
         "prefill", seq_len=32, batch=2, hardware=DEVICE, kernels="fused" if kernels == "eager" else "eager"
     )
@@ -119,9 +119,9 @@ def test_tensor_parallel_bound_is_the_devices_half_of_the_bytes(llm: CausalLM) -
     # (2 bytes each, as the phase prices them): device bytes = (phase bytes - replicated) / 2 + replicated.
     # Memory binds a decode step on the test device (1e12 B/s against 1e15 FLOP/s); the link takes 11 ns.
     cost = llm.phase("decode", kv_len=7, batch=2, hardware=INSTANT)
-    assert cost.plan is not None
+    assert cost.schedule is not None
     norms = NORMS * D * 2 + E // 2 * 2
-    device_bytes = (cost.plan.compulsory_bytes - norms) / 2 + norms
+    device_bytes = (cost.schedule.compulsory_bytes - norms) / 2 + norms
     d = llm.deploy(cost, Parallel(tp=2))
     assert d.time_bound == pytest.approx(device_bytes / 1e12, rel=1e-12)
     # the estimate's kernels: less than the phase's, more than half of them (norms and launches stay)

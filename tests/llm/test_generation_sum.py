@@ -27,8 +27,8 @@ def test_positive_part_sum_is_the_explicit_sum(steps: int) -> None:
 
 def test_generation_time_memory_does_not_grow_with_steps() -> None:
     llm = CausalLM(llama())
-    first = llm.phase("decode", kv_len=8, hardware="h100-sxm").plan
-    last = llm.phase("decode", kv_len=8 + 10**6, hardware="h100-sxm").plan
+    first = llm.phase("decode", kv_len=8, hardware="h100-sxm").schedule
+    last = llm.phase("decode", kv_len=8 + 10**6, hardware="h100-sxm").schedule
     assert first is not None and last is not None
     tracemalloc.start()
     try:

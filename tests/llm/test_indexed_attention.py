@@ -230,25 +230,25 @@ def test_dots3_sliding_latent_layers_hold_their_window() -> None:
 def test_the_indexer_scores_and_their_weighted_sum_run_as_one_kernel(llm: CausalLM) -> None:
     # DeepGEMM's fp8_mqa_logits: the IH per-head scores of every token stay on chip
     cost = llm.phase("decode", kv_len=20, batch=2, hardware=HW)
-    assert cost.plan is not None
+    assert cost.schedule is not None
     calls = cost.flops.trace().calls
     for layer in range(LAYERS):
         scope = f"model.layers.{layer}.self_attn.indexer"
         products = [i for i, c in enumerate(calls) if c.kind == "aten::matmul" and c.scope[-1] == scope]
         assert len(products) == 2  # the scores, their weighted sum
-        assert [set(products) <= set(k.calls) for k in cost.plan.kernels].count(True) == 1
+        assert [set(products) <= set(k.calls) for k in cost.schedule.kernels].count(True) == 1
 
 
 def test_a_prompts_indexer_kernel_computes_its_kept_pairs(llm: CausalLM) -> None:
     b, s = 2, 12
     cost = llm.phase("prefill", seq_len=s, batch=b, hardware=HW)
-    assert cost.plan is not None
+    assert cost.schedule is not None
     calls = cost.flops.trace().calls
     products = [i for i, c in enumerate(calls) if c.kind == "aten::matmul" and c.scope[-1].endswith(".indexer")]
     # the scores (IH * ID a pair) and their weighted sum (IH a pair) over 12 * 13 / 2 = 78 kept pairs, 2 flops
     # a multiply-add, where the trace counts the whole 12 x 12 square
     kept = s * (s + 1) // 2
-    assert sum(cost.plan.call_flops[i] for i in products) == 2 * b * LAYERS * SCORE * kept
+    assert sum(cost.schedule.call_flops[i] for i in products) == 2 * b * LAYERS * SCORE * kept
     assert cost.flops.by_operator()["matmul"] == b * LAYERS * SCORE * s * s
 
 

@@ -31,7 +31,7 @@ def test_rwkv_time_decay_and_bonus_are_float32_in_float16_only() -> None:
     assert fp16.phase("decode", kv_len=4).memory.weights == 2 * parameters + 2 * 128
     # a decode step reads each once: its speed of light moves those 256 bytes more (every other
     # tensor is 2 bytes an element in both, the WKV state's float32 parts 4 in both)
-    steps = [llm.phase("decode", kv_len=4, hardware="h100-sxm").plan for llm in (fp16, bf16)]
+    steps = [llm.phase("decode", kv_len=4, hardware="h100-sxm").schedule for llm in (fp16, bf16)]
     assert steps[0] is not None and steps[1] is not None
     assert steps[0].compulsory_bytes - steps[1].compulsory_bytes == 2 * 128
 

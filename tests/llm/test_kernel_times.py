@@ -76,7 +76,7 @@ def test_a_memory_bound_kernel_splits_by_its_calls_bytes() -> None:
     product, projection = 3 * FFN * 2, FFN * 2 + H * FFN * 2 + H * 2
     down = rows["model.layers.0.mlp.down_proj"]
     assert down.time == pytest.approx(kernel * projection / (product + projection), rel=1e-12)
-    assert down.bound == "memory"
+    assert down.limited_by == "memory"
     # the mlp's own time is the product's part; its gate and up kernel (and the SiLU) are its children's
     children = sum(rows[f"model.layers.0.mlp.{c}"].time for c in ("gate_proj", "up_proj", "down_proj", "act_fn"))
     assert rows["model.layers.0.mlp"].time - children == pytest.approx(kernel * product / (product + projection))
@@ -98,7 +98,7 @@ def test_a_compute_bound_kernel_splits_by_its_calls_compute() -> None:
     cost = llama(hidden, ffn, layers=1).phase("prefill", seq_len=tokens, hardware=HW)
     rows = KernelTimes(cost).by_module()
     down, mlp = rows["model.layers.0.mlp.down_proj"], rows["model.layers.0.mlp"]
-    assert down.bound == "compute"
+    assert down.limited_by == "compute"
     children = sum(rows[f"model.layers.0.mlp.{c}"].time for c in ("gate_proj", "up_proj", "down_proj", "act_fn"))
     product = mlp.time - children
     tensor, vector = HW.peak_of("tensor", "bfloat16"), HW.peak_of("vector", "bfloat16")

@@ -73,8 +73,8 @@ def test_causal_prefill_attention_computes_the_lower_triangle() -> None:
     # the bound's FLOPs: 2 per multiply-add of every projection (one token each) and of that attention
     per_token = H * H + 2 * H * KV_HEADS * HEAD_DIM + H * H + 3 * H * FFN  # q, k and v, o, gate/up/down
     linear = LAYERS * batch * t * per_token + batch * H * VOCAB  # lm_head: the last token's logits only
-    assert cost.plans is not None
-    assert cost.plans["fused"].matmul_flops == 2 * (linear + macs)
+    assert cost.schedules is not None
+    assert cost.schedules["fused"].matmul_flops == 2 * (linear + macs)
 
 
 def test_decode_attends_to_every_cached_token() -> None:
@@ -88,8 +88,8 @@ def test_decode_attends_to_every_cached_token() -> None:
 def test_no_score_matrix_bytes_under_fused_kernels() -> None:
     def attention_bytes(t: int) -> float:
         cost = tiny_llama().phase("prefill", seq_len=t, hardware="h100-sxm")
-        assert cost.plans is not None
-        fused = cost.plans["fused"]
+        assert cost.schedules is not None
+        fused = cost.schedules["fused"]
         return sum(b for k, b in zip(fused.kernels, fused.bytes, strict=True) if k.kind == "attention")
 
     # every tensor the attention kernels move (Q, K, V, the cache, the output, rotary) grows linearly
@@ -110,8 +110,8 @@ def test_decode_bound_bytes_by_hand() -> None:
     kv_written = 2 * LAYERS * KV_HEADS * 1 * HEAD_DIM * 2 * batch  # the new token's
     rotary = HEAD_DIM // 2 * 2  # the rotary inverse frequencies, a buffer of head_dim / 2 values
     io = batch * 8 + batch * VOCAB * 2  # int64 token ids in, the last token's logits out
-    assert cost.plans is not None
-    assert cost.plans["fused"].compulsory_bytes == weights + rotary + kv_read + kv_written + io
+    assert cost.schedules is not None
+    assert cost.schedules["fused"].compulsory_bytes == weights + rotary + kv_read + kv_written + io
 
 
 @pytest.mark.parametrize("make", [tiny_llama, tiny_gpt2, tiny_mixtral])
@@ -124,8 +124,8 @@ def test_bound_below_fused_below_eager(make: object, hw: str) -> None:
         llm.phase("decode", seq_len=4, kv_len=32, hardware=hw),
     ]
     for cost in phases:
-        assert cost.plans is not None and cost.time_bound is not None
-        assert cost.time_bound <= cost.plans["fused"].time <= cost.plans["eager"].time
+        assert cost.schedules is not None and cost.time_bound is not None
+        assert cost.time_bound <= cost.schedules["fused"].time <= cost.schedules["eager"].time
         # the eager kernels move at least the roofline's bytes per operator
         assert cost.roofline is not None
     gen = generation(llm, 16, 5, batch=2, hardware=hw)
@@ -177,8 +177,8 @@ def test_k_and_v_stream_once_per_query_tile_past_the_buffer() -> None:
 
     def attention_bytes(hw: Hardware) -> float:
         cost = llm.phase("prefill", seq_len=t, hardware=hw)
-        assert cost.plans is not None
-        fused = cost.plans["fused"]
+        assert cost.schedules is not None
+        fused = cost.schedules["fused"]
         return sum(b for k, b in zip(fused.kernels, fused.bytes, strict=True) if k.kind == "attention")
 
     # a prompt attends to its own keys and values: V [1, kv_heads, T, head_dim] as the projection wrote
@@ -192,9 +192,9 @@ def test_k_and_v_stream_once_per_query_tile_past_the_buffer() -> None:
 
 def test_experts_run_as_grouped_gemms() -> None:
     cost = tiny_mixtral().phase("decode", kv_len=8, batch=2, hardware="h100-sxm")
-    assert cost.plans is not None
+    assert cost.schedules is not None
     calls = cost.flops.trace().calls
-    kernels = cost.plans["fused"].kernels
+    kernels = cost.schedules["fused"].kernels
     grouped = [k for k in kernels if k.kind == "grouped_gemm"]
     # per layer: the router with every expert's gate/up projection (one input read once), and every
     # expert's down projection; 2 tokens x top-2 over 4 experts: each expert runs once
@@ -204,10 +204,10 @@ def test_experts_run_as_grouped_gemms() -> None:
         assert len(products) in (1 + 4, 4)
     experts = [i for i, c in enumerate(calls) if c.kind == "aten::linear" and ".experts" in c.scope[-1]]
     assert len(experts) == LAYERS * 4 * 2
-    assert all(kernels[cost.plans["fused"].kernel_of[i]].kind == "grouped_gemm" for i in experts)
+    assert all(kernels[cost.schedules["fused"].kernel_of[i]].kind == "grouped_gemm" for i in experts)
 
 
-def test_one_layout_priced_at_many_points() -> None:
+def test_one_grouping_priced_at_many_points() -> None:
     # Two matrix products reading one activation x [B, 8] (query and key projections, bfloat16):
     # one kernel reading x once. Per point (B = 1, then 3), by hand: x is 16 B bytes, each weight
     # [8, 4] 64 bytes, each output [B, 4] 8 B bytes; the second product reads x as a 12 B-byte
@@ -218,7 +218,7 @@ def test_one_layout_priced_at_many_points() -> None:
     from opcount.hardware.lookup import hardware
     from opcount.ir import OpCall, TensorSpec
     from opcount.llm.kernels.estimate import CallPrices, priced
-    from opcount.llm.kernels.groups import layout
+    from opcount.llm.kernels.groups import group_kernels
 
     x = TensorSpec((1, 8), "bfloat16", id=0)
     w1, w2 = (TensorSpec((4, 8), "bfloat16", param=f"w{i}", id=i) for i in (1, 2))
@@ -228,7 +228,7 @@ def test_one_layout_priced_at_many_points() -> None:
         Traffic((Access(x, 16), Access(w1, 64)), (Access(y1, 8),)),
         Traffic((Access(x, 12), Access(w2, 64)), (Access(y2, 8),)),
     ]
-    kernels = layout(calls, moved, (y1, y2), [True, True], "fused")
+    kernels = group_kernels(calls, moved, (y1, y2), [True, True], "fused")
     assert [(k.kind, k.calls) for k in kernels.groups] == [("gemm", (0, 1))]
     b = np.array([1.0, 3.0])
     ones = np.ones((2, 2))
@@ -240,15 +240,15 @@ def test_one_layout_priced_at_many_points() -> None:
         writes=[np.array([8 * b]), np.array([8 * b])],
         held=[np.array([[0, 0], [64, 64], [0, 0]]), np.array([[0, 0], [64, 64], [0, 0]])],  # each weight whole: 64
     )  # fmt: skip
-    plans = priced(kernels, prices, hardware("h100-sxm"))
-    for plan, batch in zip(plans, (1, 3), strict=True):
+    schedules = priced(kernels, prices, hardware("h100-sxm"))
+    for schedule, batch in zip(schedules, (1, 3), strict=True):
         # x once (its larger read), both weights, both outputs (the model returns them)
-        assert plan.bytes.tolist() == [16 * batch + 2 * 64 + 2 * 8 * batch]
-        assert plan.compulsory_bytes == 16 * batch + 2 * 64 + 2 * 8 * batch
-        assert plan.matmul_flops == 2 * 2 * 8 * 4 * batch
-        assert plan.matmul_peak == pytest.approx(1e15)  # the FLOPs over their seconds at peak
-        assert plan.tensor_eff_s.tolist() == [2 * 2 * 8 * 4 * batch / 5e14]
-        assert plan.call_io_bytes.tolist() == [16 * batch + 8 * batch, 8 * batch]  # x charged to its larger read
+        assert schedule.bytes.tolist() == [16 * batch + 2 * 64 + 2 * 8 * batch]
+        assert schedule.compulsory_bytes == 16 * batch + 2 * 64 + 2 * 8 * batch
+        assert schedule.matmul_flops == 2 * 2 * 8 * 4 * batch
+        assert schedule.matmul_peak == pytest.approx(1e15)  # the FLOPs over their seconds at peak
+        assert schedule.tensor_eff_s.tolist() == [2 * 2 * 8 * 4 * batch / 5e14]
+        assert schedule.call_io_bytes.tolist() == [16 * batch + 8 * batch, 8 * batch]  # x charged to its larger read
 
 
 def test_the_bound_does_not_depend_on_the_kernels_mode() -> None:
@@ -256,12 +256,12 @@ def test_the_bound_does_not_depend_on_the_kernels_mode() -> None:
     # the speed of light counts the causal triangle's kept pairs in both modes
     llm, tokens = tiny_llama(), 512
     cost = llm.phase("prefill", seq_len=tokens, hardware="h100-sxm")
-    assert cost.plans is not None
-    fused, eager = cost.plans["fused"], cost.plans["eager"]
+    assert cost.schedules is not None
+    fused, eager = cost.schedules["fused"], cost.schedules["eager"]
     linear = LAYERS * (H * H + 2 * H * KV_HEADS * HEAD_DIM + H * H + 3 * H * FFN)  # q, k, v, o, gate, up, down
     kept = LAYERS * HEADS * tokens * (tokens + 1) // 2 * (2 * HEAD_DIM)  # scores and values, kept pairs
     logits = VOCAB * H  # the last position's
     expected = 2 * (tokens * linear + kept + logits)
     assert fused.matmul_flops == eager.matmul_flops == expected
     assert fused.time_bound == eager.time_bound
-    assert fused.binds == "compute"
+    assert fused.limited_by == "compute"

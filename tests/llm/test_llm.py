@@ -135,7 +135,7 @@ def test_int4_weight_bytes() -> None:
 def test_quantized_decode_is_faster_when_memory_bound() -> None:
     dense = CausalLM(llama()).phase("decode", kv_len=64, hardware="h100-sxm")
     w4 = CausalLM(llama(), Precision(weight="int4")).phase("decode", kv_len=64, hardware="h100-sxm")
-    assert dense.bound == "memory"
+    assert dense.limited_by == "memory"
     assert w4.time < dense.time
     assert w4.flops.total() == dense.flops.total()  # the arithmetic is the same
 

@@ -168,7 +168,7 @@ def test_decode_time_is_weights_and_cache_over_bandwidth(name: str, weight: str)
     cost = CausalLM(config(name), Precision(weight=weight)).phase("decode", kv_len=CONTEXT, hardware="h100-sxm")
     weights = hp.parameters * BF16 if weight == "bfloat16" else hp.int4_weight_bytes()
     closed = decode_bytes_closed_form(hp, weights, CONTEXT + 1) / H100_BANDWIDTH
-    assert cost.bound == "memory"
+    assert cost.limited_by == "memory"
     assert closed <= cost.time_bound <= closed * 1.01
     assert cost.time_bound <= cost.time  # the estimate never beats the bound
     # the weights and cache the roofline reads are exactly the closed form's
@@ -182,7 +182,7 @@ def test_prefill_is_compute_bound_at_2048_tokens(case: tuple[Hyper, CausalLM, Ph
     (989.4 TFLOP/s dense, H100 SXM5 datasheet) bound time to first token from below."""
     hp, _, prefill, _ = case
     macs = hp.n * hp.linear_per_layer * PROMPT + hp.attention_macs(PROMPT, 0)
-    assert prefill.bound == "compute"
+    assert prefill.limited_by == "compute"
     assert prefill.time >= 2 * macs / 989.4e12
 
 

@@ -118,7 +118,7 @@ def test_float32_state_parts_stay_float32_whatever_the_kv_dtype() -> None:
 # ------------------------------------------------------------------------------------------------
 def test_griffin_state_and_local_attention_window() -> None:
     llm = _griffin()
-    assert [layer.kind for layer in llm.caches.layers] == ["state", "state", "sliding_attention"]
+    assert [layer.layer_type for layer in llm.caches.layers] == ["state", "state", "sliding_attention"]
     # a recurrent block per sequence: the conv's last conv1d_width - 1 = 3 inputs of lru_width = 32
     # channels in bf16 (32 * 3 * 2 = 192) and the RG-LRU state, 32 in float32 (128): 320 bytes;
     # the local attention layer: 2 KV heads of 8 (D / 4 heads), keys and values, 2 * 2 * 8 * 2 = 64
@@ -223,7 +223,7 @@ def test_analyzing_leaves_no_state_in_the_modules() -> None:
         assert rwkv.model.rwkv.layers_are_rescaled is False  # its weights never rescaled in place
         assert "kv_cache" not in griffin.model._modules and "kv_cache" not in rwkv.model._modules
 
-    clean()  # building the plan ran a forward: nothing of it is left
+    clean()  # building the cache specs ran a forward: nothing of it is left
     for llm in (griffin, rwkv):
         llm.phase("prefill", seq_len=4)
         llm.phase("decode", kv_len=4)

@@ -64,7 +64,7 @@ def test_bamba_of_mamba_layers_only() -> None:
         mamba_expand=2,
     )
     llm = CausalLM(config)
-    assert [layer.kind for layer in llm.caches.layers] == ["state", "state"]
+    assert [layer.layer_type for layer in llm.caches.layers] == ["state", "state"]
     # Mamba-2 (mamba_ssm's allocate_inference_cache): a conv state over x, B and C, 2 * 32 + 2 * 1 * 8
     # = 80 channels x 4 taps, and an SSM state of heads x head_dim x d_state = 4 * 16 * 8 = 512
     state = (80 * 4 + 4 * 16 * 8) * BF16  # 1664 bytes per layer and sequence

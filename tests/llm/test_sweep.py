@@ -27,7 +27,7 @@ from opcount.llm.generation import generation  # noqa: E402
 from opcount.llm.phases import PhaseRequest  # noqa: E402
 from opcount.llm.sweep import points as sweep_module  # noqa: E402
 from opcount.llm.sweep import prices as sweep_prices  # noqa: E402
-from opcount.llm.sweep.figures import GenerationPoint, PhasePoint  # noqa: E402
+from opcount.llm.sweep.figures import GenerationValues, PhaseValues  # noqa: E402
 from opcount.llm.sweep.points import generation_points, phase_points, structure_of  # noqa: E402
 from opcount.llm.sweep.symbolic import (  # noqa: E402
     FitError,
@@ -46,12 +46,12 @@ from tests.llm.test_llm import GEOMETRY, llama  # noqa: E402
 HW = "h100-sxm"
 
 
-def figures(p: PhasePoint) -> tuple[Any, ...]:
+def figures(p: PhaseValues) -> tuple[Any, ...]:
     assert p.time is not None and p.time_bound is not None  # with hardware, both times
-    return (p.flops, p.memory, p.kernels, p.time, p.time_bound, p.bound, p.tokens_per_s, p.tokens_per_s_bound)
+    return (p.flops, p.memory, p.kernels, p.time, p.time_bound, p.limited_by, p.tokens_per_s, p.tokens_per_s_bound)
 
 
-def generation_figures(g: GenerationPoint) -> tuple[Any, ...]:
+def generation_figures(g: GenerationValues) -> tuple[Any, ...]:
     return (
         g.flops, g.memory, g.time, g.time_bound, g.time_to_first_token, g.time_to_first_token_bound,
         g.time_per_output_token, g.time_per_output_token_bound, g.tokens_per_s, g.tokens_per_s_bound,
@@ -60,10 +60,10 @@ def generation_figures(g: GenerationPoint) -> tuple[Any, ...]:
 
 def check_phase(
     llm: CausalLM, phase: str, points: list[tuple[int, int, int]], rebuilt: int | None = None, **options: Any
-) -> list[PhasePoint]:
+) -> list[PhaseValues]:
     got = phase_points(llm, phase, points, hardware=HW, **options)
     for (batch, tokens, cache), p in zip(points, got, strict=True):
-        want = PhasePoint.of(llm.phase(phase, seq_len=tokens, kv_len=cache, batch=batch, hardware=HW, **options))
+        want = PhaseValues.of(llm.phase(phase, seq_len=tokens, kv_len=cache, batch=batch, hardware=HW, **options))
         assert figures(p) == figures(want), (batch, tokens, cache, p.traced)
     # most points were rebuilt, not traced (fewer where many regions hold a point or two)
     assert sum(not p.traced for p in got) >= (len(points) // 2 if rebuilt is None else rebuilt)
@@ -131,7 +131,7 @@ def test_generations(dense: CausalLM, mixtral: CausalLM) -> None:
     for llm, kernels in ((dense, "fused"), (mixtral, "fused"), (sliding, "fused"), (sliding, "eager")):
         got = generation_points(llm, points, hardware=HW, kernels=kernels)
         for (batch, prompt, gen), g in zip(points, got, strict=True):
-            want = GenerationPoint.of(generation(llm, prompt, gen, batch=batch, hardware=HW, kernels=kernels))
+            want = GenerationValues.of(generation(llm, prompt, gen, batch=batch, hardware=HW, kernels=kernels))
             assert g.time is not None and g.time_bound is not None
             assert generation_figures(g) == generation_figures(want), (kernels, batch, prompt, gen)
 
@@ -169,7 +169,7 @@ def test_priced_by_arithmetic(dense: CausalLM, monkeypatch: pytest.MonkeyPatch) 
     assert sum(p.traced for p in got) == 1
     for i in (1, 57, 111):  # spot checks against a trace (every point is checked in the grids above)
         b, _, k = points[i]
-        want = PhasePoint.of(dense.phase("decode", kv_len=k, batch=b, hardware=HW))
+        want = PhaseValues.of(dense.phase("decode", kv_len=k, batch=b, hardware=HW))
         assert figures(got[i]) == figures(want)
 
 
@@ -177,14 +177,14 @@ def test_kernels_grouped_differently_at_the_check_point_trace_every_point(
     dense: CausalLM, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     calls: list[int] = []
-    original = sweep_prices.layout
+    original = sweep_prices.group_kernels
 
     def shifting(*args: Any, **kwargs: Any) -> Any:  # the second layout (the check trace's) differs
         calls.append(1)
         found = original(*args, **kwargs)
         return found if len(calls) == 1 else dataclasses.replace(found, groups=found.groups[:-1])
 
-    monkeypatch.setattr(sweep_prices, "layout", shifting)
+    monkeypatch.setattr(sweep_prices, "group_kernels", shifting)
     points = [(b, 1, k) for b in (1, 2, 3) for k in (3, 5, 8)]
     with caplog.at_level(logging.INFO, logger="opcount.llm.sweep.points"):
         got = phase_points(dense, "decode", points, hardware=HW)

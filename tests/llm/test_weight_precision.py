@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers")
 
 from opcount.errors import OpcountValueError  # noqa: E402
 from opcount.llm.causal_lm import CausalLM  # noqa: E402
-from opcount.llm.precision.assignments import WeightAssignmentError, WeightPlan  # noqa: E402
+from opcount.llm.precision.assignments import WeightAssignmentError, WeightFormats  # noqa: E402
 from opcount.llm.precision.dtypes import Precision, footprint_weights, weight_bytes  # noqa: E402
 
 BF16 = 2
@@ -48,18 +48,18 @@ def test_expert_stack_is_quantized_per_expert_matrix() -> None:
     assert weight_bytes((experts, out, inner), "int8") == experts * (n + out * 2)
 
 
-def test_plan_parsing() -> None:
-    plan = WeightPlan.parse(["experts=mxfp4", "bf16"])
-    assert (plan.default, plan.assignments) == ("bfloat16", (("experts", "mxfp4"),))
-    assert WeightPlan.parse({"experts": "mxfp4"}) == plan
-    assert WeightPlan.parse("experts=mxfp4,bfloat16") == plan
+def test_weight_formats_parsing() -> None:
+    formats = WeightFormats.parse(["experts=mxfp4", "bf16"])
+    assert (formats.default, formats.assignments) == ("bfloat16", (("experts", "mxfp4"),))
+    assert WeightFormats.parse({"experts": "mxfp4"}) == formats
+    assert WeightFormats.parse("experts=mxfp4,bfloat16") == formats
     assert Precision(weight=["self_attn=fp8", "int4"]).weight == "self_attn=float8_e4m3fn,int4"
     with pytest.raises(WeightAssignmentError, match="experts=int3: unknown weight dtype 'int3'"):
-        WeightPlan.parse(["experts=int3"])
+        WeightFormats.parse(["experts=int3"])
     with pytest.raises(WeightAssignmentError, match="two defaults"):
-        WeightPlan.parse(["int4", "int8"])
+        WeightFormats.parse(["int4", "int8"])
     with pytest.raises(OpcountValueError, match="expected PATTERN=FORMAT"):
-        WeightPlan.parse(["=int4"])
+        WeightFormats.parse(["=int4"])
 
 
 # A GPT-OSS-shaped model: d hidden, f expert width, h heads of e, g KV heads, x experts, V vocab.
@@ -114,8 +114,8 @@ def test_last_assignment_wins_and_lm_head_can_be_named() -> None:
     config = transformers.LlamaConfig(
         hidden_size=128, intermediate_size=256, num_hidden_layers=1, num_attention_heads=4, vocab_size=512
     )
-    plan = ["mlp=int8", "down_proj=mxfp4", "lm_head=fp8", "bfloat16"]
-    llm = CausalLM(config, Precision(weight=plan))
+    formats = ["mlp=int8", "down_proj=mxfp4", "lm_head=fp8", "bfloat16"]
+    llm = CausalLM(config, Precision(weight=formats))
     mlp = 2 * (256 * 128 + 256 * 2) + (128 * 256 / 2 + 128 * 256 / 32)  # gate, up int8; down MXFP4
     attention = 4 * 128 * 128 * BF16
     head = 512 * 128 + 4

@@ -39,9 +39,9 @@ IO = B * 8 + B * V * 4  # 816
 
 def _decode_bound_bytes(precision: Precision, family: str = "mamba") -> float:
     llm = CausalLM(STEPS[family].config(), precision)
-    plan = llm.phase("decode", kv_len=5, batch=B, hardware="h100-sxm").plan
-    assert plan is not None
-    return plan.compulsory_bytes
+    schedule = llm.phase("decode", kv_len=5, batch=B, hardware="h100-sxm").schedule
+    assert schedule is not None
+    return schedule.compulsory_bytes
 
 
 @pytest.mark.parametrize(
@@ -68,6 +68,6 @@ def test_int8_activations_leave_weights_read_through_views_in_bfloat16(family: s
     expected = step.bound_bytes(parameters, bool(config.get_text_config().tie_word_embeddings), 1)
     if step.logits == 2:  # bfloat16 logits are an int8 activation; float32 ones keep 4 bytes
         expected -= B * V
-    plan = llm.phase("decode", kv_len=5, batch=B, hardware="h100-sxm").plan
-    assert plan is not None
-    assert plan.compulsory_bytes == expected
+    schedule = llm.phase("decode", kv_len=5, batch=B, hardware="h100-sxm").schedule
+    assert schedule is not None
+    assert schedule.compulsory_bytes == expected

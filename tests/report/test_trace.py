@@ -44,7 +44,7 @@ def test_one_event_per_operator_call_summing_to_the_roofline_total(report) -> No
     assert ops[0]["ts"] == 0
     for e, t in zip(ops, report.layers, strict=True):  # one event per layer here (no split call)
         assert e["dur"] == pytest.approx(t.effective_time * 1e6, rel=1e-12)
-        assert e["args"]["module"] == (t.layer.module or ".") and e["args"]["bound"] == t.bound
+        assert e["args"]["module"] == (t.layer.module or ".") and e["args"]["bound"] == t.limited_by
 
 
 def test_module_events_enclose_their_calls(report) -> None:  # type: ignore[no-untyped-def]

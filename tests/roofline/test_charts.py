@@ -176,11 +176,11 @@ def _layers() -> list[Layer]:
 
 
 def test_sparsity_roofline_chart_labels_do_not_overlap(tmp_path: Path) -> None:
-    from opcount.sparsity.plot import SparsityPoint, sparsity_roofline_chart
+    from opcount.sparsity.plot import SparsityResult, sparsity_roofline_chart
 
     # Two patterns whose configurations nearly coincide, as 2:8 and 1:4 do on an H100.
     points = [
-        SparsityPoint(series, speedup, accuracy, level, label=label)
+        SparsityResult(series, speedup, accuracy, level, label=label)
         for series, speedup, accuracy, level, label in [
             ("future N:M", 1.55, 67.0, 0.75, "2:8"),
             ("future N:M", 1.56, 67.0, 0.75, "1:4"),

@@ -52,7 +52,7 @@ def test_lenet_first_layer_has_288000_multiply_adds() -> None:
     # 576,000 FLOP / 2.048 TFLOP/s = 281.25 ns; (1,568 + 1,040 + 23,040) = 25,648 B / 64 GB/s = 400.75 ns.
     assert layer.compute_time == pytest.approx(576_000 / 2.048e12)
     assert layer.memory_time == pytest.approx(25_648 / 64e9)
-    assert layer.bound == "memory"
+    assert layer.limited_by == "memory"
     assert report.cycles(report.total_time) == pytest.approx(400.75)
 
 
@@ -65,12 +65,12 @@ def test_memory_bound_and_compute_bound_layers_on_toy_hardware() -> None:
     # bytes (64*256 + 256*512 + 64*512) * 4 = 720,896 -> 72.0896 us: compute bound.
     assert (linear.layer.unit, linear.layer.flops, linear.layer.bytes) == ("tensor", 16_777_216, 720_896)
     assert linear.time == pytest.approx(16_777_216 / 100e9) == pytest.approx(167.77216e-6)
-    assert linear.bound == "compute"
+    assert linear.limited_by == "compute"
     # relu: 64*512 = 32,768 FLOP on the vector unit -> 3.2768 us; bytes 2 * 32,768 * 4 = 262,144
     # -> 26.2144 us: memory bound.
     assert (relu.layer.unit, relu.layer.flops, relu.layer.bytes) == ("vector", 32_768, 262_144)
     assert relu.time == pytest.approx(26.2144e-6)
-    assert relu.bound == "memory"
+    assert relu.limited_by == "memory"
     assert report.total_time == pytest.approx(167.77216e-6 + 26.2144e-6)
     assert report.module("0").time == pytest.approx(linear.time)
 
@@ -91,8 +91,12 @@ def test_speed_of_light_on_hand_made_layers() -> None:
     ]
     report = speed_of_light(layers, TOY)
     mem, cmp_ = report.layers
-    assert (mem.compute_time, mem.memory_time, mem.bound) == (pytest.approx(1e-4), pytest.approx(8e-4), "memory")
-    assert (cmp_.compute_time, cmp_.memory_time, cmp_.bound) == (pytest.approx(0.02), pytest.approx(1e-4), "compute")
+    assert (mem.compute_time, mem.memory_time, mem.limited_by) == (pytest.approx(1e-4), pytest.approx(8e-4), "memory")
+    assert (cmp_.compute_time, cmp_.memory_time, cmp_.limited_by) == (
+        pytest.approx(0.02),
+        pytest.approx(1e-4),
+        "compute",
+    )
     assert mem.intensity == pytest.approx(1e6 / 8e6)
     assert report.total_time == pytest.approx(0.0208)
 

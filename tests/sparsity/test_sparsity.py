@@ -31,7 +31,7 @@ from opcount.sparsity import (
     sparsity_roofline,
     storage,
 )
-from opcount.sparsity.plot import SparsityPoint, sparsity_roofline_chart, speedup_chart
+from opcount.sparsity.plot import SparsityResult, sparsity_roofline_chart, speedup_chart
 
 # Round numbers: 100 GFLOP/s tensor, 10 GFLOP/s vector, 10 GB/s (1 byte = 0.1 ns).
 TOY = Hardware("toy", {"tensor": {"float32": 100e9}, "vector": {"float32": 10e9}}, bandwidth=10e9)
@@ -323,7 +323,7 @@ def test_tables_columns_and_charts(tmp_path) -> None:  # type: ignore[no-untyped
     points = [
         report.point(accuracy=70.0, label="2:4"),
         _toy("unstructured=0.5").point(accuracy=72.0),
-        SparsityPoint("unstructured", 1.5, 65.0, 0.9),
+        SparsityResult("unstructured", 1.5, 65.0, 0.9),
     ]
     sparsity_roofline_chart(points, tmp_path / "roof.png", dense_accuracy=75.0, note="illustrative")
     speedup_chart(points, tmp_path / "speedup.png")

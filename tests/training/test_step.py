@@ -28,15 +28,15 @@ def test_step_overlaps_communication() -> None:
     step = StepTime(0.3, 0.0, 0.5)
     assert step.exposed == pytest.approx(0.2)  # 0.5 - 0.3
     assert step.time == pytest.approx(0.5)  # 0.3 + 0.2
-    assert step.bound == "communication" and step.time_bound == 0.5
+    assert step.limited_by == "communication" and step.time_bound == 0.5
 
 
 def test_step_bound_is_the_largest_of_its_three_terms() -> None:
     # estimate 0.3 + 0.1 = 0.4 s; bound max(FLOPs at peak 0.25, bytes at bandwidth 0.15, collectives 0.2)
     step = StepTime(0.3, 0.1, 0.2, flops_at_peak=0.25, bytes_at_bandwidth=0.15)
-    assert (step.time_bound, step.bound) == (0.25, "compute")
+    assert (step.time_bound, step.limited_by) == (0.25, "compute")
     memory = StepTime(0.3, 0.1, 0.2, flops_at_peak=0.1, bytes_at_bandwidth=0.35)
-    assert (memory.time_bound, memory.bound) == (0.35, "memory")
+    assert (memory.time_bound, memory.limited_by) == (0.35, "memory")
     # MFU and tokens/s at the bound: 8 x 4096 tokens, 100 TFLOP per device at 1000 TFLOP/s, 0.25 s
     rate = Throughput(8 * 4096, step.time, 8, 8 * 100e12, 8 * 1000e12, step.time_bound)
     assert rate.mfu == pytest.approx(0.25)  # 100e12 / (0.4 x 1000e12)

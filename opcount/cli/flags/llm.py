@@ -17,7 +17,7 @@ from ...llm.models.limits import MAX_BATCH, MAX_POSITIONS
 from ...llm.precision.assignments import WeightAssignmentError
 from ...llm.precision.dtypes import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
 from ..args import check_counts, natural_int, positive_int
-from ..options import Layout, LLMOptions, Options, columns_needing
+from ..options import LLMOptions, Options, Rendering, columns_needing
 from . import deploy
 from . import training as training_flags
 
@@ -140,7 +140,7 @@ def check(flags: LLMOptions, options: Options) -> Precision:
             f"llm: and hf: models, not {options.model}: give its inputs with --input"
         )
     require_transformers(options.model)  # no other flag is worth checking without it
-    analysis, layout = options.analysis, options.layout
+    analysis, rendering = options.analysis, options.rendering
     if analysis.tracer == "jit":
         raise OpcountError("LLM phases run on the meta device with the dispatch tracer: drop --tracer jit")
     if options.inputs.dtype_name != "float32":  # its default; any other value would be ignored, not priced
@@ -163,7 +163,7 @@ def check(flags: LLMOptions, options: Options) -> Precision:
     if len({k for k, _ in flags.sweep}) != len(flags.sweep):
         raise OpcountError("--sweep: each key once")
     _check_sizes(flags, options.inputs.seq_len)
-    check_counts(layout, options.repeats)
+    check_counts(rendering, options.repeats)
     for flag, given in (("profile", options.profile), ("sparsity", analysis.sparsity)):
         if given:
             raise OpcountError(f"--{flag} does not apply to LLM phases (the model is on the meta device)")
@@ -175,11 +175,11 @@ def check(flags: LLMOptions, options: Options) -> Precision:
                 f"--{flag} does not apply to LLM phases: they are priced in the dtypes of "
                 "--weight-dtype, --act-dtype and --kv-dtype"
             )
-    if layout.format in ("tree", "md", "repr", "html", "chrome-trace"):
+    if rendering.format in ("tree", "md", "repr", "html", "chrome-trace"):
         raise OpcountError("LLM phases print table, json or csv (tree/md/repr/html/chrome-trace are for whole models)")
-    if layout.by_operator and flags.sweep:
+    if rendering.by_operator and flags.sweep:
         raise OpcountError("--by-operator shapes one point's table, not a --sweep's rows")
-    _check_columns(layout, options.hardware is not None, bool(flags.sweep))
+    _check_columns(rendering, options.hardware is not None, bool(flags.sweep))
     deploy.check(flags, options.hardware is not None, options.hardware.spec if options.hardware else None)
     try:
         return Precision(flags.weight_dtype, flags.act_dtype, flags.kv_dtype)
@@ -221,8 +221,8 @@ def _check_sizes(flags: LLMOptions, seq_len: int | None) -> None:
         )
 
 
-def _check_columns(layout: Layout, hardware: bool, sweep: bool) -> None:
-    columns = layout.columns or ()
+def _check_columns(rendering: Rendering, hardware: bool, sweep: bool) -> None:
+    columns = rendering.columns or ()
     sparse = columns_needing("sparsity", columns)
     if sparse:
         raise OpcountError(
@@ -231,6 +231,6 @@ def _check_columns(layout: Layout, hardware: bool, sweep: bool) -> None:
     timed = columns_needing("roofline", columns)
     if timed and not hardware:
         raise OpcountError(f"columns {', '.join(sorted(timed))} need --hardware")
-    if sweep and (layout.columns or layout.depth is not None or not layout.param_shapes):
+    if sweep and (rendering.columns or rendering.depth is not None or not rendering.param_shapes):
         # a sweep prints one row per point, not a module table: these would be silently ignored
         raise OpcountError("--columns, --depth and --no-param-shapes shape one point's table, not a --sweep's rows")

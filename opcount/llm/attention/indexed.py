@@ -113,7 +113,7 @@ def hold_index_keys(held: Any, batch: int, kv_len: int, seq_len: int, width: int
         if new.shape[0] != batch or new.shape[-1] != width or new.shape[1] != seq_len:
             raise OpcountError(
                 f"the indexer caches {tuple(new.shape)} per step where its config gives ({batch}, {seq_len}, {width}) "
-                "(batch, tokens, width): opcount does not know this layout"
+                "(batch, tokens, width): opcount does not know this shape"
             )
         keys.index_copy_(1, torch.arange(kv_len, kv_len + seq_len, device=new.device), new)
         # the scoring kernel reads the float8 keys and scores in float32 (the model's own .float() then

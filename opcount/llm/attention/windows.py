@@ -105,17 +105,17 @@ def _pairs(t: torch.Tensor, size: int) -> torch.Tensor:
 
 @contextlib.contextmanager
 def windowed_prefill(model: nn.Module, windows: dict[int, tuple[str, int]], prompt: int) -> Iterator[None]:
-    """For the block, the attention modules of the layers in ``windows`` (layer index: kind, size)
+    """For the block, the attention modules of the layers in ``windows`` (layer index: layer type, size)
     attend by blocks when the prompt is longer than their window or chunk."""
     changes: list[tuple[object, str, Any]] = []
     for m in model.modules():
         idx = getattr(m, "layer_idx", None)
         if not isinstance(idx, int) or idx not in windows or not hasattr(m, "config"):
             continue
-        kind, size = windows[idx]
+        layer_type, size = windows[idx]
         if prompt <= size or HOOK in m.__dict__:
             continue
-        run = chunked_attention if kind == "chunked_attention" else sliding_attention
+        run = chunked_attention if layer_type == "chunked_attention" else sliding_attention
         changes.append((m, HOOK, functools.partial(_hooked, run, size)))
     with patched(changes):
         yield

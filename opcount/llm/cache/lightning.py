@@ -52,10 +52,12 @@ def lightning_cache(model: nn.Module, layers: list[Any], kv_len: int) -> Any | N
     if not found:
         return None
     module = sys.modules[type(next(iter(found.values()))).__module__]
-    kinds = [k for k in vars(module).values() if isinstance(k, type) and callable(getattr(k, "set_linear_cache", None))]
-    if len(kinds) != 1:
+    classes = [
+        k for k in vars(module).values() if isinstance(k, type) and callable(getattr(k, "set_linear_cache", None))
+    ]
+    if len(classes) != 1:
         raise OpcountError(f"{module.__name__}: lightning attention without one cache class holding its state")
-    cache: Any = kinds[0]()
+    cache: Any = classes[0]()
     cache.layers = layers
     states: dict[int, torch.Tensor] = {i: layers[i].recurrent_states[0] for i in found}
     # a prefill starts from no state (the blockwise form), a decode step from the state held

@@ -48,7 +48,7 @@ class KVShape:
 
 
 @dataclass(frozen=True)
-class ForwardLayout:
+class ProbedCache:
     """Per layer index: the KV shape of the layers storing keys and values, and the conv and
     recurrent state shapes (one sequence) of the layers storing states."""
 
@@ -56,9 +56,9 @@ class ForwardLayout:
     states: dict[int, StateShapes]
 
 
-def forward_layout(
+def probe_cache(
     model: nn.Module, config: Any, routing: Routing, prepare: Callable[[Any], None] | None = None
-) -> ForwardLayout:
+) -> ProbedCache:
     """Run one token on meta into a transformers cache (``prepare(cache)`` first; ``routing(model)``
     around it: meta tensors cannot route a mixture-of-experts block by their values) and read what
     each layer stored."""
@@ -91,7 +91,7 @@ def forward_layout(
             if keys.shape[1] != values.shape[1]:
                 raise OpcountError(
                     f"{type(config).__name__}: layer {index} caches {keys.shape[1]} key heads and "
-                    f"{values.shape[1]} value heads: opcount does not know this layout"
+                    f"{values.shape[1]} value heads: opcount does not know this shape"
                 )
             kv[index] = KVShape(int(keys.shape[1]), int(keys.shape[3]), int(values.shape[3]))
         if isinstance(layer, stateful):
@@ -100,4 +100,4 @@ def forward_layout(
                 for found in (layer.conv_states, layer.recurrent_states)
             )
             states[index] = StateShapes(conv, recurrent)
-    return ForwardLayout(kv, states)
+    return ProbedCache(kv, states)

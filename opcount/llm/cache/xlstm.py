@@ -44,10 +44,10 @@ def _is_mlstm(m: Any) -> bool:
 def xlstm_cache(model: nn.Module, config: Any, layers: list[Any], kv_len: int) -> Any | None:
     """The model's own cache over the phase's state ``layers`` (their recurrent states, which the
     forward reads and then overwrites in place), or None for a model other than xLSTM."""
-    kind = _cache_class(model)
-    if kind is None:
+    cache_class = _cache_class(model)
+    if cache_class is None:
         return None
-    cache: Any = kind.__new__(kind)  # its constructor allocates the states: they are the phase's here
+    cache: Any = cache_class.__new__(cache_class)  # its constructor allocates the states: they are the phase's here
     cache.config, cache.dtype, cache.layers = config, layers[0].dtype, layers
     cache.seqlen_offset = torch.tensor([kv_len])
     cache.rnn_state = {i: tuple(layer.recurrent_states[j] for j in range(3)) for i, layer in enumerate(layers)}

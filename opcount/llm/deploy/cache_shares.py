@@ -1,6 +1,6 @@
 """The share of each part of the cache one tensor-parallel device holds and reads, as vLLM keeps it.
 
-The cache's tensors (``kv_cache.L.<part>`` while a phase is traced, :mod:`.cache`) are of four kinds:
+The cache's tensors (``kv_cache.L.<part>`` while a phase is traced, :mod:`.cache`) are of four parts:
 
 - attention's ``keys`` and ``values``: ``kv_heads / tp`` heads a device (one, copied, when ``tp``
   exceeds them) when the attention writing them is split, else whole;
@@ -22,12 +22,12 @@ from ..attention.indexed import INDEX_BUFFER, INDEXER_KEYS
 from ..cache.names import KV_PREFIX
 
 ATTENTION, LATENT, INDEXER, STATE = "attention", "latent", "indexer", "state"
-# the kinds of kv_cache_by_type (:meth:`.cache.CachePlan.bytes_by_kind`) by part
+# the layer types of kv_cache_by_type (:meth:`.cache.CacheSpecs.bytes_by_type`) by part
 _BY_TYPE = {"latent_attention": LATENT, INDEXER_KEYS: INDEXER, "state": STATE}
 
 
 def part_of(buffer: str) -> str:
-    """The kind of the cache tensor ``buffer`` (``kv_cache.L.<name>``)."""
+    """The part of the cache tensor ``buffer`` (``kv_cache.L.<name>``)."""
     name = buffer.split(".", 2)[2] if buffer.count(".") >= 2 else buffer
     if name.startswith("latent"):
         return LATENT
@@ -49,7 +49,7 @@ def buffers(call: OpCall) -> list[str]:
 def part_shares(
     calls: Iterable[OpCall], split: Callable[[OpCall], bool], tp: int, kv_heads_share: float
 ) -> dict[str, float]:
-    """Each cache kind's share on a device, from where the calls touching it run (``split``: in a split block)."""
+    """Each cache part's share on a device, from where the calls touching it run (``split``: in a split block)."""
     where: dict[str, set[bool]] = {}
     for call in calls:
         for buffer in buffers(call):
@@ -77,10 +77,12 @@ def call_share(call: OpCall, shares: Mapping[str, float]) -> float:
 
 
 def held(by_type: Mapping[str, Any], total: float, shares: Mapping[str, float]) -> float:
-    """Bytes of the cache a device holds: each kind of ``by_type`` at its share (attention's kinds
+    """Bytes of the cache a device holds: each layer type of ``by_type`` at its share (attention's types
     at the attention's); ``total`` when the phase gives no breakdown."""
     if not by_type:
         if total and len(set(shares.values())) > 1:
-            raise OpcountError("a cache of parts split differently, without its breakdown by kind")
+            raise OpcountError("a cache of parts split differently, without its breakdown by layer type")
         return total * next(iter(shares.values()), 1.0)
-    return float(sum(float(n) * shares.get(_BY_TYPE.get(kind, ATTENTION), 1.0) for kind, n in by_type.items()))
+    return float(
+        sum(float(n) * shares.get(_BY_TYPE.get(layer_type, ATTENTION), 1.0) for layer_type, n in by_type.items())
+    )

@@ -105,7 +105,7 @@ class Placement:
         return out
 
     def kv_shares(self, calls: Sequence[OpCall]) -> dict[str, float]:
-        """The share of each kind of cache a device holds (:mod:`.device_cache`): attention's
+        """The share of each part of the cache a device holds (:mod:`.device_cache`): attention's
         ``kv_heads_per_device / kv_heads`` when the attention writing it is split, a latent whole."""
         heads = kv_heads_per_device(self.kv_heads, self.parallel.tp) / self.kv_heads
         split = lambda c: self.parallel.tp > 1 and self.sharding.in_region(c.scope) is not None
@@ -143,7 +143,7 @@ class _Step:
     collectives: list[list[Collective]]
     p2p: Collective | None
     flops: list[float]
-    binds: list[str]  # what binds each stage's speed of light: compute or memory
+    limited_by: list[str]  # what limits each stage's speed of light: compute or memory
 
     def communication(self, stage: int) -> float:
         return sum(c.time for c in self.collectives[stage])
@@ -157,16 +157,16 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
     calls = cost.flops.trace().calls
     kv_shares = placement.kv_shares(calls)
     compute = bound = flops = [0.0] * p.pp
-    binds = ["memory"] * p.pp
-    if cost.roofline is not None and cost.plan is not None:
+    limited_by = ["memory"] * p.pp
+    if cost.roofline is not None and cost.schedule is not None:
 
         def shares(call: OpCall) -> tuple[float, float]:
             flops_share, weight_share = _shares(placement, call.scope)
             return flops_share, device_cache.call_share(call, kv_shares) if _touches_cache(call) else weight_share
 
-        times = stage_times(cost.plan, cost.roofline, calls, lambda c: placement.stage(c.scope), shares, p.pp)
-        compute, bound, flops = times.estimate, times.bounds(cost.plan), times.flops
-        binds = times.binds(cost.plan)
+        times = stage_times(cost.schedule, cost.roofline, calls, lambda c: placement.stage(c.scope), shares, p.pp)
+        compute, bound, flops = times.estimate, times.bounds(cost.schedule), times.flops
+        limited_by = times.limited_by(cost.schedule)
     link = hardware.interconnect if hardware is not None else None
     collectives: list[list[Collective]] = [[] for _ in range(p.pp)]
     # the residual stream is communicated in the dtype the model computes it in (bfloat16 under
@@ -202,7 +202,7 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
             if link is not None
             else Collective("send_recv", 2, payload, payload, 1, math.nan)
         )
-    return _Step(compute, bound, collectives, p2p, flops, binds)
+    return _Step(compute, bound, collectives, p2p, flops, limited_by)
 
 
 def _priced(kind: Any, payload: float, devices: int, link: Any) -> Collective:
@@ -238,13 +238,13 @@ def _shares(placement: Placement, owners: Sequence[str]) -> tuple[float, float]:
 @dataclass(frozen=True)
 class _Timing:
     """A whole step on the layout: the seconds of its kernels on the busiest path (``compute``) and
-    of its collectives, the bytes a device sends, the kernels' speed of light, and what binds it."""
+    of its collectives, the bytes a device sends, the kernels' speed of light, and what limits it."""
 
     compute: float
     communication: float
     sent: float
-    compute_bound: float
-    binds: str
+    compute_time_bound: float
+    limited_by: str
 
 
 def _timing(step: _Step, micro: int) -> _Timing:
@@ -261,7 +261,7 @@ def _timing(step: _Step, micro: int) -> _Timing:
     communication += hops * p2p_time
     sent = max(step.sent(i) for i in range(pp)) * micro + (micro if pp > 1 else 0) * p2p_sent
     bound = sum(step.bound) + (micro - 1) * max(step.bound)
-    return _Timing(compute, communication, sent, bound, step.binds[max(range(pp), key=step.bound.__getitem__)])
+    return _Timing(compute, communication, sent, bound, step.limited_by[max(range(pp), key=step.bound.__getitem__)])
 
 
 def _memory(
@@ -329,7 +329,7 @@ def deploy(
     timed = [_timing(t, parallel.micro_batches) for t in traced]
     compute = sum(t.compute for t in timed) / len(timed)  # a generation: the mean of its first and last step
     communication = sum(t.communication for t in timed) / len(timed)
-    bound = sum(t.compute_bound for t in timed) / len(timed)
+    bound = sum(t.compute_time_bound for t in timed) / len(timed)
     capacity = None if hardware is None or hardware.memory_bytes is None else hardware.memory_bytes * (1 - reserve)
     timed_ok = hardware is not None and cost.roofline is not None
     d = Deployment(
@@ -343,8 +343,8 @@ def deploy(
         communication_time=communication if timed_ok else None,
         compute_time=compute if timed_ok else None,
         tokens=steps[-1].tokens,
-        compute_bound=bound if timed_ok else None,
-        bound=("communication" if communication > bound else timed[-1].binds) if timed_ok else None,
+        compute_time_bound=bound if timed_ok else None,
+        limited_by=("communication" if communication > bound else timed[-1].limited_by) if timed_ok else None,
         price=price,
         generation=is_generation,
         generated=0 if generation is None else generation.gen_len,
@@ -353,7 +353,7 @@ def deploy(
     if generation is not None and timed_ok:
         prefill = _timing(_step(placement, cost, hardware), 1)
         d.time_to_first_token = prefill.compute + prefill.communication
-        d.time_to_first_token_bound = max(prefill.compute_bound, prefill.communication)
+        d.time_to_first_token_bound = max(prefill.compute_time_bound, prefill.communication)
     elif is_generation:  # no decode step: the prompt is the whole generation
         d.time_to_first_token, d.time_to_first_token_bound = d.step_time, d.step_time_bound
     if price is not None and d.step_time:

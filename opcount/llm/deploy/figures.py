@@ -1,5 +1,5 @@
 """A deployment's figures: what one device holds, and what the whole layout does, under the names a
-phase and a generation use (:class:`~opcount.llm.kernels.estimate.PlanFigures`,
+phase and a generation use (:class:`~opcount.llm.kernels.estimate.PhaseFigures`,
 :class:`~opcount.llm.phases.GenerationFigures`).
 
 ``time``, ``time_bound``, ``bound``, ``tokens_per_s`` (over every replica) and their ``_bound`` are
@@ -58,9 +58,9 @@ class Deployment:
     communication_time: float | None  # a step's collectives
     compute_time: float | None  # a step's kernels on the busiest path, communication excepted
     tokens: int  # per step per replica
-    compute_bound: float | None = None  # the speed of light of a step's kernels, communication excepted
-    # what binds a step's speed of light: compute, memory (its slowest stage's) or communication
-    bound: str | None = None
+    compute_time_bound: float | None = None  # the speed of light of a step's kernels, communication excepted
+    # what limits a step's speed of light: compute, memory (its slowest stage's) or communication
+    limited_by: str | None = None
     price: float | None = None
     cost: dict[str, float] | None = None  # dollars per million tokens, from the estimate
     cost_bound: dict[str, float] | None = None  # from the bound: the least any engine could charge
@@ -81,9 +81,9 @@ class Deployment:
     @property
     def step_time_bound(self) -> float | None:
         """The speed of light of one step: no engine runs it faster."""
-        if self.compute_bound is None:
+        if self.compute_time_bound is None:
             return None
-        return max(self.compute_bound, self.communication_time or 0.0)
+        return max(self.compute_time_bound, self.communication_time or 0.0)
 
     @property
     def time(self) -> float | None:

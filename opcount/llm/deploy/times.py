@@ -9,7 +9,7 @@ share (each call's activation and weight bytes from the eager roofline), and the
 the stage of its member doing the most FLOPs (the matrix product it is fused around). Per stage:
 
 - the **estimate**: the sum of its kernels' ``max(compute, memory)`` at the shares, plus a launch
-  each (:attr:`.KernelPlan.time`);
+  each (:attr:`.KernelSchedule.time`);
 - the **bound's figures**: its matrix-product FLOPs (each call's at its share) and its compulsory
   bytes (each call's weights and caches at the weight share, its inputs and outputs at the
   activation share), which :func:`.bound.time_bound` turns into the stage's speed of light.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from ...ir import OpCall
 from ...roofline import RooflineReport
 from ...roofline.bound import time_bound
-from ..kernels.estimate import KernelPlan
+from ..kernels.estimate import KernelSchedule
 
 # per call: (share of its FLOPs and activations, share of its weights and cache) a device runs
 Shares = Callable[[OpCall], tuple[float, float]]
@@ -39,21 +39,23 @@ class StageTimes:
     flops: list[float]
     compulsory: list[float]
 
-    def bounds(self, plan: KernelPlan) -> list[float]:
+    def bounds(self, schedule: KernelSchedule) -> list[float]:
         """Each stage's speed of light (no communication: the caller adds it)."""
-        bandwidth = plan.hardware.bandwidth
-        return [time_bound(f, plan.matmul_peak, b, bandwidth) for f, b in zip(self.flops, self.compulsory, strict=True)]
-
-    def binds(self, plan: KernelPlan) -> list[str]:
-        """What binds each stage's speed of light: ``compute`` or ``memory`` (as :attr:`.KernelPlan.binds`)."""
+        bandwidth = schedule.hardware.bandwidth
         return [
-            "compute" if f / plan.matmul_peak >= b / plan.hardware.bandwidth else "memory"
+            time_bound(f, schedule.matmul_peak, b, bandwidth) for f, b in zip(self.flops, self.compulsory, strict=True)
+        ]
+
+    def limited_by(self, schedule: KernelSchedule) -> list[str]:
+        """What limits each stage's speed of light: ``compute`` or ``memory`` (as :attr:`.KernelSchedule.limited_by`)."""
+        return [
+            "compute" if f / schedule.matmul_peak >= b / schedule.hardware.bandwidth else "memory"
             for f, b in zip(self.flops, self.compulsory, strict=True)
         ]
 
 
 def stage_times(
-    plan: KernelPlan,
+    schedule: KernelSchedule,
     report: RooflineReport,
     calls: Sequence[OpCall],
     stage: Callable[[OpCall], int],
@@ -64,8 +66,8 @@ def stage_times(
     layer = {id(t.layer.call): t.layer for t in report.layers if t.layer.call is not None}
     share = [shares(c) for c in calls]
     out = StageTimes([0.0] * stages, [0.0] * stages, [0.0] * stages)
-    compute, memory = plan.compute_memory()
-    for k, kernel in enumerate(plan.kernels):
+    compute, memory = schedule.compute_memory()
+    for k, kernel in enumerate(schedule.kernels):
         flops = work = moved = moved_share = 0.0
         anchor, most = kernel.calls[0], -1.0
         for i in kernel.calls:
@@ -82,9 +84,9 @@ def stage_times(
         bytes_share = moved_share / moved if moved else share[anchor][1]
         flops_share = work / flops if flops else bytes_share
         out.estimate[stage(calls[anchor])] += float(max(compute[k] * flops_share, memory[k] * bytes_share))
-        out.estimate[stage(calls[anchor])] += plan.hardware.efficiency.launch_s
+        out.estimate[stage(calls[anchor])] += schedule.hardware.efficiency.launch_s
     for i, call in enumerate(calls):
         s = stage(call)
-        out.flops[s] += plan.call_flops[i] * share[i][0]
-        out.compulsory[s] += plan.call_weight_bytes[i] * share[i][1] + plan.call_io_bytes[i] * share[i][0]
+        out.flops[s] += schedule.call_flops[i] * share[i][0]
+        out.compulsory[s] += schedule.call_weight_bytes[i] * share[i][1] + schedule.call_io_bytes[i] * share[i][0]
     return out

@@ -29,10 +29,10 @@ times the GEMM efficiency (padded to whole tiles) or the attention efficiency, i
 their unit's peak, its bytes at the bandwidth times the stream efficiency
 (:mod:`opcount.hardware.efficiency`).
 
-Which calls form which kernel, and which reads and writes cross its boundary, is a layout
+Which calls form which kernel, and which reads and writes cross its boundary, is a grouping
 (:mod:`.groups`) that depends on data flow, not on sizes; each call's work and each access's
 bytes are :class:`CallPrices`, one column per point; :func:`priced` sums them into the kernels'
-figures at every point at once. A traced phase is one point (:func:`plan`); a fitted region of a
+figures at every point at once. A traced phase is one point (:func:`schedule_kernels`); a fitted region of a
 sweep is many (:mod:`opcount.llm.sweep.prices`), the same sums.
 """
 
@@ -56,15 +56,24 @@ from ...roofline.bound import time_bound
 from ...roofline.build import access_bytes, traced_dtype
 from ...roofline.model import FLOPS_PER_MAC, gemm_channels
 from . import MODES
-from .groups import ATTENTION_KINDS, Kernel, KernelLayout, layout, moved_by
+from .groups import ATTENTION_KINDS, Kernel, KernelGroups, group_kernels, moved_by
 
-__all__ = ["ATTENTION_KINDS", "MODES", "CallPrices", "Kernel", "KernelPlan", "attention_work", "plan", "priced"]
+__all__ = [
+    "ATTENTION_KINDS",
+    "MODES",
+    "CallPrices",
+    "Kernel",
+    "KernelSchedule",
+    "attention_work",
+    "priced",
+    "schedule_kernels",
+]
 
 TILE_QUERIES = 128  # FlashAttention-2's query block
 
 
 @dataclass(frozen=True, kw_only=True)
-class KernelPlan:
+class KernelSchedule:
     """The kernels of one phase on ``hardware`` and the figures of its bound.
 
     Per kernel (arrays in ``kernels``' order): seconds of matrix-product work at peak
@@ -117,8 +126,8 @@ class KernelPlan:
         return time_bound(self.matmul_flops, self.matmul_peak, self.compulsory_bytes, self.hardware.bandwidth)
 
     @property
-    def binds(self) -> str:
-        """What binds the speed of light: ``compute`` or ``memory``."""
+    def limited_by(self) -> str:
+        """What limits the speed of light: ``compute`` or ``memory``."""
         compute, memory = self.bound_terms()
         return "compute" if compute >= memory else "memory"
 
@@ -149,12 +158,12 @@ class CallPrices:
     held: list[np.ndarray]
 
 
-class PlanFigures:
-    """The times a phase's kernel ``plan`` gives its ``tokens``: what a traced phase and a fitted
+class PhaseFigures:
+    """The times a phase's kernel ``schedule`` gives its ``tokens``: what a traced phase and a fitted
     point both report (None without hardware)."""
 
     @property
-    def plan(self) -> KernelPlan | None:
+    def schedule(self) -> KernelSchedule | None:
         raise NotImplementedError
 
     @property
@@ -164,17 +173,17 @@ class PlanFigures:
     @property
     def time(self) -> float | None:
         """The estimate: seconds of the phase's kernels as an engine runs them."""
-        return None if self.plan is None else self.plan.time
+        return None if self.schedule is None else self.schedule.time
 
     @property
     def time_bound(self) -> float | None:
         """The speed of light: no engine runs the phase faster (:func:`.bound.time_bound`)."""
-        return None if self.plan is None else self.plan.time_bound
+        return None if self.schedule is None else self.schedule.time_bound
 
     @property
-    def bound(self) -> str | None:
-        """What binds the speed of light: ``compute`` or ``memory``."""
-        return None if self.plan is None else self.plan.binds
+    def limited_by(self) -> str | None:
+        """What limits the speed of light: ``compute`` or ``memory``."""
+        return None if self.schedule is None else self.schedule.limited_by
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -186,8 +195,20 @@ class PlanFigures:
         time = self.time_bound
         return None if not time else self.tokens / time
 
+    # Former names (before docs/glossary.md's vocabulary), kept for scripts written against them.
 
-def plan(
+    @property
+    def plan(self) -> KernelSchedule | None:
+        """Former name of :attr:`schedule`."""
+        return self.schedule
+
+    @property
+    def bound(self) -> str | None:
+        """Former name of :attr:`limited_by`."""
+        return self.limited_by
+
+
+def schedule_kernels(
     traffic: MemoryTrafficAnalysis,
     report: RooflineReport,
     mode: str = "fused",
@@ -196,7 +217,7 @@ def plan(
     itemsize: Callable[[TensorSpec], float | None] | None = None,
     moe_blocks: Sequence[str] = (),
     chains: Sequence[str] = (),
-) -> KernelPlan:
+) -> KernelSchedule:
     """The kernels of the phase whose trace ``traffic`` holds and whose eager roofline is ``report``;
     in each module of ``chains`` the products of two activations run as one kernel (a DSA indexer's
     scores and their weighted sum: DeepGEMM's ``fp8_mqa_logits``), a prompt's causally (its kept pairs)."""
@@ -204,7 +225,7 @@ def plan(
     calls = [c for c, _ in per_call]
     moved = [t for _, t in per_call]
     prices = call_prices(calls, moved, report, mode, dtype=dtype, itemsize=itemsize, chains=chains)
-    kernels = layout(calls, moved, traffic.trace().outputs, list(prices.timed[:, 0]), mode, moe_blocks, chains)
+    kernels = group_kernels(calls, moved, traffic.trace().outputs, list(prices.timed[:, 0]), mode, moe_blocks, chains)
     return priced(kernels, prices, report.hardware)[0]
 
 
@@ -285,8 +306,8 @@ def call_prices(
     )  # fmt: skip
 
 
-def priced(kernels: KernelLayout, prices: CallPrices, hw: Hardware) -> list[KernelPlan]:
-    """The plan at each point (column) of ``prices``: every sum runs call by call in launch order
+def priced(kernels: KernelGroups, prices: CallPrices, hw: Hardware) -> list[KernelSchedule]:
+    """The schedule at each point (column) of ``prices``: every sum runs call by call in launch order
     (``np.add.accumulate``, sequential), so one point priced alone and many priced together agree
     to the last bit."""
     points = prices.flops.shape[1]
@@ -317,17 +338,17 @@ def priced(kernels: KernelLayout, prices: CallPrices, hw: Hardware) -> list[Kern
     compulsory = _total(weights) + _total(io)
     structure = list(kernels.groups)
     kernel_of = kernels.kernel_of
-    plans = []
+    schedules = []
     for p in range(points):
         tensor_s, tensor_eff_s, vector_s, moved = figures[:, :, p]
-        one = KernelPlan(
+        schedule = KernelSchedule(
             mode=kernels.mode, hardware=hw, kernels=structure, kernel_of=kernel_of, tensor_s=tensor_s,
             tensor_eff_s=tensor_eff_s, vector_s=vector_s, bytes=moved, matmul_flops=float(flops[p]),
             matmul_peak=float(peak[p]), compulsory_bytes=float(compulsory[p]), call_flops=prices.flops[:, p],
             call_weight_bytes=weights[:, p], call_io_bytes=io[:, p],
         )  # fmt: skip
-        plans.append(one)
-    return plans
+        schedules.append(schedule)
+    return schedules
 
 
 def _total(rows: np.ndarray) -> np.ndarray:
@@ -338,7 +359,7 @@ def _total(rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def _charged(kernels: KernelLayout, prices: CallPrices) -> tuple[np.ndarray, np.ndarray]:
+def _charged(kernels: KernelGroups, prices: CallPrices) -> tuple[np.ndarray, np.ndarray]:
     """Per call and point, the compulsory bytes of weights and caches and of inputs and outputs
     charged to it: each tensor's largest access (the first of them where several tie); the views
     of one weight or cache together never more than the whole tensor."""

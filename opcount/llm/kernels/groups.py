@@ -1,8 +1,8 @@
 """Which operator calls of a phase run as which kernel, and which of their reads and writes cross
 a kernel's boundary: the half of :mod:`.kernels` that depends on data flow and module scopes, never
-on sizes, so one layout serves every point of a fitted region (:mod:`opcount.llm.sweep.prices`).
+on sizes, so one grouping serves every point of a fitted region (:mod:`opcount.llm.sweep.prices`).
 
-A layout names accesses as :class:`Ref` (a call, and a position among its reads or writes); what each
+A grouping names accesses as :class:`Ref` (a call, and a position among its reads or writes); what each
 access costs at a point is :class:`.estimate.CallPrices`' business.
 """
 
@@ -39,7 +39,7 @@ class Ref(NamedTuple):
 @dataclass(frozen=True)
 class Kernel:
     """One kernel: the operator ``calls`` it runs (indices into the phase's calls) and its ``kind``
-    (gemm, grouped_gemm, attention or other); its figures are its plan's, at its index."""
+    (gemm, grouped_gemm, attention or other); its figures are its schedule's, at its index."""
 
     name: str
     kind: str
@@ -84,7 +84,7 @@ class _Forming:
 
 
 @dataclass(frozen=True)
-class KernelLayout:
+class KernelGroups:
     """The kernels of a phase, in launch order, and what each moves.
 
     ``groups``: the kernels. ``reads``: per kernel, the tensors it reads from outside. ``writes``:
@@ -110,7 +110,7 @@ def moved_by(call: OpCall, t: Traffic | None) -> Traffic:
     return t or Traffic(read=tuple(Access(s, s.nbytes) for s in flat_tensors(call.inputs)))
 
 
-def layout(
+def group_kernels(
     calls: Sequence[OpCall],
     moved: Sequence[Traffic | None],
     outputs: Collection[TensorSpec],
@@ -118,10 +118,10 @@ def layout(
     mode: str,
     moe_blocks: Sequence[str] = (),
     chains: Sequence[str] = (),
-) -> KernelLayout:
+) -> KernelGroups:
     """The kernels of the calls of one trace (``moved``: their traffic; ``outputs``: what the model
     returns; ``timed``: the calls the roofline prices, the others launching nothing; ``chains``:
-    modules whose products of two activations run as one kernel, :func:`.kernels.plan`)."""
+    modules whose products of two activations run as one kernel, :func:`.estimate.schedule_kernels`)."""
     roots = alias_roots(calls, moved)
 
     def root(spec: TensorSpec | None) -> int | None:
@@ -177,7 +177,7 @@ def layout(
         writes.append(tuple(written))
     compulsory, weight_writes = _compulsory(calls, moved, roots, producer, returned)
     kernels = tuple(Kernel(g.name, g.kind, tuple(g.calls)) for g in groups)
-    return KernelLayout(mode, kernels, tuple(reads), tuple(writes), compulsory, weight_writes)
+    return KernelGroups(mode, kernels, tuple(reads), tuple(writes), compulsory, weight_writes)
 
 
 def _compulsory(

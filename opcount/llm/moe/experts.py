@@ -9,7 +9,7 @@ evenly as integers allow (expert ``e`` of ``E`` gets ``T*k // E`` tokens, one mo
 T*k % E``). The router, its top-k (groups, bias correction) and any shared expert run as the model
 wrote them; only the experts' dispatch is replaced.
 
-Recognised layouts:
+Recognised forms:
 
 - **fused experts** (transformers 5): one module holding every expert's weights as 3-D tensors
   (``gate_up_proj`` or ``up_proj``, ``down_proj``, optional ``*_bias``), declared through

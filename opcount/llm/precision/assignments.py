@@ -53,7 +53,7 @@ def canonical_format(value: Any, allowed: tuple[str, ...] = FORMATS, role: str =
 
 @dataclass(frozen=True)
 class Weight:
-    """One quantizable weight: its parameter name, shape and layout (``transposed``: ``[.., in, out]``)."""
+    """One quantizable weight: its parameter name, shape and orientation (``transposed``: ``[.., in, out]``)."""
 
     param: str
     path: str  # what patterns match: the Linear's module path, or the expert stack's parameter path
@@ -63,15 +63,15 @@ class Weight:
 
 
 @dataclass(frozen=True)
-class WeightPlan:
+class WeightFormats:
     """The default format and the ``(pattern, format)`` assignments, in the order given."""
 
     default: str = "bfloat16"
     assignments: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def parse(cls, spec: Any) -> WeightPlan:
-        """A plan from a format (``"int4"``, a torch dtype), ``"PATTERN=FORMAT"`` strings (a list, or
+    def parse(cls, spec: Any) -> WeightFormats:
+        """The formats from a format (``"int4"``, a torch dtype), ``"PATTERN=FORMAT"`` strings (a list, or
         one string separated by commas) or a mapping ``{pattern: format}``; the default is the bare
         format given (bfloat16 when none is)."""
         if isinstance(spec, Mapping):
@@ -103,7 +103,7 @@ class WeightPlan:
         return cls(default or "bfloat16", tuple(assignments))
 
     def text(self) -> str:
-        """The plan as ``--weight-dtype`` takes it: ``experts=mxfp4,bfloat16`` (``bfloat16`` alone
+        """The formats as ``--weight-dtype`` takes them: ``experts=mxfp4,bfloat16`` (``bfloat16`` alone
         when uniform)."""
         return ",".join([*(f"{p}={f}" for p, f in self.assignments), self.default])
 

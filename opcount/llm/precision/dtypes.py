@@ -37,7 +37,7 @@ from ...hardware.spec import SCALED_FP4, dtype_bytes
 from ...ir import DTYPE_BYTES, TensorSpec
 from ..attention.indexed import INDEX_BUFFER, element_bytes
 from ..cache.names import FLOAT32_STATE, KV_PREFIX
-from .assignments import WeightPlan, WeightSpec, quantizable
+from .assignments import WeightFormats, WeightSpec, quantizable
 from .formats import ALIASES, BITS, FORMATS, GROUP_SIZE, PLAIN, stacked_bytes
 from .kept_float32 import kept_in_float32
 
@@ -79,12 +79,12 @@ class Precision:
     weight: WeightSpec = "bfloat16"
     act: str = "bfloat16"
     kv: str | None = None
-    weights: WeightPlan = field(init=False, repr=False, compare=False)
+    weights: WeightFormats = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        plan = WeightPlan.parse(self.weight)
-        object.__setattr__(self, "weights", plan)
-        object.__setattr__(self, "weight", plan.text())
+        formats = WeightFormats.parse(self.weight)
+        object.__setattr__(self, "weights", formats)
+        object.__setattr__(self, "weight", formats.text())
         object.__setattr__(self, "act", canonical(self.act, ACT_DTYPES, "activation"))
         # 4-bit activations leave the cache in 16 bits, as vLLM's kv_cache_dtype="auto" keeps the model's dtype
         default_kv = self.stored if self.act in SCALED_FP4 else self.act
@@ -108,14 +108,14 @@ class Precision:
     def label(self) -> str:
         """``w4a16``-style name (the format after it when its name is not the plain dtype's, the
         assignments when the weights have several), with the cache's dtype when it differs."""
-        plan, act = self.weights, BITS[self.act]
-        if plan.assignments:
-            spec = ", ".join(f"{p}={f}" for p, f in plan.assignments)
-            text = f"weights {spec}, {plan.default} elsewhere; a{act}"
+        formats, act = self.weights, BITS[self.act]
+        if formats.assignments:
+            spec = ", ".join(f"{p}={f}" for p, f in formats.assignments)
+            text = f"weights {spec}, {formats.default} elsewhere; a{act}"
         else:
-            text = f"w{BITS[plan.default]}a{act}"
-            if plan.default in ("fp8-block", "mxfp4", "nvfp4"):
-                text += f" ({plan.default})"
+            text = f"w{BITS[formats.default]}a{act}"
+            if formats.default in ("fp8-block", "mxfp4", "nvfp4"):
+                text += f" ({formats.default})"
         return text if self.kv_dtype == self.act else f"{text}, KV {self.kv_dtype}"
 
 
@@ -132,8 +132,8 @@ def float32_weights(model: nn.Module, precision: Precision) -> frozenset[str]:
 
 
 def weight_formats(model: nn.Module, precision: Precision) -> dict[str, tuple[str, int]]:
-    """Each quantizable weight's format and bytes, by parameter name, under ``precision``'s plan;
-    a weight the plan leaves in its stored dtype is absent, and so is one transformers keeps in
+    """Each quantizable weight's format and bytes, by parameter name, under ``precision``'s weight
+    formats; a weight they leave in its stored dtype is absent, and so is one transformers keeps in
     float32 (:mod:`.kept_float32`) unless an assignment names it."""
     weights = quantizable(model)
     chosen = precision.weights.formats(weights, type(model).__name__)

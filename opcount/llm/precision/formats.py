@@ -6,7 +6,7 @@ expert matrices (``[experts, out, in]``) is quantized per expert matrix, so a pe
 one per expert. With ``n = out x in``:
 
 ========================  ==========================================================  ============
-format                    layout                                                      bytes
+format                    storage                                                     bytes
 ========================  ==========================================================  ============
 ``float32`` / 16-bit      plain                                                       ``4n`` / ``2n``
 ``float8_e4m3fn``         one float32 scale per tensor                                ``n + 4``

@@ -2,7 +2,7 @@
 
 Each row is one operator (``linear``, ``mul``, ``scaled_dot_product_attention``, ...): its calls,
 its count in the analysis' convention, the bytes it moves as its own kernels (``bytes_eager``), its
-part of the estimate of the phase's kernels and what binds them (``time_fused`` and ``bound_fused``,
+part of the estimate of the phase's kernels and what limits them (``time_fused`` and ``bound_fused``,
 or ``_eager``: :mod:`.kernel_times`; the rows sum to the estimate), and the kernels its calls ran
 in, by kind (``gemm 96, attention 32``: 96 calls ran inside GEMM kernels, 32 inside attention kernels).
 """
@@ -20,8 +20,8 @@ from .times import KernelTimes
 
 def operator_rows(cost: PhaseCost) -> list[dict[str, Any]]:
     """One row per operator that computes or moves bytes, in order of first call; needs hardware."""
-    plan, report = cost.plan, cost.roofline
-    if plan is None or report is None:
+    schedule, report = cost.schedule, cost.roofline
+    if schedule is None or report is None:
         return []
     counts = cost.flops.by_operator()
     estimate = KernelTimes(cost).by_operator()
@@ -38,11 +38,11 @@ def operator_rows(cost: PhaseCost) -> list[dict[str, Any]]:
         row = rows.setdefault(op, {"operator": op, "calls": 0, "flops": counts.get(op, 0), "bytes_eager": 0.0})
         row["calls"] += 1
         row["bytes_eager"] += t.layer.bytes
-        k = plan.kernel_of.get(i)
-        kinds[op][plan.kernels[k].kind if k is not None else "none"] += 1
+        k = schedule.kernel_of.get(i)
+        kinds[op][schedule.kernels[k].kind if k is not None else "none"] += 1
     for op, row in rows.items():
         part = estimate.get(op)
         row[f"time_{mode}"] = part.time if part is not None else 0.0
-        row[f"bound_{mode}"] = part.bound if part is not None else None
+        row[f"bound_{mode}"] = part.limited_by if part is not None else None
         row["kernels"] = ", ".join(f"{kind} {n}" for kind, n in kinds[op].most_common())
     return list(rows.values())

@@ -55,7 +55,7 @@ def save_llm_chart(points: Sequence[Any], path: str | Path, *, model: str, sweep
         ax.grid(True, alpha=0.3)
     if others:  # one legend for both panels, outside them: inside, it sat on the curves
         fig.legend(*time_ax.get_legend_handles_labels(), loc="outside right upper", fontsize=8)
-    first = points[0].phase  # a fitted sweep's PhasePoint names its hardware, a traced PhaseCost its roofline's
+    first = points[0].phase  # a fitted sweep's PhaseValues names its hardware, a traced PhaseCost its roofline's
     hw = first.hardware.name if hasattr(first, "hardware") else first.roofline.hardware.name
     fig.suptitle("\n".join(textwrap.wrap(f"{model} on {hw}, {points[0].phase.precision.label()}", 110)))
     out = Path(path)

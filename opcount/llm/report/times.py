@@ -2,7 +2,7 @@
 the times of the LLM path's module table and ``--by-operator`` rows, which add up to the estimate.
 
 Each kernel takes ``max(compute, memory) + launch`` (:mod:`.kernels`). That time is split over the
-kernel's member calls by each call's share of what binds the kernel, the call's figures taken as
+kernel's member calls by each call's share of what limits the kernel, the call's figures taken as
 its own kernel's (the eager roofline, :attr:`.PhaseCost.roofline`): its compute seconds where the
 kernel's compute is the larger, its bytes where its memory is. A fused GEMM that reads its weights
 (decode) thus gives its time to its projections by their weights' bytes and almost none to the norm
@@ -11,9 +11,9 @@ binding figure splits by the other, and one with neither (a launch alone) evenly
 split with the rest.
 
 Each call's seconds roll up into every module that owns it, as the other columns of a table do; the
-model's own row is the plan's estimate itself, so the table's ``whole model`` reads exactly the
+model's own row is the schedule's estimate itself, so the table's ``whole model`` reads exactly the
 summary's time (the parts sum to it up to float rounding). The ``bound`` of a module, an operator
-or the model is what binds the kernels holding most of its time (where it has none, most of its calls).
+or the model is what limits the kernels holding most of its time (where it has none, most of its calls).
 """
 
 from __future__ import annotations
@@ -35,20 +35,20 @@ ROLE = "kernels"  # the report role the columns read (``extra={"kernels": Kernel
 
 @dataclass(frozen=True)
 class Row:
-    """Calls rolled up: seconds of the estimate and what binds the kernels they ran in."""
+    """Calls rolled up: seconds of the estimate and what limits the kernels they ran in."""
 
     time: float
-    bound: str
+    limited_by: str
 
 
 @dataclass(frozen=True)
 class CallTime:
-    """One call's part of its kernel: ``seconds`` of the estimate, ``bound`` (what binds the kernel),
+    """One call's part of its kernel: ``seconds`` of the estimate, ``limited_by`` (what limits the kernel),
     the operator and the modules that own it (the model first)."""
 
     call: int
     seconds: float
-    bound: str
+    limited_by: str
     op: str
     owners: tuple[str, ...]
 
@@ -56,32 +56,32 @@ class CallTime:
 def call_times(cost: PhaseCost) -> list[CallTime]:
     """Every member call of the chosen mode's kernels with its part of the kernel's time (module
     docstring), in launch order; needs hardware."""
-    plan, report = cost.plan, cost.roofline
-    if plan is None or report is None:
+    schedule, report = cost.schedule, cost.roofline
+    if schedule is None or report is None:
         return []
     calls = cost.flops.trace().calls
     tree = cost.flops.module_tree
     timed = {id(t.layer.call): t for t in report.layers if t.layer.call is not None}
-    compute, memory = plan.compute_memory()
-    launch = plan.hardware.efficiency.launch_s
+    compute, memory = schedule.compute_memory()
+    launch = schedule.hardware.efficiency.launch_s
     out: list[CallTime] = []
-    for k, kernel in enumerate(plan.kernels):
+    for k, kernel in enumerate(schedule.kernels):
         c, m = float(compute[k]), float(memory[k])
-        binds = "compute" if c >= m and c > 0 else "memory"
+        limited_by = "compute" if c >= m and c > 0 else "memory"
         members = list(kernel.calls)
         own = [timed.get(id(calls[i])) for i in members]
         by_compute = [t.compute_time if t is not None else 0.0 for t in own]
         by_bytes = [t.layer.bytes if t is not None else 0.0 for t in own]
-        weights = by_compute if binds == "compute" else by_bytes
+        weights = by_compute if limited_by == "compute" else by_bytes
         if not sum(weights):
-            weights = by_bytes if binds == "compute" else by_compute
+            weights = by_bytes if limited_by == "compute" else by_compute
         if not sum(weights):
             weights = [1.0] * len(members)
         total, whole = sum(weights), max(c, m) + launch
         for i, w, t in zip(members, weights, own, strict=True):
             call = calls[i]
             op = t.layer.op if t is not None else _op(call.kind)
-            out.append(CallTime(i, whole * w / total, binds, op, tree.owners(call.scope[-1])))
+            out.append(CallTime(i, whole * w / total, limited_by, op, tree.owners(call.scope[-1])))
     return out
 
 
@@ -95,21 +95,21 @@ def _row(parts: Iterable[CallTime]) -> Row:
     time = {"compute": 0.0, "memory": 0.0}
     calls = {"compute": 0.0, "memory": 0.0}
     for p in parts:
-        time[p.bound] += p.seconds
-        calls[p.bound] += 1
+        time[p.limited_by] += p.seconds
+        calls[p.limited_by] += 1
     weigh = time if sum(time.values()) else calls
     return Row(sum(time.values()), "compute" if weigh["compute"] >= weigh["memory"] else "memory")
 
 
 class KernelTimes:
     """The estimate of ``cost``'s chosen kernels (``mode``) by module, module and operator, and
-    operator (:func:`call_times`); ``time`` is the plan's estimate, the model's row."""
+    operator (:func:`call_times`); ``time`` is the schedule's estimate, the model's row."""
 
     def __init__(self, cost: PhaseCost) -> None:
-        if cost.plan is None or cost.roofline is None:
+        if cost.schedule is None or cost.roofline is None:
             raise OpcountValueError("KernelTimes needs a phase priced on hardware (hardware=...)")
         self.mode = cost.kernels
-        self.time = cost.plan.time
+        self.time = cost.schedule.time
         self.parts = call_times(cost)
         self._uncalled = cost.roofline.uncalled_modules()
 
@@ -120,7 +120,7 @@ class KernelTimes:
             for owner in p.owners:
                 groups.setdefault(owner, []).append(p)
         rows = {name: _row(parts) for name, parts in groups.items()}
-        rows[""] = Row(self.time, rows[""].bound if "" in rows else "memory")
+        rows[""] = Row(self.time, rows[""].limited_by if "" in rows else "memory")
         return rows
 
     def by_module_and_operator(self) -> dict[str, dict[str, Row]]:
@@ -166,18 +166,20 @@ def columns(mode: str) -> dict[str, Column]:
             m: {op: 100 * t / total if total > 0 else None for op, t in ops.items()} for m, ops in op_times(s).items()
         }
 
-    def bounds(s: Sources) -> Mapping[str, Any]:
-        return {name: row.bound for name, row in s.get(ROLE).by_module().items()}
+    def limits(s: Sources) -> Mapping[str, Any]:
+        return {name: row.limited_by for name, row in s.get(ROLE).by_module().items()}
 
-    def op_bounds(s: Sources) -> Mapping[str, Mapping[str, Any]]:
-        return {m: {op: r.bound for op, r in ops.items()} for m, ops in s.get(ROLE).by_module_and_operator().items()}
+    def op_limits(s: Sources) -> Mapping[str, Mapping[str, Any]]:
+        return {
+            m: {op: r.limited_by for op, r in ops.items()} for m, ops in s.get(ROLE).by_module_and_operator().items()
+        }
 
     return {
         "time": Column(f"time_{mode}", f"time ({mode})", (ROLE,), times, op_times, _seconds_cell),
         "time_share": Column(
             f"time_share_{mode}", f"% time ({mode})", (ROLE,), shares, op_shares, _percent_cell, additive=False
         ),
-        "bound": Column(f"bound_{mode}", f"bound ({mode})", (ROLE,), bounds, op_bounds, _text_cell, additive=False),
+        "bound": Column(f"bound_{mode}", f"bound ({mode})", (ROLE,), limits, op_limits, _text_cell, additive=False),
     }
 
 

@@ -31,13 +31,13 @@ from ...ir import OpCall, Spec, TensorSpec
 from ...memory import MemoryTrafficAnalysis
 from ...tracing import Trace
 from ..cache.names import CACHE_NAMES
-from ..cache.plan import CHUNKED, SLIDING
+from ..cache.specs import CHUNKED, SLIDING
 from ..causal_lm import CausalLM
 from ..generation import decode_times
 from ..moe.experts import config_top_k, expert_count
 from ..phases import Memory, PhaseCost, PhaseRequest, resolved
-from .figures import GenerationPoint, PhasePoint
-from .prices import region_plans
+from .figures import GenerationValues, PhaseValues
+from .prices import region_schedules
 from .symbolic import (
     FitError,
     Point,
@@ -76,9 +76,9 @@ class _Run:
 def structure_of(llm: CausalLM) -> Structure:
     """The windows, chunks and expert blocks that cut ``llm``'s points into regions (:func:`.symbolic.region`)."""
     config = llm.config
-    kinds = llm.caches.windows().values()
-    windows = {w for kind, w in kinds if kind == SLIDING}
-    chunks = {w for kind, w in kinds if kind == CHUNKED}
+    windows_by_layer = llm.caches.windows().values()
+    windows = {w for layer_type, w in windows_by_layer if layer_type == SLIDING}
+    chunks = {w for layer_type, w in windows_by_layer if layer_type == CHUNKED}
     # DSA's top-k caps attention as a window does: dense up to topk - 1 cached tokens, capped from topk
     windows |= {w for layer in llm.caches.layers if layer.topk for w in (layer.topk - 1, layer.topk)}
     for key in ("sliding_window", "attention_chunk_size"):  # as the config says them too, used or not
@@ -102,16 +102,16 @@ def phase_points(
     flops_per_mac: int = 1,
     preset: str = "default",
     kernels: str = "fused",
-) -> list[PhasePoint]:
+) -> list[PhaseValues]:
     """The figures of ``phase`` at each ``(batch, seq_len, kv_len)`` point: equal to
-    ``PhasePoint.of(llm.phase(...))`` at each, from a few traces per region."""
+    ``PhaseValues.of(llm.phase(...))`` at each, from a few traces per region."""
     request = PhaseRequest(
         phase=phase, hardware=resolved(hardware), flops_per_mac=flops_per_mac, preset=preset, kernels=kernels
     )
     return points_of(llm, request, points)
 
 
-def points_of(llm: CausalLM, request: PhaseRequest, points: Sequence[Point]) -> list[PhasePoint]:
+def points_of(llm: CausalLM, request: PhaseRequest, points: Sequence[Point]) -> list[PhaseValues]:
     """:func:`phase_points` asked as one request: its phase, hardware, FLOP convention and kernels at
     each point (its own batch and lengths are not read)."""
     for point in points:
@@ -121,14 +121,14 @@ def points_of(llm: CausalLM, request: PhaseRequest, points: Sequence[Point]) -> 
     groups: dict[Any, list[Point]] = {}
     for p in dict.fromkeys(points):
         groups.setdefault(region(structure, p), []).append(p)
-    found: dict[Point, PhasePoint] = {}
+    found: dict[Point, PhaseValues] = {}
     with gc_paused():  # fitting and pricing make many small objects, none cyclic garbage: as a trace does
         for group in groups.values():
             found.update(_region(run, group))
     return [found[p] for p in points]
 
 
-def _region(run: _Run, points: list[Point]) -> dict[Point, PhasePoint]:
+def _region(run: _Run, points: list[Point]) -> dict[Point, PhaseValues]:
     first = run.trace(points[0])  # analyzed in full: its figures check the fit's, its analysis names the inputs
     traced: dict[Point, Trace] = {points[0]: first.flops.trace()}
 
@@ -143,7 +143,7 @@ def _region(run: _Run, points: list[Point]) -> dict[Point, PhasePoint]:
             return _evaluate(run, fitted[0], points, first, fitted[1])
     except FitError as e:
         logger.info("%s: tracing each of %d points instead of fitting them: %s", run.request.phase, len(points), e)
-    return {p: PhasePoint.of(first if p == points[0] else run.trace(p)) for p in points}
+    return {p: PhaseValues.of(first if p == points[0] else run.trace(p)) for p in points}
 
 
 def _fit(points: list[Point], trace: Callable[[Point], Trace]) -> tuple[Template, Trace] | None:
@@ -205,7 +205,7 @@ def _tensors(specs: Sequence[Spec]) -> list[TensorSpec]:
 
 def _evaluate(
     run: _Run, template: Template, points: list[Point], first: PhaseCost, check: Trace
-) -> dict[Point, PhasePoint]:
+) -> dict[Point, PhaseValues]:
     """The figures at every point of a region; the first, traced in full, checks them."""
     llm, request = run.llm, run.request
     pricing = llm.pricing
@@ -232,26 +232,26 @@ def _evaluate(
     traffic = MemoryTrafficAnalysis(template.trace, named_views=CACHE_NAMES)
     traffic.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     moved = [t for _, t in traffic.traffic_per_call()]
-    plans = None
+    schedules = None
     if request.hardware is not None:
-        plans = region_plans(
+        schedules = region_schedules(
             template.trace, moved, check, trace, which, at, hardware=request.hardware, mode=request.kernels,
             dtype=llm.precision.act, itemsize=pricing, moe_blocks=first.moe_blocks, chains=llm.indexers,
             named=CACHE_NAMES,
         )  # fmt: skip
     activations = _activations(llm, template, points, moved)
-    out: dict[Point, PhasePoint] = {}
+    out: dict[Point, PhaseValues] = {}
     for k, p in enumerate(points):
         batch, tokens, cache = p
         by_type = llm.kv_bytes_by_type(cache, tokens, batch)
         memory = Memory(llm.weights.total, sum(by_type.values()), activations[k], by_type)
-        out[p] = PhasePoint(
+        out[p] = PhaseValues(
             phase=request.phase, batch=batch, seq_len=tokens, kv_len=cache, precision=llm.precision,
             flops=totals[k], flops_per_mac=request.flops_per_mac, memory=memory, hardware=request.hardware,
-            traced=False, plan=None if plans is None else plans[k],
+            traced=False, schedule=None if schedules is None else schedules[k],
         )  # fmt: skip
-    got, want = out[points[0]], PhasePoint.of(first)
-    figures = [(x.flops, x.memory, x.time, x.time_bound, x.bound) for x in (got, want)]
+    got, want = out[points[0]], PhaseValues.of(first)
+    figures = [(x.flops, x.memory, x.time, x.time_bound, x.limited_by) for x in (got, want)]
     if figures[0] != figures[1]:
         raise FitError(f"the rebuilt records' costs at {points[0]} differ from its trace's: {figures}")
     out[points[0]] = want  # the same figures, with the analysis an export's metadata describes
@@ -332,7 +332,7 @@ def generation_points(
     flops_per_mac: int = 1,
     preset: str = "default",
     kernels: str = "fused",
-) -> list[GenerationPoint]:
+) -> list[GenerationValues]:
     """:func:`~opcount.llm.generation.generation` at each ``(batch, prompt_len, gen_len)`` point: the
     prefills are one sweep of points, the first and last decode steps of each affine run another."""
     request = PhaseRequest(hardware=resolved(hardware), flops_per_mac=flops_per_mac, preset=preset, kernels=kernels)
@@ -341,7 +341,7 @@ def generation_points(
 
 def generations_of(
     llm: CausalLM, request: PhaseRequest, points: Sequence[tuple[int, int, int]]
-) -> list[GenerationPoint]:
+) -> list[GenerationValues]:
     """:func:`generation_points` asked as one request: its hardware, FLOP convention and kernels at
     each ``(batch, prompt_len, gen_len)`` point (its phase, batch and lengths are not read)."""
     for batch, prompt, gen in points:  # what generation() refuses, in its order, before any trace
@@ -355,27 +355,27 @@ def generations_of(
     out = []
     for (batch, prompt, gen), prefill, rs in zip(points, prefills, runs, strict=True):
         if gen == 0:
-            empty = GenerationPoint(
+            empty = GenerationValues(
                 prefill=prefill, first_step=None, last_step=None, gen_len=0, decode_flops=0.0, decode_time=zero,
                 fullest_step=None, decode_time_bound=zero,
             )  # fmt: skip
             out.append(empty)
             continue
         flops, time, bound = 0.0, zero, zero
-        traced: list[PhasePoint] = []
+        traced: list[PhaseValues] = []
         opening = None
         for a, b in rs:  # summed as generation() sums them
             first = found[(batch, 1, prompt + a)]
             last = first if a == b else found[(batch, 1, prompt + b)]
             traced.append(last)
             flops += (first.flops + last.flops) * (b - a + 1) / 2
-            if time is not None and bound is not None and first.plan is not None and last.plan is not None:
-                run_time, run_bound = decode_times(first.plan, last.plan, b - a + 1)
+            if time is not None and bound is not None and first.schedule is not None and last.schedule is not None:
+                run_time, run_bound = decode_times(first.schedule, last.schedule, b - a + 1)
                 time, bound = time + run_time, bound + run_bound
             if a == 0:
                 opening = first
         fullest = max(traced, key=lambda p: p.memory.kv_cache)
-        whole = GenerationPoint(
+        whole = GenerationValues(
             prefill=prefill, first_step=opening, last_step=traced[-1], gen_len=gen, decode_flops=flops,
             decode_time=time, fullest_step=fullest, decode_time_bound=bound,
         )  # fmt: skip

@@ -1,8 +1,8 @@
 """The kernels of a fitted region (:mod:`.sweep`) priced at every point at once, by arithmetic.
 
 Which calls form which kernel, and which of their reads and writes cross a kernel's boundary, is
-a layout (:mod:`opcount.llm.kernels.groups`) that reads data flow and module scopes, not sizes: it is computed
-once, from the region's template, and checked against the layout of the region's check trace. What
+a grouping (:mod:`opcount.llm.kernels.groups`) that reads data flow and module scopes, not sizes: it is computed
+once, from the region's template, and checked against the grouping of the region's check trace. What
 changes with the point is each call's work and each access's bytes: they are computed once per
 distinct record (the layers of a decoder repeat one another's records, and most records depend on
 the batch alone), by the code that prices a traced phase (:func:`.kernels.call_prices`), and
@@ -22,12 +22,12 @@ from ...memory import MemoryTrafficAnalysis, alias_roots, named_views, state_nam
 from ...roofline import roofline
 from ...roofline.build import traced_dtype
 from ...tracing import Trace
-from ..kernels.estimate import CallPrices, KernelPlan, call_prices, priced
-from ..kernels.groups import layout, moved_by
+from ..kernels.estimate import CallPrices, KernelSchedule, call_prices, priced
+from ..kernels.groups import group_kernels, moved_by
 from .symbolic import FitError
 
 
-def region_plans(
+def region_schedules(
     template: Trace,
     moved: Sequence[Traffic | None],
     check: Trace,
@@ -42,11 +42,11 @@ def region_plans(
     moe_blocks: Sequence[str],
     chains: Sequence[str] = (),
     named: Sequence[str] = (),
-) -> list[KernelPlan]:
-    """The plan at each point of a region: ``template`` (its first point's trace, whose traffic is
+) -> list[KernelSchedule]:
+    """The schedule at each point of a region: ``template`` (its first point's trace, whose traffic is
     ``moved``), ``check`` (the trace the fit was checked against), the ``distinct`` records of
     every unique record at every point, ``which`` unique record each template call is and, per
-    unique record and point, ``at`` which distinct record it is (``chains``: as :func:`.kernels.plan`'s;
+    unique record and point, ``at`` which distinct record it is (``chains``: as :func:`.estimate.schedule_kernels`'s;
     ``named``: the prefixes of the caches whose views are priced as the cache, as the traffic names them)."""
     memory = MemoryTrafficAnalysis(distinct)
     memory.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
@@ -63,11 +63,11 @@ def region_plans(
     if not (prices.timed == prices.timed[:, :1]).all():
         raise FitError("an operator moves or computes nothing at some points of a region and something at others")
     timed = list(prices.timed[:, 0])
-    kernels = layout(template.calls, moved, template.outputs, timed, mode, moe_blocks, chains)
+    kernels = group_kernels(template.calls, moved, template.outputs, timed, mode, moe_blocks, chains)
     checked = MemoryTrafficAnalysis(check, named_views=named)
     checked.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
     at_check = [t for _, t in checked.traffic_per_call()]
-    if layout(check.calls, at_check, check.outputs, timed, mode, moe_blocks, chains) != kernels:
+    if group_kernels(check.calls, at_check, check.outputs, timed, mode, moe_blocks, chains) != kernels:
         raise FitError("the kernels group the operators differently at the check point")
     return priced(kernels, prices, hardware)
 

@@ -1,4 +1,4 @@
-"""Layout flags (``--columns``, ``--format`` with ``--depth``, ``--by-operator``, ``--units``) are
+"""Rendering flags (``--columns``, ``--format`` with ``--depth``, ``--by-operator``, ``--units``) are
 checked with the other flags, before a model is built: one line naming the flag, exit status 2."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ TINY = "tests.fixtures.report_models:tiny"
         ([TINY, "--format", "csv", "--decimals", "2"], "--units, --decimals and --sig-figs apply to text formats"),
     ],
 )
-def test_layout_mistakes_are_refused_before_building(
+def test_rendering_mistakes_are_refused_before_building(
     nothing_built: None, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
     assert cli.main(argv) == 2
@@ -30,7 +30,7 @@ def test_layout_mistakes_are_refused_before_building(
     assert len(err.strip().splitlines()) == 1 and message in err, err
 
 
-def test_layout_flags_a_format_uses_still_work(capsys: pytest.CaptureFixture[str]) -> None:
+def test_rendering_flags_a_format_uses_still_work(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main([TINY, "--format", "tree", "--depth", "1", "--columns", "flops,acts"]) == 0
     assert cli.main([TINY, "--format", "md", "--by-operator", "--units", "K"]) == 0
     assert capsys.readouterr().out

@@ -14,11 +14,11 @@ from ..units import NumberFormat
 from .columns import Column, Sources, Values, uncalled_rows
 from .parameters import parameters_once
 
-__all__ = ["Layout", "build_layout", "check_max_depth", "format_cells", "keep_nonzero"]
+__all__ = ["RowTree", "build_row_tree", "check_max_depth", "format_cells", "keep_nonzero"]
 
 
 @dataclass(frozen=True)
-class Layout:
+class RowTree:
     """Row names with their parents. Siblings come in fvcore's order: those holding parameters
     first, in ``named_parameters()`` order, then the others in registration order."""
 
@@ -34,7 +34,7 @@ class Layout:
         return depth
 
 
-def build_layout(tree: ModuleTree, with_params: bool) -> Layout:
+def build_row_tree(tree: ModuleTree, with_params: bool) -> RowTree:
     """The rows over ``tree``: every module, and every parameter under its module when ``with_params``."""
     order: dict[str, None] = {}
     parent: dict[str, str | None] = {name: tree.parent(name) for name in tree.names}
@@ -50,14 +50,14 @@ def build_layout(tree: ModuleTree, with_params: bool) -> Layout:
     for name in order:
         if (up := parent[name]) is not None:
             children.setdefault(up, []).append(name)
-    return Layout(tuple(order), parent, {k: tuple(v) for k, v in children.items()}, shapes)
+    return RowTree(tuple(order), parent, {k: tuple(v) for k, v in children.items()}, shapes)
 
 
-def keep_nonzero(layout: Layout, values: Mapping[str, Values]) -> set[str]:
+def keep_nonzero(row_tree: RowTree, values: Mapping[str, Values]) -> set[str]:
     """Rows with a nonzero value, or with a kept descendant; the root always stays."""
     kept: set[str] = set()
-    for name in reversed(layout.order):  # children before their parents, without recursion
-        kids = layout.children.get(name, ())
+    for name in reversed(row_tree.order):  # children before their parents, without recursion
+        kids = row_tree.children.get(name, ())
         if name == "" or any(v.get(name) for v in values.values()) or any(c in kept for c in kids):
             kept.add(name)
     return kept

@@ -1,7 +1,7 @@
 """The cache of a causal LM as serving engines store it, per layer type, and the cache object a
 phase is traced with.
 
-Each layer's cache is one of (``kind``, what one sequence holds):
+Each layer's cache is one of (``layer_type``, what one sequence holds):
 
 - ``full_attention``: keys and values of every position, ``2 x kv_heads x head_dim`` per token;
 - ``sliding_attention``: the same per token, at most the window's tokens (a rolling buffer: the
@@ -55,7 +55,7 @@ from .griffin import FLOAT32_STATES as GRIFFIN_FLOAT32
 from .griffin import griffin_phase, griffin_states, restored
 from .lightning import lightning_cache, lightning_states
 from .names import FLOAT32_STATE, KV_PREFIX
-from .probe import ForwardLayout, KVShape, StateShapes, forward_layout
+from .probe import KVShape, ProbedCache, StateShapes, probe_cache
 from .rwkv import FLOAT32_PARTS as RWKV_FLOAT32
 from .rwkv import rwkv_phase, rwkv_states
 from .xlstm import xlstm_cache, xlstm_states
@@ -70,7 +70,7 @@ FULL, SLIDING, CHUNKED, LATENT, STATE, NONE = (
 )
 Routing = Callable[[nn.Module], contextlib.AbstractContextManager[Any]]
 _STATE_TYPES = ("linear_attention", "conv", "hybrid", "hybrid_sliding")
-# transformers' layer types holding keys and values, with the kind each is here
+# transformers' layer types holding keys and values, with the cache's layer type each is here
 _ATTENTION = {
     "full_attention": FULL,
     "sliding_attention": SLIDING,
@@ -88,7 +88,7 @@ class LayerCache:
     latent then the rope key); a DSA layer's ``index_elements`` (its indexer key per position) and
     the ``topk`` tokens it attends to."""
 
-    kind: str
+    layer_type: str
     token_elements: int = 0
     _: KW_ONLY  # the others by name
     state_elements: int = 0
@@ -104,9 +104,9 @@ class LayerCache:
         ``seq_len - 1`` more the first of them still sees); a chunked layer keeps from the start of
         the chunk of its first query that has a cache (the last prompt token's, in a prefill)."""
         total = kv_len + seq_len
-        if self.kind == SLIDING:
+        if self.layer_type == SLIDING:
             return min(total, self.window + (seq_len - 1 if kv_len else 0))
-        if self.kind == CHUNKED:
+        if self.layer_type == CHUNKED:
             first = kv_len if kv_len else total - 1
             return total - first // self.window * self.window
         return total if self.token_elements else 0
@@ -115,9 +115,16 @@ class LayerCache:
         """Elements held by ``batch`` sequences."""
         return batch * (self.token_elements * self.positions(kv_len, seq_len) + self.state_elements)
 
+    # Former names (before docs/glossary.md's vocabulary), kept for scripts written against them.
+
+    @property
+    def kind(self) -> str:
+        """Former name of :attr:`layer_type`."""
+        return self.layer_type
+
 
 @dataclass(frozen=True)
-class CachePlan:
+class CacheSpecs:
     """Every layer's cache, in layer order, with the state tensors' shapes per sequence."""
 
     layers: tuple[LayerCache, ...]
@@ -127,25 +134,25 @@ class CachePlan:
     # per layer: which of its recurrent states the model keeps in float32 (by their index)
     float32: tuple[frozenset[int], ...] = ()
 
-    def by_kind(self, kv_len: int, seq_len: int, batch: int) -> dict[str, int]:
-        """Elements held per layer kind, kinds in the order they first appear (a layer running
+    def by_type(self, kv_len: int, seq_len: int, batch: int) -> dict[str, int]:
+        """Elements held per layer type, types in the order they first appear (a layer running
         attention and a state-space mixer side by side counts in both)."""
         out: dict[str, int] = {}
         for layer in self.layers:
             if layer.token_elements:
                 tokens = batch * layer.token_elements * layer.positions(kv_len, seq_len)
-                out[layer.kind] = out.get(layer.kind, 0) + tokens
+                out[layer.layer_type] = out.get(layer.layer_type, 0) + tokens
             if layer.state_elements:
                 out[STATE] = out.get(STATE, 0) + batch * layer.state_elements
         return out
 
     def elements(self, kv_len: int, seq_len: int, batch: int) -> int:
-        return sum(self.by_kind(kv_len, seq_len, batch).values())
+        return sum(self.by_type(kv_len, seq_len, batch).values())
 
-    def bytes_by_kind(self, kv_len: int, seq_len: int, batch: int, itemsize: float) -> dict[str, int]:
-        """Bytes held per layer kind, ``itemsize`` bytes per element of the KV dtype but 4 for a
+    def bytes_by_type(self, kv_len: int, seq_len: int, batch: int, itemsize: float) -> dict[str, int]:
+        """Bytes held per layer type, ``itemsize`` bytes per element of the KV dtype but 4 for a
         state part the model keeps in float32; DSA's indexer keys in their own format (:mod:`.indexed`)."""
-        out = {k: n * itemsize for k, n in self.by_kind(kv_len, seq_len, batch).items()}
+        out = {k: n * itemsize for k, n in self.by_type(kv_len, seq_len, batch).items()}
         wide = batch * sum(layer.float32_elements for layer in self.layers)
         if wide:
             out[STATE] += wide * (4 - itemsize)
@@ -161,9 +168,9 @@ class CachePlan:
         starts again at the next. Each run is ``(first, last)``, inclusive."""
         starts = {0}
         for layer in self.layers:
-            if layer.kind == SLIDING:  # the window is full from the step whose cache holds W tokens
+            if layer.layer_type == SLIDING:  # the window is full from the step whose cache holds W tokens
                 starts.add(layer.window - prompt_len)
-            elif layer.kind == CHUNKED:  # a new chunk at every multiple of C cached tokens
+            elif layer.layer_type == CHUNKED:  # a new chunk at every multiple of C cached tokens
                 first = -(-prompt_len // layer.window) * layer.window
                 starts.update(range(first - prompt_len, gen_len, layer.window))
             if layer.topk:  # DSA: the attention stops growing from the step whose cache holds topk tokens
@@ -172,9 +179,11 @@ class CachePlan:
         return [(a, b - 1) for a, b in zip(ordered, [*ordered[1:], gen_len], strict=True)]
 
     def windows(self) -> dict[int, tuple[str, int]]:
-        """The sliding and chunked layers: layer index -> (kind, window or chunk)."""
+        """The sliding and chunked layers: layer index -> (layer type, window or chunk)."""
         return {
-            i: (layer.kind, layer.window) for i, layer in enumerate(self.layers) if layer.kind in (SLIDING, CHUNKED)
+            i: (layer.layer_type, layer.window)
+            for i, layer in enumerate(self.layers)
+            if layer.layer_type in (SLIDING, CHUNKED)
         }
 
     def largest(self, kv_len: int, seq_len: int, batch: int) -> int:
@@ -203,66 +212,72 @@ def layer_types(c: Any) -> list[tuple[str, dict[str, Any]]]:
     return types
 
 
-def cache_plan(model: nn.Module, c: Any, routing: Routing = contextlib.nullcontext) -> CachePlan:
+def cache_specs(model: nn.Module, c: Any, routing: Routing = contextlib.nullcontext) -> CacheSpecs:
     """Every layer's cache for the decoder's config ``c`` (:func:`.composite.text_config`); the KV and
     state shapes are read from a one-token forward on meta (:mod:`.probe`), with ``routing(model)``
     around it (the expected routing of mixture-of-experts blocks, which meta tensors cannot route by
     their values)."""
     name = type(c).__name__
-    recurrent = _recurrent_plan(model, c)
+    recurrent = _recurrent_specs(model, c)
     if recurrent is not None:
         return recurrent
     types = layer_types(c)
     indexed = indexed_layers(model, c) if any(t == INDEXED for t, _ in types) else {}
-    for index, (kind, _) in enumerate(types):  # before the forward on meta, which such a layer may not run
-        if kind == INDEXED and (index not in indexed or not is_latent(layer_config(c, index))):
+    for index, (layer_type, _) in enumerate(types):  # before the forward on meta, which such a layer may not run
+        if layer_type == INDEXED and (index not in indexed or not is_latent(layer_config(c, index))):
             raise OpcountError(
                 f"{name}: layer {index} is {INDEXED} but {unrecognised(model, index)} is not DeepSeek sparse "
                 "attention's (latent attention and an indexer with wq_b, wk and weights_proj): not modelled"
             )
-    layout = _layout(model, c, routing, needed=any(t in _STATE_TYPES for t, _ in types))
-    states = layout.states
+    probed = _probed(model, c, routing, needed=any(t in _STATE_TYPES for t, _ in types))
+    states = probed.states
     wide = GRIFFIN_FLOAT32 if griffin_states(model) else frozenset[int]()
     layers: list[LayerCache] = []
     shapes: list[KVShape | None] = []
-    for index, (kind, kwargs) in enumerate(types):
+    for index, (layer_type, kwargs) in enumerate(types):
         state = 0
         shapes.append(None)
-        if kind in _STATE_TYPES:
+        if layer_type in _STATE_TYPES:
             found = states.get(index)
             if found is None or not (found.conv or found.recurrent):
-                raise OpcountError(f"{name}: layer {index} ({kind}) stored no state in a forward on meta")
+                raise OpcountError(f"{name}: layer {index} ({layer_type}) stored no state in a forward on meta")
             state = _size(found)
         lc = layer_config(c, index)  # Dots 3's sliding layers have other latent sizes than its DSA layers
-        if kind in _ATTENTION:
+        if layer_type in _ATTENTION:
             if is_latent(lc):
-                layers.append(_latent(name, index, kind, kwargs, lc, state))
+                layers.append(_latent(name, index, layer_type, kwargs, lc, state))
                 continue
-            shape = layout.kv.get(index) or _config_shape(c)
+            shape = probed.kv.get(index) or _config_shape(c)
             shapes[-1] = shape
             window = int(kwargs.get("sliding_window") or 0)
             wide_state = _size(states[index], wide) if state else 0
             layers.append(
                 LayerCache(
-                    _ATTENTION[kind], shape.elements, state_elements=state, window=window, float32_elements=wide_state
+                    _ATTENTION[layer_type],
+                    shape.elements,
+                    state_elements=state,
+                    window=window,
+                    float32_elements=wide_state,
                 )
             )
-        elif kind in _STATE_TYPES:
+        elif layer_type in _STATE_TYPES:
             layers.append(LayerCache(STATE, state_elements=state, float32_elements=_size(states[index], wide)))
-        elif kind == INDEXED:
+        elif layer_type == INDEXED:
             layers.append(_indexed(lc, indexed[index]))
-        elif kind == "dummy":
+        elif layer_type == "dummy":
             layers.append(LayerCache(NONE))
         else:
-            raise OpcountError(f"{name}: layer {index} has a cache of type {kind!r}, which opcount does not model")
+            raise OpcountError(
+                f"{name}: layer {index} has a cache of type {layer_type!r}, which opcount does not model"
+            )
     ordered = tuple(states.get(i, StateShapes((), ())) for i in range(len(layers)))
-    return CachePlan(
+    return CacheSpecs(
         tuple(layers), ordered, tuple(shapes), tuple(wide if i in states else frozenset() for i in range(len(layers)))
     )
 
 
-def _recurrent_plan(model: nn.Module, c: Any) -> CachePlan | None:
-    """The plan of a recurrent model whose config gives no layer types (xLSTM, RWKV-4), read from
+def _recurrent_specs(model: nn.Module, c: Any) -> CacheSpecs | None:
+    """The cache specs of a recurrent model whose config gives no layer types (xLSTM, RWKV-4), read from
     its modules; None for another model."""
     recurrent, float32 = xlstm_states(model, c), frozenset[int]()
     if not recurrent:
@@ -272,7 +287,7 @@ def _recurrent_plan(model: nn.Module, c: Any) -> CachePlan | None:
     layers = tuple(
         LayerCache(STATE, state_elements=_size(s), float32_elements=_size(s, float32)) for s in recurrent.values()
     )
-    return CachePlan(layers, tuple(recurrent.values()), float32=tuple(float32 for _ in recurrent))
+    return CacheSpecs(layers, tuple(recurrent.values()), float32=tuple(float32 for _ in recurrent))
 
 
 def _size(shapes: StateShapes, float32: frozenset[int] | None = None) -> int:
@@ -284,15 +299,15 @@ def _size(shapes: StateShapes, float32: frozenset[int] | None = None) -> int:
     return sum(math.prod(s) for i, s in enumerate(recurrent) if i in float32)
 
 
-def _latent(name: str, index: int, kind: str, kwargs: dict[str, Any], c: Any, state: int) -> LayerCache:
+def _latent(name: str, index: int, layer_type: str, kwargs: dict[str, Any], c: Any, state: int) -> LayerCache:
     """A latent-attention layer: every position (full) or the window's (sliding, Dots 3)."""
     rank = int(c.kv_lora_rank)
     elements = rank + int(c.qk_rope_head_dim)
-    if _ATTENTION[kind] == FULL and not state:
+    if _ATTENTION[layer_type] == FULL and not state:
         return LayerCache(LATENT, elements, rank=rank)
-    if _ATTENTION[kind] == SLIDING and not state:
+    if _ATTENTION[layer_type] == SLIDING and not state:
         return LayerCache(SLIDING, elements, window=int(kwargs.get("sliding_window") or 0), rank=rank)
-    raise OpcountError(f"{name}: layer {index} is {kind} with latent attention: not modelled")
+    raise OpcountError(f"{name}: layer {index} is {layer_type} with latent attention: not modelled")
 
 
 def _indexed(c: Any, found: tuple[int, int]) -> LayerCache:
@@ -307,25 +322,23 @@ def _config_shape(c: Any) -> KVShape:
     return KVShape(g.kv_heads, g.head_dim, g.head_dim)
 
 
-def _layout(model: nn.Module, c: Any, routing: Routing, needed: bool) -> ForwardLayout:
+def _probed(model: nn.Module, c: Any, routing: Routing, needed: bool) -> ProbedCache:
     """What the layers store in a forward on meta. Needed for state layers; for attention alone
     the config's geometry stands in when the forward cannot run (the traced cache still checks
     that the model writes that shape)."""
     found = lightning_states(model)
     if found:  # MiniMax keeps its state outside the cache's layers
-        return ForwardLayout({}, found)
+        return ProbedCache({}, found)
     found = griffin_states(model)
     if found:  # RecurrentGemma keeps its state in its modules, its local attention's KV in the cache
         with restored(model):
-            return ForwardLayout(
-                forward_layout(model, c, routing, prepare=lambda cache: _known_length(cache, 0)).kv, found
-            )
+            return ProbedCache(probe_cache(model, c, routing, prepare=lambda cache: _known_length(cache, 0)).kv, found)
     try:
-        return forward_layout(model, c, routing, prepare=lambda cache: _known_length(cache, 0))
+        return probe_cache(model, c, routing, prepare=lambda cache: _known_length(cache, 0))
     except OpcountError:
         if needed:
             raise
-        return ForwardLayout({}, {})
+        return ProbedCache({}, {})
 
 
 def _known_length(cache: Any, kv_len: int) -> None:
@@ -377,7 +390,7 @@ def _hold_tokens(
             if new.shape[:2] != held_tensor.shape[:2] or new.shape[-1] != held_tensor.shape[-1]:
                 raise OpcountError(
                     f"{type(c).__name__}: the model caches {tuple(new.shape)} per step where its config gives "
-                    f"{tuple(held_tensor.shape)} (batch, heads, tokens, width): opcount does not know this layout"
+                    f"{tuple(held_tensor.shape)} (batch, heads, tokens, width): opcount does not know this shape"
                 )
         if latent is not None:  # the latent and the rope key side by side, written at once
             latent.index_copy_(2, index, torch.cat([k, v], dim=-1))
@@ -388,7 +401,7 @@ def _hold_tokens(
 
     held.update = update
     held.get_seq_length = lambda: kv_len
-    held.is_sliding = layer.kind != FULL
+    held.is_sliding = layer.layer_type != FULL
     held.max_cache_len = positions
     held.latent = latent
     # what the layer holds, the latent once (its halves are views no record names: a sweep rebuilds
@@ -425,7 +438,7 @@ def _hold_state(
 
 @contextlib.contextmanager
 def phase_cache(
-    model: nn.Module, c: Any, plan: CachePlan, batch: int, kv_len: int, seq_len: int, dtype: torch.dtype
+    model: nn.Module, c: Any, specs: CacheSpecs, batch: int, kv_len: int, seq_len: int, dtype: torch.dtype
 ) -> Iterator[Any]:
     """A transformers ``Cache`` holding, per layer, what engines hold for this phase (``c``: the
     decoder's config), its tensors registered as the model's buffers ``kv_cache.L.*`` for the block
@@ -435,10 +448,10 @@ def phase_cache(
     cache_utils: Any = transformers_internals  # transformers leaves these classes' constructors unannotated
     holder = nn.Module()
     layers: list[Any] = []
-    for index, layer in enumerate(plan.layers):
+    for index, layer in enumerate(specs.layers):
         slot = nn.Module()
         tensors: dict[str, torch.Tensor] = {}
-        shapes = plan.state_shapes[index]
+        shapes = specs.state_shapes[index]
         states = max(len(shapes.conv), len(shapes.recurrent))
         made: Any
         if layer.token_elements and layer.state_elements:  # attention beside a state-space mixer (Falcon-H1)
@@ -450,7 +463,7 @@ def phase_cache(
         else:
             made = cache_utils.DummyLayer()
         if layer.token_elements:
-            kv_shape = plan.kv_shapes[index] if plan.kv_shapes else None
+            kv_shape = specs.kv_shapes[index] if specs.kv_shapes else None
             tensors |= _hold_tokens(made, layer, kv_shape, c, batch, kv_len, seq_len, dtype)
         if layer.topk:
             tensors |= hold_sparse_reads(made, tensors["latent"], layer.topk, kv_len, seq_len)
@@ -458,7 +471,7 @@ def phase_cache(
             tensors[INDEX_BUFFER] = hold_index_keys(made, batch, kv_len, seq_len, layer.index_elements, dtype)
         if layer.state_elements:
             tensors |= _hold_state(
-                made, shapes, batch, kv_len, dtype, plan.float32[index] if plan.float32 else frozenset()
+                made, shapes, batch, kv_len, dtype, specs.float32[index] if specs.float32 else frozenset()
             )
         for name, t in tensors.items():
             slot.register_buffer(name, t, persistent=False)

@@ -60,7 +60,7 @@ def test_gemma3n_kv_sharing_layers_hold_nothing() -> None:
     llm = CausalLM(config)
     # producers: 2 x 2 x 256 = 1,024 per token; the 2 consumers read those and hold none
     assert [layer.token_elements for layer in llm.caches.layers] == [1_024, 1_024, 0, 0]
-    assert [layer.kind for layer in llm.caches.layers][2:] == ["none", "none"]
+    assert [layer.layer_type for layer in llm.caches.layers][2:] == ["none", "none"]
     # 17 positions each (under the 512 window): 2 x 1,024 x 17 = 34,816
     assert llm.caches.elements(16, 1, 1) == 34_816
     cost = llm.phase("decode", kv_len=16)

@@ -1,4 +1,4 @@
-"""The package's layout (DESIGN.md, docs/architecture.md): every module on the map with one job said in its
+"""The package map (DESIGN.md, docs/architecture.md): every module on the map with one job said in its
 docstring and at most 500 lines, at most 15 modules at the top, no import cycle, nothing below the command line
 importing from it, and the public names importing from where users import them."""
 
