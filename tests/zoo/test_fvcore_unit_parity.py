@@ -270,3 +270,17 @@ def test_string_padding_fvcore_preset_equals_fvcore_on_both_tracers(tracer: str,
     assert our_acts.unsupported_ops() == acts.unsupported_ops()
     # the default preset counts every convolution, whatever its padding
     assert FlopCountAnalysis(StringPadding(), x, tracer=tracer, device=device).total() == SAME + MID + VALID
+
+
+class FoldUnfold(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.fold(F.unfold(x, 3, padding=1, stride=2), (6, 6), 3, padding=1, stride=2)
+
+
+@pytest.mark.parametrize(("tracer", "device"), [("jit", None), ("dispatch", None), ("dispatch", "meta")])
+def test_fold_and_unfold_are_unsupported_as_in_fvcore(tracer: str, device: str | None) -> None:
+    x = torch.randn(2, 4, 6, 6)
+    theirs = fvcore_nn.FlopCountAnalysis(FoldUnfold(), x).unsupported_ops_warnings(False)
+    ours = FlopCountAnalysis(FoldUnfold(), x, preset="fvcore", tracer=tracer, device=device)
+    assert ours.total() == theirs.total() == 0
+    assert ours.unsupported_ops() == theirs.unsupported_ops() == {"aten::col2im": 1, "aten::im2col": 1}
