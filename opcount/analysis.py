@@ -400,7 +400,7 @@ class JitModelAnalysis:
             for op, n in sorted(unsupported.items()):
                 logger.warning("Unsupported operator %s encountered %d time(s)", op, n)
         if self._warn_uncalled:
-            shown = sorted(n for n in uncalled if type(self._tree.module(n)).forward not in _forwards())
+            shown = sorted(n for n in uncalled if _own_forward(self._tree.module(n)))
             if shown:  # vit_h_14's 32 out_proj grouped by name; the command reads the names from `extra`
                 logger.warning(
                     "These submodules were never called during the trace: %s. They are unused, were reached through "
@@ -411,8 +411,8 @@ class JitModelAnalysis:
                 )
 
 
-def _forwards() -> set[Any]:
-    return {m.forward for m in _NO_FORWARD}
+def _own_forward(module: nn.Module) -> bool:  # getattr: a TorchScript module's class raises AttributeError
+    return getattr(type(module), "forward", None) not in {m.forward for m in _NO_FORWARD}
 
 
 class FlopCountAnalysis(JitModelAnalysis):

@@ -10,6 +10,7 @@ from . import (  # noqa: F401  (registration side effects)
     elementwise,
     embedding,
     fast_paths,
+    fold,
     loss,
     matmul,
     memory,

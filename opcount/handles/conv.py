@@ -28,19 +28,20 @@ def conv_macs(
 
 @FLOPS.register("aten::_convolution", macs=True, fvcore=True, name="conv")
 def convolution(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> Counter[str]:
-    """[n, c_out, *o] = conv([n, c_in, *i], [c_out, c_in/g, *k]): n * prod(w) * prod(o) multiply-adds (transposed: prod(i))."""
+    """[n, c_out, *o] = conv([n, c_in, *i], [c_out, c_in/g, *k]): n * prod(w) * prod(o) multiply-adds (transposed: prod(i)); an unbatched input [c_in, *i] is a batch of one."""
     transposed = const(inputs[CONV_TRANSPOSED])
     if not isinstance(transposed, bool):
         raise ValueError(f"aten::_convolution: argument {CONV_TRANSPOSED} is not 'transposed': {transposed!r}")
-    out = first_tensor_out(outputs).shape
-    macs = conv_macs(shape_of(inputs[CONV_INPUT]), shape_of(inputs[CONV_WEIGHT]), out, transposed)
-    return Counter({"conv": macs})
+    # jit batches an unbatched input first (unsqueeze); the dispatch tracer records it as it is
+    return Counter({"conv": _conv(inputs, outputs, transposed)})
 
 
 # --- other convolution entry points --------------------------------------------------
 # jit traces of torch 2.14 record aten::_convolution for nn.ConvNd / ConvTransposeNd, with or
-# without grad, and aten::_convolution_mode for string padding ("same"/"valid"); the public
-# overloads below appear in other tracers (dispatch, scripted code).
+# without grad, and aten::_convolution_mode for string padding ("same"/"valid"), which the
+# dispatch tracer records alike; fvcore has no handle for _convolution_mode, so preset="fvcore"
+# leaves it unsupported, as fvcore does. The public overloads below appear in scripted code and
+# in operators replayed by hand.
 
 # convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
 # conv{1,2,3}d(input, weight, bias, stride, padding, dilation, groups)
@@ -69,7 +70,7 @@ def convolution_public(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
 
 @FLOPS.register("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution_mode", macs=True, name="conv")
 def conv_nd(inputs: Sequence[Spec], outputs: Sequence[Spec]) -> int:
-    """[n, c_out, *o] = convNd([n, c_in, *i], [c_out, c_in/g, *k]): n * prod(w) * prod(o) multiply-adds; grouped, dilated and padding='same' alike."""
+    """[n, c_out, *o] = convNd([n, c_in, *i], [c_out, c_in/g, *k]): n * prod(w) * prod(o) multiply-adds; grouped, dilated and padding='same' alike. `_convolution_mode` (string padding, 'same' or 'valid') is not in fvcore's set: preset='fvcore' reports it unsupported, as fvcore does, on both tracers; the default preset counts it."""
     return _conv(inputs, outputs, transposed=False)
 
 

@@ -150,6 +150,7 @@ elementwise = _register(*ELEMENTWISE)(
 
 convolution = _register(
     "aten::_convolution",
+    "aten::_convolution_mode",
     "aten::convolution",
     "aten::conv1d",
     "aten::conv2d",

@@ -218,7 +218,6 @@ MORE_COPIES: tuple[str, ...] = tuple(
         "pixel_unshuffle",
         "channel_shuffle",
         "native_channel_shuffle",
-        "im2col",
         "diagonal",
         "diag",
         "diag_embed",

@@ -6,7 +6,9 @@ the forward pass (it runs it below autograd, where composite operators arrive wh
 :mod:`.dispatch`); this module only has to
 
 - bind each call's arguments to its schema, defaults included, as jit records them;
-- rename the few operators the jit tracer records differently (``conv2d`` -> ``_convolution``).
+- rename the few operators the jit tracer records differently (``conv2d`` -> ``_convolution``, or
+  ``_convolution_mode`` where the padding is a string such as ``"same"``, as jit records it: so that
+  ``preset="fvcore"``, which has no formula for it, gives fvcore's numbers on both tracers).
 
 Backward kernels are recorded as themselves (``convolution_backward``, ``threshold_backward``,
 ...) with their own arguments; :mod:`opcount.handles.backward` prices them.
@@ -131,9 +133,10 @@ def backward_records(name: str, bound: list[Any], outs: list[Any]) -> list[Recor
     return [(name, bound, outs)]
 
 
-# --- forward: the jit tracer records convolutions as aten::_convolution ----------------------
+# --- forward: the jit tracer records convolutions as aten::_convolution or _convolution_mode ---
 
 CONVOLUTION = "aten::_convolution"
+CONVOLUTION_MODE = "aten::_convolution_mode"  # string padding ("same", "valid"): a kind fvcore leaves unsupported
 # _convolution's trailing flags: benchmark, deterministic, cudnn_enabled, allow_tf32 (as recorded by jit).
 _CONV_FLAGS = [False, False, True, True]
 
@@ -156,6 +159,8 @@ def _convolution(
 def _conv_nd(bound: list[Any], outs: list[Any]) -> list[Record]:
     # convNd(input, weight, bias, stride, padding, dilation, groups); padding may be "same"/"valid"
     x, w, b, stride, padding, dilation, groups = bound[:7]
+    if isinstance(padding, str):  # jit records string padding as _convolution_mode, with convNd's arguments
+        return [(CONVOLUTION_MODE, [x, w, b, stride, padding, dilation, groups], outs)]
     spatial = max(_rank(w) - 2, 1)
     return [_convolution(x, w, b, stride, padding, dilation, False, [0] * spatial, groups, outs)]
 

@@ -11,7 +11,7 @@ reports are shared. This module runs the trace; each step lives in a module of i
   ``layer_norm`` and ``scaled_dot_product_attention`` reach the mode whole, as the jit tracer
   records them, instead of decomposed into ``t``/``addmm``/``native_batch_norm``. :mod:`.aten`
   binds their arguments as jit does and renames the few jit records differently (``conv2d`` ->
-  ``_convolution``).
+  ``_convolution``, or ``_convolution_mode`` for ``padding="same"``).
 - **Training** (:mod:`.training`: the loss and what it is differentiated by; the node tags in
   :mod:`.recorder`). With ``mode="train"`` each forward operator is run with autograd
   re-enabled inside the mode, so autograd builds its graph of the decomposed operators; every

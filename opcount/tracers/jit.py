@@ -298,8 +298,8 @@ def _trace_error(model: nn.Module, tree: ModuleTree, e: BaseException) -> TraceE
     elif "not part of the active trace" in first:
         # torch.jit tracing of Python code cannot call TorchScript (the RuntimeError's wording)
         hint = (
-            "a TorchScript module (torch.jit.script or torch.jit.trace) cannot be called from code "
-            "that the jit tracer traces: use tracer='dispatch', which counts the operators it runs."
+            f"a TorchScript module (torch.jit.script or torch.jit.trace{_scripted_names(tree)}) cannot be called "
+            "from code that the jit tracer traces: use tracer='dispatch', which counts the operators it runs."
         )
     elif "unordered_map::at" in first and _on_traceback(e, "vmap"):
         # torch.jit tracing cannot record torch.vmap; transformers builds attention masks with it.
@@ -308,6 +308,19 @@ def _trace_error(model: nn.Module, tree: ModuleTree, e: BaseException) -> TraceE
             "e.g. with use_cache=False): pass a ready 4-D attention mask, or use tracer='dispatch'."
         )
     return TraceError(f"could not trace {path}: {type(e).__name__}: {first}. Hint: {hint}")
+
+
+def _scripted_names(tree: ModuleTree) -> str:
+    """``"; here: 'a', 'b.c'"``: the outermost TorchScript modules of the model, which torch's
+    message names by class only (a module called through ``.forward`` is on no traceback)."""
+    names = [
+        name
+        for name in tree.names
+        if isinstance(tree.module(name), torch.jit.ScriptModule)
+        and not any(isinstance(tree.module(o), torch.jit.ScriptModule) for o in tree.owners(name)[:-1])
+    ]
+    shown = ", ".join(f"'{n}'" if n else "the model" for n in names[:3]) + (", ..." if len(names) > 3 else "")
+    return f"; here: {shown}" if names else ""
 
 
 def _on_traceback(e: BaseException, name: str) -> bool:

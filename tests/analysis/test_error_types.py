@@ -235,6 +235,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("handles/nonlinearity.py", "gelu"): IN_HANDLE,
     ("handles/norm.py", "norm_flops"): IN_HANDLE,
     ("handles/norm.py", "batch_norm"): IN_HANDLE,
+    ("handles/fold.py", "_pairs"): IN_HANDLE,
+    ("handles/fold.py", "col2im"): IN_HANDLE,
     ("handles/pool.py", "_window"): IN_HANDLE,
     ("handles/reduction.py", "vector_norm_flops"): IN_HANDLE,
     ("handles/reduction.py", "diff"): IN_HANDLE,

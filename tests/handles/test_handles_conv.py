@@ -1,7 +1,11 @@
-"""Convolutions against the closed form n * c_out * (c_in / g) * prod(k) * prod(out spatial)."""
+"""Convolutions against the closed form n * c_out * (c_in / g) * prod(k) * prod(out spatial), as formulas
+and traced by both tracers."""
 
 import pytest
+import torch
+from torch import nn
 
+from opcount import FlopCountAnalysis, MemoryTrafficAnalysis, trace
 from tests.fixtures.specs import NONE, C, T, flops
 
 
@@ -82,3 +86,39 @@ def test_schema_mismatch_fails_loudly() -> None:
     inputs[6] = C(1)  # not a bool 'transposed'
     with pytest.raises(ValueError, match="transposed"):
         flops("aten::_convolution", inputs, [T(1, 4, 6, 6)])
+
+
+def test_unbatched_input_to_convolution() -> None:
+    # the dispatch tracer records an unbatched nn.Conv2d as _convolution on [c, *i] (jit batches it first)
+    inputs = _conv(None, (1, 3, 6, 6), (4, 3, 3, 3), (1, 4, 6, 6))
+    inputs[0] = T(3, 6, 6)
+    assert flops("aten::_convolution", inputs, [T(4, 6, 6)]) == 4 * 3 * 9 * 36
+
+
+# --- both tracers, traced models ----------------------------------------------------------------
+TRACERS = [("jit", None), ("dispatch", None), ("dispatch", "meta")]
+
+
+@pytest.mark.parametrize(("tracer", "device"), TRACERS)
+def test_string_padding_is_recorded_as_convolution_mode_by_both_tracers(tracer: str, device: str | None) -> None:
+    valid = trace(nn.Conv1d(3, 2, 3, padding="valid"), torch.randn(2, 3, 6), tracer=tracer, device=device)
+    assert [c.kind for c in valid.calls] == ["aten::_convolution_mode"]
+    conv, x = nn.Conv2d(3, 4, 3, padding="same", bias=False), torch.randn(2, 3, 6, 6)
+    assert [c.kind for c in trace(conv, x, tracer=tracer, device=device).calls] == ["aten::_convolution_mode"]
+    # the default preset counts it: 2 * 4 * 3 * 9 * 36 multiply-adds; reads x, w, writes the output
+    flops_ = FlopCountAnalysis(conv, x, tracer=tracer, device=device)
+    assert flops_.total() == 2 * 4 * 3 * 9 * 36 and dict(flops_.unsupported_ops()) == {}
+    memory = MemoryTrafficAnalysis(conv, x, tracer=tracer, device=device)
+    assert (memory.total("", kind="read"), memory.total("", kind="write")) == (
+        (2 * 3 * 36 + 4 * 27) * 4,
+        2 * 4 * 36 * 4,
+    )
+
+
+@pytest.mark.parametrize(("tracer", "device"), TRACERS)
+@pytest.mark.parametrize(("make", "padding"), [(nn.Conv2d, 1), (nn.Conv2d, "same"), (nn.ConvTranspose2d, 1)])
+def test_unbatched_input_traced(tracer: str, device: str | None, make: type[nn.Module], padding: int | str) -> None:
+    conv = make(3, 4, 3, padding=padding, bias=False)
+    # a batch of one: 4 * 3 * 9 multiply-adds per position, 6x6 positions (of the input if transposed:
+    # ConvTranspose2d(k 3, padding 1) keeps 6x6 too)
+    assert FlopCountAnalysis(conv, torch.randn(3, 6, 6), tracer=tracer, device=device).total() == 4 * 3 * 9 * 36

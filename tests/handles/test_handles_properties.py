@@ -262,6 +262,8 @@ for _rank in (1, 2, 3):
 EXAMPLES["aten::_convolution"] = _conv_example("_convolution", 2, transposed=True)
 EXAMPLES["aten::convolution"] = _conv_example("convolution", 1)
 EXAMPLES["aten::_convolution_mode"] = _conv_example("_convolution_mode", 2)
+# F.fold of 3x3 blocks, padding 1, stride 2, onto 6x6: 3x3 = 9 blocks
+EXAMPLES["aten::col2im"] = lambda n, k: (aten.col2im, (torch.rand(n, 9 * k, 9), [6, 6], [3, 3], [1, 1], [1, 1], [2, 2]))
 
 
 def _qkv(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

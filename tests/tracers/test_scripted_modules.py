@@ -71,3 +71,23 @@ def test_the_dispatch_tracer_counts_a_scripted_model(how: str) -> None:
 def test_the_jit_tracer_points_a_scripted_submodule_to_the_dispatch_tracer(how: str) -> None:
     with pytest.raises(TraceError, match=r"module 'sub' .*TorchScript module.*tracer='dispatch'"):
         FlopCountAnalysis(Outer(COMPILE[how](Inner())), X).total()
+
+
+class ThroughForward(nn.Module):
+    """Calls its scripted submodule's forward directly: no Python frame of the submodule to find."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(8, 8, bias=False))
+        self.block.add_module("sub", torch.jit.script(Inner()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block.sub.forward(self.block[0](x))
+
+
+def test_the_jit_tracer_names_the_scripted_module_whatever_called_it() -> None:
+    with pytest.raises(TraceError, match=r"TorchScript module \(.*; here: 'block\.sub'\).*tracer='dispatch'"):
+        FlopCountAnalysis(ThroughForward(), X).total()
+    flops = FlopCountAnalysis(ThroughForward(), X, tracer="dispatch")
+    assert flops.total() == PRE + FC + RELU
+    assert flops.uncalled_modules() == {"block.sub", "block.sub.fc"}  # reached through .forward: counted in 'block'

@@ -237,3 +237,50 @@ def test_single_operator_equals_fvcore_s(name: str) -> None:
 def test_activation_analysis_keeps_fvcore_s_ignore_list_after_clearing() -> None:
     a = ActivationCountAnalysis(Nested(), torch.randn(1, 10)).clear_op_handles()
     assert a.unsupported_ops() == {"aten::_convolution": 1, "aten::linear": 1, "aten::mul": 1, "aten::add": 1}
+
+
+class StringPadding(nn.Module):
+    """Convolutions with string padding, which torch runs as aten::_convolution_mode: fvcore has no
+    handle for that operator and reports it unsupported."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.same = nn.Conv2d(3, 4, 3, padding="same", bias=False)  # [1, 4, 6, 6]
+        self.mid = nn.Conv2d(4, 5, 3, padding=1, bias=False)  # [1, 5, 6, 6]
+        self.valid = nn.Conv2d(5, 2, 3, padding="valid", bias=False)  # [1, 2, 4, 4]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.valid(self.mid(self.same(x)))
+
+
+SAME, MID, VALID = 4 * 3 * 9 * 36, 5 * 4 * 9 * 36, 2 * 5 * 9 * 16  # multiply-adds, batch 1
+
+
+@pytest.mark.parametrize(("tracer", "device"), [("jit", None), ("dispatch", None), ("dispatch", "meta")])
+def test_string_padding_fvcore_preset_equals_fvcore_on_both_tracers(tracer: str, device: str | None) -> None:
+    x = torch.randn(1, 3, 6, 6)
+    theirs = fvcore_nn.FlopCountAnalysis(StringPadding(), x).unsupported_ops_warnings(False)
+    ours = FlopCountAnalysis(StringPadding(), x, preset="fvcore", tracer=tracer, device=device)
+    assert theirs.total() == ours.total() == MID  # fvcore counts only the int-padded convolution
+    assert ours.unsupported_ops() == theirs.unsupported_ops() == {"aten::_convolution_mode": 2}
+    assert ours.by_module() == theirs.by_module()
+    acts = fvcore_nn.ActivationCountAnalysis(StringPadding(), x).unsupported_ops_warnings(False)
+    our_acts = ActivationCountAnalysis(StringPadding(), x, tracer=tracer, device=device)
+    assert our_acts.total() == acts.total() == 5 * 36
+    assert our_acts.unsupported_ops() == acts.unsupported_ops()
+    # the default preset counts every convolution, whatever its padding
+    assert FlopCountAnalysis(StringPadding(), x, tracer=tracer, device=device).total() == SAME + MID + VALID
+
+
+class FoldUnfold(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.fold(F.unfold(x, 3, padding=1, stride=2), (6, 6), 3, padding=1, stride=2)
+
+
+@pytest.mark.parametrize(("tracer", "device"), [("jit", None), ("dispatch", None), ("dispatch", "meta")])
+def test_fold_and_unfold_are_unsupported_as_in_fvcore(tracer: str, device: str | None) -> None:
+    x = torch.randn(2, 4, 6, 6)
+    theirs = fvcore_nn.FlopCountAnalysis(FoldUnfold(), x).unsupported_ops_warnings(False)
+    ours = FlopCountAnalysis(FoldUnfold(), x, preset="fvcore", tracer=tracer, device=device)
+    assert ours.total() == theirs.total() == 0
+    assert ours.unsupported_ops() == theirs.unsupported_ops() == {"aten::col2im": 1, "aten::im2col": 1}
