@@ -213,9 +213,12 @@ def test_identity_slots_cut_sweeps_where_the_loads_repeat(caplog: pytest.LogCapt
     from opcount.llm.moe.routing import Experts
     from opcount.llm.sweep.points import phase_points, structure_of
 
-    assert Experts("e", "b", count=4, top_k=2, per_expert=1, identity=2).regions == (1, 12)
-    assert Experts("e", "b", count=512, top_k=12, per_expert=1, identity=256).regions == (1, 512)  # 8 a token
-    assert Experts("e", "b", count=4, top_k=2, per_expert=1).regions == (2, 4)
+    assert Experts(name="e", block="b", count=4, top_k=2, per_expert=1, identity=2).regions == (1, 12)
+    assert Experts(name="e", block="b", count=512, top_k=12, per_expert=1, identity=256).regions == (
+        1,
+        512,
+    )  # 8 a token
+    assert Experts(name="e", block="b", count=4, top_k=2, per_expert=1).regions == (2, 4)
     config = longcat_config()
     config.moe_topk = 2
     llm = CausalLM(config)

@@ -148,12 +148,20 @@ def find_experts(model: nn.Module, config: Any = None) -> list[Experts]:
             block = _parent(name)
             per_expert = sum(p.numel() for p in module.parameters()) // count
             k = _top_k(modules[block], config, name)
-            found.append(Experts(name, block, count, k, per_expert))
+            found.append(Experts(name=name, block=block, count=count, top_k=k, per_expert=per_expert))
             covered.update(n for n in modules if n == name or n.startswith(name + "."))
         elif _is_expert_list(module):
             experts: Any = module.experts
             per_expert = sum(p.numel() for p in experts[0].parameters())
-            found.append(Experts(f"{name}.experts", name, len(experts), _top_k(module, config, name), per_expert))
+            found.append(
+                Experts(
+                    name=f"{name}.experts",
+                    block=name,
+                    count=len(experts),
+                    top_k=_top_k(module, config, name),
+                    per_expert=per_expert,
+                )
+            )
             covered.update(n for n in modules if n.startswith(f"{name}.experts."))
             covered.add(f"{name}.experts")
     for family in _FAMILIES:

@@ -71,7 +71,14 @@ def _record(name: str, block: str, module: Any) -> Experts:
             f"{name}: {inp.shape[0]} input experts, {out.shape[0]} output, router over a different count"
         )
     per_expert = inp[0].numel() + out[0].numel()
-    return Experts(name, block, int(inp.shape[0]), int(module.router.top_k), per_expert, family=FAMILY)
+    return Experts(
+        name=name,
+        block=block,
+        count=int(inp.shape[0]),
+        top_k=int(module.router.top_k),
+        per_expert=per_expert,
+        family=FAMILY,
+    )
 
 
 def find(modules: dict[str, nn.Module], config: Any) -> tuple[list[Experts], set[str]]:

@@ -18,7 +18,7 @@ def expert_loads(tokens: int, top_k: int, experts: int) -> list[int]:
     return [share + (1 if e < extra else 0) for e in range(experts)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Experts:
     """One recognised set of routed experts: its module name, ``count`` experts of ``per_expert``
     parameters each, ``top_k`` of them per token, and the block that routes to them. ``identity``

@@ -77,7 +77,17 @@ def find(modules: dict[str, nn.Module], config: Any) -> tuple[list[Experts], set
                 "that run (transformers' stack for the identity slots too): build it with opcount "
                 "(CausalLM(config)), which keeps the ones that run"
             )
-        found.append(Experts(name, block, real, top_k, gate_up[0].numel() + down[0].numel(), zero, FAMILY))
+        found.append(
+            Experts(
+                name=name,
+                block=block,
+                count=real,
+                top_k=top_k,
+                per_expert=gate_up[0].numel() + down[0].numel(),
+                identity=zero,
+                family=FAMILY,
+            )
+        )
     blocks = tuple(e.block + "." for e in found)
     return found, {n for n in modules if (n + ".").startswith(blocks)}
 
