@@ -65,6 +65,7 @@ FP8_SIBLINGS: dict[str, str] = {
     "float8_e5m2": "float8_e5m2fnuz",
     "float8_e5m2fnuz": "float8_e5m2",
 }
+NARROW_FLOATS = frozenset({*FP8_SIBLINGS, *SCALED_FP4})  # the floats only their own tensor cores run
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,16 @@ class Hardware:
             if key is not None and key in table:
                 return key
         return None
+
+    def refuses_products_in(self, dtype: DType) -> str | None:
+        """Why matrix products in ``dtype`` cannot run here, or None: an 8- or 4-bit float runs on tensor
+        cores made for it or not at all (priced on another unit, its FLOPs would leave the tensor-peak bound)."""
+        name = dtype_name(dtype)
+        if name not in NARROW_FLOATS or self.precision_of(TENSOR, name) is not None:
+            return None
+        narrow = sorted(k for k in self.peak.get(TENSOR, {}) if k in NARROW_FLOATS)
+        runs = f"its tensor unit runs {', '.join(narrow)}" if narrow else "its tensor unit runs no 8- or 4-bit float"
+        return f"{self.name} runs no {name} matrix products ({runs})"
 
     def peak_of(self, unit: str, dtype: DType) -> float | None:
         """FLOP/s of ``unit`` on ``dtype`` (a name or a torch.dtype, an 8-bit float in either FP8

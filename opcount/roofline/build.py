@@ -25,7 +25,7 @@ from ..handles.op_keys import op_key
 from ..handles.registry import FLOPS
 from ..hardware.lookup import TENSOR, VECTOR, DType, Hardware, dtype_name
 from ..hardware.lookup import hardware as lookup_hardware
-from ..hardware.spec import FP8_SIBLINGS, SCALED_FP4, dtype_bytes
+from ..hardware.spec import SCALED_FP4, dtype_bytes
 from ..ir import DTYPE_BYTES, OpCall, TensorSpec
 from ..memory import MemoryTrafficAnalysis, alias_roots, data_flow
 from ..tracing import Trace
@@ -34,7 +34,6 @@ from .report import Layer, RooflineReport
 from .split import bias_gradient
 
 _FLOATING = frozenset(d for d in DTYPE_BYTES if d.startswith(("float", "bfloat", "complex")))
-NARROW_FLOATS = frozenset({*FP8_SIBLINGS, *SCALED_FP4})  # the floats only their own tensor cores run
 
 
 Source = nn.Module | Trace | FlopCountAnalysis | MemoryTrafficAnalysis
@@ -232,12 +231,9 @@ def _assign(
                 candidates.append((TENSOR, "tf32"))
         candidates += [(VECTOR, dtype), (VECTOR, "float32")]
     candidates = list(dict.fromkeys(candidates))
-    if macs and chosen is None and dtype in NARROW_FLOATS and hw.precision_of(TENSOR, dtype) is None:
-        # an 8- or 4-bit float product runs on tensor cores made for it or not at all: priced on another
-        # unit, its FLOPs would leave the tensor-peak bound (an engine runs such weights as w8a16 / w4a16)
-        narrow = sorted(k for k in hw.peak.get(TENSOR, {}) if k in NARROW_FLOATS)
-        runs = f"its tensor unit runs {', '.join(narrow)}" if narrow else "its tensor unit runs no 8- or 4-bit float"
-        raise OpcountValueError(f"{hw.name} runs no {dtype} matrix products ({runs}); choose another dtype")
+    refused = hw.refuses_products_in(dtype) if macs and chosen is None else None
+    if refused is not None:  # an engine runs such weights as w8a16 / w4a16
+        raise OpcountValueError(f"{refused}; choose another dtype")
     for u, precision in candidates:
         key = hw.precision_of(u, precision)  # the device's own key: an FP8 request in its FP8 encoding
         if key is not None:

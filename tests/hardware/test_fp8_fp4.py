@@ -133,3 +133,23 @@ def test_fp4_activations_are_refused_in_one_line_where_no_tensor_unit_runs_them(
         with pytest.raises(OpcountValueError) as e:
             CausalLM(small, Precision(act=act)).phase("decode", kv_len=16, hardware=hw)
         assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_the_command_line_refuses_a_float_its_hardware_cannot_multiply_naming_the_flag(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checked with the flags, before a model is built: nothing is traced for a dtype the device cannot run."""
+    from opcount.cli import main
+    from opcount.llm import decoder
+
+    def no_build(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a model was built")
+
+    monkeypatch.setattr(decoder, "build_on_meta", no_build)
+    status = main(["llm:llama-3-8b", "--phase", "decode", "--hardware", "a100-sxm", "--act-dtype", "fp8"])
+    err = capsys.readouterr().err.strip()
+    assert status == 2
+    assert err == (
+        "opcount: error: --act-dtype fp8: a100-sxm runs no float8_e4m3fn matrix products (its tensor unit runs "
+        "no 8- or 4-bit float); choose another --act-dtype or --hardware"
+    )

@@ -182,11 +182,16 @@ def check(flags: LLMOptions, options: Options) -> Precision:
     _check_columns(rendering, options.hardware is not None, bool(flags.sweep))
     deploy.check(flags, options.hardware is not None, options.hardware.spec if options.hardware else None)
     try:
-        return Precision(flags.weight_dtype, flags.act_dtype, flags.kv_dtype)
+        precision = Precision(flags.weight_dtype, flags.act_dtype, flags.kv_dtype)
     except WeightAssignmentError as e:
         raise OpcountError(f"--weight-dtype: {e}") from None
     except OpcountError as e:
         raise OpcountError(f"{e} (--weight-dtype, --act-dtype, --kv-dtype)") from None
+    spec = options.hardware.spec if options.hardware else None
+    refused = None if spec is None else spec.refuses_products_in(precision.act)
+    if refused is not None:  # refused before a model is built, naming the flag
+        raise OpcountError(f"--act-dtype {flags.act_dtype}: {refused}; choose another --act-dtype or --hardware")
+    return precision
 
 
 def _check_sizes(flags: LLMOptions, seq_len: int | None) -> None:
