@@ -11,7 +11,9 @@ form (:func:`decode_times`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -20,7 +22,7 @@ from ..hardware.lookup import Hardware
 from ..roofline.bound import sum_of_max
 from .causal_lm import CausalLM
 from .kernels.estimate import KernelSchedule
-from .phases import GenerationFigures, PhaseCost, PhaseRequest, resolved
+from .phases import GenerationFigures, Memory, PhaseCost, PhaseRequest, resolved
 
 
 @dataclass(kw_only=True)
@@ -81,23 +83,66 @@ def generate(llm: CausalLM, prefill: PhaseRequest, gen_len: int) -> GenerationCo
     # each run of steps over which every operator's cost is affine in the cache length (a sliding
     # window filling, a chunk): two traces a run, the sum over its steps an arithmetic series
     step = dataclasses.replace(prefill, phase="decode")
+    runs = sum_decode_runs(
+        llm.caches.affine_steps(prompt_len, gen_len),
+        lambda cached: llm.cost(step.at(batch, None, prompt_len + cached)),
+        lambda cost: cost.flops.total(),
+        timed,
+    )
+    return GenerationCost(
+        prefill=first_cost, first_step=runs.first_step, last_step=runs.last_step, gen_len=gen_len,
+        decode_flops=runs.flops, decode_time=runs.time, fullest_step=runs.fullest_step, decode_time_bound=runs.time_bound,
+    )  # fmt: skip
+
+
+class _Step(Protocol):
+    """A decode step's figures, traced (:class:`.phases.PhaseCost`) or fitted (``PhaseValues``)."""
+
+    @property
+    def schedule(self) -> KernelSchedule | None: ...
+    @property
+    def memory(self) -> Memory: ...
+
+
+S = TypeVar("S", bound=_Step)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeRuns(Generic[S]):
+    """A generation's decode steps summed run by run: FLOPs, the estimate and the bound (None without
+    hardware), its first and last steps and the one holding the most cache."""
+
+    flops: float
+    time: float | None
+    time_bound: float | None
+    first_step: S | None
+    last_step: S
+    fullest_step: S
+
+
+def sum_decode_runs(
+    runs: Sequence[tuple[int, int]], step_at: Callable[[int], S], flops_of: Callable[[S], float], timed: bool
+) -> DecodeRuns[S]:
+    """Sum decode steps ``a..b`` of each run (cache offsets past the prompt) over which every operator's
+    cost is affine in the cache length (a sliding window filling, a chunk): two steps a run
+    (``step_at``: the step at an offset), the sum over its steps an arithmetic series. One sum for a
+    traced generation and a fitted one, so they agree to the last bit."""
     flops, traced, opening = 0.0, [], None
     time = bound = 0.0 if timed else None
-    for a, b in llm.caches.affine_steps(prompt_len, gen_len):
-        first = llm.cost(step.at(batch, None, prompt_len + a))
-        last = first if a == b else llm.cost(step.at(batch, None, prompt_len + b))
+    for a, b in runs:
+        first = step_at(a)
+        last = first if a == b else step_at(b)
         traced.append(last)
-        flops += (first.flops.total() + last.flops.total()) * (b - a + 1) / 2
+        flops += (flops_of(first) + flops_of(last)) * (b - a + 1) / 2
         if time is not None and bound is not None and first.schedule is not None and last.schedule is not None:
             run_time, run_bound = decode_times(first.schedule, last.schedule, b - a + 1)
             time, bound = time + run_time, bound + run_bound
         if a == 0:
             opening = first
     fullest = max(traced, key=lambda p: p.memory.kv_cache)
-    return GenerationCost(
-        prefill=first_cost, first_step=opening, last_step=traced[-1], gen_len=gen_len, decode_flops=flops,
-        decode_time=time, fullest_step=fullest, decode_time_bound=bound,
-    )  # fmt: skip
+    return DecodeRuns(
+        flops=flops, time=time, time_bound=bound, first_step=opening, last_step=traced[-1], fullest_step=fullest
+    )
 
 
 def decode_times(first: KernelSchedule, last: KernelSchedule, steps: int) -> tuple[float, float]:

@@ -33,7 +33,7 @@ from ...tracing import Trace
 from ..cache.names import CACHE_NAMES
 from ..cache.specs import CHUNKED, SLIDING
 from ..causal_lm import CausalLM
-from ..generation import decode_times
+from ..generation import sum_decode_runs
 from ..moe.experts import config_top_k, expert_count
 from ..phases import Memory, PhaseCost, PhaseRequest, resolved
 from .figures import GenerationValues, PhaseValues
@@ -361,23 +361,12 @@ def generations_of(
             )  # fmt: skip
             out.append(empty)
             continue
-        flops, time, bound = 0.0, zero, zero
-        traced: list[PhaseValues] = []
-        opening = None
-        for a, b in rs:  # summed as generation() sums them
-            first = found[(batch, 1, prompt + a)]
-            last = first if a == b else found[(batch, 1, prompt + b)]
-            traced.append(last)
-            flops += (first.flops + last.flops) * (b - a + 1) / 2
-            if time is not None and bound is not None and first.schedule is not None and last.schedule is not None:
-                run_time, run_bound = decode_times(first.schedule, last.schedule, b - a + 1)
-                time, bound = time + run_time, bound + run_bound
-            if a == 0:
-                opening = first
-        fullest = max(traced, key=lambda p: p.memory.kv_cache)
+        at_offset = {j: found[(batch, 1, prompt + j)] for r in rs for j in r}  # the runs' traced steps
+        summed = sum_decode_runs(rs, at_offset.__getitem__, lambda step: step.flops, zero is not None)
         whole = GenerationValues(
-            prefill=prefill, first_step=opening, last_step=traced[-1], gen_len=gen, decode_flops=flops,
-            decode_time=time, fullest_step=fullest, decode_time_bound=bound,
+            prefill=prefill, first_step=summed.first_step, last_step=summed.last_step, gen_len=gen,
+            decode_flops=summed.flops, decode_time=summed.time, fullest_step=summed.fullest_step,
+            decode_time_bound=summed.time_bound,
         )  # fmt: skip
         out.append(whole)
     return out
