@@ -10,7 +10,7 @@ from typing import Any
 
 from ..hardware.lookup import Hardware
 from ..llm.causal_lm import CausalLM
-from ..llm.deploy.deployment import Deployment, Placement, deploy
+from ..llm.deploy.deployment import Deployment, Placement
 from ..llm.generation import GenerationCost
 from ..llm.phases import PhaseCost
 from ..units import seconds, size
@@ -39,19 +39,13 @@ def deployment(
     d = flags.deploy
     if not d.given and not set(values) & set(SWEEPABLE):
         return None
-    parallel = layout(d, values)
-    micro = None
-    if parallel.micro_batches > 1:
-        # the phase as it was asked (kernels, FLOP convention, hardware), at one micro-batch
-        micro = llm.micro_batch(phase, parallel.micro_batches)
-    return deploy(
-        llm,
+    # CausalLM.deploy traces a pipeline's micro-batch as the phase was asked (kernels, FLOP convention, hardware)
+    return llm.deploy(
         phase,
         layout(d, values),
         hardware=hardware,
         price=d.price,
         reserve=d.reserve,
-        micro=micro,
         max_batch=d.max_batch,
         generation=generation,
     )

@@ -35,8 +35,6 @@ from .kernels.estimate import schedule_kernels
 from .precision.dtypes import Precision
 from .precision.formats import TRAINABLE
 
-TRAINABLE_DTYPES = TRAINABLE
-
 
 @dataclass(kw_only=True)
 class TrainingCost:
@@ -82,9 +80,9 @@ class TrainingCost:
 
 def check_training(precision: Precision, optimizer: str, zero: int, dp: int, recompute: str) -> None:
     """The training choices, each refused in one line naming its keyword."""
-    if precision.weight not in TRAINABLE_DTYPES or precision.act not in TRAINABLE_DTYPES:
+    if precision.weight not in TRAINABLE or precision.act not in TRAINABLE:
         raise OpcountValueError(
-            f"training needs float weights and activations ({', '.join(TRAINABLE_DTYPES)}), "
+            f"training needs float weights and activations ({', '.join(TRAINABLE)}), "
             f"got weight {precision.weight}, act {precision.act}"
         )
     if optimizer not in OPTIMIZERS:
