@@ -72,7 +72,13 @@ def point_json(
         "model": label,
         "phase": "generation" if gen is not None else p.phase,
         **values,
-        "precision": {"weight": p.precision.weight, "act": p.precision.act, "kv": p.precision.kv_dtype},
+        "precision": {
+            "weight": p.precision.weight,
+            "act": p.precision.act,
+            "kv": p.precision.kv_dtype,
+            "state": p.precision.state,  # None: the model holds no recurrent state
+            "label": p.precision.label(),
+        },
         "parameters": {"total": parameters, "active": active},
         "flops": p.flops if gen is None else gen.flops,
         "flops_per_mac": p.flops_per_mac,

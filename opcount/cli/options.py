@@ -154,7 +154,8 @@ class LLMOptions:
     gen_len: int | None  # None: one phase, not a whole generation
     weight_dtype: tuple[str, ...]  # each --weight-dtype, in order
     act_dtype: str
-    kv_dtype: str | None  # None: the activations'
+    kv_dtype: str | None  # None: the model's dtype
+    state_dtype: str | None  # None: the config's, else the model's dtype
     sweep: tuple[tuple[str, tuple[int, ...]], ...]
     kernels: str
     deploy: DeployOptions

@@ -136,7 +136,7 @@ def llm_report(
 def llm_summary(cost: TrainingCost, label: str, parameters: int, tokens: int | None, price: float | None) -> list[str]:
     convention = f"1 multiply-add = {cost.flops.flops_per_mac} flop{'s' if cost.flops.flops_per_mac > 1 else ''}"
     lines = [
-        f"{label}: training step, batch {cost.batch} x {cost.seq_len} tokens per device, {cost.precision.label()}",
+        f"{label}: training step, batch {cost.batch} x {cost.seq_len} tokens per device, {cost.precision.label(cache=False)}",
         f"  parameters {si(parameters)}, FLOPs {si(cost.flops.total())} per device (forward and backward; {convention})",
         *memory_lines(cost.states, cost.saved, cost.recompute, cost.optimizer),
     ]

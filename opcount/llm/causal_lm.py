@@ -57,13 +57,16 @@ class CausalLM(Decoder):
 
     def kv_bytes(self, tokens: int, batch: int) -> int:
         """Bytes of the cache holding ``tokens`` positions of ``batch`` sequences, each layer as its
-        layer type holds them (a decode step's view: the last token just written), in the KV dtype."""
+        layer type holds them (a decode step's view: the last token just written), each part in its dtype."""
         return sum(self.kv_bytes_by_type(tokens - 1, 1, batch).values()) if tokens else 0
 
     def kv_bytes_by_type(self, kv_len: int, seq_len: int, batch: int) -> dict[str, int]:
-        """Bytes of the cache per layer type when ``seq_len`` tokens follow ``kv_len`` cached ones."""
+        """Bytes of the cache per layer type when ``seq_len`` tokens follow ``kv_len`` cached ones, each
+        part in its dtype (the KV cache's; a state's conv parts the model's, its recurrent parts the state's)."""
         lengths = cache_lengths(self.prefix, kv_len, seq_len)
-        return self.caches.bytes_by_type(*lengths, batch, DTYPE_BYTES[self.precision.kv_dtype])
+        p = self.precision
+        conv, state = DTYPE_BYTES[p.stored], DTYPE_BYTES[p.state_dtype]
+        return self.caches.bytes_by_type(*lengths, batch, DTYPE_BYTES[p.kv_dtype], conv=conv, state=state)
 
     # --------------------------------------------------------------------------------------------
     # What is refused, before anything is traced

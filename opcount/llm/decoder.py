@@ -2,7 +2,8 @@
 out once when it is built and passed down to the folders that need it: the decoder's config
 (:func:`.models.composite.text_config`), its mixture-of-experts blocks with their top-k
 (:func:`.moe.experts.find_experts`), its weights' bytes and each traced tensor's bytes per element
-(:func:`.precision.dtypes.weight_table`), its cache per layer (:func:`.cache.specs.cache_specs`), a
+(:func:`.precision.dtypes.weight_table`), its cache per layer (:func:`.cache.specs.cache_specs`) and
+the dtype its recurrent state is held in (:meth:`.precision.dtypes.Precision.with_state`), a
 learned position table, prompt tokens run in front of every sequence, DSA indexers.
 
 :class:`.causal_lm.CausalLM` is a :class:`Decoder` with its costs (phases, checks, a deployment); the
@@ -55,6 +56,13 @@ class Decoder:
         self.config: Any = text_config(config)
         self.experts: tuple[Experts, ...] = tuple(find_experts(model, self.config))
         self.caches: CacheSpecs = cache_specs(model, self.config, lambda m: expected_routing(m, self.experts))
+        if any(layer.state_elements for layer in self.caches.layers):  # the state's dtype, settled for this model
+            self.precision = self.precision.with_state(self.caches.state_dtype)
+        elif self.precision.state is not None:  # a dtype nothing would be held in: refused, not ignored
+            raise OpcountValueError(
+                f"a recurrent state dtype ({self.precision.state}; --state-dtype) for {type(model).__name__}, "
+                "which holds no recurrent state (no state-space or linear-attention layer)"
+            )
         self.weights: WeightTable = weight_table(model, self.precision)
         self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         # the learned position table's name and rows, if the model has one (GPT-2's wpe)

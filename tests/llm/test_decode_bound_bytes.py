@@ -8,7 +8,9 @@ against the closed form worked by hand from each tiny config:
   frequencies, Falcon-H1's mup vector, MiniMax's slopes, a router's correction bias) once; a weight
   transformers keeps in float32 (``_keep_in_fp32_modules_strict``) at 4 bytes;
 - cache read: each state whole, each attention layer's held positions (L + 1 after the new token is
-  written; a sliding window's W), ``k`` bytes an element (the KV dtype);
+  written; a sliding window's W), ``k`` bytes an element (the KV dtype) for the keys and values, 2
+  (the model's bfloat16) for a state, 4 for a state part kept in float32 (by the model, or by the
+  config's ``mamba_ssm_cache_dtype``);
 - cache written: each state whole, one token per attention layer;
 - inputs and outputs: the token ids (int64) and the last token's logits (bf16, or float32 where the
   model upcasts them).
@@ -60,8 +62,8 @@ class Step:
 
     def bound_bytes(self, parameters: int, tied: bool, kv: int) -> int:
         weights = 2 * (parameters if tied else parameters - (V - B) * D) + self.extra
-        read = sum(B * s * kv for s in self.states) + sum(B * n * t * kv for t, n in self.tokens)
-        written = sum(B * s * kv for s in self.states) + sum(B * t * kv for t, _ in self.tokens)
+        read = sum(B * s * 2 for s in self.states) + sum(B * n * t * kv for t, n in self.tokens)
+        written = sum(B * s * 2 for s in self.states) + sum(B * t * kv for t, _ in self.tokens)
         read, written = read + 4 * B * sum(self.wide), written + 4 * B * sum(self.wide)
         return weights + read + written + B * 8 + B * V * self.logits
 
@@ -145,7 +147,8 @@ STEPS = {
         states=(MAMBA2_STATE,),
         tokens=((TOKEN, FULL),),
     ),
-    # Nemotron-H: Mamba-2, attention, then a mixture of two experts (both routed) whose router weight
+    # Nemotron-H: Mamba-2 (its SSM state, 4 x 16 x 8 = 512, in float32: the config's
+    # mamba_ssm_cache_dtype), attention, then a mixture of two experts (both routed) whose router weight
     # (2 x 32) and correction bias (2) transformers keeps in float32 (_keep_in_fp32_modules_strict):
     # 64 x 2 more bytes and 2 x 4 bytes; float32 logits
     "nemotron_h": Step(
@@ -162,7 +165,8 @@ STEPS = {
             moe_intermediate_size=16,
             moe_shared_expert_intermediate_size=16,
         ),
-        states=(MAMBA2_STATE,),
+        states=(80 * 4,),
+        wide=(4 * 16 * 8,),
         tokens=((TOKEN, FULL),),
         logits=4,
         extra=64 * 2 + 2 * 4,
@@ -204,7 +208,8 @@ STEPS = {
         extra=1 * 2,
     ),
     # Kimi-Linear: KDA, three convs (q, k, v: 4 heads x 8 = 32 channels x 4 taps each, 384) and a state
-    # per head 8 x 8 (256): 640; latent attention (no rotary) of rank 16 + rope key 8 = 24 a token; its
+    # per head 8 x 8 (256) the model keeps in float32; latent attention (no rotary) of rank 16 + rope key
+    # 8 = 24 a token; its
     # dt_bias (4 x 8), router weight (2 x 32) and correction bias (2) in float32 (strict): 32 x 2 + 64 x 2
     # more bytes and 2 x 4 bytes
     "kimi_linear": Step(
@@ -225,7 +230,8 @@ STEPS = {
             moe_intermediate_size=16,
             mlp_layer_types=["dense", "sparse"],
         ),
-        states=(3 * 32 * 4 + 4 * 8 * 8,),
+        states=(3 * 32 * 4,),
+        wide=(4 * 8 * 8,),
         tokens=((16 + 8, FULL),),
         extra=32 * 2 + 64 * 2 + 2 * 4,
     ),
@@ -323,9 +329,9 @@ STEPS = {
 }
 
 
-def _bound_bytes(step: Step, kv: str | None = None) -> tuple[float, int]:
+def _bound_bytes(step: Step, kv: str | None = None, state: str | None = None) -> tuple[float, int]:
     config = step.config()
-    llm = CausalLM(config, Precision(kv=kv))
+    llm = CausalLM(config, Precision(kv=kv, state=state))
     schedule = llm.phase("decode", kv_len=L, batch=B, hardware="h100-sxm").schedule
     assert schedule is not None
     parameters = sum(p.numel() for p in llm.model.parameters())  # transformers' modules, tied ones once
@@ -340,6 +346,20 @@ def test_decode_step_reads_weights_and_cache_once_and_writes_the_cache_once(fami
 
 
 @pytest.mark.parametrize("family", ["mamba2", "jamba", "zamba", "recurrentgemma", "llama", "deepseek_v3"])
-def test_the_cache_in_fp8_halves_its_reads_and_writes_whatever_views_reach_it(family: str) -> None:
+def test_the_kv_cache_in_fp8_halves_its_reads_and_writes_whatever_views_reach_it(family: str) -> None:
+    # a state stays in the model's dtype: vLLM's mamba_cache_dtype, not kv_cache_dtype, holds it
     measured, expected = _bound_bytes(STEPS[family], kv="float8_e4m3fn")
     assert measured == expected
+
+
+# Each family's recurrent (SSM) state elements per sequence over its layers, what the state dtype holds:
+# Mamba-2 two layers of 4 heads x 16 x 8; Jamba one Mamba layer of inner 64 x 8; Zamba three layers of
+# 2 heads x 32 x 8, each scanned head by head through views of the state
+RECURRENT = {"mamba2": 2 * 4 * 16 * 8, "jamba": 64 * 8, "zamba": 3 * 2 * 32 * 8}
+
+
+@pytest.mark.parametrize("family", sorted(RECURRENT))
+def test_a_state_in_float32_doubles_its_recurrent_parts_whatever_views_reach_them(family: str) -> None:
+    measured, in_bf16 = _bound_bytes(STEPS[family], state="float32")
+    # read once and written once, 2 bytes more an element; the conv states stay in the model's bfloat16
+    assert measured == in_bf16 + 2 * B * RECURRENT[family] * 2

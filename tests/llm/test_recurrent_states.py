@@ -103,14 +103,16 @@ def test_rwkv_time_mix_of_another_width_is_refused_naming_it() -> None:
         CausalLM(config)
 
 
-def test_float32_state_parts_stay_float32_whatever_the_kv_dtype() -> None:
-    llm = CausalLM(_rwkv().config, Precision(kv="float8_e4m3fn"))
-    # shifts at 1 byte (the KV dtype), the numerator, denominator and maximum at 4:
-    # 2 layers * B * (2 * 32 * 1 + 3 * 32 * 4) = 4 * 448 = 1792
-    assert llm.kv_bytes_by_type(SHORT, 1, B) == {"state": 2 * B * (2 * D + 3 * D * F32)} == {"state": 1792}
+def test_float32_state_parts_stay_float32_whatever_the_dtypes_asked() -> None:
+    llm = CausalLM(_rwkv().config, Precision(kv="float8_e4m3fn", state="float16"))
+    # shifts at 2 bytes (the state dtype: the KV dtype is not the state's), the numerator,
+    # denominator and maximum at 4: 2 layers * B * (2 * 32 * 2 + 3 * 32 * 4) = 4 * 512 = 2048
+    assert llm.kv_bytes_by_type(SHORT, 1, B) == {"state": 2 * B * (2 * D * BF16 + 3 * D * F32)} == {"state": 2048}
     price: Any = pricing_for(llm.model, llm.precision)
     assert price(TensorSpec((B, D), "float32", "kv_cache.0.state2_float32")) == 4
-    assert price(TensorSpec((B, 1, D), "bfloat16", "kv_cache.0.state0")) == 1
+    assert price(TensorSpec((B, 1, D), "bfloat16", "kv_cache.0.state0")) == 2
+    wide = CausalLM(_rwkv().config, Precision(state="float32"))
+    assert wide.kv_bytes_by_type(SHORT, 1, B) == {"state": 2 * B * (2 * D + 3 * D) * F32} == {"state": 2560}
 
 
 # ------------------------------------------------------------------------------------------------

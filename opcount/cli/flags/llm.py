@@ -12,6 +12,7 @@ from typing import Any
 
 from ...errors import OpcountError
 from ...llm import PHASES
+from ...llm.cache.state_dtypes import STATE_DTYPES
 from ...llm.kernels import MODES
 from ...llm.models.limits import MAX_BATCH, MAX_POSITIONS
 from ...llm.precision.assignments import WeightAssignmentError
@@ -22,7 +23,18 @@ from . import deploy
 from . import training as training_flags
 
 # The flags by their argparse names (the parser hides them, and the deployment's, from opcount compare's help).
-FLAGS = ("phase", "kv_len", "batch", "gen_len", "weight_dtype", "act_dtype", "kv_dtype", "sweep", "kernels")
+FLAGS = (
+    "phase",
+    "kv_len",
+    "batch",
+    "gen_len",
+    "weight_dtype",
+    "act_dtype",
+    "kv_dtype",
+    "state_dtype",
+    "sweep",
+    "kernels",
+)
 SWEEPABLE = {"batch": "batch", "seq-len": "seq_len", "kv-len": "kv_len", "gen-len": "gen_len", **deploy.SWEEPABLE}
 DEFAULT_PHASE = "prefill"
 DEFAULT_SEQ_LEN = 128  # prompt tokens of a prefill, or of a training step
@@ -51,7 +63,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "modules (e.g. experts=mxfp4), repeatable (the LLM guide, llm.md)",
     )
     g.add_argument("--act-dtype", metavar="DTYPE", help=f"{', '.join(ACT_DTYPES)} (default {DEFAULT_DTYPE})")
-    g.add_argument("--kv-dtype", metavar="DTYPE", help=f"{', '.join(KV_DTYPES)} (default: the activations')")
+    g.add_argument(
+        "--kv-dtype",
+        metavar="DTYPE",
+        help=f"{', '.join(KV_DTYPES)} (default: the model's dtype, bfloat16 under 8- or 4-bit activations, as vLLM's "
+        "--kv-cache-dtype auto)",
+    )
+    g.add_argument(
+        "--state-dtype",
+        metavar="DTYPE",
+        help=f"a recurrent state's (SSM, linear attention): {', '.join(STATE_DTYPES)} (default: the config's "
+        "mamba_ssm_cache_dtype or mamba_ssm_dtype, else the model's dtype, as vLLM's --mamba-ssm-cache-dtype auto)",
+    )
     g.add_argument(
         "--sweep",
         action="append",
@@ -109,6 +132,7 @@ def options(ns: Mapping[str, Any]) -> LLMOptions:
         weight_dtype=ns.get("weight_dtype") or (DEFAULT_DTYPE,),
         act_dtype=ns.get("act_dtype") or DEFAULT_DTYPE,
         kv_dtype=ns.get("kv_dtype"),
+        state_dtype=ns.get("state_dtype"),
         sweep=tuple(ns.get("sweep") or ()),
         kernels=ns.get("kernels") or DEFAULT_KERNELS,
         deploy=deployment,
@@ -133,7 +157,7 @@ def require_transformers(spec: str) -> None:
 
 def check(flags: LLMOptions, options: Options) -> Precision:
     """Flag combinations, before anything is built (``options``: the run's other flags); the dtypes
-    of ``--weight-dtype``, ``--act-dtype`` and ``--kv-dtype``."""
+    of ``--weight-dtype``, ``--act-dtype``, ``--kv-dtype`` and ``--state-dtype``."""
     if not options.model.startswith(("llm:", "hf:")):  # a factory's model was looked up as a transformers class
         raise OpcountError(
             f"--phase, --batch, --kv-len, --gen-len, --sweep and the dtype flags price LLM inference phases of "
@@ -173,7 +197,7 @@ def check(flags: LLMOptions, options: Options) -> Precision:
         if value:
             raise OpcountError(
                 f"--{flag} does not apply to LLM phases: they are priced in the dtypes of "
-                "--weight-dtype, --act-dtype and --kv-dtype"
+                "--weight-dtype, --act-dtype, --kv-dtype and --state-dtype"
             )
     if rendering.format in ("tree", "md", "repr", "html", "chrome-trace"):
         raise OpcountError("LLM phases print table, json or csv (tree/md/repr/html/chrome-trace are for whole models)")
@@ -182,11 +206,11 @@ def check(flags: LLMOptions, options: Options) -> Precision:
     _check_columns(rendering, options.hardware is not None, bool(flags.sweep))
     deploy.check(flags, options.hardware is not None, options.hardware.spec if options.hardware else None)
     try:
-        precision = Precision(flags.weight_dtype, flags.act_dtype, flags.kv_dtype)
+        precision = Precision(flags.weight_dtype, flags.act_dtype, flags.kv_dtype, flags.state_dtype)
     except WeightAssignmentError as e:
         raise OpcountError(f"--weight-dtype: {e}") from None
     except OpcountError as e:
-        raise OpcountError(f"{e} (--weight-dtype, --act-dtype, --kv-dtype)") from None
+        raise OpcountError(f"{e} (--weight-dtype, --act-dtype, --kv-dtype, --state-dtype)") from None
     spec = options.hardware.spec if options.hardware else None
     refused = None if spec is None else spec.refuses_products_in(precision.act)
     if refused is not None:  # refused before a model is built, naming the flag

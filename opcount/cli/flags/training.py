@@ -96,7 +96,9 @@ def check(options: Options) -> None:
 
 def check_llm(flags: LLMOptions) -> None:
     """``--mode train`` on the LLM path: one step of ``--batch`` x ``--seq-len`` tokens, no inference flag."""
-    inference = [f for f in flags.given if f in ("--phase", "--kv-len", "--gen-len", "--kv-dtype", "--sweep")]
+    inference = [
+        f for f in flags.given if f in ("--phase", "--kv-len", "--gen-len", "--kv-dtype", "--state-dtype", "--sweep")
+    ]
     if inference:
         raise OpcountError(
             f"{inference[0]} is for inference phases: --mode train traces one training step of --batch x --seq-len tokens"

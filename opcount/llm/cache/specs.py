@@ -12,8 +12,9 @@ Each layer's cache is one of (``layer_type``, what one sequence holds):
   DeepSeek sparse attention's layers (``indexed_attention``) hold the same and their indexer's
   keys besides, reported as ``indexer_keys`` and stored in float8 with scales (:mod:`.indexed`);
 - ``state``: a state-space or linear-attention layer's conv and recurrent states, a fixed size
-  per sequence whatever the context (a part the model keeps in float32, RWKV-4's and Griffin's,
-  is held and priced in float32 whatever the KV dtype);
+  per sequence whatever the context, each part in its own dtype (:mod:`.state_dtypes`: the conv
+  states in the model's, the recurrent ones in the state dtype, a part the model keeps in float32
+  in float32), not the KV dtype;
 - ``none``: a layer that keeps nothing of its own (an MLP-only layer, a layer reusing another's KV).
 
 A layer running attention and a state-space mixer side by side (Falcon-H1, Zamba2's ``hybrid``)
@@ -54,10 +55,11 @@ from ..models.build import kv_geometry
 from .griffin import FLOAT32_STATES as GRIFFIN_FLOAT32
 from .griffin import griffin_phase, griffin_states, restored
 from .lightning import lightning_cache, lightning_states
-from .names import FLOAT32_STATE, KV_PREFIX
+from .names import CONV_STATE, FLOAT32_STATE, KV_PREFIX, RECURRENT_STATE
 from .probe import KVShape, ProbedCache, StateShapes, probe_cache
 from .rwkv import FLOAT32_PARTS as RWKV_FLOAT32
 from .rwkv import rwkv_phase, rwkv_states
+from .state_dtypes import configured, kept_float32
 from .xlstm import xlstm_cache, xlstm_states
 
 FULL, SLIDING, CHUNKED, LATENT, STATE, NONE = (
@@ -83,7 +85,8 @@ _ATTENTION = {
 @dataclass(frozen=True)
 class LayerCache:
     """One layer's cache: ``token_elements`` per position held, ``state_elements`` per sequence
-    (``float32_elements`` of them kept in float32 by the model, whatever the KV dtype), and the
+    (``conv_elements`` of them conv states, ``float32_elements`` recurrent states the model keeps in
+    float32, the rest recurrent states: :mod:`.state_dtypes`), and the
     window (sliding) or chunk (chunked) size; a latent layer's ``rank`` (its cache one tensor, the
     latent then the rope key); a DSA layer's ``index_elements`` (its indexer key per position) and
     the ``topk`` tokens it attends to."""
@@ -94,6 +97,7 @@ class LayerCache:
     state_elements: int = 0
     window: int = 0
     float32_elements: int = 0
+    conv_elements: int = 0
     index_elements: int = 0
     topk: int = 0
     rank: int = 0
@@ -133,6 +137,7 @@ class CacheSpecs:
     kv_shapes: tuple[KVShape | None, ...] = ()
     # per layer: which of its recurrent states the model keeps in float32 (by their index)
     float32: tuple[frozenset[int], ...] = ()
+    state_dtype: str | None = None  # the recurrent states' dtype the config sets (.state_dtypes.configured)
 
     def by_type(self, kv_len: int, seq_len: int, batch: int) -> dict[str, int]:
         """Elements held per layer type, types in the order they first appear (a layer running
@@ -149,13 +154,18 @@ class CacheSpecs:
     def elements(self, kv_len: int, seq_len: int, batch: int) -> int:
         return sum(self.by_type(kv_len, seq_len, batch).values())
 
-    def bytes_by_type(self, kv_len: int, seq_len: int, batch: int, itemsize: float) -> dict[str, int]:
-        """Bytes held per layer type, ``itemsize`` bytes per element of the KV dtype but 4 for a
-        state part the model keeps in float32; DSA's indexer keys in their own format (:mod:`.indexed`)."""
-        out = {k: n * itemsize for k, n in self.by_type(kv_len, seq_len, batch).items()}
-        wide = batch * sum(layer.float32_elements for layer in self.layers)
-        if wide:
-            out[STATE] += wide * (4 - itemsize)
+    def bytes_by_type(
+        self, kv_len: int, seq_len: int, batch: int, itemsize: float, *, conv: float, state: float
+    ) -> dict[str, int]:
+        """Bytes held per layer type: ``itemsize`` bytes per element of the KV dtype, a state's conv
+        parts ``conv`` bytes and its recurrent parts ``state`` bytes (4 for a part the model keeps in
+        float32); DSA's indexer keys in their own format (:mod:`.indexed`)."""
+        counts = self.by_type(kv_len, seq_len, batch)
+        out = {k: n * itemsize for k, n in counts.items()}
+        if STATE in counts:
+            convs = batch * sum(x.conv_elements for x in self.layers)
+            wide = batch * sum(x.float32_elements for x in self.layers)
+            out[STATE] = convs * conv + (counts[STATE] - convs - wide) * state + wide * 4
         keys = sum(index_key_bytes(x.index_elements) * x.positions(kv_len, seq_len) for x in self.layers)
         if keys:
             out[INDEXER_KEYS] = batch * keys
@@ -231,7 +241,7 @@ def cache_specs(model: nn.Module, c: Any, routing: Routing = contextlib.nullcont
             )
     probed = _probed(model, c, routing, needed=any(t in _STATE_TYPES for t, _ in types))
     states = probed.states
-    wide = GRIFFIN_FLOAT32 if griffin_states(model) else frozenset[int]()
+    wide = GRIFFIN_FLOAT32 if griffin_states(model) else kept_float32(c)
     layers: list[LayerCache] = []
     shapes: list[KVShape | None] = []
     for index, (layer_type, kwargs) in enumerate(types):
@@ -250,18 +260,12 @@ def cache_specs(model: nn.Module, c: Any, routing: Routing = contextlib.nullcont
             shape = probed.kv.get(index) or _config_shape(c)
             shapes[-1] = shape
             window = int(kwargs.get("sliding_window") or 0)
-            wide_state = _size(states[index], wide) if state else 0
+            parts = _parts(states[index], wide) if state else {}
             layers.append(
-                LayerCache(
-                    _ATTENTION[layer_type],
-                    shape.elements,
-                    state_elements=state,
-                    window=window,
-                    float32_elements=wide_state,
-                )
+                LayerCache(_ATTENTION[layer_type], shape.elements, state_elements=state, window=window, **parts)
             )
         elif layer_type in _STATE_TYPES:
-            layers.append(LayerCache(STATE, state_elements=state, float32_elements=_size(states[index], wide)))
+            layers.append(LayerCache(STATE, state_elements=state, **_parts(states[index], wide)))
         elif layer_type == INDEXED:
             layers.append(_indexed(lc, indexed[index]))
         elif layer_type == "dummy":
@@ -271,9 +275,8 @@ def cache_specs(model: nn.Module, c: Any, routing: Routing = contextlib.nullcont
                 f"{name}: layer {index} has a cache of type {layer_type!r}, which opcount does not model"
             )
     ordered = tuple(states.get(i, StateShapes((), ())) for i in range(len(layers)))
-    return CacheSpecs(
-        tuple(layers), ordered, tuple(shapes), tuple(wide if i in states else frozenset() for i in range(len(layers)))
-    )
+    float32 = tuple(wide if i in states else frozenset() for i in range(len(layers)))
+    return CacheSpecs(tuple(layers), ordered, tuple(shapes), float32, configured(c))
 
 
 def _recurrent_specs(model: nn.Module, c: Any) -> CacheSpecs | None:
@@ -284,19 +287,20 @@ def _recurrent_specs(model: nn.Module, c: Any) -> CacheSpecs | None:
         recurrent, float32 = rwkv_states(model), RWKV_FLOAT32
     if not recurrent:
         return None
-    layers = tuple(
-        LayerCache(STATE, state_elements=_size(s), float32_elements=_size(s, float32)) for s in recurrent.values()
-    )
+    layers = tuple(LayerCache(STATE, state_elements=_size(s), **_parts(s, float32)) for s in recurrent.values())
     return CacheSpecs(layers, tuple(recurrent.values()), float32=tuple(float32 for _ in recurrent))
 
 
-def _size(shapes: StateShapes, float32: frozenset[int] | None = None) -> int:
-    """Elements per sequence of a layer's conv and recurrent states; with ``float32``, those of the
-    recurrent states of these indices only."""
-    conv, recurrent = shapes
-    if float32 is None:
-        return sum(math.prod(s) for s in (*conv, *recurrent))
-    return sum(math.prod(s) for i, s in enumerate(recurrent) if i in float32)
+def _size(shapes: StateShapes) -> int:
+    """Elements per sequence of a layer's conv and recurrent states."""
+    return sum(math.prod(s) for s in (*shapes.conv, *shapes.recurrent))
+
+
+def _parts(shapes: StateShapes, float32: frozenset[int]) -> dict[str, int]:
+    """A state layer's elements per sequence held apart: its conv states, and its recurrent states of
+    the indices ``float32`` (kept in float32)."""
+    wide = sum(math.prod(s) for i, s in enumerate(shapes.recurrent) if i in float32)
+    return {"conv_elements": sum(math.prod(s) for s in shapes.conv), "float32_elements": wide}
 
 
 def _latent(name: str, index: int, layer_type: str, kwargs: dict[str, Any], c: Any, state: int) -> LayerCache:
@@ -421,12 +425,12 @@ def _hold_state(
     conv, recurrent = shapes
     named: dict[str, torch.Tensor] = {}
     for i, shape in enumerate(conv):
-        named[f"conv{i}"] = layer.conv_states[i] = torch.empty((batch, *shape), dtype=dtype, device="meta")
+        named[f"{CONV_STATE}{i}"] = layer.conv_states[i] = torch.empty((batch, *shape), dtype=dtype, device="meta")
         layer.conv_kernel_size[i] = shape[-1]
         layer.is_conv_states_initialized[i] = True
     for i, shape in enumerate(recurrent):
         wide = i in float32
-        name = f"state{i}{FLOAT32_STATE if wide else ''}"
+        name = f"{RECURRENT_STATE}{i}{FLOAT32_STATE if wide else ''}"
         held = torch.empty((batch, *shape), dtype=torch.float32 if wide else dtype, device="meta")
         named[name] = layer.recurrent_states[i] = held
         layer.is_recurrent_states_initialized[i] = True

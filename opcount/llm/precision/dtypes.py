@@ -1,4 +1,4 @@
-"""What each tensor of an LLM is stored in, by role: weights, activations, KV cache.
+"""What each tensor of an LLM is stored in, by role: weights, activations, KV cache, recurrent state.
 
 Weights are stored per module (:mod:`opcount.llm.precision.assignments`: a default and ``PATTERN=FORMAT``
 assignments, e.g. ``experts=mxfp4`` with bfloat16 elsewhere), each format with its scales (and
@@ -14,8 +14,15 @@ bits (the activations' float dtype, bfloat16 under 8-bit activations), as these 
 The peak a phase runs at is the activation dtype's: w4a16 computes in 16 bits after
 dequantizing, w8a8 in int8, FP8 in the device's own FP8 encoding (OCP e4m3fn, or fnuz on an
 MI300X), and ``--act-dtype nvfp4`` / ``mxfp4`` (activations quantized to block-scaled FP4, each
-element with its share of the scales) at the FP4 tensor peak of a device that has one; the cache of
-4-bit activations stays in 16 bits unless ``kv`` names another dtype.
+element with its share of the scales) at the FP4 tensor peak of a device that has one.
+
+The KV cache is held in the model's dtype (:attr:`Precision.stored`: bfloat16 under 8- or 4-bit
+activations) unless ``kv`` names another, whatever the activations: vLLM's ``kv_cache_dtype="auto"``
+uses the model's data type (its ``CacheConfig``), and TensorRT-LLM's ``KvCacheConfig.dtype="auto"``
+follows the checkpoint's ``kv_cache_quant_algo``, not its weights' or activations' format; both take
+an FP8 cache when asked (``--kv-cache-dtype fp8``). A recurrent state's conv parts are
+held in the model's dtype and its recurrent parts in ``state`` (default: what the model's config sets,
+else the model's dtype), apart from the KV cache, as vLLM holds them (:mod:`..cache.state_dtypes`).
 
 A weight transformers keeps in float32 (a class's ``_keep_in_fp32_modules_strict``, or
 ``_keep_in_fp32_modules`` in float16: :mod:`.kept_float32`) is priced in float32 unless an
@@ -26,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
@@ -36,7 +43,8 @@ from ...hardware.lookup import DType, dtype_name
 from ...hardware.spec import SCALED_FP4, dtype_bytes
 from ...ir import DTYPE_BYTES, TensorSpec
 from ..attention.indexed import INDEX_BUFFER, element_bytes
-from ..cache.names import FLOAT32_STATE, KV_PREFIX
+from ..cache.names import CONV_STATE, FLOAT32_STATE, KV_PREFIX, RECURRENT_STATE, state_part
+from ..cache.state_dtypes import STATE_DTYPES
 from .assignments import WeightFormats, WeightSpec, quantizable
 from .formats import ALIASES, BITS, FORMATS, GROUP_SIZE, PLAIN, stacked_bytes
 from .kept_float32 import kept_in_float32
@@ -62,15 +70,19 @@ def canonical(dtype: DType, allowed: tuple[str, ...], role: str) -> str:
     text = str(dtype_name(dtype)).lower()
     name = ALIASES.get(text, text)
     if name not in allowed:
+        short = [a for a in ("bf16", "fp16", "fp8") if ALIASES[a] in allowed]
         raise OpcountValueError(
-            f"unknown {role} dtype {dtype!r}; choose one of {', '.join(allowed)} (or bf16, fp16, fp8)"
+            f"unknown {role} dtype {dtype!r}; choose one of {', '.join(allowed)} (or {', '.join(short)})"
         )
     return name
 
 
 @dataclass(frozen=True)
 class Precision:
-    """The dtype of each role; ``kv=None`` stores the cache in the activation dtype.
+    """The dtype of each role. ``kv=None`` holds the KV cache in the model's dtype (:attr:`stored`),
+    whatever the activations; ``state=None`` leaves a recurrent state's dtype to the model (what its
+    config sets, else the model's dtype: :meth:`with_state`, which a model built with this precision
+    applies).
 
     ``weight`` is one format (``"int4"``) or per-module assignments: ``["experts=mxfp4",
     "bfloat16"]`` or ``{"experts": "mxfp4"}`` (see :mod:`opcount.llm.precision.assignments`); it reads back
@@ -79,6 +91,7 @@ class Precision:
     weight: WeightSpec = "bfloat16"
     act: str = "bfloat16"
     kv: str | None = None
+    state: str | None = None
     weights: WeightFormats = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -86,13 +99,25 @@ class Precision:
         object.__setattr__(self, "weights", formats)
         object.__setattr__(self, "weight", formats.text())
         object.__setattr__(self, "act", canonical(self.act, ACT_DTYPES, "activation"))
-        # 4-bit activations leave the cache in 16 bits, as vLLM's kv_cache_dtype="auto" keeps the model's dtype
-        default_kv = self.stored if self.act in SCALED_FP4 else self.act
-        object.__setattr__(self, "kv", canonical(self.kv or default_kv, KV_DTYPES, "KV cache"))
+        # the model's dtype unless asked, as vLLM's and TensorRT-LLM's kv_cache_dtype "auto" (the module's docstring)
+        object.__setattr__(self, "kv", canonical(self.kv or self.stored, KV_DTYPES, "KV cache"))
+        if self.state is not None:
+            object.__setattr__(self, "state", canonical(self.state, STATE_DTYPES, "recurrent state"))
 
     @property
     def kv_dtype(self) -> str:
-        return self.kv or self.act
+        """The KV cache's dtype."""
+        return self.kv or self.stored
+
+    @property
+    def state_dtype(self) -> str:
+        """The dtype of a recurrent state's recurrent parts (its conv parts are in :attr:`stored`)."""
+        return self.state or self.stored
+
+    def with_state(self, configured: str | None) -> Precision:
+        """This precision with the recurrent state's dtype settled: the one given, else ``configured``
+        (what the model's config sets, :func:`..cache.state_dtypes.configured`), else the model's dtype."""
+        return replace(self, state=self.state or configured or self.stored)
 
     @property
     def traced(self) -> torch.dtype:
@@ -102,12 +127,16 @@ class Precision:
 
     @property
     def stored(self) -> str:
-        """The dtype of the parameters that are not quantized (embeddings, norms, the output projection)."""
+        """The model's dtype: that of the parameters that are not quantized (embeddings, norms, the
+        output projection) and, unless asked otherwise, of the caches."""
         return str(self.traced).removeprefix("torch.")
 
-    def label(self) -> str:
+    def label(self, cache: bool = True) -> str:
         """``w4a16``-style name (the format after it when its name is not the plain dtype's, the
-        assignments when the weights have several), with the cache's dtype when it differs."""
+        assignments when the weights have several), then the caches' dtypes where the activations'
+        do not say them: the KV cache's and a settled recurrent state's, each named unless it is the
+        activations' own 16- or 32-bit float (``w8a8, KV bfloat16``; ``w16a16, state float32``).
+        ``cache=False`` leaves them out (a training step holds no cache)."""
         formats, act = self.weights, BITS[self.act]
         if formats.assignments:
             spec = ", ".join(f"{p}={f}" for p, f in formats.assignments)
@@ -116,7 +145,9 @@ class Precision:
             text = f"w{BITS[formats.default]}a{act}"
             if formats.default in ("fp8-block", "mxfp4", "nvfp4"):
                 text += f" ({formats.default})"
-        return text if self.kv_dtype == self.act else f"{text}, KV {self.kv_dtype}"
+        said = self.act if self.act in PLAIN else None  # a16 says a 16-bit cache; a8 says nothing of it
+        named = [("KV", self.kv_dtype), ("state", self.state)] if cache else []
+        return ", ".join([text, *(f"{role} {dtype}" for role, dtype in named if dtype not in (None, said))])
 
 
 def weight_bytes(shape: tuple[int, ...], dtype: str, transposed: bool = False) -> int:
@@ -162,8 +193,13 @@ class Pricing:
             name: nbytes / max(1, math.prod(shapes[name])) for name, (_, nbytes) in formats.items() if name in shapes
         }
         self._act = dtype_bytes(precision.act)
-        self._kv = DTYPE_BYTES[precision.kv_dtype]
         self._other = DTYPE_BYTES[precision.stored]
+        self._cache = {  # a cache tensor by its part (cache.names.state_part; None: keys, values, latents)
+            None: DTYPE_BYTES[precision.kv_dtype],
+            CONV_STATE: self._other,
+            RECURRENT_STATE: DTYPE_BYTES[precision.state_dtype],
+            FLOAT32_STATE: 4,
+        }
 
     def __call__(self, spec: TensorSpec) -> float | None:
         if spec.dtype not in _FLOATING:
@@ -171,10 +207,10 @@ class Pricing:
         name = spec.param
         if name is None:
             return self._act
-        if name.startswith(KV_PREFIX + "."):  # DSA's indexer keys, a state part kept in float32: their own formats
+        if name.startswith(KV_PREFIX + "."):  # DSA's indexer keys in their own format, a state's parts in theirs
             if name.endswith("." + INDEX_BUFFER):
                 return element_bytes(spec.shape[-1])
-            return 4 if name.endswith(FLOAT32_STATE) else self._kv
+            return self._cache[state_part(name)]
         # an expert's slice of a fused stack (``experts.gate_up_proj[3]``, opcount.llm.moe.experts) is priced as its stack
         stack = name.partition("[")[0]
         other = 4 if stack in self._float32 else self._other  # kept in float32 as transformers loads it
