@@ -27,6 +27,7 @@ from ..llm.models.catalogue import config as catalogue_config
 from ..llm.models.local_config import looks_local, read_config, with_values
 from ..llm.phases import PhaseCost, PhaseRequest
 from ..llm.precision.assignments import WeightAssignmentError
+from ..llm.precision.dtypes import StateDtypeError
 from ..llm.sweep.figures import GenerationValues, PhaseValues
 from ..report.provenance import export_meta
 from ..units import si, size
@@ -107,6 +108,8 @@ def run(
         llm = CausalLM(cfg, wanted.precision)
     except WeightAssignmentError as e:  # a pattern no weight matches, a format a weight cannot take
         raise OpcountError(f"--weight-dtype: {e}") from None
+    except StateDtypeError as e:  # a model with no recurrent state
+        raise OpcountError(f"--state-dtype {flags.state_dtype}: {e}") from None
     except OpcountError as e:  # a config the model refuses: name the values that made it
         if not items:
             raise

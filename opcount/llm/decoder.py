@@ -27,7 +27,7 @@ from .models.build import build_on_meta, learned_positions
 from .models.composite import text_config
 from .moe.experts import Experts, expected_routing, find_experts
 from .moe.zero_experts import drop_unused
-from .precision.dtypes import Precision, Pricing, WeightTable, weight_table
+from .precision.dtypes import Precision, Pricing, StateDtypeError, WeightTable, weight_table
 
 
 class Decoder:
@@ -59,9 +59,9 @@ class Decoder:
         if any(layer.state_elements for layer in self.caches.layers):  # the state's dtype, settled for this model
             self.precision = self.precision.with_state(self.caches.state_dtype)
         elif self.precision.state is not None:  # a dtype nothing would be held in: refused, not ignored
-            raise OpcountValueError(
-                f"a recurrent state dtype ({self.precision.state}; --state-dtype) for {type(model).__name__}, "
-                "which holds no recurrent state (no state-space or linear-attention layer)"
+            raise StateDtypeError(
+                f"{type(model).__name__} holds no recurrent state (no state-space or linear-attention layer) "
+                f"to keep in {self.precision.state}"
             )
         self.weights: WeightTable = weight_table(model, self.precision)
         self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters

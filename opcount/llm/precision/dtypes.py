@@ -65,6 +65,10 @@ ACT_DTYPES = ("float32", "bfloat16", "float16", "float8_e4m3fn", "int8", *SCALED
 KV_DTYPES = ("float32", "bfloat16", "float16", "float8_e4m3fn", "int8")
 
 
+class StateDtypeError(OpcountValueError):
+    """A recurrent state's dtype given for a model that holds no recurrent state."""
+
+
 def canonical(dtype: DType, allowed: tuple[str, ...], role: str) -> str:
     """``dtype``'s canonical name, checked against what ``role`` may be stored in."""
     text = str(dtype_name(dtype)).lower()
