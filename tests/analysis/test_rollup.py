@@ -148,6 +148,7 @@ ALLOWED = {
     ("sparsity/roofline.py", "sparsity_roofline"): "a parameter name (module.param)",
     ("sparsity/pruning.py", "hit"): "a parameter name (module.param)",
     ("llm/precision/dtypes.py", "__call__"): "a buffer name under the KV cache prefix",
+    ("llm/cache/names.py", "state_part"): "a buffer name under the KV cache prefix (kv_cache.L.<part>)",
     ("llm/deploy/cache_shares.py", "part_of"): "a buffer name under the KV cache prefix (kv_cache.L.<part>)",
     ("llm/deploy/cache_shares.py", "buffers"): "a buffer name under the KV cache prefix",
     (

@@ -149,7 +149,9 @@ def test_nemotron_h_every_mixer_kind_split() -> None:
     norms = 4 * D + D  # each layer's norm, the final norm
     router_bytes = 4 * D * 4  # the router (4 x d), which transformers keeps in float32
     assert d.per_device.weights == (split / 2 + norms) * BYTES + router_bytes  # 91,704
-    assert d.per_device.kv_cache == MIXER_STATE / 2 + KV / 2
+    # the SSM state in float32, as the config's mamba_ssm_cache_dtype says; the conv state in bf16
+    state = (CONV * 4 * BYTES + HEADS * 16 * 8 * 4) * T
+    assert d.per_device.kv_cache == state / 2 + KV / 2
     macs_split = MIXER_MACS + 4 * 2 * 32 * D + T * shared + ATTENTION_MACS + T * mlp + LM_HEAD_MACS
     macs_whole = T * 4 * D
     assert d.matmul_flops == 2 * (macs_whole + macs_split / 2)  # 156,672
@@ -198,9 +200,9 @@ def test_kimi_linear_delta_attention_split_by_heads_mla_latent_whole() -> None:
     whole = kda_whole + mla_whole + 2 * 2 * D + D  # and the layers' norms, the final norm
     router_bytes = 4 * D * 4  # transformers keeps the router (4 x d) in float32
     assert d.per_device.weights == (split / 2 + whole) * BYTES + dt_bias_bytes / 2 + router_bytes  # 112,996
-    # the delta attention's conv state (192 channels x 4) and recurrent state (4 heads x 16 x 16), split by
-    # heads; the latent (32 + 8) of 8 positions whole on each rank
-    state = (3 * width * 4 + 4 * 16 * 16) * T * BYTES
+    # the delta attention's conv state (192 channels x 4, bf16) and recurrent state (4 heads x 16 x 16, in
+    # float32 as the model and vLLM keep it), split by heads; the latent (32 + 8) of 8 positions whole on each rank
+    state = (3 * width * 4 * BYTES + 4 * 16 * 16 * 4) * T
     latent = 40 * POS * T * BYTES
     assert cost.memory.kv_cache_by_type["state"] == state
     assert d.per_device.kv_cache == state / 2 + latent
