@@ -3,7 +3,8 @@
 transformers' plans (``base_model_tp_plan``) are written for its own training-time tensor parallelism:
 they leave some blocks of the models people serve unsplit (DeepSeek-V3's multi-head latent attention,
 GPT-OSS's attention and experts, linear attention and state-space mixers: :mod:`.mixers`), and some
-families have none (Mamba). vLLM splits them all by heads (or channels; for experts, each expert's intermediate channels). A
+families have none (GPT-2, Falcon, BLOOM, OPT and the other dense decoders of :mod:`.dense`; Mamba).
+vLLM splits them all by heads (or channels; for experts, each expert's intermediate channels). A
 :class:`.styles.Supplement` says, for one block of one family (``config.model_type``), which of its
 children vLLM splits column-wise or row-wise, which it runs whole on every rank (``replicate``), and the
 vLLM source that does so.
@@ -11,24 +12,44 @@ vLLM source that does so.
 :func:`engine_plan` returns the plan a layout follows: transformers' own, plus each supplement whose
 block transformers' plan does not split (no column-wise and row-wise child in any layer), its entries
 replacing the plan's for the same children. A supplement never overrides a block transformers splits; a
-model with neither (GPT-2) keeps an empty plan and ``--tp`` refuses it. :data:`HEAD_FIELDS` names the
-head counts ``--tp`` must divide beyond the attention's.
+model with neither (GPT-Neo, which vLLM does not run) keeps an empty plan and ``--tp`` refuses it.
+:data:`HEAD_FIELDS` names the head counts ``--tp`` must divide beyond the attention's, and
+:func:`refusal` says why a family opcount otherwise splits is refused for one config.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from torch import nn
 
 from ...models.composite import text_config
+from .dense import DENSE, REFUSALS
 from .mixers import HEAD_FIELDS as HEAD_FIELDS
-from .mixers import SUPPLEMENTS as SUPPLEMENTS
-from .styles import EXPERTS, WHOLE, Supplement
+from .mixers import SUPPLEMENTS as MIXERS
+from .styles import EXPERTS, UNREDUCED, WHOLE, Supplement
 
-__all__ = ["HEAD_FIELDS", "SUPPLEMENTS", "Supplement", "engine_plan"]
+__all__ = ["HEAD_FIELDS", "SUPPLEMENTS", "Supplement", "engine_plan", "refusal"]
+
+# config.model_type -> the blocks vLLM splits that transformers' plan leaves whole (a function of the
+# config where they depend on it: Falcon's one all-reduce a layer with parallel attention)
+SUPPLEMENTS: dict[str, tuple[Supplement, ...] | Callable[[Any], tuple[Supplement, ...]]] = {**MIXERS, **DENSE}
+
+
+def supplements(config: Any) -> tuple[Supplement, ...]:
+    """The supplements of the family of ``config`` (the decoder's, :func:`.models.composite.text_config`)."""
+    c = text_config(config)
+    found = SUPPLEMENTS.get(str(getattr(c, "model_type", None)), ())
+    return found(c) if callable(found) else found
+
+
+def refusal(config: Any, tp: int) -> str | None:
+    """Why ``--tp tp`` is refused for ``config``'s family though opcount splits it, naming the field; None if not."""
+    c = text_config(config)
+    check = REFUSALS.get(str(getattr(c, "model_type", None)))
+    return check(c, tp) if check is not None and tp > 1 else None
 
 
 def engine_plan(model: nn.Module, config: Any) -> tuple[dict[str, str], list[str]]:
@@ -39,8 +60,7 @@ def engine_plan(model: nn.Module, config: Any) -> tuple[dict[str, str], list[str
     modules = [n for n, _ in model.named_modules()]
     names = modules + [n for n, _ in model.named_parameters()]
     sources = []
-    model_type = str(getattr(text_config(config), "model_type", None))
-    for supplement in SUPPLEMENTS.get(model_type, ()):
+    for supplement in supplements(config):
         blocks = _blocks(supplement.block, modules)
         if not blocks:
             continue
@@ -80,7 +100,7 @@ def _splits(plan: Mapping[str, str], blocks: list[str], names: list[str]) -> boo
             style = next((v for p, v in compiled if p.match(name)), None)
             if style in ("colwise", "packed_colwise"):
                 kinds.add("col")
-            elif style in ("rowwise", "rowwise_split_input", "rowwise_rep", "packed_rowwise"):
+            elif style in ("rowwise", "rowwise_split_input", "rowwise_rep", "packed_rowwise", UNREDUCED):
                 kinds.add("row")
         if kinds == {"col", "row"}:
             return True

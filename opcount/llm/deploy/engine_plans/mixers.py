@@ -1,6 +1,6 @@
 """The engine plans of the blocks beyond a dense attention and MLP: multi-head latent attention (DeepSeek-V3
 and the families built as it), GPT-OSS's attention with sinks and its experts, Qwen3-Next's and Qwen3.5's
-gated DeltaNet, Mamba's, Mamba-2's and Jamba's mixers; the Mamba-2 hybrids' mixers,
+gated DeltaNet, Mamba's (and FalconMamba's), Mamba-2's and Jamba's mixers; the Mamba-2 hybrids' mixers,
 attention and MLPs (Bamba, Falcon-H1, Granite-4's GraniteMoeHybrid, Nemotron-H, Zamba2's shared block) and
 Kimi-Linear's delta attention and MLA. transformers' plans leave these blocks whole (or give the family no
 plan); vLLM splits them by heads (or channels; for experts, each expert's intermediate channels).
@@ -252,6 +252,9 @@ SUPPLEMENTS: dict[str, tuple[Supplement, ...]] = {
     "qwen3_5_moe_text": (_QWEN3_5_DELTANET,),
     "mamba2": (_MAMBA2_MIXER, *_VOCAB),  # transformers gives Mamba and Mamba-2 no plan
     "mamba": (Supplement("layers.*.mixer", _MAMBA_MIXER, _MAMBA_SOURCE), *_VOCAB),
+    # vLLM runs FalconMamba as Mamba (vllm/model_executor/models/registry.py), its weightless RMS norms of
+    # dt, B and C on x_proj's whole output (MambaMixer's use_rms_norm, rms_norm_has_weight=False)
+    "falcon_mamba": (Supplement("layers.*.mixer", _MAMBA_MIXER, _MAMBA_SOURCE), *_VOCAB),
     "jamba": _JAMBA,
     "bamba": _mamba2_hybrid("bamba", "BambaMixerDecoderLayer", "BambaAttentionDecoderLayer", "BambaMLP"),
     "falcon_h1": _mamba2_hybrid("falcon_h1", "FalconH1SSMDecoderLayer", "FalconH1AttentionDecoderLayer", "FalconH1MLP"),
@@ -268,6 +271,7 @@ HEAD_FIELDS: dict[str, tuple[str, ...]] = {
     "qwen3_5_moe_text": ("linear_num_key_heads", "linear_num_value_heads"),
     "mamba2": ("num_heads", "n_groups"),
     "mamba": ("intermediate_size",),
+    "falcon_mamba": ("intermediate_size",),
     # vLLM copies a Mamba-2 mixer's groups when --tp does not divide them: opcount does not model that
     "bamba": ("mamba_n_heads", "mamba_n_groups"),
     "falcon_h1": ("mamba_n_heads", "mamba_n_groups"),
