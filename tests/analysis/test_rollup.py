@@ -152,10 +152,13 @@ ALLOWED = {
     ("llm/deploy/cache_shares.py", "part_of"): "a buffer name under the KV cache prefix (kv_cache.L.<part>)",
     ("llm/deploy/cache_shares.py", "buffers"): "a buffer name under the KV cache prefix",
     (
-        "llm/deploy/engine_plans.py",
+        "llm/deploy/engine_plans/__init__.py",
         "_concrete",
     ): "a tensor-parallel plan's dotted key, as transformers' tp_plan writes it",
-    ("llm/deploy/engine_plans.py", "_splits"): "module names of named_modules() against a tp_plan's keys, not a trace",
+    (
+        "llm/deploy/engine_plans/__init__.py",
+        "_splits",
+    ): "module names of named_modules() against a tp_plan's keys, not a trace",
     ("llm/kernels/groups.py", "_expert_key"): "a weight's name inside an experts module, less the expert's index",
     ("llm/moe/experts.py", "_parent"): "a module name of named_modules() on a model being prepared, not a trace",
     ("llm/moe/experts.py", "find_experts"): "module names of named_modules() on a model being prepared, not a trace",

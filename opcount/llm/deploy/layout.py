@@ -11,9 +11,11 @@ module): a weight in the plan is split ``tp`` ways, any other is replicated; the
 ``colwise`` and a ``rowwise`` module (attention, MLP) runs on a ``1 / tp`` slice of its heads or
 channels; a ``rowwise`` module's output is all-reduced, a ``colwise_gather_output`` one's
 (vocab-parallel logits) all-gathered. A style opcount does not know is an error naming the module.
-Where transformers' plan leaves a block of a served family whole, :mod:`.engine_plans` completes it as
-vLLM splits it; a module run whole on every rank inside a split block (an MLA latent's projection,
-DSA's indexer) keeps all of its work.
+Where transformers' plan leaves a block of a served family whole (or the family has no plan: GPT-2),
+:mod:`.engine_plans` completes it as vLLM splits it; a module run whole on every rank inside a split block
+(an MLA latent's projection, DSA's indexer) keeps all of its work. A ``rowwise_unreduced`` module is split
+as a row-wise one but its output is reduced with a later row-wise module's (Falcon's parallel attention
+and MLP: one all-reduce a layer).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from torch import nn
 
 from ...errors import OpcountError, OpcountValueError
 from ..models.composite import text_config
-from .engine_plans import HEAD_FIELDS, engine_plan
+from .engine_plans import HEAD_FIELDS, engine_plan, refusal
+from .engine_plans.styles import UNREDUCED
 
 MAX_DEGREE = 65536  # devices in one dimension of a layout: more than any cluster built
 
@@ -35,7 +38,9 @@ MAX_DEGREE = 65536  # devices in one dimension of a layout: more than any cluste
 # at inference: split the weight, then all-reduce or all-gather the output, or keep it whole.
 SPLIT_REDUCE = frozenset({"rowwise", "rowwise_split_input", "rowwise_rep", "embedding_rowwise", "packed_rowwise"})
 SPLIT_GATHER = frozenset({"colwise_gather_output", "colwise_rep", "embedding_colwise"})
-SPLIT = frozenset({"colwise", "packed_colwise", "local_params"}) | SPLIT_REDUCE | SPLIT_GATHER
+# row-wise, the output reduced later with another row-wise module's (vLLM's reduce_results=False)
+ROW_SPLIT = SPLIT_REDUCE | {UNREDUCED}
+SPLIT = frozenset({"colwise", "packed_colwise", "local_params"}) | ROW_SPLIT | SPLIT_GATHER
 EXPERTS = "moe_tp_experts"  # the experts' block: each device runs its slice of every expert, all-reduced
 REDUCE = frozenset({"all_reduce", EXPERTS})  # the output all-reduced, the weights split by their own entries
 # mla_kv_a_proj: an MLA latent's projection, whole on every rank (transformers 5.24's
@@ -152,8 +157,8 @@ class Sharding:
         for parent, module in modules.items():
             for child, _ in module.named_children():
                 s = styles.get(f"{parent}.{child}" if parent else child)
-                if s in SPLIT_REDUCE or s in ("colwise", "packed_colwise"):
-                    kinds.setdefault(parent, set()).add("row" if s in SPLIT_REDUCE else "col")
+                if s in ROW_SPLIT or s in ("colwise", "packed_colwise"):
+                    kinds.setdefault(parent, set()).add("row" if s in ROW_SPLIT else "col")
             for param, _ in module.named_parameters(recurse=False):
                 owner[f"{parent}.{param}" if parent else param] = parent
         regions = frozenset({p for p, k in kinds.items() if k == {"row", "col"}} | experts)
@@ -163,7 +168,7 @@ class Sharding:
         """Whether tensor parallelism splits ``parameter`` (its own entry, or its module's)."""
         own = self.styles.get(parameter)
         style = own or self.styles.get(self.owner.get(parameter, ""))
-        if own is None and style in SPLIT_REDUCE and parameter.endswith(".bias"):
+        if own is None and style in ROW_SPLIT and parameter.endswith(".bias"):
             return False  # a row-wise module's bias is whole on every rank, added once after the reduce
         return style in SPLIT
 
@@ -204,8 +209,10 @@ def check_layout(model: nn.Module, config: Any, layout: Parallel, sharding: Shar
     name = type(config).__name__
     if layout.tp > 1:
         if not sharding.styles:
+            family = getattr(text_config(config), "model_type", None)
             raise OpcountValueError(
-                f"--tp {layout.tp}: {type(model).__name__} has no tensor-parallel plan (tp_plan) in transformers: "
+                f"--tp {layout.tp}: {type(model).__name__} has no tensor-parallel plan (tp_plan) in transformers and "
+                f"opcount no engine plan for its family ({family!r}; those vLLM splits are listed in docs/deploy.md): "
                 "opcount does not guess which weights to split"
             )
         if not sharding.regions:  # e.g. GPT-OSS in transformers 5: the vocabulary tables alone, every layer replicated
@@ -222,6 +229,9 @@ def check_layout(model: nn.Module, config: Any, layout: Parallel, sharding: Shar
                     f"--tp {layout.tp}: does not divide {type(c).__name__}'s {field_name} ({count}): opcount splits "
                     "them evenly over the devices, as vLLM does where it can, and models no other layout"
                 )
+        why = refusal(config, layout.tp)
+        if why is not None:
+            raise OpcountValueError(f"--tp {layout.tp}: {why}")
     layers = getattr(config, "num_hidden_layers", None)
     if isinstance(layers, int) and layout.pp > layers:
         raise OpcountValueError(f"--pp {layout.pp}: more pipeline stages than the {layers} layers of {name}")

@@ -1,45 +1,14 @@
-"""Tensor-parallel plans as serving engines shard the blocks transformers' ``tp_plan`` leaves whole.
-
-transformers' plans (``base_model_tp_plan``) are written for its own training-time tensor parallelism
-and leave some blocks of the models people serve unsplit: DeepSeek-V3's multi-head latent attention,
-GPT-OSS's attention and experts, Qwen3-Next's and Qwen3.5's gated DeltaNet, Mamba's, Mamba-2's and
-Jamba's mixers; the Mamba-2 hybrids' mixers, attention and MLPs (Bamba, Falcon-H1, Granite-4's
-GraniteMoeHybrid, Nemotron-H, Zamba2's shared block) and Kimi-Linear's delta attention and MLA. vLLM splits
-them by heads (or channels; for experts, each expert's intermediate channels). A :class:`Supplement` says, for one
-block of one family (``config.model_type``), which of its children vLLM splits column-wise or
-row-wise, which it runs whole on every rank (``replicate``), and the vLLM source that does so.
-
-:func:`engine_plan` returns the plan a layout follows: transformers' own, plus each supplement whose
-block transformers' plan does not split (no column-wise and row-wise child in any layer), its entries
-replacing the plan's for the same children. A supplement never overrides a
-block transformers splits; a model with neither (GPT-2) keeps an empty plan and ``--tp`` refuses it.
+"""The engine plans of the blocks beyond a dense attention and MLP: multi-head latent attention (DeepSeek-V3
+and the families built as it), GPT-OSS's attention with sinks and its experts, Qwen3-Next's and Qwen3.5's
+gated DeltaNet, Mamba's (and FalconMamba's), Mamba-2's and Jamba's mixers; the Mamba-2 hybrids' mixers,
+attention and MLPs (Bamba, Falcon-H1, Granite-4's GraniteMoeHybrid, Nemotron-H, Zamba2's shared block) and
+Kimi-Linear's delta attention and MLA. transformers' plans leave these blocks whole (or give the family no
+plan); vLLM splits them by heads (or channels; for experts, each expert's intermediate channels).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
-
-from torch import nn
-
-from ..models.composite import text_config
-
-COL, ROW, WHOLE = "colwise", "rowwise", "replicate"
-GATHER = "colwise_gather_output"  # split by output columns, the output gathered whole
-EXPERTS = "moe_tp_experts"
-
-
-@dataclass(frozen=True)
-class Supplement:
-    """One block's split as vLLM runs it: ``styles`` by child (a module or a parameter, relative to the
-    block), ``source`` the vLLM file and class that shards it so."""
-
-    block: str  # the block's name under the base model, ``*`` for a layer index
-    styles: Mapping[str, str]
-    source: str
-
+from .styles import COL, EXPERTS, GATHER, ROW, WHOLE, Supplement
 
 _MLA_ATTENTION = Supplement(
     "layers.*.self_attn",
@@ -283,6 +252,9 @@ SUPPLEMENTS: dict[str, tuple[Supplement, ...]] = {
     "qwen3_5_moe_text": (_QWEN3_5_DELTANET,),
     "mamba2": (_MAMBA2_MIXER, *_VOCAB),  # transformers gives Mamba and Mamba-2 no plan
     "mamba": (Supplement("layers.*.mixer", _MAMBA_MIXER, _MAMBA_SOURCE), *_VOCAB),
+    # vLLM runs FalconMamba as Mamba (vllm/model_executor/models/registry.py), its weightless RMS norms of
+    # dt, B and C on x_proj's whole output (MambaMixer's use_rms_norm, rms_norm_has_weight=False)
+    "falcon_mamba": (Supplement("layers.*.mixer", _MAMBA_MIXER, _MAMBA_SOURCE), *_VOCAB),
     "jamba": _JAMBA,
     "bamba": _mamba2_hybrid("bamba", "BambaMixerDecoderLayer", "BambaAttentionDecoderLayer", "BambaMLP"),
     "falcon_h1": _mamba2_hybrid("falcon_h1", "FalconH1SSMDecoderLayer", "FalconH1AttentionDecoderLayer", "FalconH1MLP"),
@@ -299,6 +271,7 @@ HEAD_FIELDS: dict[str, tuple[str, ...]] = {
     "qwen3_5_moe_text": ("linear_num_key_heads", "linear_num_value_heads"),
     "mamba2": ("num_heads", "n_groups"),
     "mamba": ("intermediate_size",),
+    "falcon_mamba": ("intermediate_size",),
     # vLLM copies a Mamba-2 mixer's groups when --tp does not divide them: opcount does not model that
     "bamba": ("mamba_n_heads", "mamba_n_groups"),
     "falcon_h1": ("mamba_n_heads", "mamba_n_groups"),
@@ -307,59 +280,3 @@ HEAD_FIELDS: dict[str, tuple[str, ...]] = {
     "kimi_linear": ("linear_num_heads",),
     "zamba2": ("n_mamba_heads", "mamba_ngroups"),
 }
-
-
-def engine_plan(model: nn.Module, config: Any) -> tuple[dict[str, str], list[str]]:
-    """transformers' plan for ``model`` with each block it leaves unsplit completed as vLLM splits it,
-    and the vLLM sources of the supplements applied. In a block transformers splits, a supplement
-    only adds what vLLM runs whole on every rank (a child the plan does not name)."""
-    plan = dict(getattr(model, "tp_plan", None) or getattr(model, "_tp_plan", None) or {})
-    model_type = str(getattr(text_config(config), "model_type", None))
-    modules = [n for n, _ in model.named_modules()]
-    names = modules + [n for n, _ in model.named_parameters()]
-    sources = []
-    for supplement in SUPPLEMENTS.get(model_type, ()):
-        blocks = _blocks(supplement.block, modules)
-        if not blocks:
-            continue
-        pattern = blocks[0][: len(blocks[0]) - len(_concrete(supplement.block, blocks[0]))] + supplement.block
-        if _splits(plan, blocks, names):
-            styles = {c: s for c, s in supplement.styles.items() if s == WHOLE and f"{pattern}.{c}" not in plan}
-        else:  # the supplement's entries replace the plan's for the same children (Qwen3-Next's gathered ones)
-            styles = dict(supplement.styles)
-        for child, style in styles.items():
-            plan[f"{pattern}.{child}" if child else pattern] = style
-        sources.append(supplement.source)
-    return plan, sources
-
-
-def _blocks(block: str, modules: Iterable[str]) -> list[str]:
-    """The modules named ``block`` (``*`` a layer index) under any prefix."""
-    pattern = re.compile(r"^(?:.*\.)?" + re.escape(block).replace(r"\*", r"\d+") + "$")
-    return [m for m in modules if pattern.match(m)]
-
-
-def _concrete(block: str, name: str) -> str:
-    """The tail of ``name`` that ``block`` matches (its layer index filled in)."""
-    depth = block.count(".") + 1
-    return ".".join(name.split(".")[-depth:])
-
-
-def _splits(plan: Mapping[str, str], blocks: list[str], names: list[str]) -> bool:
-    """Whether ``plan`` splits any of ``blocks``: a column-wise and a row-wise child, or an experts style."""
-    compiled = [(re.compile("^" + re.escape(k).replace(r"\*", r"\d+") + "$"), v) for k, v in plan.items()]
-    for block in blocks:
-        kinds = set()
-        for name in names:
-            if name == block and any(p.match(name) and v == EXPERTS for p, v in compiled):
-                return True
-            if not name.startswith(block + ".") or "." in name[len(block) + 1 :]:
-                continue
-            style = next((v for p, v in compiled if p.match(name)), None)
-            if style in ("colwise", "packed_colwise"):
-                kinds.add("col")
-            elif style in ("rowwise", "rowwise_split_input", "rowwise_rep", "packed_rowwise"):
-                kinds.add("row")
-        if kinds == {"col", "row"}:
-            return True
-    return False
