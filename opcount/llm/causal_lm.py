@@ -192,7 +192,8 @@ class CausalLM(Decoder):
         model, caches, dtype = self.model, self.caches, self.precision.traced
         seq_len, kv_len, batch = request.new_tokens, request.kv_len, request.batch
         lengths = cache_lengths(self.prefix, kv_len, seq_len)
-        with phase_cache(model, self.config, caches, batch, *lengths, dtype) as cache, new_positions_only(model):
+        step = request.phase == "decode"  # a recurrent layer's one-token update, even from an empty cache
+        with phase_cache(model, self.config, caches, batch, *lengths, dtype, step) as cache, new_positions_only(model):
             latents = {
                 i: layer.latent for i, layer in enumerate(cache.layers) if getattr(layer, "latent", None) is not None
             }
