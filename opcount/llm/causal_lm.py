@@ -28,6 +28,7 @@ from . import PHASES
 from .attention.indexed import sparse
 from .attention.latent import absorbed
 from .attention.prompt_tokens import cache_lengths, new_positions_only
+from .attention.rope import dynamic_rope
 from .attention.serving import serving_attention
 from .attention.windows import windowed_prefill
 from .cache.names import CACHE_NAMES
@@ -207,6 +208,7 @@ class CausalLM(Decoder):
                 absorbed(model, absorbing) as changed,
                 sparse(model, {i: cache.layers[i] for i in topk}, kv_len, seq_len, dtype),
                 windowed_prefill(model, {} if kv_len else caches.windows(), seq_len),
+                dynamic_rope(model, sum(lengths)),
             ):
                 if changed != len(absorbing):
                     raise OpcountError(
