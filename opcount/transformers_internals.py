@@ -41,6 +41,7 @@ _NAMES = {
     "MODEL_FOR_MASKED_LM_MAPPING": "transformers.MODEL_FOR_MASKED_LM_MAPPING",
     "PretrainedConfig": "transformers.PretrainedConfig",
     "PreTrainedModel": "transformers.PreTrainedModel",
+    "ROPE_INIT_FUNCTIONS": "transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS",
     "StaticCache": "transformers.StaticCache",
     "StaticSlidingWindowLayer": "transformers.cache_utils.StaticSlidingWindowLayer",
     "hf_logging": "transformers.utils.logging",

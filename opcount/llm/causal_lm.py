@@ -28,6 +28,7 @@ from . import PHASES
 from .attention.indexed import sparse
 from .attention.latent import absorbed
 from .attention.prompt_tokens import cache_lengths, new_positions_only
+from .attention.rope import dynamic_rope
 from .attention.serving import serving_attention
 from .attention.windows import windowed_prefill
 from .cache.names import CACHE_NAMES
@@ -195,7 +196,8 @@ class CausalLM(Decoder):
         model, caches, dtype = self.model, self.caches, self.precision.traced
         seq_len, kv_len, batch = request.new_tokens, request.kv_len, request.batch
         lengths = cache_lengths(self.prefix, kv_len, seq_len)
-        with phase_cache(model, self.config, caches, batch, *lengths, dtype) as cache, new_positions_only(model):
+        step = request.phase == "decode"  # a recurrent layer's one-token update, even from an empty cache
+        with phase_cache(model, self.config, caches, batch, *lengths, dtype, step) as cache, new_positions_only(model):
             latents = {
                 i: layer.latent for i, layer in enumerate(cache.layers) if getattr(layer, "latent", None) is not None
             }
@@ -209,6 +211,7 @@ class CausalLM(Decoder):
                 absorbed(model, absorbing) as changed,
                 sparse(model, {i: cache.layers[i] for i in topk}, kv_len, seq_len, dtype),
                 windowed_prefill(model, {} if kv_len else caches.windows(), seq_len),
+                dynamic_rope(model, sum(lengths)),
             ):
                 if changed != len(absorbing):
                     raise OpcountError(

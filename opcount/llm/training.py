@@ -30,6 +30,7 @@ from ..tracers.meta import TensorShape
 from ..training.saved import RECOMPUTE, SavedActivations, effective, layers_of, measure
 from ..training.states import OPTIMIZERS, ModelStates, model_states
 from ..training.step import StepTime, Throughput, forward_calls, gradient_sync, recomputed
+from .attention.rope import dynamic_rope
 from .causal_lm import CausalLM
 from .kernels.estimate import schedule_kernels
 from .precision.dtypes import Precision
@@ -122,7 +123,7 @@ def train_step(
     model = llm.model
     ids = TensorShape((batch, seq_len), dtype=torch.long)
     kwargs: dict[str, Any] = {"input_ids": ids, "labels": ids}
-    with llm.routing():
+    with llm.routing(), dynamic_rope(model, seq_len):
         flops = FlopCountAnalysis(
             model, (), kwargs, tracer="dispatch", mode="train", flops_per_mac=flops_per_mac, preset=preset
         )

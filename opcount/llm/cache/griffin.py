@@ -71,16 +71,16 @@ def restored(model: nn.Module) -> Iterator[dict[int, Any]]:
 
 
 @contextlib.contextmanager
-def griffin_phase(model: nn.Module, layers: list[Any], kv_len: int) -> Iterator[None]:
+def griffin_phase(model: nn.Module, layers: list[Any], step: bool) -> Iterator[None]:
     """Each recurrent block reads its state from the phase's cache ``layers`` (a prompt starts from
-    no RG-LRU state, as the model's scan does; its conv state is the prompt's last inputs) and writes
-    the new state into them in place at the end of its forward; its own state attributes are put
-    back afterwards."""
+    no RG-LRU state, as the model's scan does; its conv state is the prompt's last inputs; a decode
+    ``step`` reads the state held, a zero one in an empty cache) and writes the new state into them
+    in place at the end of its forward; its own state attributes are put back afterwards."""
     blocks = griffin_blocks(model)
     states: list[tuple[object, str, Any]] = []
     for i, block in blocks.items():
         conv, state = layers[i].conv_states[0], layers[i].recurrent_states[0]
-        states += [(block, "conv1d_state", conv), (block.rg_lru, "recurrent_states", state if kv_len else None)]
+        states += [(block, "conv1d_state", conv), (block.rg_lru, "recurrent_states", state if step else None)]
     with patched(states), contextlib.ExitStack() as hooks:
         for i, block in blocks.items():
             conv, state = layers[i].conv_states[0], layers[i].recurrent_states[0]

@@ -44,7 +44,7 @@ def lightning_states(model: nn.Module) -> dict[int, StateShapes]:
     }
 
 
-def lightning_cache(model: nn.Module, layers: list[Any], kv_len: int) -> Any | None:
+def lightning_cache(model: nn.Module, layers: list[Any], step: bool) -> Any | None:
     """The model's own cache class over the phase's cache ``layers``, its lightning layers' state
     being the recurrent state held in ``layers`` (written in place at the end of the step), or None
     for a model without lightning layers."""
@@ -60,8 +60,9 @@ def lightning_cache(model: nn.Module, layers: list[Any], kv_len: int) -> Any | N
     cache: Any = classes[0]()
     cache.layers = layers
     states: dict[int, torch.Tensor] = {i: layers[i].recurrent_states[0] for i in found}
-    # a prefill starts from no state (the blockwise form), a decode step from the state held
-    cache.linear_cache = [states.get(i) if kv_len else None for i in range(len(layers))]
+    # a prefill starts from no state (the blockwise form), a decode step from the state held (zero
+    # in an empty cache: still the one-token update, not the prompt's blocks)
+    cache.linear_cache = [states.get(i) if step else None for i in range(len(layers))]
 
     def write(layer_idx: int, state: torch.Tensor) -> None:
         states[layer_idx].copy_(state)

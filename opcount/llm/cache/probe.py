@@ -19,6 +19,7 @@ from torch import nn
 from ...errors import OpcountError
 from ...messages import first_line
 from ...tracing import trace
+from ..attention.rope import dynamic_rope
 from ..attention.serving import serving_attention
 
 Routing = Callable[[nn.Module], contextlib.AbstractContextManager[Any]]
@@ -74,7 +75,7 @@ def probe_cache(
         cache = DynamicCache(config=config)  # raises on a layer type transformers does not know
         if prepare is not None:
             prepare(cache)
-        with routing(model), serving_attention(model), torch.no_grad():
+        with routing(model), serving_attention(model), dynamic_rope(model, 1), torch.no_grad():
             # under the dispatch tracer, on shape-only tensors where they can follow: a quarter of
             # the plain meta forward's time on a 70B (torch's Python meta kernels run once per distinct call)
             trace(model, (), {"input_ids": tokens, "use_cache": True, cache_keyword(model): cache}, tracer="dispatch")

@@ -417,10 +417,10 @@ def _hold_tokens(
 
 
 def _hold_state(
-    layer: Any, shapes: StateShapes, batch: int, kv_len: int, dtype: torch.dtype, float32: frozenset[int]
+    layer: Any, shapes: StateShapes, batch: int, step: bool, dtype: torch.dtype, float32: frozenset[int]
 ) -> dict[str, torch.Tensor]:
     """Give the transformers linear-attention cache layer ``layer`` its conv and recurrent states
-    (with a previous state in decode), those of ``float32``'s indices in float32 and named so
+    (a previous state in a decode step), those of ``float32``'s indices in float32 and named so
     (:data:`.model.FLOAT32_STATE`). Returns the tensors to name."""
     conv, recurrent = shapes
     named: dict[str, torch.Tensor] = {}
@@ -435,18 +435,19 @@ def _hold_state(
         named[name] = layer.recurrent_states[i] = held
         layer.is_recurrent_states_initialized[i] = True
     for i in range(layer.number_of_states):
-        layer.has_previous_state[i] = kv_len > 0
+        layer.has_previous_state[i] = step
     layer.dtype, layer.device = dtype, torch.device("meta")
     return named
 
 
 @contextlib.contextmanager
 def phase_cache(
-    model: nn.Module, c: Any, specs: CacheSpecs, batch: int, kv_len: int, seq_len: int, dtype: torch.dtype
+    model: nn.Module, c: Any, specs: CacheSpecs, batch: int, kv_len: int, seq_len: int, dtype: torch.dtype, step: bool
 ) -> Iterator[Any]:
     """A transformers ``Cache`` holding, per layer, what engines hold for this phase (``c``: the
     decoder's config), its tensors registered as the model's buffers ``kv_cache.L.*`` for the block
-    (removed afterwards)."""
+    (removed afterwards). A decode ``step`` runs each recurrent layer's one-token update from the state
+    held, zero in an empty cache (vLLM's ``selective_state_update``), never a prompt's chunked scan."""
     from ... import transformers_internals
 
     cache_utils: Any = transformers_internals  # transformers leaves these classes' constructors unannotated
@@ -475,7 +476,7 @@ def phase_cache(
             tensors[INDEX_BUFFER] = hold_index_keys(made, batch, kv_len, seq_len, layer.index_elements, dtype)
         if layer.state_elements:
             tensors |= _hold_state(
-                made, shapes, batch, kv_len, dtype, specs.float32[index] if specs.float32 else frozenset()
+                made, shapes, batch, step, dtype, specs.float32[index] if specs.float32 else frozenset()
             )
         for name, t in tensors.items():
             slot.register_buffer(name, t, persistent=False)
@@ -483,11 +484,11 @@ def phase_cache(
         layers.append(made)
     if KV_PREFIX in model._modules:
         raise OpcountError(f"the model already has a submodule named {KV_PREFIX!r}")
-    with rwkv_phase(model, layers, seq_len) as rwkv, griffin_phase(model, layers, kv_len):
+    with rwkv_phase(model, layers, seq_len) as rwkv, griffin_phase(model, layers, step):
         cache = (
             rwkv
-            or lightning_cache(model, layers, kv_len)
-            or xlstm_cache(model, c, layers, kv_len)
+            or lightning_cache(model, layers, step)
+            or xlstm_cache(model, c, layers, kv_len, step)
             or cache_utils.Cache(layers=layers)
         )
         _known_length(cache, kv_len)

@@ -41,9 +41,10 @@ def _is_mlstm(m: Any) -> bool:
     return all(isinstance(getattr(m, a, None), int) for a in ("qk_dim", "v_dim")) and isinstance(m, nn.Module)
 
 
-def xlstm_cache(model: nn.Module, config: Any, layers: list[Any], kv_len: int) -> Any | None:
+def xlstm_cache(model: nn.Module, config: Any, layers: list[Any], kv_len: int, step: bool) -> Any | None:
     """The model's own cache over the phase's state ``layers`` (their recurrent states, which the
-    forward reads and then overwrites in place), or None for a model other than xLSTM."""
+    forward reads and then overwrites in place; a decode step's, a zero one in an empty cache,
+    is a state held), or None for a model other than xLSTM."""
     cache_class = _cache_class(model)
     if cache_class is None:
         return None
@@ -51,5 +52,5 @@ def xlstm_cache(model: nn.Module, config: Any, layers: list[Any], kv_len: int) -
     cache.config, cache.dtype, cache.layers = config, layers[0].dtype, layers
     cache.seqlen_offset = torch.tensor([kv_len])
     cache.rnn_state = {i: tuple(layer.recurrent_states[j] for j in range(3)) for i, layer in enumerate(layers)}
-    cache.rnn_state_initial = kv_len == 0
+    cache.rnn_state_initial = not step
     return cache
