@@ -25,6 +25,7 @@ import difflib
 import inspect
 import json
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -226,10 +227,17 @@ def check_output_paths(rendering: Rendering, output: str | None, plot: str | Non
         raise UsageError(
             f"--csv-meta describes a CSV export: add --format csv (the {rendering.format} format has none)"
         )
+    if rendering.csv_raw and rendering.format != "csv":
+        raise UsageError(f"--csv-raw writes CSV cells as they are: add --format csv (not {rendering.format})")
     for flag, value in (("-o", output), ("--plot", plot), ("--csv-meta", rendering.csv_meta)):
         if value is not None and not value.strip():  # -o "" (an unset shell variable) was taken as no -o at all
             raise UsageError(f"{flag} needs a file name, got {value!r}")
         if value and not Path(value).resolve().parent.is_dir():
+            if Path(value).is_symlink():  # written through, as a shell's > would: its target's folder is missing
+                target = Path(os.path.realpath(value))
+                raise UsageError(
+                    f"{flag} {value}: a link to {os.readlink(value)}, whose folder {str(target.parent)!r} does not exist"
+                )
             raise UsageError(f"{flag} {value}: no folder {str(Path(value).parent)!r} to write it in")
         if value and Path(value).is_dir():
             raise UsageError(f"{flag} {value}: a folder, not a file: name a file in it")

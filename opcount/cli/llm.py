@@ -231,7 +231,9 @@ def _single_report(llm: CausalLM, point: PointCost, rendering: Rendering, label:
     depth = 3 if rendering.depth is None else rendering.depth
     if rendering.format == "csv":
         write_csv_meta(rendering.csv_meta, meta)
-        return report.to_csv(p.flops, columns=columns, max_depth=rendering.depth, extra=extra).rstrip("\n")
+        return report.to_csv(
+            p.flops, columns=columns, max_depth=rendering.depth, extra=extra, raw=rendering.csv_raw
+        ).rstrip("\n")
     table = report.module_table(
         p.flops, columns=columns, max_depth=depth, extra=extra, show_param_shapes=rendering.param_shapes
     )
