@@ -54,8 +54,8 @@ def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
         overrides = hf_overrides(getattr(transformers, arch.config_class), items)
         try:
             config = catalogue_config(name, **overrides)
-        except Exception as e:  # the constructor refused a value, as for hf: below
-            raise invalid_config(spec, items, e) from None
+        except OpcountError as e:  # a value the constructor or the size limits refused, its message whole
+            raise OpcountError(f"{spec}{' with --hf-config ' + ', '.join(items) if items else ''}: {e}") from None
         return check_kept(spec, config, overrides), f"{name} ({source.split(' ')[0]})"
     name = spec.removeprefix("hf:")
     base = read_config(name) if looks_local(name) else None  # a config.json or a downloaded model's folder
