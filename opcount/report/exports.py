@@ -210,13 +210,18 @@ def csv_rows(
     run. ``raw=True`` writes every cell as it is, for tools that read the names back exactly. Numbers
     are never changed: ``-3`` stays a number."""
     names = names or {}
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
     cell = _as_cell if raw else _inert
-    writer.writerow([cell(names.get(f, f)) for f in fields])
-    for row in rows:
-        writer.writerow([cell(_csv_cell(f, row.get(f))) for f in fields])
-    return out.getvalue()
+    lines = [_csv_line([cell(names.get(f, f)) for f in fields])]
+    lines += [_csv_line([cell(_csv_cell(f, row.get(f))) for f in fields]) for row in rows]
+    return "".join(lines)
+
+
+def _csv_line(cells: Sequence[Any]) -> str:
+    """One CSV line ending in ``\n``. Written with ``\r\n`` as the writer's line end, whose characters it
+    quotes in a cell: with ``\n`` alone, a cell holding ``\r`` went unquoted and read back as two lines."""
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\r\n").writerow(cells)
+    return out.getvalue()[:-2] + "\n"
 
 
 def _as_cell(value: Any) -> Any:

@@ -48,8 +48,10 @@ class Label:
 def plain(text: str) -> str:
     """``text`` (a module's, model's or device's name) drawn as it reads. matplotlib draws what stands
     between two ``$`` as math (``$\\foo{x}$`` fails, ``price$5 .. $6`` turns italic), so every ``$`` is
-    escaped; a character no file can encode (a lone surrogate) is drawn as its escape, ``\\udcff``."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("$", r"\$")
+    escaped; a character no font draws (a tab, a lone surrogate that no file can encode either) is drawn
+    as its escape, ``\\t``, ``\\udcff``."""
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return shown.replace("$", r"\$")
 
 
 Box = tuple[float, float, float, float]  # x0, y0, x1, y1 in display pixels
