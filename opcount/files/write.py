@@ -88,7 +88,8 @@ def save_figure(figure: Any, path: str | os.PathLike[str], **options: Any) -> Pa
 
 def _new_file(target: Path) -> tuple[int, str]:
     """A new file beside ``target``, open for writing, and its name. Made with mode 0o666 so that the
-    umask decides its permissions, as for any new file (``tempfile`` would make it 0o600)."""
+    umask decides its permissions, as for any new file (``tempfile`` would make it 0o600). The folder must
+    take a new file: a writable file in a read-only folder is not written."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     for _ in range(_TRIES):
         name = str(target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp"))
@@ -96,6 +97,8 @@ def _new_file(target: Path) -> tuple[int, str]:
             return os.open(name, flags, 0o666), name
         except FileExistsError:
             continue
+        except OSError as e:  # a folder that takes no new file (read-only, /proc): the system's words alone misled
+            raise OSError(e.errno, f"{e.strerror} making a new file beside it in {target.parent}") from e
     raise FileExistsError(f"{target.parent}: no free name for a temporary file after {_TRIES} tries")
 
 
