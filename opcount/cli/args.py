@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import argparse
 import ast
-import difflib
-import inspect
 import json
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..llm.models.limits import MAX_POSITIONS
+from ..llm.models.fields import FieldError, check_field, defaults
+from ..llm.models.limits import MAX_POSITIONS, SizeError, check_values
 from ..messages import first_line
 from .options import Analysis, CompareOptions, HardwareChoice, Inputs, LLMOptions, Options, Rendering, columns_needing
 
@@ -226,10 +226,17 @@ def check_output_paths(rendering: Rendering, output: str | None, plot: str | Non
         raise UsageError(
             f"--csv-meta describes a CSV export: add --format csv (the {rendering.format} format has none)"
         )
+    if rendering.csv_raw and rendering.format != "csv":
+        raise UsageError(f"--csv-raw writes CSV cells as they are: add --format csv (not {rendering.format})")
     for flag, value in (("-o", output), ("--plot", plot), ("--csv-meta", rendering.csv_meta)):
         if value is not None and not value.strip():  # -o "" (an unset shell variable) was taken as no -o at all
             raise UsageError(f"{flag} needs a file name, got {value!r}")
         if value and not Path(value).resolve().parent.is_dir():
+            if Path(value).is_symlink():  # written through, as a shell's > would: its target's folder is missing
+                target = Path(os.path.realpath(value))
+                raise UsageError(
+                    f"{flag} {value}: a link to {os.readlink(value)}, whose folder {str(target.parent)!r} does not exist"
+                )
             raise UsageError(f"{flag} {value}: no folder {str(Path(value).parent)!r} to write it in")
         if value and Path(value).is_dir():
             raise UsageError(f"{flag} {value}: a folder, not a file: name a file in it")
@@ -303,11 +310,9 @@ def check_real_weights(label: str, on_meta: nn.Module, hint: str) -> None:
 def hf_overrides(config_class: type, items: Sequence[str]) -> dict[str, Any]:
     """``KEY=VALUE`` items as keyword arguments of ``config_class``, each value parsed with the
     type of the field's default (``n_layer=2`` -> 2, ``n_layer=abc`` refused)."""
-    try:
-        default = config_class()
-    except Exception:  # a config without defaults: values stay Python literals
-        default = None
+    default = defaults(config_class)  # None: a config without defaults, whose values stay Python literals
     found: dict[str, Any] = {}
+    typed: dict[str, str] = {}  # each field's item as typed, for its message
     owner = config_class.__name__
     for item in items:
         key, sep, text = (s.strip() for s in item.partition("="))
@@ -318,15 +323,20 @@ def hf_overrides(config_class: type, items: Sequence[str]) -> dict[str, Any]:
             raise UsageError(f"--hf-config {item}: a nested config's field is set as a dict: {outer}={example}")
         if not sep or not key.isidentifier():
             raise UsageError(f"malformed --hf-config {item!r}: expected KEY=VALUE")
-        if not _may_be_field(config_class, key):
-            what = "callable (a method)" if callable(getattr(config_class, key, None)) else "private"
-            raise UsageError(f"--hf-config {item}: {owner}.{key} is {what}: --hf-config sets the config's data fields")
-        if default is not None and not _is_field(default, config_class, key):
-            # a config keeps unknown keys as attributes that nothing reads: a typo would count the default model
-            close = difflib.get_close_matches(key, [k for k in vars(default) if not k.startswith("_")], n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else f" (see {owner}'s documentation for its fields)"
-            raise UsageError(f"--hf-config {item}: {owner} has no field {key!r}{hint}")
-        found[key] = _parse_value(owner, key, text, getattr(default, key, None))
+        value = _parse_value(owner, key, text, getattr(default, key, None))
+        try:  # a method, a private name, a misspelt field, a field that selects code: refused, named
+            check_field(config_class, key, value, default)
+        except FieldError as e:
+            raise UsageError(
+                f"--hf-config {item}: {e}" + (": --hf-config sets the config's data fields" if e.data_only else "")
+            ) from None
+        found[key] = value
+        typed[key] = item
+    for key, item in typed.items():
+        try:  # a zero size, before the constructor divides by it
+            check_values(config_class, found, default, keys=[key])
+        except SizeError as e:
+            raise UsageError(f"--hf-config {item}: {e}") from None
     return found
 
 
@@ -356,27 +366,6 @@ def check_kept(where: str, config: Any, overrides: dict[str, Any]) -> Any:
                 "other fields: see its documentation)"
             )
     return config
-
-
-def _may_be_field(config_class: type, key: str) -> bool:
-    """Not a private or dunder name, nor a method of the class (``to_dict``, ``__init__``): set as
-    a value, it would replace the method the model's code calls."""
-    if key in inspect.signature(config_class).parameters:
-        return True
-    return not key.startswith("_") and not callable(getattr(config_class, key, None))
-
-
-def _is_field(default: Any, config_class: type, key: str) -> bool:
-    """A data attribute of the default config (``hasattr`` alone would count its methods), one stored
-    under a private name (``attn_implementation`` as ``_attn_implementation``), or a constructor parameter."""
-    for name in (key, f"_{key}"):
-        try:
-            value = getattr(default, name)
-        except Exception:
-            continue
-        if not callable(value):
-            return True
-    return key in inspect.signature(config_class).parameters
 
 
 def _parse_value(owner: str, key: str, text: str, default: Any) -> Any:

@@ -203,6 +203,8 @@ def _to_csv(measured: list[Measured], columns: list[report.Column], rendering: R
     write_csv_meta(rendering.csv_meta, {**_shared_meta(measured), "models": {m.spec: _model_meta(m) for m in measured}})
     names = report.csv_fields(keys, measured[0].meta["flops_per_mac"])
     if rendering.by_operator:
-        return report.csv_rows(["model", "operator", *keys], _long_operator_rows(measured, columns), names)
+        return report.csv_rows(
+            ["model", "operator", *keys], _long_operator_rows(measured, columns), names, raw=rendering.csv_raw
+        )
     rows = [{"model": m.spec, **{c.key: report.export_number(m.total(c)) for c in columns}} for m in measured]
-    return report.csv_rows(["model", *keys], rows, names)
+    return report.csv_rows(["model", *keys], rows, names, raw=rendering.csv_raw)

@@ -55,8 +55,8 @@ def config_of(spec: str, items: Sequence[str]) -> tuple[Any, str]:
         overrides = hf_overrides(getattr(transformers, arch.config_class), items)
         try:
             config = catalogue_config(name, **overrides)
-        except Exception as e:  # the constructor refused a value, as for hf: below
-            raise invalid_config(spec, items, e) from None
+        except OpcountError as e:  # a value the constructor or the size limits refused, its message whole
+            raise OpcountError(f"{spec}{' with --hf-config ' + ', '.join(items) if items else ''}: {e}") from None
         return check_kept(spec, config, overrides), f"{name} ({source.split(' ')[0]})"
     name = spec.removeprefix("hf:")
     base = read_config(name) if looks_local(name) else None  # a config.json or a downloaded model's folder
@@ -234,7 +234,9 @@ def _single_report(llm: CausalLM, point: PointCost, rendering: Rendering, label:
     depth = 3 if rendering.depth is None else rendering.depth
     if rendering.format == "csv":
         write_csv_meta(rendering.csv_meta, meta)
-        return report.to_csv(p.flops, columns=columns, max_depth=rendering.depth, extra=extra).rstrip("\n")
+        return report.to_csv(
+            p.flops, columns=columns, max_depth=rendering.depth, extra=extra, raw=rendering.csv_raw
+        ).rstrip("\n")
     table = report.module_table(
         p.flops, columns=columns, max_depth=depth, extra=extra, show_param_shapes=rendering.param_shapes
     )

@@ -131,7 +131,7 @@ def sweep_report(points: Sequence[SweepRow], rendering: Rendering, label: str, m
             **SWEEP_CSV_NAMES,
             **deploy.SWEEP_CSV_NAMES,
         }
-        return report.csv_rows(header, flat, names=names).rstrip("\n")
+        return report.csv_rows(header, flat, names=names, raw=rendering.csv_raw).rstrip("\n")
     cells = [[_cell(h, r.get(h)) for h in header] for r in flat]
     unit = flops_unit(points[0].phase.flops_per_mac)  # a count's header says its unit
     shown = [unit if h == "flops" else h for h in header]

@@ -61,7 +61,7 @@ def by_operator(cost: PhaseCost, rendering: Rendering, meta: Mapping[str, Any], 
         write_csv_meta(rendering.csv_meta, meta)
         fields = ("operator", "calls", "flops", "bytes_eager", time, bound, "kernels")
         names = {"flops": unit.lower(), time: f"{time}_s", "kernels": f"{mode}_kernels"}
-        return report.csv_rows(fields, rows, names=names).rstrip("\n")
+        return report.csv_rows(fields, rows, names=names, raw=rendering.csv_raw).rstrip("\n")
     which = f"{mode}, single device" if single_device else mode
     headers = [
         "operator",

@@ -31,6 +31,7 @@ from typing import TextIO
 import torch
 
 from ..errors import OpcountError
+from ..files import printable, write_text
 from ..hardware.lookup import Hardware
 from ..llm.moe.experts import expected_routing
 from ..messages import one_line
@@ -69,9 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             output = options.output
         if output:
             with writing("-o", output):
-                Path(output).write_text(text + "\n", encoding="utf-8")
+                write_text(output, text + "\n")  # whole, or the file as it was
         else:
-            sys.stdout.write(text + "\n")
+            sys.stdout.write(printable(text + "\n", sys.stdout.encoding))
         return 0
     except SystemExit as e:  # --help and --version
         return int(e.code or 0)
@@ -167,7 +168,7 @@ def _profiled(loaded: Loaded, analyses: Analyses, options: Options, spinner: Pro
     if rendering.format == "json":
         return measured.to_json()
     if rendering.format == "csv":
-        return measured.to_csv("operators" if rendering.by_operator else "modules").rstrip("\n")
+        return measured.to_csv("operators" if rendering.by_operator else "modules", raw=rendering.csv_raw).rstrip("\n")
     depth = 3 if rendering.depth is None else rendering.depth
     return "\n\n".join([text, measured.summary(), measured.table(max_depth=depth), measured.table(by="operator")])
 

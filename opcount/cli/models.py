@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from ..llm.models.build import is_causal_lm, learned_positions
+from ..llm.models.fields import FieldError, check_no_hub_code
 from ..llm.models.limits import check_config, module_budget
 from ..llm.models.local_config import looks_local, read_config, with_values
 from ..messages import one_line
@@ -311,6 +312,7 @@ def _huggingface(name: str, inputs: Inputs) -> Loaded:
         config = with_values(base, overrides) if local else config_class(**overrides)
         check_kept(where, config, overrides)
         check_config(config)  # a billion layers would hang the build on meta too
+        check_no_hub_code(config)  # a kernel from the Hub: transformers would download it while building
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # construction warns about init defaults
             with torch.device("meta"), module_budget(where):  # no storage: counting the weights is free
@@ -320,6 +322,8 @@ def _huggingface(name: str, inputs: Inputs) -> Loaded:
                 model = build(config)
     except UsageError:
         raise
+    except FieldError as e:
+        raise UsageError(f"{where}: {e}") from None
     except ImportError as e:  # a model needing an optional package (DETR: timm)
         raise UsageError(f"{where}: {one_line(e)}") from e
     except Exception as e:  # raised by the constructors on the config's values, whatever its type

@@ -98,7 +98,7 @@ class Analysis:
 @dataclass(frozen=True, slots=True)
 class Rendering:
     """How the report looks: ``--format``, ``--columns`` (None: the format's default), ``--by-operator``,
-    ``--depth``, ``--units``, ``--decimals``, ``--sig-figs``, ``--no-param-shapes``."""
+    ``--depth``, ``--units``, ``--decimals``, ``--sig-figs``, ``--no-param-shapes``, ``--csv-meta``, ``--csv-raw``."""
 
     format: str
     columns: tuple[str, ...] | None
@@ -109,6 +109,7 @@ class Rendering:
     sig_figs: int | None
     param_shapes: bool
     csv_meta: str | None  # --csv-meta FILE: where a CSV export's meta goes (the CSV is a header and rows only)
+    csv_raw: bool = False  # --csv-raw: text cells as they are, none prefixed with ' against spreadsheet formulas
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

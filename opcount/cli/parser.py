@@ -219,6 +219,7 @@ def _rendering(ns: argparse.Namespace, fmt: str) -> Rendering:
         sig_figs=ns.sig_figs,
         param_shapes=not ns.no_param_shapes,
         csv_meta=ns.csv_meta,
+        csv_raw=ns.csv_raw,
     )
 
 
@@ -401,6 +402,7 @@ def build_parser(compare: bool = False) -> argparse.ArgumentParser:
     g.add_argument(
         "--csv-meta", metavar="FILE", help="csv: write what the numbers were computed from (JSON's meta) to FILE"
     )
+    g.add_argument("--csv-raw", action="store_true", help="csv: cells as they are (default: ' before = + - @)")
     # -q and -v contradict each other: argparse refuses the pair in one line
     diagnostics = p.add_argument_group("diagnostics")
     g = diagnostics.add_mutually_exclusive_group()

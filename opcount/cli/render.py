@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from .. import report
+from ..files import write_text
 from ..messages import one_line
 from ..report.provenance import export_meta
 from .analyze import Analyses
@@ -78,7 +78,9 @@ def _render(analyses: Analyses, shown: list[str] | None, rendering: Rendering, m
         if fmt == "json":
             return report.to_json(flops, **kw)
         write_csv_meta(rendering.csv_meta, meta)
-        return report.to_csv(flops, level="operators" if rendering.by_operator else "modules", **kw).rstrip("\n")
+        return report.to_csv(
+            flops, level="operators" if rendering.by_operator else "modules", raw=rendering.csv_raw, **kw
+        ).rstrip("\n")
     columns = shown or ["params", "flops"]
     depth = 3 if rendering.depth is None else rendering.depth
     numbers = number_format(rendering, significant=fmt in ("tree", "md", "repr"))
@@ -125,6 +127,6 @@ def write_csv_meta(path: str | None, meta: Mapping[str, Any]) -> None:
     if not path:
         return
     try:
-        Path(path).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        write_text(path, json.dumps(meta, indent=2) + "\n")
     except OSError as e:
         raise UsageError(f"--csv-meta {path}: cannot write it ({e.strerror or one_line(e)})") from e

@@ -125,7 +125,9 @@ def llm_report(
     columns = given or (["params", "flops", "time", "time_share", "bound"] if extra else ["params", "flops"])
     if rendering.format == "csv":
         write_csv_meta(rendering.csv_meta, meta)
-        return report.to_csv(cost.flops, columns=columns, max_depth=rendering.depth, extra=extra).rstrip("\n")
+        return report.to_csv(
+            cost.flops, columns=columns, max_depth=rendering.depth, extra=extra, raw=rendering.csv_raw
+        ).rstrip("\n")
     depth = 3 if rendering.depth is None else rendering.depth
     table = report.module_table(
         cost.flops, columns=columns, max_depth=depth, extra=extra, show_param_shapes=rendering.param_shapes

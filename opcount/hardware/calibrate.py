@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from ..errors import OpcountError
+from ..files import write_text
 from ..units import si
 from .spec import TENSOR, VECTOR, Hardware
 
@@ -274,11 +275,9 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def _write(path: Path, entries: dict[str, Any]) -> None:
-    # Write then rename, so two processes calibrating at once never leave half a file.
+    # Written whole or not at all, so two processes calibrating at once never leave half a file.
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(entries, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        write_text(path, json.dumps(entries, indent=2, sort_keys=True) + "\n")
     except OSError as e:  # a read-only home: the measurement still stands, only unsaved
         logger.warning("cannot write the calibration cache %s: %s (set OPCOUNT_CACHE_DIR)", path, e)

@@ -17,9 +17,7 @@ torch dtypes: ``tf32`` (float32 data run as TF32) and the block-scaled 4-bit flo
 
 from __future__ import annotations
 
-import json
 import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +27,7 @@ from typing import Any
 import torch
 
 from ..errors import OpcountKeyError, OpcountValueError
+from ..files.read import parse_json, parse_toml, read_text
 from ..ir import DTYPE_BYTES
 from .efficiency import Efficiency
 from .interconnect import Interconnect
@@ -261,16 +260,8 @@ class Hardware:
         network_latency = 3e-6
         """
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:  # a binary file: the codec's message alone named no file
-            raise OpcountValueError(f"{path}: not a text file ({e.reason} at byte {e.start})") from e
-        try:
-            data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
-        except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
-            raise OpcountValueError(
-                f"{path}: not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'}: {e}"
-            ) from e
+        text = read_text(path, "a hardware file")  # at most 16 MiB; every failure one line naming the file
+        data = parse_toml(text, path) if path.suffix.lower() == ".toml" else parse_json(text, path)
         if not isinstance(data, Mapping):
             raise OpcountValueError(f"{path}: expected a table of hardware keys at the top level")
         try:

@@ -25,6 +25,7 @@ from .attention.prompt_tokens import prompt_length
 from .cache.specs import CacheSpecs, cache_specs
 from .models.build import build_on_meta, learned_positions
 from .models.composite import text_config
+from .models.limits import check_config
 from .moe.experts import Experts, expected_routing, find_experts
 from .moe.zero_experts import drop_unused
 from .precision.dtypes import Precision, Pricing, StateDtypeError, WeightTable, weight_table
@@ -48,6 +49,7 @@ class Decoder:
                     f"{type(model).__name__} holds real weights: build it under torch.device('meta') "
                     "(or pass its config), so nothing of the weights' size is allocated"
                 )
+            check_config(config)  # a model built from a zero size divides by it when traced
         else:
             config = model_or_config
             model = build_on_meta(config, self.precision.traced)

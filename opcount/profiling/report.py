@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OpcountValueError
+from ..files import save_figure
 from ..hardware.lookup import Hardware
 from ..report import check_max_depth, csv_rows
+from ..roofline.chart_labels import plain
 from ..scopes import ModuleTree
 from ..units import seconds, si, time_unit
 
@@ -269,14 +271,15 @@ class ProfileReport:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(_finite(self.to_dict()), indent=indent)
 
-    def to_csv(self, level: str = "modules") -> str:
+    def to_csv(self, level: str = "modules", *, raw: bool = False) -> str:
         """One CSV row per module (``level="modules"``) or operator (``"operators"``), the header
-        first, units in its names (``measured_s``), the model's own row named ``"."``."""
+        first, units in its names (``measured_s``), the model's own row named ``"."``; a name a
+        spreadsheet would run as a formula gets a leading ``'`` unless ``raw`` (:func:`opcount.report.csv_rows`)."""
         if level not in ("modules", "operators"):
             raise OpcountValueError(f"unknown level {level!r}; choose 'modules' or 'operators'")
         rows = [r.to_dict() for r in (self.modules if level == "modules" else self.operators).values()]
         fields = list(ProfileRow("", "").to_dict())
-        return csv_rows(fields, rows, names=PROFILE_CSV_NAMES)
+        return csv_rows(fields, rows, names=PROFILE_CSV_NAMES, raw=raw)
 
     # ----- chart ---------------------------------------------------------------------------
     def plot(
@@ -308,7 +311,7 @@ class ProfileReport:
                 [(r.predicted or 0) / scale for r in rows],
                 height,
                 color="tab:orange",
-                label=f"speed of light ({self.roofline.hardware.name})",
+                label=plain(f"speed of light ({self.roofline.hardware.name})"),
             )
             for y, r in zip(ys, rows, strict=True):
                 if r.sol_percent is not None:
@@ -319,19 +322,21 @@ class ProfileReport:
                         textcoords="offset points",
                         fontsize=6,
                     )
-        ax.set_yticks(ys, [r.name or "(model)" for r in rows], fontsize=7)
+        ax.set_yticks(ys, [plain(r.name or "(model)") for r in rows], fontsize=7)
         ax.set_xscale("log")
         ax.set_xlabel(f"time per forward pass ({unit}, log)")
         ax.set_title(
             title
-            or f"{self.model_type} on {self.device}: measured {seconds(self.total.measured)}"
-            + (f", speed of light {seconds(self.total.predicted)}" if self.roofline is not None else ""),
+            or plain(
+                f"{self.model_type} on {self.device}: measured {seconds(self.total.measured)}"
+                + (f", speed of light {seconds(self.total.predicted)}" if self.roofline is not None else "")
+            ),
             fontsize=10,
         )
         ax.legend(fontsize=7, loc="lower right")
         ax.grid(True, axis="x", which="both", lw=0.3, alpha=0.5)
         if path is not None:
-            fig.savefig(Path(path), dpi=fig.dpi)
+            save_figure(fig, path, dpi=fig.dpi)
         return fig
 
 

@@ -25,9 +25,21 @@ from .columns import COLUMNS, Column, Sources, resolve_columns
 from .rows import build_row_tree, check_max_depth, format_cells
 from .tables import operator_rows, operator_table
 
-__all__ = ["ROOT", "csv_fields", "csv_rows", "export_number", "to_csv", "to_dict", "to_json", "to_markdown"]
+__all__ = [
+    "FORMULA_STARTS",
+    "ROOT",
+    "csv_fields",
+    "csv_rows",
+    "export_number",
+    "to_csv",
+    "to_dict",
+    "to_json",
+    "to_markdown",
+]
 
 ROOT = "."
+# What begins a formula in a spreadsheet's cell (OWASP, "CSV Injection"): such text cells get a leading '
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 # Columns that name modules: the model's own name ("") is written as ROOT there.
 _MODULE_FIELDS = ("name", "parent", "module")
 # Significant digits kept of a float: sums of floats (times) carry residue past the 15th digit,
@@ -157,15 +169,16 @@ def _level_rows(data: Mapping[str, Any], level: str) -> tuple[list[str], list[di
     raise OpcountValueError(f"unknown level {level!r}; choose 'modules' or 'operators'")
 
 
-def to_csv(analysis: Any, *, level: str = "modules", **kwargs: Any) -> str:
+def to_csv(analysis: Any, *, level: str = "modules", raw: bool = False, **kwargs: Any) -> str:
     """One CSV row per module (``level="modules"``) or per module and operator
     (``"operators"``), exact numbers; the first line is the header, so ``csv.DictReader`` and
     ``pandas.read_csv`` read it with their defaults. Headers carry units (:func:`csv_fields`);
     what the numbers were computed from is in :func:`to_dict`'s ``meta`` (the command writes it
-    beside the CSV with ``--csv-meta FILE``). Arguments as :func:`to_dict`."""
+    beside the CSV with ``--csv-meta FILE``). A text cell that a spreadsheet would run as a formula
+    is written with a leading ``'`` unless ``raw`` (:func:`csv_rows`). Arguments as :func:`to_dict`."""
     data = to_dict(analysis, **kwargs)
     fields, rows = _level_rows(data, level)
-    return csv_rows(fields, rows, names=csv_fields(fields, getattr(analysis, "flops_per_mac", None)))
+    return csv_rows(fields, rows, names=csv_fields(fields, getattr(analysis, "flops_per_mac", None)), raw=raw)
 
 
 def csv_fields(keys: Iterable[str], flops_per_mac: int | None) -> dict[str, str]:
@@ -180,17 +193,44 @@ def csv_fields(keys: Iterable[str], flops_per_mac: int | None) -> dict[str, str]
     return names
 
 
-def csv_rows(fields: Sequence[str], rows: Iterable[Mapping[str, Any]], names: Mapping[str, str] | None = None) -> str:
+def csv_rows(
+    fields: Sequence[str],
+    rows: Iterable[Mapping[str, Any]],
+    names: Mapping[str, str] | None = None,
+    *,
+    raw: bool = False,
+) -> str:
     """CSV text, the header first (``names`` renames fields there): booleans as ``true``/``false``,
     None as an empty cell, floats to 12 significant digits, the model's own name (``""``) as
-    :data:`ROOT` in the columns naming modules."""
+    :data:`ROOT` in the columns naming modules.
+
+    A text cell beginning with a character that makes a spreadsheet read it as a formula (``=``,
+    ``+``, ``-``, ``@``, a tab or a carriage return: :data:`FORMULA_STARTS`) is written with a ``'``
+    in front, OWASP's advice against CSV injection: a module named ``=HYPERLINK(...)`` is shown, not
+    run. ``raw=True`` writes every cell as it is, for tools that read the names back exactly. Numbers
+    are never changed: ``-3`` stays a number."""
     names = names or {}
+    cell = _as_cell if raw else _inert
+    lines = [_csv_line([cell(names.get(f, f)) for f in fields])]
+    lines += [_csv_line([cell(_csv_cell(f, row.get(f))) for f in fields]) for row in rows]
+    return "".join(lines)
+
+
+def _csv_line(cells: Sequence[Any]) -> str:
+    """One CSV line ending in ``\n``. Written with ``\r\n`` as the writer's line end, whose characters it
+    quotes in a cell: with ``\n`` alone, a cell holding ``\r`` went unquoted and read back as two lines."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([names.get(f, f) for f in fields])
-    for row in rows:
-        writer.writerow([_csv_cell(f, row.get(f)) for f in fields])
-    return out.getvalue()
+    csv.writer(out, lineterminator="\r\n").writerow(cells)
+    return out.getvalue()[:-2] + "\n"
+
+
+def _as_cell(value: Any) -> Any:
+    return value
+
+
+def _inert(value: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula, with ``'`` in front (:func:`csv_rows`)."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
 
 
 def export_number(x: Any) -> Any:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from matplotlib.text import Annotation
     from matplotlib.transforms import Bbox
 
-__all__ = ["Label", "crosses", "freeze_figure", "place_labels"]
+__all__ = ["Label", "crosses", "freeze_figure", "place_labels", "plain"]
 
 _GAP = 3.0  # points between a label and its point, or between two labels
 _NEAR = 6.0  # points: a label farther than this from its point (past the first ring) gets a leader line
@@ -43,6 +43,15 @@ class Label:
     text: str
     x: float
     y: float
+
+
+def plain(text: str) -> str:
+    """``text`` (a module's, model's or device's name) drawn as it reads. matplotlib draws what stands
+    between two ``$`` as math (``$\\foo{x}$`` fails, ``price$5 .. $6`` turns italic), so every ``$`` is
+    escaped; a character no font draws (a tab, a lone surrogate that no file can encode either) is drawn
+    as its escape, ``\\t``, ``\\udcff``."""
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return shown.replace("$", r"\$")
 
 
 Box = tuple[float, float, float, float]  # x0, y0, x1, y1 in display pixels
@@ -76,7 +85,8 @@ def place_labels(
 ) -> list[Annotation]:
     """Place up to ``limit`` of ``labels`` (most important first) without overlaps; points
     outside the axes, or on top of a point already named, are skipped. The figure's layout must
-    be frozen first (``renderer`` is what :func:`freeze_figure` returns). Returns the texts drawn."""
+    be frozen first (``renderer`` is what :func:`freeze_figure` returns). Each label's text is drawn
+    as it reads (:func:`plain`). Returns the texts drawn."""
     frame = _box(ax.get_window_extent(renderer))
     taken = [_box(a.get_window_extent(renderer)) for a in obstacles if a.get_visible()]
     px_per_pt = ax.figure.dpi / 72
@@ -95,7 +105,8 @@ def place_labels(
             break
         if any(math.hypot(px - qx, py - qy) < _SAME_POINT for qx, qy in named):
             continue
-        probe = ax.text(0.5, 0.5, label.text, fontsize=fontsize, transform=ax.transAxes)
+        shown = plain(label.text)
+        probe = ax.text(0.5, 0.5, shown, fontsize=fontsize, transform=ax.transAxes)
         extent = probe.get_window_extent(renderer)
         probe.remove()
         width, height = extent.width / px_per_pt, extent.height / px_per_pt
@@ -108,7 +119,7 @@ def place_labels(
         if far:
             lines.append((px + (dx + width / 2) * px_per_pt, py + (dy + height / 2) * px_per_pt, px, py))
         text = ax.annotate(
-            label.text,
+            shown,
             (label.x, label.y),
             xytext=spot,
             textcoords="offset points",

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OpcountValueError
+from ..files import save_figure
 from ..units import seconds, si, time_unit, unprefixed
 from . import RooflineReport, Summary
-from .chart_labels import Label, freeze_figure, place_labels
+from .chart_labels import Label, freeze_figure, place_labels, plain
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -49,7 +50,7 @@ def _color(unit: str, units: Sequence[str]) -> str:
 
 def _save(fig: Figure, path: str | Path | None) -> None:
     if path is not None:
-        fig.savefig(Path(path), dpi=fig.dpi)
+        save_figure(fig, path, dpi=fig.dpi)
 
 
 def _points(report: RooflineReport, by: str) -> list[tuple[str, str, float, float, float]]:
@@ -104,7 +105,7 @@ def roofline_chart(
             [lo * hw.bandwidth, peak, peak],
             color=color,
             lw=1.8,
-            label=f"{u} {precision}: {si(peak, unit='FLOP/s')}, ridge {unprefixed(ridge)} FLOP/B",
+            label=plain(f"{u} {precision}: {si(peak, unit='FLOP/s')}, ridge {unprefixed(ridge)} FLOP/B"),
         )
         ax.plot([ridge], [peak], marker="o", color=color, ms=5)
         ax.axvline(ridge, color=color, lw=0.6, ls=":")
@@ -128,9 +129,10 @@ def roofline_chart(
     ax.set_ylim(min(min(ys), lo * hw.bandwidth) / 2, max(ys) * 2)
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("attainable throughput (FLOP/s)")
-    text = title or (f"{subject}: " if subject else "") + (
-        f"{hw.name}, {report.dtype}: {len(points)} {by}s, "
-        f"{seconds(report.total_time)} speed of light ({si(hw.bandwidth, unit='B/s')})"
+    text = title or plain(
+        (f"{subject}: " if subject else "")
+        + f"{hw.name}, {report.dtype}: {len(points)} {by}s, "
+        + f"{seconds(report.total_time)} speed of light ({si(hw.bandwidth, unit='B/s')})"
     )
     ax.set_title("\n".join(textwrap.wrap(text, TITLE_CHARS)), fontsize=10)  # wrapped: never cut at the edges
     ax.grid(True, which="major", lw=0.4, alpha=0.5)
@@ -159,7 +161,7 @@ def time_chart(
     rows = sorted(report.modules(max_depth, within), key=lambda s: -s.time)[:top][::-1]  # slowest on top
     fig = _figure(8, 1.2 + 0.28 * max(len(rows), 1))
     ax = fig.add_subplot()
-    names = [(s.name[len(within) + 1 :] if within else s.name) or "(model)" for s in rows]
+    names = [plain((s.name[len(within) + 1 :] if within else s.name) or "(model)") for s in rows]
     # Effective time split in the proportion of the module's own compute- and memory-bound time.
     unit, scale = time_unit(max((s.time for s in rows), default=0.0))
     compute, memory = [], []
@@ -173,8 +175,9 @@ def time_chart(
     ax.set_xlabel(f"speed-of-light time ({unit})")
     ax.tick_params(axis="y", labelsize=7)
     scope = f" in {within}" if within else ""
-    text = title or (f"{subject}: " if subject else "") + (
-        f"{report.hardware.name}, {report.dtype}: time per module{scope} (model total {seconds(report.total_time)})"
+    text = title or plain(
+        (f"{subject}: " if subject else "")
+        + f"{report.hardware.name}, {report.dtype}: time per module{scope} (model total {seconds(report.total_time)})"
     )
     # wrapped to the figure's width (a long module name or hardware file name was cut at the edges)
     fig.suptitle("\n".join(textwrap.wrap(text, TITLE_CHARS)), fontsize=10)

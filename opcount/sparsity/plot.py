@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import OpcountValueError
-from ..roofline.chart_labels import Label, freeze_figure, place_labels
+from ..files import save_figure
+from ..roofline.chart_labels import Label, freeze_figure, place_labels, plain
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -67,7 +68,7 @@ def _finish(
         renderer = freeze_figure(fig)
         place_labels(ax, labels, limit=len(labels), renderer=renderer, obstacles=[legend], fontsize=6, color="dimgray")
     if path is not None:
-        fig.savefig(Path(path), dpi=fig.dpi)
+        save_figure(fig, path, dpi=fig.dpi)
 
 
 def _speedup_ticks(values: Sequence[float]) -> list[float]:
@@ -107,7 +108,7 @@ def sparsity_roofline_chart(
             marker=_MARKERS[i % len(_MARKERS)],
             lw=1.4,
             ms=5,
-            label=name,
+            label=plain(name),
         )
         labels += [Label(p.label or f"{100 * p.level:.3g}%", p.speedup, float(p.accuracy or 0.0)) for p in mine]
     ax.axvline(1.0, color="black", lw=0.8, ls=":")
@@ -143,7 +144,7 @@ def speedup_chart(
             marker=_MARKERS[i % len(_MARKERS)],
             lw=1.4,
             ms=5,
-            label=name,
+            label=plain(name),
         )[0]
         flops = [(100 * p.level, p.flop_speedup) for p in mine if p.flop_speedup is not None]
         if show_flops and flops:

@@ -144,7 +144,8 @@ def test_flag_mistakes_are_refused_before_building(
             "n_embd=30",
             "hf:GPT2Config with --hf-config n_head=4, n_embd=30: invalid config: `embed_dim` must be divisible by num_heads",
         ),
-        ("n_head=0", "hf:GPT2Config with --hf-config n_head=4, n_head=0: invalid config: integer division or modulo"),
+        # a zero size is named with its lower bound before the constructor divides by it
+        ("n_head=0", "--hf-config n_head=0: GPT2Config.n_head = 0: a size of at least 1 (the limit)"),
         ("vocab_size=-5", "--hf-config vocab_size=-5: GPT2Config.vocab_size takes a whole number >= 0 (default 50257)"),
     ],
 )

@@ -19,6 +19,7 @@ from opcount import FlopCountAnalysis, TensorShape
 from opcount import report as R
 from opcount.cli import main
 from opcount.memory import MemoryTrafficAnalysis
+from opcount.report.exports import FORMULA_STARTS
 from opcount.report.provenance import input_specs
 from opcount.roofline import roofline
 from tests.fixtures.models import Nested
@@ -179,3 +180,20 @@ def test_csv_meta_needs_the_csv_format(capsys: pytest.CaptureFixture[str], tmp_p
     assert main([NESTED, "--csv-meta", str(tmp_path / "m.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--csv-meta" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("start", ["=", "+", "-", "@", "\t", "\r"])
+def test_csv_text_cells_a_spreadsheet_would_run_are_defused(start: str) -> None:
+    # OWASP's advice against CSV injection: a leading ' makes the cell text; numbers are never touched
+    rows = [{"name": f"{start}cmd", "n": -3, "x": -2.5}]
+    text = R.csv_rows(["name", "n", "x"], rows)
+    assert list(csv.reader(io.StringIO(text, newline=""))) == [["name", "n", "x"], [f"'{start}cmd", "-3", "-2.5"]]
+    raw = R.csv_rows(["name", "n", "x"], rows, raw=True)  # the exact round trip
+    assert list(csv.DictReader(io.StringIO(raw, newline=""))) == [{"name": f"{start}cmd", "n": "-3", "x": "-2.5"}]
+
+
+def test_a_carriage_return_in_a_cell_is_quoted() -> None:
+    # with "\n" as the writer's line end a lone "\r" went unquoted, and readers took it for a line's end
+    text = R.csv_rows(["name"], [{"name": "a\rb"}, {"name": "c\nd"}])
+    assert text == 'name\n"a\rb"\n"c\nd"\n'
+    assert FORMULA_STARTS == ("=", "+", "-", "@", "\t", "\r")

@@ -197,3 +197,31 @@ def test_sparsity_roofline_chart_labels_do_not_overlap(tmp_path: Path) -> None:
     for (a, box_a), (b, box_b) in combinations(boxes, 2):
         assert not box_a.overlaps(box_b), f"{a!r} overlaps {b!r}"
     assert not any(box.overlaps(legend) for _, box in boxes)
+
+
+def test_names_are_drawn_as_text() -> None:
+    from matplotlib import cbook
+
+    from opcount.roofline.chart_labels import plain
+
+    # matplotlib draws what stands between two $ as math: a name with one $ joined a second one
+    # elsewhere in the text, and \foo (no such TeX command) failed the drawing
+    assert plain("price$5") == "price\\$5" and plain("$\\foo{x}$") == "\\$\\foo{x}\\$"
+    assert not cbook.is_math_text(plain("$\\foo{x}$")) and not cbook.is_math_text(plain("a$b$c"))
+    assert plain("a\tb\udcff") == "a\\tb\\udcff"  # no glyph for a tab; a lone surrogate no file encodes
+
+
+def test_every_chart_draws_dollars_in_names(tmp_path: Path) -> None:
+    from opcount.roofline.plot import roofline_chart, time_chart
+    from opcount.sparsity.plot import SparsityResult, sparsity_roofline_chart, speedup_chart
+
+    names = ["$\\foo{x}$", "price$5"]
+    layers = [Layer(n, flops=1e8, weight_bytes=1e7, unit="tensor", op="conv", owners=("", n)) for n in names]
+    report = speed_of_light(layers, Hardware("my$npu", {"tensor": {"float32": 100e9}}, bandwidth=10e9))
+    time = time_chart(report, tmp_path / "time.png")
+    assert {t.get_text() for t in time.axes[0].get_yticklabels()} == {"\\$\\foo{x}\\$", "price\\$5"}
+    roofline_chart(report, tmp_path / "roofline.svg", by="module")
+    points = [SparsityResult(n, 1.5, 70.0, 0.5, label=n) for n in names]
+    sparsity_roofline_chart(points, tmp_path / "sparsity.png")
+    speedup_chart(points, tmp_path / "speedup.png")
+    assert len(list(tmp_path.iterdir())) == 4  # each drawn and written whole

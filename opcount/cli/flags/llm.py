@@ -16,7 +16,7 @@ from ...llm.cache.state_dtypes import STATE_DTYPES
 from ...llm.kernels import MODES
 from ...llm.models.limits import MAX_BATCH, MAX_POSITIONS
 from ...llm.precision.assignments import WeightAssignmentError
-from ...llm.precision.dtypes import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision
+from ...llm.precision.dtypes import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision, canonical
 from ..args import check_counts, natural_int, positive_int
 from ..options import LLMOptions, Options, Rendering, columns_needing
 from . import deploy
@@ -130,7 +130,7 @@ def options(ns: Mapping[str, Any]) -> LLMOptions:
         seq_len=seq_len,
         gen_len=ns.get("gen_len"),
         weight_dtype=ns.get("weight_dtype") or (DEFAULT_DTYPE,),
-        act_dtype=ns.get("act_dtype") or DEFAULT_DTYPE,
+        act_dtype=DEFAULT_DTYPE if ns.get("act_dtype") is None else ns["act_dtype"],
         kv_dtype=ns.get("kv_dtype"),
         state_dtype=ns.get("state_dtype"),
         sweep=tuple(ns.get("sweep") or ()),
@@ -205,6 +205,16 @@ def check(flags: LLMOptions, options: Options) -> Precision:
         raise OpcountError("--by-operator shapes one point's table, not a --sweep's rows")
     _check_columns(rendering, options.hardware is not None, bool(flags.sweep))
     deploy.check(flags, options.hardware is not None, options.hardware.spec if options.hardware else None)
+    for flag, value, allowed, role in (
+        ("--act-dtype", flags.act_dtype, ACT_DTYPES, "activation"),
+        ("--kv-dtype", flags.kv_dtype, KV_DTYPES, "KV cache"),
+    ):
+        if value is None:
+            continue
+        try:  # each named by its flag; an empty one ('', an unset shell variable) is no dtype, as for --weight-dtype
+            canonical(value, allowed, role)
+        except OpcountError as e:
+            raise OpcountError(f"{flag}: {e}") from None
     try:
         precision = Precision(flags.weight_dtype, flags.act_dtype, flags.kv_dtype, flags.state_dtype)
     except WeightAssignmentError as e:

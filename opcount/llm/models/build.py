@@ -14,6 +14,7 @@ from torch import nn
 from ...errors import OpcountValueError
 from ...messages import first_line
 from .composite import text_decoder_instead
+from .fields import check_no_hub_code
 from .limits import SizeError, check_config, module_budget
 
 
@@ -77,6 +78,7 @@ def build_on_meta(config: Any, dtype: torch.dtype = torch.bfloat16) -> nn.Module
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
         raise OpcountValueError(f"transformers has no causal LM for {name}")
     check_config(config)
+    check_no_hub_code(config)  # transformers would download the kernel while building
     try:
         with torch.device("meta"), module_budget(name):
             # transformers leaves from_config unannotated

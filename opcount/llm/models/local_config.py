@@ -2,20 +2,24 @@
 the model it describes, built without its weights and without the network.
 
 ``model_type`` (else the first of ``architectures``) picks the config class, as transformers'
-``AutoConfig`` does. A multimodal config that wraps a text decoder (Gemma-3, Llama-4, Mistral-3)
+``AutoConfig`` does. The file is read within a size cap, every failure one line naming it
+(:mod:`opcount.files.read`), and the fields that select code or reach the network are dropped
+before any config is made (:mod:`.fields`). A multimodal config that wraps a text decoder (Gemma-3, Llama-4, Mistral-3)
 gives that decoder's config, which is what a causal-LM analysis runs.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ...errors import OpcountValueError
+from ...files import parse_json, read_text
 from ...messages import first_line
 from .composite import text_config
+from .fields import defaults, drop_code_fields
+from .limits import SizeError, check_values
 
 CONFIG_FILE = "config.json"
 
@@ -31,6 +35,10 @@ def read_config(path: str | Path) -> Any:
     the path."""
     data = _read(Path(path))
     cls: Any = config_class(data, path)
+    try:
+        check_values(cls, data, defaults(cls))  # a zero size, before the constructor divides by it
+    except SizeError as e:
+        raise OpcountValueError(f"{path}: {e}") from None
     try:
         config = cls.from_dict(data)
     except Exception as e:  # the constructors' checks on the file's values, whatever their type
@@ -86,16 +94,12 @@ def causal_decoder(config: Any) -> Any:
 
 
 def _read(path: Path) -> dict[str, Any]:
+    """The file's JSON object, the fields that select code dropped (:func:`.fields.drop_code_fields`)."""
     file = path / CONFIG_FILE if path.is_dir() else path
-    if not file.is_file():
+    if not file.exists():
         where = f"no {CONFIG_FILE} in {path}" if path.is_dir() else f"no such file: {path}"
         raise OpcountValueError(where)
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise OpcountValueError(f"{file}: cannot read: {first_line(e, type(e).__name__)}") from None
-    except json.JSONDecodeError as e:
-        raise OpcountValueError(f"{file}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    data = parse_json(read_text(file), file)  # at most 16 MiB; every failure one line naming the file
     if not isinstance(data, dict):
         raise OpcountValueError(f"{file}: a config is a JSON object, got {type(data).__name__}")
-    return data
+    return drop_code_fields(data, str(file))

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import OpcountError
+from ...files import save_figure
+from ...roofline.chart_labels import plain
 
 
 def save_llm_chart(points: Sequence[Any], path: str | Path, *, model: str, sweep: Sequence[str] = ()) -> list[Path]:
@@ -57,10 +59,12 @@ def save_llm_chart(points: Sequence[Any], path: str | Path, *, model: str, sweep
         fig.legend(*time_ax.get_legend_handles_labels(), loc="outside right upper", fontsize=8)
     first = points[0].phase  # a fitted sweep's PhaseValues names its hardware, a traced PhaseCost its roofline's
     hw = first.hardware.name if hasattr(first, "hardware") else first.roofline.hardware.name
-    fig.suptitle("\n".join(textwrap.wrap(f"{model} on {hw}, {points[0].phase.precision.label()}", 110)))
+    fig.suptitle("\n".join(textwrap.wrap(plain(f"{model} on {hw}, {points[0].phase.precision.label()}"), 110)))
     out = Path(path)
-    fig.savefig(out, dpi=120, bbox_inches="tight")  # nothing cut at the edges, whatever the labels
-    plt.close(fig)
+    try:
+        save_figure(fig, out, dpi=120, bbox_inches="tight")  # nothing cut at the edges, whatever the labels
+    finally:
+        plt.close(fig)
     return [out]
 
 
