@@ -40,8 +40,9 @@ def config(name: str, **overrides: Any) -> Any:
     """The transformers config of the published architecture ``name`` (see :data:`ARCHITECTURES`
     and :data:`ALIASES`), with ``overrides`` applied (e.g. ``num_hidden_layers=2``)."""
     _, arch = resolve(name)
-    import transformers
+    from ...transformers_internals import transformers_module
 
+    transformers = transformers_module()  # not a bare import: its first, in several threads, is not safe
     values = {**arch.values, **overrides}
     layers, types = values.get("num_hidden_layers"), arch.values.get("layer_types")
     if isinstance(layers, int) and types and "layer_types" not in overrides and layers != len(types):
