@@ -53,6 +53,7 @@ class _Holders:
 
 _GC = _Holders()
 _KINETO = _Holders()
+_KINETO_QUIET = "6"  # above kineto's highest level, USDT = 5
 
 
 def _pause_gc() -> bool:
@@ -103,9 +104,6 @@ def _quiet_kineto() -> bool:
 def _loud_kineto() -> None:
     if os.environ.get("KINETO_LOG_LEVEL") == _KINETO_QUIET:  # still opcount's
         del os.environ["KINETO_LOG_LEVEL"]
-
-
-_KINETO_QUIET = "6"
 
 
 @contextlib.contextmanager

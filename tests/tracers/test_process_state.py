@@ -131,6 +131,16 @@ def test_the_callers_random_stream_goes_on_as_without_the_analysis(analyze: Call
     assert torch.equal(torch.rand(4), expected)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_cuda_generator_goes_on_as_without_the_analysis() -> None:
+    model, x = Dropping().train().cuda(), torch.ones(2, 8, device="cuda")
+    torch.cuda.manual_seed(0)
+    expected = torch.rand(4, device="cuda")
+    torch.cuda.manual_seed(0)
+    FlopCountAnalysis(model, x, tracer="dispatch", mode="train").total()
+    assert torch.equal(torch.rand(4, device="cuda"), expected)
+
+
 def test_a_forward_that_reseeds_leaves_the_callers_stream_alone() -> None:
     class Reseeds(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
