@@ -12,7 +12,10 @@ The hierarchy (classes marked * are defined beside the code that raises them)::
         ├── OpcountTypeError (TypeError)     a wrong type: the argument and the type
         ├── OpcountKeyError (KeyError)       a name that is not there: a module, a peak
         ├── TraceError                       the model could not be traced: module path and cause
-        │   └── BackwardError*               the backward pass failed (opcount.tracers.training)
+        │   ├── BackwardError*               the backward pass failed (opcount.tracers.training)
+        │   ├── OtherThreadError*            the model ran in another thread, or a wait with no end (opcount.tracers.patching)
+        │   ├── ControlFlowError*            torch.cond, torch.while_loop: higher-order operators (opcount.tracers.control_flow)
+        │   └── DeferredOutputError*         a forward returned a generator or coroutine (opcount.tracers.structure)
         ├── HandleError                      a cost formula failed: operator, module and shapes
         ├── TorchInternalsError              the installed torch lacks a private internal opcount uses
         ├── UnknownHardwareError* (LookupError)  no preset or file of that name (opcount.hardware.lookup)

@@ -1,13 +1,33 @@
-"""An exception as the one line a message quotes, the first of two failures kept, and a list of
-names as a warning line holds it."""
+"""An exception as the one line a message quotes, the first of two failures kept, a list of
+names as a warning line holds it, and which failures of the user's code opcount reports as its own.
+
+An analysis runs code the user gave it (a model's forward, a handle, a loss function, a roofline
+scale, a measurement), so whatever that code raises is the code's failure, reported naming the code
+and the operator or module it ran for: ``except FAILURES``. That includes the two
+``BaseException``s that are not ``Exception``s and would otherwise pass every handler:
+``SystemExit`` (``sys.exit()`` in a forward or a handle would end the caller's process) and
+``GeneratorExit`` (which only a generator being closed should see). ``KeyboardInterrupt`` is left
+out on purpose: Ctrl-C stops an analysis as it stops any Python code.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 E = TypeVar("E", bound=BaseException)
+
+# What ``except FAILURES`` catches around the user's code: everything but KeyboardInterrupt.
+FAILURES: tuple[type[BaseException], ...] = (Exception, SystemExit, GeneratorExit)
+
+
+def callable_name(fn: Any) -> str:
+    """A user callable as a message names it: its qualified name (``my_flops``, ``Net.handle``,
+    ``<lambda>``), a ``functools.partial``'s function's, else its type's name (an instance with
+    ``__call__``)."""
+    name = getattr(fn, "__qualname__", None) or getattr(getattr(fn, "func", None), "__qualname__", None)
+    return name if isinstance(name, str) else type(fn).__name__
 
 
 def one_line(e: BaseException) -> str:
@@ -39,6 +59,8 @@ def _text(e: BaseException) -> str:
     # a SystemExit's message is its exit code alone ("0"): say where it came from
     if isinstance(e, SystemExit):
         return "exited (sys.exit)" if e.code is None else f"exited with code {e.code!r} (sys.exit)"
+    if isinstance(e, GeneratorExit) and not str(e):  # raised where no generator was being closed
+        return "raised outside a generator being closed"
     return str(e)
 
 

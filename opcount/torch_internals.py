@@ -89,6 +89,7 @@ if TYPE_CHECKING:  # the real types, for mypy; "X as X" and the module alias mar
     from torch._C import Graph as Graph
     from torch._C import TensorType as TensorType
     from torch._C import Value as Value
+    from torch._ops import HigherOrderOperator as HigherOrderOperator
     from torch._ops import OpOverload as OpOverload
     from torch._subclasses.fake_tensor import FakeTensorMode as FakeTensorMode
     from torch.utils import _pytree
@@ -103,6 +104,8 @@ else:
     TorchDispatchMode = _bind("torch.utils._python_dispatch.TorchDispatchMode")
     pytree = _bind("torch.utils._pytree")
     OpOverload = _bind("torch._ops.OpOverload", _Absent)
+    # torch.cond, torch.while_loop and the like: refused by name (opcount.tracers.control_flow)
+    HigherOrderOperator = _bind("torch._ops.HigherOrderOperator", _Absent)
 
 # the jit tracer
 create_graph_by_tracing = _bind("torch._C._create_graph_by_tracing")  # torch.jit._get_trace_graph's core

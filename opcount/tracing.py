@@ -17,7 +17,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._runtime import recursion_headroom
 from .errors import OpcountTypeError, OpcountValueError
 from .ir import OpCall, TensorSpec
 from .scopes import ModuleTree
@@ -25,6 +24,7 @@ from .torch_internals import pytree
 from .tracers import Recording, trace_dispatch, trace_jit
 from .tracers.dispatch import MODES
 from .tracers.meta import device_of, has_shapes, materialize
+from .tracers.process import kept
 from .tracers.structure import check_dense_inputs
 
 TRACERS = ("jit", "dispatch")
@@ -142,7 +142,9 @@ def run(
     given, given_kwargs = inputs, kwargs
     if any(isinstance(t, torch.Tensor) and t.is_inference() for t in pytree.tree_leaves((inputs, kwargs))):
         given, given_kwargs = pytree.tree_map(_outside_inference, (inputs, kwargs))
-    with recursion_headroom():  # opcount's own frames: a model nests as deep as torch runs it
+    # under the patch lock, the process state put back afterwards: the recursion limit (raised for
+    # opcount's own frames), the random number generators (a dropout draws from a fork), ...
+    with kept():
         if tracer == "dispatch":
             recorded = trace_dispatch(
                 model, given, given_kwargs, tree, warn_mode, mode=mode, loss_fn=loss_fn, device=device

@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
+import threading
+from types import ModuleType
 from typing import Any
 
 from torch import nn
@@ -48,12 +50,23 @@ _NAMES = {
 }
 
 
+_IMPORTING = threading.RLock()
+
+
+def transformers_module() -> ModuleType:
+    """transformers, imported under a lock. Its first import in several threads at once hands the
+    threads that did not start it a module still being filled: a name it exports raises
+    AttributeError there (``transformers.LlamaConfig``, transformers 5.24)."""
+    with _IMPORTING:
+        import transformers  # ImportError without it: the callers say which extra adds it
+    return transformers
+
+
 def __getattr__(name: str) -> Any:
     path = _NAMES.get(name)
     if path is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import transformers  # ImportError without it: the callers say which extra adds it
-
+    transformers = transformers_module()
     try:
         return _resolve(path)
     except (ImportError, AttributeError):

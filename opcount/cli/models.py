@@ -35,7 +35,7 @@ from ..llm.models.build import is_causal_lm, learned_positions
 from ..llm.models.fields import FieldError, check_no_hub_code
 from ..llm.models.limits import check_config, module_budget
 from ..llm.models.local_config import looks_local, read_config, with_values
-from ..messages import one_line
+from ..messages import FAILURES, one_line
 from ..torch_internals import pytree
 from ..tracers.meta import TensorShape
 from .args import UsageError, check_kept, check_real_weights, hf_overrides, invalid_config
@@ -219,7 +219,7 @@ def _factory(spec: str, options: Inputs) -> Loaded:
         obj = getattr(obj, part)
     try:
         made = obj() if callable(obj) and not isinstance(obj, nn.Module) else obj
-    except (Exception, SystemExit) as e:  # sys.exit in user code is its error, not the command's exit
+    except FAILURES as e:  # sys.exit in user code is its error, not the command's exit
         raise UsageError(f"{spec}() failed: {one_line(e)}") from e
     model, inputs, kwargs = _unpack(spec, made)
     model = _prepare(model, options)
@@ -265,7 +265,7 @@ def _import(target: str) -> Any:
         raise
     except ModuleNotFoundError as e:
         raise UsageError(f"cannot import {target!r}: {one_line(e)}") from e
-    except (Exception, SystemExit) as e:  # a module that exits on import, too
+    except FAILURES as e:  # a module that exits on import, too
         raise UsageError(f"importing {target} failed: {one_line(e)}") from e
 
 

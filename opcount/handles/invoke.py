@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import HandleError
 from ..ir import OpCall
+from ..messages import FAILURES, callable_name, first_line
 from ..tracing import Trace
 from . import Handle
 from .counts import Cost, cost_flops, describe, handle_result
@@ -42,10 +43,11 @@ def invoke_handle(
             scale, name = 1, key(call.kind)
         if call.within:  # inside a custom autograd Function: "MyFn::mm" (MXNet's custom operators)
             name = "::".join((*call.within, name))
-    except Exception as e:
+    except FAILURES as e:  # sys.exit() in a handle too: the handle's failure, never the caller's exit
+        fn = handle.fn if isinstance(handle, Handle) else handle
         raise HandleError(
-            f"the handle for {call.kind} failed in module '{call.scope[-1]}' "
-            f"on inputs {describe(call.inputs)}: {type(e).__name__}: {e}"
+            f"the handle for {call.kind} ({callable_name(fn)}) failed in module '{call.scope[-1]}' "
+            f"on inputs {describe(call.inputs)}: {type(e).__name__}: {first_line(e)}"
         ) from e
     return value, scale, name
 

@@ -28,6 +28,7 @@ import os
 import platform
 import socket
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -38,6 +39,7 @@ import torch
 
 from ..errors import OpcountError
 from ..files import write_text
+from ..messages import FAILURES, one_line
 from ..units import si
 from .spec import TENSOR, VECTOR, Hardware
 
@@ -172,8 +174,8 @@ def measure(device: torch.device, *, matmul: Matmul | None = None, copy: Copy | 
         else:
             peak = {VECTOR: {"float32": matmul(torch.float32, device), "bfloat16": matmul(torch.bfloat16, device)}}
         bandwidth = copy(device)
-    except RuntimeError as e:  # out of memory, a dtype the backend lacks
-        raise CalibrationError(f"calibrating {device} ({device_name(device)}) failed: {e}") from e
+    except FAILURES as e:  # out of memory, a dtype the backend lacks; a measurement given that fails or exits
+        raise CalibrationError(f"calibrating {device} ({device_name(device)}) failed: {one_line(e)}") from e
     where = _threads() if device.type == "cpu" else str(device)
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     figures = [("copy bandwidth", bandwidth, "B/s")]
@@ -198,13 +200,19 @@ def _spread_text(name: str, rate: float, unit: str) -> str:
 
 
 def _float32_with_tf32(matmul: Matmul, device: torch.device, tf32: bool) -> float:
-    """float32 matrix products with TF32 tensor cores allowed or not, the caller's setting restored."""
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    try:
-        return matmul(torch.float32, device)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
+    """float32 matrix products with TF32 tensor cores allowed or not, the caller's setting restored.
+    The flag is one per process: under a lock, so that two calibrations in two threads cannot save
+    each other's setting and leave it behind."""
+    with _TF32:
+        old = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        try:
+            return matmul(torch.float32, device)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = old
+
+
+_TF32 = threading.Lock()
 
 
 # ================================================================================================

@@ -21,7 +21,7 @@ from torch.autograd.profiler import record_function
 
 from .._runtime import kineto_quiet
 from ..errors import OpcountError, OpcountValueError
-from ..messages import first_line
+from ..messages import FAILURES, first_line
 from ..scopes import ModuleTree, failure_site
 from ..torch_internals import OpOverload, custom_op_definitions, op_qualified_name, pytree
 from ..tracers.patching import replaced
@@ -117,7 +117,7 @@ class Runner:
                         with record_function(f"{PASS_RANGE}{i}"):
                             self.forward()
                         self.sync()
-        except (Exception, SystemExit) as e:  # re-raised with the module that failed (sys.exit too)
+        except FAILURES as e:  # re-raised with the module that failed (sys.exit too)
             raise _forward_error(self.model, self.tree, e) from e
         passes = {e.name: e for e in prof.events() if e.cpu_parent is None and e.name.startswith(PASS_RANGE)}
         if len(passes) != repeats:

@@ -18,8 +18,9 @@ from typing import Any
 from torch import nn
 
 from ..analysis import FlopCountAnalysis
-from ..errors import OpcountTypeError, OpcountValueError
+from ..errors import HandleError, OpcountTypeError, OpcountValueError
 from ..handles.backward_args import CONV_BACKWARD
+from ..handles.counts import describe
 from ..handles.memory import Access, Traffic, flat_tensors
 from ..handles.op_keys import op_key
 from ..handles.registry import FLOPS
@@ -28,6 +29,7 @@ from ..hardware.lookup import hardware as lookup_hardware
 from ..hardware.spec import SCALED_FP4, dtype_bytes
 from ..ir import DTYPE_BYTES, OpCall, TensorSpec
 from ..memory import MemoryTrafficAnalysis, alias_roots, data_flow
+from ..messages import FAILURES, callable_name, first_line
 from ..tracing import Trace
 from .model import FLOPS_PER_MAC, Groups, Scale, speed_of_light
 from .report import Layer, RooflineReport
@@ -73,6 +75,8 @@ def roofline(
     if hardware is None:
         raise OpcountTypeError("roofline() needs hardware: a preset name such as 'h100-sxm', a file or a Hardware")
     hw = lookup_hardware(hardware)
+    unit = None if unit is None else _guarded(unit, "unit")
+    itemsize = None if itemsize is None else _guarded(itemsize, "itemsize")
     memory, pricing = _sources(model, inputs, kwargs, trace_options, resident_params=resident_params, fuse=fuse)
     per_call = memory.traffic_per_call()
     calls = [c for c, _ in per_call]
@@ -164,12 +168,33 @@ def _scale_of(scale: Scale, call: OpCall, op: str, what: str) -> float:
         return 1.0
     if isinstance(scale, Mapping):
         scale = scale.get(call.kind, scale.get(op, scale.get("*", 1.0)))
-    value = scale(call) if callable(scale) else scale
+    value = _guarded(scale, what)(call) if callable(scale) else scale
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not (math.isfinite(value) and value >= 0):
         raise OpcountValueError(
             f"{what} for {call.kind} in '{call.scope[-1]}' must be a finite number >= 0, got {value!r}"
         )
     return float(value)
+
+
+def _guarded(fn: Callable[[Any], Any], what: str) -> Callable[[Any], Any]:
+    """``fn``, one of the caller's functions (``unit``, ``itemsize``, a ``scale_*``), failing with a
+    :class:`HandleError` that names it and what it was called on: also where it calls sys.exit(),
+    which must not end the caller's process."""
+
+    def guarded(arg: Any) -> Any:
+        try:
+            return fn(arg)
+        except FAILURES as e:
+            on = (
+                f"{arg.kind} in '{arg.scope[-1]}' on inputs {describe(arg.inputs)}"
+                if isinstance(arg, OpCall)
+                else f"a tensor {describe((arg,))}"
+            )
+            raise HandleError(
+                f"{what} ({callable_name(fn)}) failed for {on}: {type(e).__name__}: {first_line(e)}"
+            ) from e
+
+    return guarded
 
 
 def _traced_dtype(calls: Sequence[OpCall]) -> str:

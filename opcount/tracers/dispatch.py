@@ -46,18 +46,19 @@ from torch import nn
 
 from .._runtime import gc_paused
 from ..errors import OpcountError, OpcountTypeError, OpcountValueError, TraceError
-from ..messages import first_failure, first_line
+from ..messages import FAILURES, first_failure, first_line
 from ..scopes import ModuleTree, failure_site, recursion_hint
 from ..torch_internals import DISPATCH, require
+from .control_flow import ControlFlowError, higher_order_on_traceback
 from .custom_functions import functions_named
 from .jit import WRAPPERS, Recording, _warnings
 from .meta import CLAIMED_ON_META, META
-from .patching import exclusive
+from .patching import OtherThreadError, exclusive
 from .recorder import Recorder
 from .scoping import Scopes
 from .shapes import ShapeUnsupported
 from .state import preserved
-from .structure import SparseTensorError, normalize_inputs
+from .structure import DeferredOutputError, SparseTensorError, normalize_inputs
 from .tensor_kinds import FakeTensors, RealTensors, ShapeTensors
 from .training import BackwardError, LossFnError, Step, TrainingError, training_flags
 
@@ -108,7 +109,7 @@ def trace_dispatch(
     if on_meta and not train:
         try:
             return _trace(model, inner, tree, state, args, kw, warn_mode, ShapeTensors(claimed), train, None)
-        except (TrainingError, SparseTensorError):
+        except _FINAL:
             raise
         except Exception as e:  # what a shape-only tensor cannot follow, fake tensors may
             cause = e.__cause__ or e
@@ -125,6 +126,11 @@ def trace_dispatch(
         # Both failed: the first error is the model's (a wrong config, a bad shape); the fake
         # tensors' is often an artefact of the second run (a meta cache beside CPU indices)
         raise first_failure(first, e) from first.__cause__
+
+
+# Errors that a second run on other tensors would only repeat: the model's own, not what
+# shape-only tensors cannot follow.
+_FINAL = (TrainingError, SparseTensorError, DeferredOutputError, ControlFlowError, OtherThreadError)
 
 
 def _second_says_more(first: Exception, second: Exception) -> bool:
@@ -159,16 +165,21 @@ def _trace(
         names = {id(t): name for name, t in (*named, *state.items())}  # the tensors the forward sees
         recorder = Recorder(Scopes(tree, inner), names, train, tensors.compute)
         with tensors.mode(), recorder.scopes.installed(tensors.replayer(recorder)), functions_named(recorder):
+            others = recorder.scopes.others
             try:
                 recorder.run(step)
             except LossFnError as e:
                 if tensors.on_meta:  # most likely the loss read a value, which meta tensors lack
                     raise LossFnError(f"{e}. Hint: {META_HINT}") from e.__cause__
                 raise
-            except (TrainingError, BackwardError, SparseTensorError):
+            except (TrainingError, BackwardError, SparseTensorError, DeferredOutputError):
                 raise
-            except (Exception, SystemExit) as e:  # re-raised with the module path; sys.exit in a forward too
-                raise _trace_error(model, tree, e, tensors.on_meta) from e
+            except FAILURES as e:  # re-raised with the module path; sys.exit in a forward too
+                # another thread's share of the work first: this failure is often its consequence
+                raise others.error(model, tree.module) or _trace_error(model, tree, e, tensors.on_meta) from e
+            found = others.error(model, tree.module)
+            if found is not None:
+                raise found
     calls = tuple(recorder.calls)
     called = {name for scope in {call.scope for call in calls} for name in scope} | {""}
     return Recording(calls, frozenset(called | _inside_scripted(tree, called)), recorder.outputs)
@@ -192,6 +203,9 @@ META_HINT = (
 
 def _trace_error(model: nn.Module, tree: ModuleTree, e: BaseException, on_meta: bool) -> TraceError:
     path, first = failure_site(model, tree, e), first_line(e, type(e).__name__)
+    higher_order = higher_order_on_traceback(e)
+    if higher_order is not None:
+        return higher_order.error(path, " with the dispatch tracer")
     hint = META_HINT if on_meta else "check the inputs' shapes and types"
     if isinstance(e, SystemExit):
         hint = EXIT_HINT

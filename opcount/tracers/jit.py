@@ -19,7 +19,7 @@ from torch import nn
 from .._runtime import gc_paused
 from ..errors import TraceError
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
-from ..messages import first_line
+from ..messages import FAILURES, first_line
 from ..scopes import ROOT, ModuleTree, failure_site, inner_scope, recursion_hint
 from ..torch_internals import (
     JIT,
@@ -36,12 +36,15 @@ from ..torch_internals import (
     require,
     torch_call,
 )
-from .patching import exclusive, replaced
+from .control_flow import higher_order_on_traceback
+from .patching import OtherThreadError, OtherThreads, exclusive, replaced
 from .state import preserved
 from .structure import (
+    DeferredOutputError,
     FlatCall,
     normalize_inputs,
     output_tensors,
+    refuse_deferred,
     refuse_sparse,
     refuse_sparse_kinds,
     tensor_description,
@@ -103,6 +106,7 @@ def _flat(model: nn.Module, call: FlatCall, marks: _Marks) -> Callable[..., tupl
         # the model's parameters and buffers follow the inputs: traced as inputs, used in place
         args, kwargs = call.rebuild(tensors[: len(call.tensors)])
         output = model(*args, **kwargs)
+        refuse_deferred(model, output)
         found = output_tensors(output)
         if not found:
             raise _NoTensorOutput("None" if output is None else f"a {type(output).__name__}")
@@ -140,7 +144,9 @@ class _Marks:
         self._model = model
         self._event: Callable[[int], None] = _not_tracing
         self._patched: list[tuple[nn.Module, Callable[..., Any]]] = []  # modules given a _slow_forward
+        self._patched_index: dict[int, int] = {}  # the same: id -> scope index
         self._thread: list[int | None] = [threading.get_ident()]  # the tracing thread; None once closed
+        self.others = OtherThreads()  # the model's modules other threads called meanwhile
 
     def start(self, graph: Graph) -> None:
         create, insert, last_node = graph.create, graph.insertNode, graph.return_node().prev
@@ -163,6 +169,8 @@ class _Marks:
 
         def slow_forward(*args: Any, **kwargs: Any) -> Any:
             if get_ident() != thread[0]:  # another thread tracing the same module
+                if thread[0] is not None:
+                    self.others.saw(self._tree.names[index])
                 return nn.Module._slow_forward(module, *args, **kwargs)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
             self._event(index)
             try:
@@ -177,11 +185,18 @@ class _Marks:
         its ``forward`` between marks, as ``_call_impl`` would with no hook to run; any other
         module, or one that got a hook during the pass, or a call from another thread or after
         the window, runs as usual."""
-        get_ident, thread = threading.get_ident, self._thread
+        get_ident, thread, patched = threading.get_ident, self._thread, self._patched_index
 
         def module_call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
             index = plain.get(id(module))
-            if index is None or get_ident() != thread[0]:
+            if index is None:
+                # a module marked by its _slow_forward, which other threads' calls never reach
+                if id(module) in patched and get_ident() != thread[0] and thread[0] is not None:
+                    self.others.saw(self._tree.names[patched[id(module)]])
+                return original(module, *args, **kwargs)
+            if get_ident() != thread[0]:  # the analyzed model in another thread: its work escapes the trace
+                if thread[0] is not None:
+                    self.others.saw(self._tree.names[index])
                 return original(module, *args, **kwargs)
             if hooked_since(epoch, module):  # the hooks run: marks from _slow_forward, inside them
                 if "_slow_forward" not in module.__dict__:
@@ -199,6 +214,7 @@ class _Marks:
     def _patch(self, module: nn.Module, index: int) -> None:
         slow_forward = module.__dict__["_slow_forward"] = self._slow_forward(module, index)
         self._patched.append((module, slow_forward))
+        self._patched_index[id(module)] = index
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -222,7 +238,8 @@ class _Marks:
                 # a hook registered from here on takes a higher number: see _module_call
                 epoch = hook_epoch()
                 call = replaced(nn.Module, "__call__", lambda original: self._module_call(plain, original, epoch))
-                with call if plain else contextlib.nullcontext():
+                # with every module hooked (a global hook), the replaced __call__ only watches other threads
+                with call if plain or self._patched else contextlib.nullcontext():
                     yield
             finally:
                 self._thread[0] = None  # a replaced __call__ someone kept passes every call through
@@ -258,13 +275,18 @@ def trace_jit(
             # naming each value after the Python variable that held it, and a state_dict().
             graph, _ = create_graph_by_tracing(flat, [*call.tensors, *state], _no_name, True, False)
         except _NoTensorOutput as e:
-            raise TraceError(
+            raise _elsewhere(marks, model, tree) or TraceError(
                 f"the output of the model ({type(model).__name__}) holds no tensor (it returned {e}): jit tracing "
                 "keeps only the operators an output depends on, so nothing would be counted. Return the tensors "
                 "the forward computes, or use tracer='dispatch', which records every operator that runs."
             ) from None
-        except (Exception, SystemExit) as e:  # sys.exit in a forward is the model's error, not an exit of ours
-            raise _trace_error(model, tree, e) from e
+        except DeferredOutputError:  # raised on purpose, after the forward returned
+            raise
+        except FAILURES as e:  # sys.exit in a forward is the model's error, not an exit of ours
+            raise _elsewhere(marks, model, tree) or _trace_error(model, tree, e) from e
+        found = _elsewhere(marks, model, tree)
+        if found is not None:
+            raise found
         converter = _Converter(graph, len(call.tensors), state, names)
         records = list(_records(graph, tree, marks, converter))
         for c, _ in records:
@@ -277,8 +299,15 @@ def trace_jit(
     return Recording(calls, frozenset(called), outputs, tuple(node for _, node in records))
 
 
+def _elsewhere(marks: _Marks, model: nn.Module, tree: ModuleTree) -> OtherThreadError | None:
+    """The error naming the model's modules another thread ran during the trace, if any: the
+    reason to give first, as a failure of the trace is often its consequence (a tensor another
+    thread made is no value of the trace)."""
+    return marks.others.error(model, tree.module)
+
+
 class _NoTensorOutput(Exception):
-    """The forward's output holds no tensor (None, a generator): the traced graph would be empty."""
+    """The forward's output holds no tensor (None, a number): the traced graph would be empty."""
 
 
 def _no_name(value: torch.Tensor) -> str:
@@ -291,6 +320,9 @@ def _trace_error(model: nn.Module, tree: ModuleTree, e: BaseException) -> TraceE
         "check the inputs' shapes and types; for a model whose forward is not traceable, "
         "wrap the traceable part in a module and analyze that, or use tracer='dispatch'."
     )
+    higher_order = higher_order_on_traceback(e)
+    if higher_order is not None:
+        return higher_order.error(path, "")
     if isinstance(e, SystemExit):
         hint = "a forward returns its outputs: the model's code exited instead."
     elif isinstance(e, RecursionError):

@@ -18,11 +18,13 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ..ir import Const, ListSpec, OpCall, Spec, TensorSpec
+from ..messages import FAILURES
 from ..scopes import ROOT
 from ..torch_internals import (
     AccumulateGrad,
     AutoDispatchBelowADInplaceOrView,
     ForceDispatchKeyGuard,
+    HigherOrderOperator,
     TorchDispatchMode,
     current_autograd_node,
     dispatch_exclude_set,
@@ -30,9 +32,10 @@ from ..torch_internals import (
     pytree,
 )
 from .aten import Record, backward_records, bind, forward_records, jit_constant, outputs_of, schema
+from .control_flow import UnsupportedHigherOrder
 from .scoping import Scope, Scopes
 from .shapes import Meta, ShapeTensor
-from .structure import output_tensors, refuse_sparse, tensor_description
+from .structure import output_tensors, refuse_deferred, refuse_sparse, tensor_description
 from .training import Step, TrainingError, backward_error, differentiate
 
 _TAG = "opcount"  # key of the (scope, within) tag in autograd nodes' metadata
@@ -42,6 +45,10 @@ Tag = tuple[Scope, tuple[str, ...]]
 
 class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # its __init_subclass__ is unannotated
     """Records each dispatched operator as :class:`~opcount.ir.OpCall` records."""
+
+    # torch.cond and the other higher-order operators reach __torch_dispatch__, to be refused by
+    # name there, instead of torch's NotImplementedError naming the mode by its address
+    supports_higher_order_operators = True
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -83,6 +90,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # its __ini
                 # the keys this guard excludes: re-enabled per operator when training
                 self._autograd = dispatch_exclude_set() - before
                 output = step.forward()
+                refuse_deferred(step.model, output)
                 # the specs of tensors already recorded; one made by no operator gets a new id
                 self.outputs = tuple(map(self.spec_of, output_tensors(output)))
                 # what to differentiate by first: with nothing, no loss can require grad
@@ -94,10 +102,12 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # its __ini
                 self._backward = True
                 try:
                     differentiate(loss, wrt, step.model)
-                except (Exception, SystemExit) as e:
+                except FAILURES as e:
                     raise backward_error(e) from e
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        if isinstance(func, HigherOrderOperator):
+            raise UnsupportedHigherOrder(func.name())  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         kwargs = kwargs or {}
         if self._backward:
             out = func(*args, **kwargs)

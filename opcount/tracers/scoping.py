@@ -19,7 +19,7 @@ from torch import nn
 from ..scopes import ROOT, ModuleTree, inner_scope
 from ..torch_internals import compiled, first_global_forward_hook, global_hooks, has_hooks, hook_epoch, hooked_since
 from .jit import WRAPPERS
-from .patching import exclusive, replaced
+from .patching import OtherThreads, exclusive, replaced
 from .replay import LEAF, RUN, Replayer
 
 _UNSET = object()
@@ -51,6 +51,7 @@ class Scopes:
         self._forwards: dict[int, int] = {}  # id -> depth of the modules whose forward is scoped
         self._thread = threading.get_ident()  # the tracing thread: module calls of others open no scope
         self.live: list[int | None] = [self._thread]  # the same, None once the window closed
+        self.others = OtherThreads()  # the model's modules other threads called meanwhile
 
     @property
     def current(self) -> Scope:
@@ -99,6 +100,7 @@ class Scopes:
 
             def scoped(*a: Any, **k: Any) -> Any:
                 if get_ident() != thread:  # the same module called by another thread meanwhile
+                    self.others.saw(name)
                     return forward(*a, **k)
                 self.enter(name, module)
                 try:
@@ -126,11 +128,15 @@ class Scopes:
         module, or a call from another thread or after the window, runs as usual."""
         run, get_ident, thread = self.run, threading.get_ident, self.live
         replay = replayer.call if replayer is not None else run
-        enter, leave, hooked = self.enter, self.exit, self.hooked
+        enter, leave, hooked, saw = self.enter, self.exit, self.hooked, self.others.saw
 
         def module_call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
             entry = plain.get(id(module))
-            if entry is None or get_ident() != thread[0]:
+            if entry is None:
+                return original(module, *args, **kwargs)
+            if get_ident() != thread[0]:  # the analyzed model in another thread: its work escapes the trace
+                if thread[0] is not None:
+                    saw(entry[0])
                 return original(module, *args, **kwargs)
             name, how = entry
             if how == LEAF:
@@ -151,6 +157,8 @@ class Scopes:
         def enter(module: nn.Module, args: Any) -> None:
             if threading.get_ident() == self._thread:
                 self.enter(name, module)
+            elif self.live[0] is not None:
+                self.others.saw(name)
 
         return enter
 

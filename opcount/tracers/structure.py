@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
+from torch import nn
 
-from ..errors import OpcountTypeError, OpcountValueError
+from ..errors import OpcountTypeError, OpcountValueError, TraceError
 from ..ir import OpCall, TensorSpec
 from ..torch_internals import pytree
 
@@ -134,6 +136,27 @@ class FlatCall:
             leaves[slot] = t
         args, kwargs = pytree.tree_unflatten(leaves, self._spec)
         return args, kwargs
+
+
+class DeferredOutputError(TraceError):
+    """The forward returned a generator or a coroutine, whose body had not run: nothing was traced."""
+
+
+def refuse_deferred(model: nn.Module, output: Any) -> None:
+    """Raise :class:`DeferredOutputError` if ``output`` is a generator, an async generator or a
+    coroutine (a ``forward`` with ``yield`` in it, an ``async def forward``): its body runs only
+    when it is iterated or awaited, so no operator of it ran during the trace, and the count would
+    be a silent 0 (the dispatch tracer records what runs). It is closed, never run: running it
+    here would be running code the model's caller never asked for, maybe without end."""
+    if inspect.isgenerator(output) or inspect.iscoroutine(output) or inspect.isasyncgen(output):
+        what = type(output).__name__
+        if not inspect.isasyncgen(output):  # an async generator never started needs no closing
+            output.close()  # a coroutine left unclosed warns that it was never awaited
+        raise DeferredOutputError(
+            f"the forward of the model ({type(model).__name__}) returned a {what}, whose body runs only when it is "
+            f"{'awaited' if what == 'coroutine' else 'iterated'}: no operator of it ran during the trace, so "
+            "nothing would be counted. Return the tensors the forward computes (a list or tuple of them)."
+        )
 
 
 def output_tensors(out: Any) -> tuple[torch.Tensor, ...]:

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..errors import OpcountValueError, TraceError
-from ..messages import first_line
+from ..messages import FAILURES, first_line
 from ..scopes import ModuleTree
 from ..torch_internals import pytree
 from .structure import output_tensors
@@ -110,7 +110,7 @@ class Step:
         if self.loss_fn is not None:
             try:
                 loss = self.loss_fn(output)
-            except (Exception, SystemExit) as e:  # the caller's function, not the model: named as such
+            except FAILURES as e:  # the caller's function, not the model: named as such
                 raise LossFnError(f"mode='train': loss_fn raised {type(e).__name__}: {first_line(e)}") from e
             if not isinstance(loss, torch.Tensor):
                 raise TrainingError(f"loss_fn must return a one-element tensor, got {type(loss).__name__}")

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from ..errors import OpcountError
-from ..messages import first_line
+from ..messages import FAILURES, first_line
 from ..torch_internals import FakeTensorMode, pytree
 from ..tracers.meta import CPU, META, device_of, fake_state, materialize
 
@@ -137,7 +137,7 @@ def measure(
         try:
             output = torch.func.functional_call(model, state, fake_args, fake_kwargs, tie_weights=True, strict=False)
             _loss(output, loss_fn)
-        except Exception as e:  # a model that reads a value (data-dependent control flow) cannot run on fake tensors
+        except FAILURES as e:  # a model that reads a value (data-dependent control flow) cannot run on fake tensors
             raise OpcountError(
                 f"{type(model).__name__}: the activations saved for backward are measured on fake tensors, and the "
                 f"forward failed there: {type(e).__name__}: {first_line(e)}"

@@ -13,6 +13,7 @@ from torch import nn
 
 from ...errors import OpcountValueError
 from ...messages import first_line
+from ...tracers.process import default_dtype_kept
 from .composite import text_decoder_instead
 from .fields import check_no_hub_code
 from .limits import SizeError, check_config, module_budget
@@ -80,7 +81,9 @@ def build_on_meta(config: Any, dtype: torch.dtype = torch.bfloat16) -> nn.Module
     check_config(config)
     check_no_hub_code(config)  # transformers would download the kernel while building
     try:
-        with torch.device("meta"), module_budget(name):
+        # from_config(dtype=...) sets torch's default dtype, one per process, while it builds and
+        # puts back what it saw: two builds in two threads would leave the other's dtype behind
+        with default_dtype_kept(), torch.device("meta"), module_budget(name):
             # transformers leaves from_config unannotated
             # a copy: from_config writes its dtype into the config it is given, the caller's
             model: nn.Module = AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=dtype)

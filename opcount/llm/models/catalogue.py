@@ -48,8 +48,9 @@ def config(name: str, **overrides: Any) -> Any:
     closest real ones), a method or private name, a field that selects code (:mod:`.fields`), a value
     the config's constructor rejects, a size out of :mod:`.limits`' bounds (``vocab_size=0``)."""
     _, arch = resolve(name)
-    import transformers
+    from ...transformers_internals import transformers_module
 
+    transformers = transformers_module()  # not a bare import: its first, in several threads, is not safe
     cls = getattr(transformers, arch.config_class)
     default = defaults(cls) if overrides else None
     for key, value in overrides.items():
