@@ -1,7 +1,8 @@
 """The command line's deployments on the LLM path (``--tp --pp --ep --dp --micro-batches``, ``--price``,
-``--max-batch``, ``--reserve``, as :mod:`opcount.cli.flags.deploy` parsed and checked them): each layout
-checked against the model built, a point's deployment priced (:mod:`opcount.llm.deploy.deployment` computes),
-and the lines and JSON fields it adds to a report."""
+``--max-batch``, ``--gpu-memory-utilization``, ``--max-batched-tokens``, as :mod:`opcount.cli.flags.deploy`
+parsed and checked them): each layout checked against the model built, a point's deployment priced
+(:mod:`opcount.llm.deploy.deployment` computes), one device's fit where no layout is given, and the lines
+and JSON fields they add to a report."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import Any
 
 from ..hardware.lookup import Hardware
 from ..llm.causal_lm import CausalLM
-from ..llm.deploy.deployment import Deployment, Placement
+from ..llm.deploy.deployment import Deployment, Placement, fit
+from ..llm.deploy.figures import Fit
+from ..llm.deploy.layout import Parallel
 from ..llm.generation import GenerationCost
 from ..llm.phases import PhaseCost
 from ..units import seconds, size
@@ -45,15 +48,59 @@ def deployment(
         layout(d, values),
         hardware=hardware,
         price=d.price,
-        reserve=d.reserve,
+        gpu_memory_utilization=d.gpu_memory_utilization,
+        max_batched_tokens=d.max_batched_tokens,
         max_batch=d.max_batch,
         generation=generation,
+    )
+
+
+def fit_alone(
+    llm: CausalLM, phase: PhaseCost, generation: GenerationCost | None, flags: LLMOptions, hardware: Hardware | None
+) -> Fit | None:
+    """One device's fit, where no layout is given: None without a device's memory."""
+    if hardware is None or hardware.memory_bytes is None:
+        return None
+    d = flags.deploy
+    return fit(
+        llm,
+        generation if generation is not None else phase,
+        hardware=hardware,
+        gpu_memory_utilization=d.gpu_memory_utilization,
+        max_batched_tokens=d.max_batched_tokens,
     )
 
 
 # ------------------------------------------------------------------------------------------------
 # Reports
 # ------------------------------------------------------------------------------------------------
+def capacity_line(f: Fit, hardware: str | None) -> str:
+    """The fit in one line: the capacity and how it is sized, the verdict, and where it does not fit, a
+    layout that does (or the bound searched)."""
+    memory = f.capacity / f.gpu_memory_utilization
+    chunks = f"; activations of a step of at most {f.max_batched_tokens:,} tokens" if f.chunked else ""
+    verdict = "fits"
+    if not f.fits:
+        verdict = f"does not fit ({size(f.per_device.total)})"
+        if f.layout_that_fits is not None:
+            verdict += f"; {layout_flags(f.layout_that_fits)} fits ({size(f.layout_per_device or 0)} a device)"
+        elif f.reason:
+            verdict += f"; {f.reason}"
+        else:
+            verdict += (
+                f"; nor does a layout of up to {f.searched} x {hardware} (--tp within a node, then --pp across nodes)"
+            )
+    return (
+        f"  capacity: {size(f.capacity)} per device ({f.gpu_memory_utilization:g} of its {size(memory)}"
+        f"{chunks}): {verdict}"
+    )
+
+
+def layout_flags(p: Parallel) -> str:
+    """A layout as the flags that ask for it (``--tp 8 --pp 2``)."""
+    return " ".join(f"--{k} {v}" for k, v in (("tp", p.tp), ("pp", p.pp), ("ep", p.ep), ("dp", p.dp)) if v > 1)
+
+
 def summary_lines(d: Deployment) -> list[str]:
     """The deployment in a few lines: layout, memory per device against capacity, communication,
     cost (its times are the summary's time lines: :func:`opcount.cli.llm_times.time_lines`)."""
@@ -62,11 +109,8 @@ def summary_lines(d: Deployment) -> list[str]:
         f"  layout: {d.parallel.label()}; per device: weights {size(m.weights)}, KV cache {size(m.kv_cache)}, "
         f"activations {size(m.activations)}, total {size(m.total)}"
     ]
-    if d.capacity is not None:
-        verdict = "fits" if d.fits else f"does not fit: needs >= {d.needs} x {d.hardware}"
-        lines.append(
-            f"  capacity: {size(d.capacity)} per device ({d.reserve:g} kept for the engine's workspace): {verdict}"
-        )
+    if d.fit is not None:
+        lines.append(capacity_line(d.fit, d.hardware))
     if d.parallel.tp * d.parallel.pp * d.parallel.ep > 1:  # a layout that communicates
         timed = f", {seconds(d.communication_time)}" if d.communication_time is not None else ""
         step = "output token" if d.generation else "step"
@@ -84,13 +128,15 @@ def summary_lines(d: Deployment) -> list[str]:
 
 def add_json(out: dict[str, Any], d: Deployment | None) -> None:
     """The deployment's JSON into a point's, beside its times (the deployment's: :func:`opcount.cli.llm_times.time_fields`):
-    ``parallel``; ``memory`` gains ``per_device``, ``capacity`` and ``fits``; ``communication`` and
+    ``parallel``; ``memory`` gains ``per_device`` and the fit (:func:`add_fit_json`); ``communication`` and
     ``compute`` (a step's collectives and kernels, which its ``time`` adds), ``cost``, ``max_batch``."""
     if d is None:
         return
     out["parallel"] = d.parallel.as_dict()
     memory = out.setdefault("memory", {})
     memory |= {"per_device": d.per_device.as_dict(), "capacity": d.capacity, "fits": d.fits}
+    if d.fit is not None:
+        memory |= d.fit.as_dict()
     out["communication"] = {"bytes_per_device": d.communication_bytes, "time": d.communication_time}
     if d.step_time is not None:
         out["compute"] = {"time": d.compute_time, "time_bound": d.compute_time_bound}
@@ -98,6 +144,14 @@ def add_json(out: dict[str, Any], d: Deployment | None) -> None:
         out["cost"] = cost_json(d.cost, d.cost_bound, d.price, d.parallel.devices)
     if d.max_batch is not None:
         out["max_batch"] = d.max_batch
+
+
+def add_fit_json(out: dict[str, Any], f: Fit | None) -> None:
+    """One device's fit into a point's JSON, where no layout is given: ``memory`` gains ``per_device`` (what is
+    set against the capacity), ``capacity``, ``fits``, the engine's settings and where it does not fit, the
+    layout that does (``layout_that_fits``, null when none of up to ``searched_devices`` does)."""
+    if f is not None:
+        out.setdefault("memory", {}).update({"per_device": f.per_device.as_dict(), **f.as_dict()})
 
 
 def cost_json(

@@ -20,6 +20,7 @@ from ..errors import OpcountError
 from ..hardware.lookup import Hardware
 from ..llm.causal_lm import CausalLM
 from ..llm.deploy import deployment as deploy_lib
+from ..llm.deploy.figures import Fit
 from ..llm.generation import GenerationCost, generate
 from ..llm.models.build import is_causal_lm
 from ..llm.models.catalogue import ALIASES, resolve
@@ -93,6 +94,7 @@ class PointCost:
     phase: PhaseCost
     generation: GenerationCost | None = None
     deployment: deploy_lib.Deployment | None = None
+    fit: Fit | None = None  # one device's, where no layout is given
 
 
 def run(
@@ -151,6 +153,8 @@ def run(
             phases[traced] = _point(llm, values, request)
         point = replace(phases[traced], values=values)
         point.deployment = deploy.deployment(llm, point.phase, point.generation, values, flags, hardware)
+        if point.deployment is None and not axes:  # one device judged as a layout's devices are
+            point.fit = deploy.fit_alone(llm, point.phase, point.generation, flags, hardware)
         points.append(point)
     if axes:
         return sweep_report(
@@ -206,6 +210,8 @@ def summary(llm_label: str, point: PointCost, parameters: int, active: int | Non
     lines += time_lines(p, gen, point.deployment)  # the layout's under one
     if point.deployment is not None:
         lines += deploy.summary_lines(point.deployment) + single_device_lines(p, gen, point.deployment)
+    elif point.fit is not None:
+        lines.append(deploy.capacity_line(point.fit, p.roofline.hardware.name if p.roofline is not None else None))
     return "\n".join(lines)
 
 
@@ -223,6 +229,7 @@ def _single_report(llm: CausalLM, point: PointCost, rendering: Rendering, label:
         data["llm"] = point_json(
             point.values, PhaseValues.of(p), gen, label, llm.parameters, llm.active_parameters, point.deployment
         )
+        deploy.add_fit_json(data["llm"], point.fit)
         data["memory"] = dict(data["llm"]["memory"])  # the report's copy, as a whole model's
         if rendering.by_operator:
             data["llm"]["by_operator"] = operator_rows_named(p, single)

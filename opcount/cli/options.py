@@ -8,9 +8,10 @@ by the LLM mode. ``--hardware`` is a :class:`HardwareChoice`: a preset or file r
 or this machine, measured once when the run starts (:meth:`HardwareChoice.resolve`).
 
 The LLM, deployment and training groups hold values with their defaults resolved (``batch`` is 1 when
-``--batch`` is not given, ``kernels`` "fused", ``reserve`` 0.1, ``optimizer`` adamw...), each worked out
+``--batch`` is not given, ``kernels`` "fused", ``gpu_memory_utilization`` 0.9, ``optimizer`` adamw...), each worked out
 once by its flag group (:mod:`opcount.cli.flags`), with ``given``, the flags as typed, for the messages
-that name them. Nothing below reads ``None`` as "the default".
+that name them. Nothing below reads ``None`` as "the default" but ``max_batched_tokens``, whose default
+is vLLM's for the device, which ``--hardware local`` measures only after parsing.
 
 This module holds values only: the checks that refuse a combination of flags are in
 :mod:`opcount.cli.args` and the flag groups.
@@ -116,7 +117,8 @@ class Rendering:
 class DeployOptions:
     """The deployment flags, each default resolved (:mod:`opcount.cli.flags.deploy`): a layout of ``tp x pp
     x dp`` devices, experts over ``ep`` of them, ``micro_batches`` in a pipeline; ``price`` (None: no cost
-    asked for), ``max_batch``, ``reserve``; ``given``: the flags typed (``--tp``), for messages."""
+    asked for), ``max_batch``, ``gpu_memory_utilization``, ``max_batched_tokens`` (None: vLLM's default for the
+    device); ``given``: the flags typed (``--tp``), for messages."""
 
     tp: int
     pp: int
@@ -125,7 +127,8 @@ class DeployOptions:
     micro_batches: int
     price: float | None  # dollars per device-hour
     max_batch: bool
-    reserve: float  # of a device's memory, kept for the engine's workspace
+    gpu_memory_utilization: float  # of a device's reported memory, taken by the engine
+    max_batched_tokens: int | None  # tokens a step at most (chunked prefill)
     given: tuple[str, ...]
 
 

@@ -1,4 +1,4 @@
-"""The hardware presets: dense peaks and bandwidths from each vendor's datasheet.
+"""The hardware presets: dense peaks and bandwidths from each vendor's datasheet, memory as the device reports it.
 
 The figures and their sources are tabulated in docs/hardware.md; ``tests/hardware/test_hardware.py`` checks
 the ridge points against ratios worked from the datasheets.
@@ -11,7 +11,10 @@ from .presets_2026 import accelerators_2026
 from .sparse_support import NVIDIA_2_4, SparseSupport
 from .spec import TENSOR, VECTOR, Hardware, T
 
-GB = 1e9  # capacities as the datasheets give them, decimal (an "80 GB" part often holds 80 GiB, 7% more)
+# Capacities as the device reports them (nvidia-smi's memory.total, rocm-smi's VRAM total), which is what an
+# engine's gpu_memory_utilization takes a share of: an H100 SXM "80 GB" reports 81,559 MiB, 7% more than 80e9
+# bytes. The reports are cited in docs/hardware.md.
+MIB = 2**20
 
 # NVLink 4 (H100/H200 SXM): 18 links, 900 GB/s bidirectional; HGX boards of 8 with one 400 Gb/s
 # InfiniBand NDR (ConnectX-7) port per GPU. NVLink 5 (B200): 1.8 TB/s. NVLink 3 (A100 SXM): 600 GB/s,
@@ -102,7 +105,7 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             buffer_bytes=50 * 2**20,
             clock_hz=1.98e9,
             description="NVIDIA H200 SXM 141 GB (HBM3e)",
-            memory_bytes=141 * GB,
+            memory_bytes=143_771 * MIB,  # nvidia-smi on an H200 SXM
             interconnect=_NVLINK4,
             sparse=NVIDIA_2_4,
             power_w=700,
@@ -125,7 +128,7 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             },
             bandwidth=7.7e12,
             description="NVIDIA B200 (HGX B200, 180 GB HBM3e); FP8 OCP e4m3fn, FP4 nvfp4 / mxfp4",
-            memory_bytes=180 * GB,
+            memory_bytes=183_359 * MIB,  # nvidia-smi on a B200
             interconnect=_NVLINK5,
             sparse=NVIDIA_2_4,
             power_w=1000,
@@ -149,7 +152,7 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             buffer_bytes=256 * 2**20,
             clock_hz=mi300x_clock,
             description="AMD Instinct MI300X 192 GB (HBM3); FP8 fnuz (e4m3fnuz)",
-            memory_bytes=192 * GB,
+            memory_bytes=205_822_885_888,  # rocm-smi --showmeminfo vram on an MI300X: 196,288 MiB
             interconnect=_INFINITY_FABRIC,
             power_w=750,
             # CDNA 3 (AMD Instinct MI300X data sheet): 2:4 in fp16, bf16, fp8 and int8, not tf32/fp32/fp64
@@ -168,7 +171,7 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             },
             bandwidth=600e9,
             description="NVIDIA A10G 24 GB (GDDR6), A10 datasheet figures",
-            memory_bytes=24 * GB,
+            memory_bytes=23_028 * MIB,  # nvidia-smi on an A10G
             sparse=NVIDIA_2_4,
         ),
         Hardware(
@@ -186,7 +189,7 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             },
             bandwidth=864e9,
             description="NVIDIA L40S 48 GB (GDDR6)",
-            memory_bytes=48 * GB,
+            memory_bytes=46_068 * MIB,  # nvidia-smi on an L40S
             sparse=NVIDIA_2_4,
         ),
         Hardware(
@@ -196,7 +199,7 @@ def _current_accelerators() -> tuple[Hardware, ...]:
             buffer_bytes=40 * 2**20,
             clock_hz=1.41e9,
             description="NVIDIA A100 PCIe 40 GB (HBM2)",
-            memory_bytes=40 * GB,
+            memory_bytes=40_960 * MIB,  # nvidia-smi on an A100 PCIe 40 GB
             sparse=NVIDIA_2_4,
         ),
     )
@@ -212,7 +215,7 @@ PRESETS: dict[str, Hardware] = {
             buffer_bytes=50 * 2**20,
             clock_hz=1.98e9,
             description="NVIDIA H100 SXM5 80 GB (HBM3)",
-            memory_bytes=80 * GB,
+            memory_bytes=81_559 * MIB,  # nvidia-smi on an H100 SXM
             interconnect=_NVLINK4,
             sparse=NVIDIA_2_4,
             power_w=700,
@@ -235,7 +238,7 @@ PRESETS: dict[str, Hardware] = {
             buffer_bytes=50 * 2**20,
             clock_hz=1.755e9,
             description="NVIDIA H100 PCIe 80 GB (HBM2e)",
-            memory_bytes=80 * GB,
+            memory_bytes=81_559 * MIB,  # nvidia-smi on an H100 PCIe
             sparse=NVIDIA_2_4,
         ),
         Hardware(
@@ -245,7 +248,7 @@ PRESETS: dict[str, Hardware] = {
             buffer_bytes=40 * 2**20,
             clock_hz=1.41e9,
             description="NVIDIA A100 SXM4 80 GB (HBM2e)",
-            memory_bytes=80 * GB,
+            memory_bytes=81_920 * MIB,  # nvidia-smi on an A100 SXM4 80 GB
             interconnect=_NVLINK3,
             sparse=NVIDIA_2_4,
         ),
@@ -266,7 +269,7 @@ PRESETS: dict[str, Hardware] = {
             buffer_bytes=48 * 2**20,
             clock_hz=2.04e9,
             description="NVIDIA L4 24 GB (GDDR6)",
-            memory_bytes=24 * GB,
+            memory_bytes=23_034 * MIB,  # nvidia-smi on an L4
             sparse=NVIDIA_2_4,
         ),
         Hardware(
@@ -279,7 +282,7 @@ PRESETS: dict[str, Hardware] = {
             buffer_bytes=4 * 2**20,
             clock_hz=1.59e9,
             description="NVIDIA T4 16 GB (GDDR6); Turing: no bf16, no TF32",
-            memory_bytes=16 * GB,
+            memory_bytes=15_360 * MIB,  # nvidia-smi on a T4
         ),
         Hardware(
             "rtx-4090",
@@ -299,7 +302,7 @@ PRESETS: dict[str, Hardware] = {
             buffer_bytes=72 * 2**20,
             clock_hz=2.52e9,
             description="NVIDIA GeForce RTX 4090 24 GB (GDDR6X)",
-            memory_bytes=24 * GB,
+            memory_bytes=24_564 * MIB,  # nvidia-smi on an RTX 4090
             sparse=NVIDIA_2_4,
         ),
         _xeon_8480_2s(),

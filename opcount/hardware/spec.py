@@ -78,7 +78,8 @@ class Hardware:
     convolution buffer), informative. ``clock_hz``: to express times in cycles.
     ``sparse``: the N:M patterns (and block sizes) the tensor unit runs natively, a
     :class:`~opcount.hardware.sparse_support.SparseSupport` or its dict form; the default runs no N:M.
-    ``memory_bytes``: the device's main-memory capacity (what a deployment must fit in).
+    ``memory_bytes``: the device's main memory as it reports it (``nvidia-smi``'s ``memory.total``), of
+    which a serving engine takes its ``gpu_memory_utilization`` (what a deployment must fit in).
     ``interconnect``: its links to other devices (:class:`~opcount.hardware.interconnect.Interconnect`
     or its dict form); None: a single device, priced alone. ``power_w``: the board's power limit
     (NVIDIA's TDP, AMD's TBP) in watts, what a device draws at full load, for energy.
@@ -243,7 +244,7 @@ class Hardware:
         name = "my-npu"
         bandwidth = 64e9          # bytes/s
         clock_hz = 1e9
-        memory_bytes = 32e9       # optional: capacity, what a deployment must fit in
+        memory_bytes = 32e9       # optional: the bytes the device reports, what a deployment fits in
         power_w = 75              # optional: board power (TDP), for energy
         [peak.tensor]
         float16 = 2.048e12        # FLOP/s, 2 per multiply-add

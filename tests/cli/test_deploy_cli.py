@@ -1,5 +1,5 @@
-"""``--tp --pp --ep --dp --price --max-batch --reserve`` on the command line: the JSON and table
-fields, and bad layouts refused in one line naming the flag, status 2, before anything is traced.
+"""``--tp --pp --ep --dp --price --max-batch`` on the command line (the engine's settings: test_fit_cli.py): the
+JSON and table fields, and bad layouts refused in one line naming the flag, status 2, before anything is traced.
 
 Tiny Llama (d 256, f 512, n 2, h 8, g 2, V 1000) as in tests/cli/test_llm_cli.py; the numbers are
 the closed forms of tests/llm/test_deploy.py.
@@ -45,7 +45,9 @@ def test_json_has_the_layout_per_device_memory_communication_and_cost(capsys: py
     assert memory["weights"] == split + (2 * N + 1) * D * 2
     assert memory["per_device"]["weights"] == split / 2 + (2 * N + 1) * D * 2
     assert memory["per_device"]["gradients"] == memory["per_device"]["optimizer"] == 0
-    assert memory["capacity"] == 80e9 * 0.9 and memory["fits"] is True
+    # the H100 SXM's 81,559 MiB (as nvidia-smi reports them) times vLLM's gpu_memory_utilization 0.9
+    assert memory["capacity"] == pytest.approx(81_559 * 2**20 * 0.9, rel=1e-15) and memory["fits"] is True
+    assert (memory["gpu_memory_utilization"], memory["max_batched_tokens"]) == (0.9, 8192)  # vLLM's on 80 GB
     # 5 all-reduces of B*d*2 = 1024 bytes (1 x 1024 sent at n = 2), the logits gathered: 4000 / 2
     assert llm["communication"]["bytes_per_device"] == 5 * 1024 + 2000
     # time: the layout's step, its kernels then its collectives; the traced device's own in single_device

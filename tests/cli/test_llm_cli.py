@@ -53,7 +53,16 @@ def test_decode_json(capsys: pytest.CaptureFixture[str]) -> None:
     softmax = N * 2 * H * (3 * 21 - 1)  # inside sdpa: 21 scores per query and head, 3 * 21 - 1 flops
     assert data["llm"]["flops"] - _elementwise(data) == decode_macs(2, 20) + rotary + softmax
     assert data["memory"]["kv_cache"] == 2 * N * G * E * 21 * 2 * 2  # keys and values, 21 tokens, batch 2, bf16
-    assert set(data["memory"]) == {"weights", "kv_cache", "kv_cache_by_type", "activations"}
+    whole = {"weights", "kv_cache", "kv_cache_by_type", "activations"}
+    # with a device's memory one device is judged as a layout's are: what it holds against its capacity
+    assert set(data["memory"]) == whole | {
+        "per_device",
+        "capacity",
+        "fits",
+        "gpu_memory_utilization",
+        "max_batched_tokens",
+    }
+    assert data["memory"]["fits"] is True and data["memory"]["per_device"]["kv_cache"] == data["memory"]["kv_cache"]
     assert data["memory"]["kv_cache_by_type"] == {"full_attention": data["memory"]["kv_cache"]}
     assert data["llm"]["bound"] == "memory"
     assert data["llm"]["tokens_per_s"] == pytest.approx(2 / data["llm"]["time"])

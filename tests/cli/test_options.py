@@ -138,11 +138,16 @@ def test_the_llm_defaults_are_resolved_once_in_the_options(nothing_built: None) 
     )
     d = flags.deploy
     assert (d.tp, d.pp, d.ep, d.dp, d.micro_batches, d.price, d.max_batch) == (1, 1, 1, 1, 1, None, False)
-    assert d.reserve == pytest.approx(1 - 0.9) and flags.given == d.given == ()
+    # vLLM's gpu_memory_utilization; max_batched_tokens None: vLLM's default for the device, known only with it
+    assert (d.gpu_memory_utilization, d.max_batched_tokens) == (0.9, None) and flags.given == d.given == ()
     assert options.training == TrainingOptions(optimizer="adamw", recompute="none", zero=0, tokens=None, given=())
     decode = parse(["llm:llama-3-8b", "--phase", "decode", "--kv-len", "64", "--tp", "2", "--reserve", "0"])
     assert isinstance(decode, Options) and decode.llm is not None
-    assert (decode.llm.flags.seq_len, decode.llm.flags.kv_len, decode.llm.flags.deploy.reserve) == (1, 64, 0)
+    assert (decode.llm.flags.seq_len, decode.llm.flags.kv_len, decode.llm.flags.deploy.gpu_memory_utilization) == (
+        1,
+        64,
+        1,
+    )
     assert decode.llm.flags.given == ("--phase", "--kv-len", "--tp", "--reserve")  # as typed, for messages
     trained = parse(["llm:llama-3-8b", "--mode", "train", "--seq-len", "256", "--dp", "2", "--zero", "1"])
     assert isinstance(trained, Options) and trained.llm is not None

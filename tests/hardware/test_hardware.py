@@ -107,3 +107,26 @@ def test_cli_hardware_cpu_is_a_one_line_error(capsys) -> None:
     assert main(["tests.fixtures.report_models:tiny", "--hardware", "cpu"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "xeon-8480-2s" in err and "local" in err
+
+
+@pytest.mark.parametrize(
+    ("name", "reported"),
+    [
+        # nvidia-smi --query-gpu=memory.total (MiB), as logged on each device: what an engine's
+        # gpu_memory_utilization takes a share of (sources in docs/hardware.md)
+        ("h100-sxm", 81_559 * 2**20),
+        ("h100-pcie", 81_559 * 2**20),
+        ("h200-sxm", 143_771 * 2**20),
+        ("b200", 183_359 * 2**20),
+        ("a100-sxm", 81_920 * 2**20),
+        ("a100-pcie-40gb", 40_960 * 2**20),
+        ("l40s", 46_068 * 2**20),
+        ("l4", 23_034 * 2**20),
+        ("a10g", 23_028 * 2**20),
+        ("t4", 15_360 * 2**20),
+        ("rtx-4090", 24_564 * 2**20),
+        ("mi300x", 205_822_885_888),  # rocm-smi --showmeminfo vram, in bytes
+    ],
+)
+def test_memory_is_what_the_device_reports(name: str, reported: int) -> None:
+    assert PRESETS[name].memory_bytes == reported

@@ -62,22 +62,23 @@ def test_a_node_without_network_refuses_a_wider_group() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "bidirectional", "network_gbit", "memory_gb"),
+    ("name", "bidirectional", "network_gbit", "memory"),
     [
-        ("h100-sxm", 900e9, 400, 80),  # NVLink 4, InfiniBand NDR (ConnectX-7)
-        ("h200-sxm", 900e9, 400, 141),
-        ("b200", 1800e9, 400, 180),  # NVLink 5
-        ("a100-sxm", 600e9, 200, 80),  # NVLink 3, InfiniBand HDR
-        ("mi300x", 7 * 128e9, 400, 192),  # 7 Infinity Fabric links of 128 GB/s
+        # memory: what the device reports (nvidia-smi's memory.total in MiB, rocm-smi's VRAM total in bytes)
+        ("h100-sxm", 900e9, 400, 81_559 * 2**20),  # NVLink 4, InfiniBand NDR (ConnectX-7)
+        ("h200-sxm", 900e9, 400, 143_771 * 2**20),
+        ("b200", 1800e9, 400, 183_359 * 2**20),  # NVLink 5
+        ("a100-sxm", 600e9, 200, 81_920 * 2**20),  # NVLink 3, InfiniBand HDR
+        ("mi300x", 7 * 128e9, 400, 205_822_885_888),  # 7 Infinity Fabric links of 128 GB/s
     ],
 )
-def test_presets_links_are_the_datasheets(name: str, bidirectional: float, network_gbit: int, memory_gb: int) -> None:
+def test_presets_links_are_the_datasheets(name: str, bidirectional: float, network_gbit: int, memory: int) -> None:
     hw = PRESETS[name]
     assert hw.interconnect is not None
     assert hw.interconnect.bandwidth == bidirectional / 2
     assert hw.interconnect.network_bandwidth == network_gbit * 1e9 / 8
     assert hw.interconnect.devices_per_node == 8
-    assert hw.memory_bytes == memory_gb * 1e9
+    assert hw.memory_bytes == memory
 
 
 def test_a_hardware_file_gives_links_and_memory(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from opcount.errors import OpcountError  # noqa: E402
 from opcount.hardware.interconnect import Interconnect  # noqa: E402
 from opcount.hardware.lookup import Hardware  # noqa: E402
 from opcount.llm.causal_lm import CausalLM  # noqa: E402
-from opcount.llm.deploy.deployment import DEFAULT_RESERVE  # noqa: E402
+from opcount.llm.deploy import DEFAULT_GPU_MEMORY_UTILIZATION  # noqa: E402
 from opcount.llm.deploy.layout import Parallel  # noqa: E402
 
 D, F, N, H, G, V = 256, 512, 2, 8, 2, 1000
@@ -133,17 +133,21 @@ def test_data_parallel_replicas_multiply_throughput_not_memory(llm: CausalLM) ->
 def test_the_largest_batch_fits_and_one_more_does_not(llm: CausalLM) -> None:
     one = llm.deploy(llm.phase("decode", kv_len=63, hardware=DEVICE), Parallel(tp=2))
     per_sequence = one.per_device.kv_cache + one.per_device.activations
-    # room for 5.5 sequences beside the weights, after the engine's reserve
-    memory = (one.per_device.weights + 5.5 * per_sequence) / (1 - DEFAULT_RESERVE)
+    # room for 5.5 sequences beside the weights, in the share of the memory the engine takes
+    memory = (one.per_device.weights + 5.5 * per_sequence) / DEFAULT_GPU_MEMORY_UTILIZATION
     sized = Hardware(
         "sized", DEVICE.peak, DEVICE.bandwidth, memory_bytes=memory, interconnect=LINK
     )  # the same device with that memory
     best = llm.deploy(llm.phase("decode", kv_len=63, hardware=sized), Parallel(tp=2), max_batch=True).max_batch
     assert best == 5
     assert llm.deploy(llm.phase("decode", kv_len=63, batch=5, hardware=sized), Parallel(tp=2)).fits is True
-    too_many = llm.deploy(llm.phase("decode", kv_len=63, batch=6, hardware=sized), Parallel(tp=2))
-    assert too_many.fits is False
-    assert too_many.needs == 3  # more than the 2 devices of the layout
+    six = llm.phase("decode", kv_len=63, batch=6, hardware=sized)
+    too_many = llm.deploy(six, Parallel(tp=2))
+    assert too_many.fits is False and too_many.fit is not None
+    # the smallest layout that fits: tp 3 divides no 8 heads; tp 4 holds a quarter of the split weights and
+    # the same share of the cache as tp 2 (one of the 2 KV heads, copied on 2 devices), so 6 sequences fit
+    assert too_many.fit.layout_that_fits == Parallel(tp=4)
+    assert too_many.fit.layout_per_device == llm.deploy(six, Parallel(tp=4)).per_device.total
 
 
 def test_cost_per_million_tokens(llm: CausalLM) -> None:

@@ -1,5 +1,6 @@
 """The deployment flags: ``--tp --pp --ep --dp --micro-batches`` (a parallel layout), ``--price`` (dollars per
-device-hour), ``--max-batch`` and ``--reserve``. Their arguments, their :class:`~opcount.cli.options.DeployOptions`
+device-hour), ``--max-batch``, and how a serving engine sizes a device: ``--gpu-memory-utilization`` (``--reserve``,
+its complement) and ``--max-batched-tokens``. Their arguments, their :class:`~opcount.cli.options.DeployOptions`
 with the defaults resolved, and the checks that need no model (:mod:`opcount.cli.deploy` checks a layout
 against the model built, and prices it)."""
 
@@ -13,13 +14,24 @@ from typing import Any
 
 from ...errors import OpcountError
 from ...hardware.lookup import Hardware
-from ...llm.deploy import DEFAULT_RESERVE, MAX_PRICE
+from ...llm.deploy import DEFAULT_GPU_MEMORY_UTILIZATION, MAX_PRICE
 from ...llm.deploy.layout import Parallel
 from ..args import positive_int
 from ..options import DeployOptions, LLMOptions
 
 # The flags by their argparse names (opcount compare's help hides them, as the other LLM flags).
-FLAGS = ("tp", "pp", "ep", "dp", "micro_batches", "price", "max_batch", "reserve")
+FLAGS = (
+    "tp",
+    "pp",
+    "ep",
+    "dp",
+    "micro_batches",
+    "price",
+    "max_batch",
+    "gpu_memory_utilization",
+    "reserve",
+    "max_batched_tokens",
+)
 # --sweep keys: a layout per point
 SWEEPABLE = {"tp": "tp", "pp": "pp", "ep": "ep", "dp": "dp"}
 
@@ -47,11 +59,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the largest --batch whose weights, KV cache (--kv-len + --gen-len) and activations fit a device",
     )
     g.add_argument(
+        "--gpu-memory-utilization",
+        type=_utilization,
+        metavar="U",
+        help="the share of a device's reported memory the engine takes for weights, activations and KV cache "
+        f"(vLLM's name and default, {DEFAULT_GPU_MEMORY_UTILIZATION:g})",
+    )
+    g.add_argument(
         "--reserve",
         type=_fraction,
         metavar="F",
-        help=f"fraction of a device's memory kept for the engine's workspace (default {DEFAULT_RESERVE:g}, "
-        "as vLLM's gpu_memory_utilization 0.9)",
+        help="the share of a device's memory kept from the engine: --gpu-memory-utilization 1 - F",
+    )
+    g.add_argument(
+        "--max-batched-tokens",
+        "--max-num-batched-tokens",
+        dest="max_batched_tokens",
+        type=positive_int,
+        metavar="N",
+        help="the most tokens the engine runs in a step, a long prompt in chunks (vLLM's max_num_batched_tokens; "
+        "default vLLM's: 8192 on a device of 70 GiB or more but an A100, else 2048): the activations of fit and "
+        "--max-batch",
     )
 
 
@@ -67,6 +95,16 @@ def _price(text: str) -> float:
     return value
 
 
+def _utilization(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction above 0 and up to 1, got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction above 0 and up to 1, got {text}")
+    return value
+
+
 def _fraction(text: str) -> float:
     try:
         value = float(text)
@@ -79,16 +117,21 @@ def _fraction(text: str) -> float:
 
 def options(ns: Mapping[str, Any]) -> DeployOptions:
     """The deployment flags of the parsed command line (argparse's names -> values), each default resolved:
-    one device of each kind, one micro-batch, no price, the engine's reserve :data:`DEFAULT_RESERVE`."""
+    one device of each kind, one micro-batch, no price, vLLM's :data:`DEFAULT_GPU_MEMORY_UTILIZATION` (less
+    ``--reserve`` where it is given instead); ``max_batched_tokens`` None is vLLM's default for the device,
+    resolved with the device (:func:`opcount.llm.deploy.fit.default_max_batched_tokens`)."""
     given = [f"--{n.replace('_', '-')}" for n in FLAGS if n != "max_batch" and ns.get(n) is not None]
     max_batch = bool(ns.get("max_batch"))
     degrees = {name: ns.get(name) or 1 for name in ("tp", "pp", "ep", "dp", "micro_batches")}  # each >= 1 if given
-    reserve = ns.get("reserve")  # 0 is a reserve
+    utilization, reserve = ns.get("gpu_memory_utilization"), ns.get("reserve")  # 0 is a reserve
+    if utilization is None:
+        utilization = DEFAULT_GPU_MEMORY_UTILIZATION if reserve is None else 1 - reserve
     return DeployOptions(
         **degrees,
         price=ns.get("price"),
         max_batch=max_batch,
-        reserve=DEFAULT_RESERVE if reserve is None else reserve,
+        gpu_memory_utilization=utilization,
+        max_batched_tokens=ns.get("max_batched_tokens"),
         given=(*given, *(["--max-batch"] if max_batch else [])),
     )
 
@@ -122,6 +165,8 @@ def check(flags: LLMOptions, hardware_given: bool, hardware: Hardware | None) ->
         raise OpcountError("--micro-batches prices one phase: drop --gen-len (or --micro-batches)")
     if micro and flags.batch % d.micro_batches:
         raise OpcountError(f"--micro-batches {d.micro_batches}: does not divide --batch {flags.batch}")
+    if "--gpu-memory-utilization" in d.given and "--reserve" in d.given:
+        raise OpcountError("--reserve F is --gpu-memory-utilization 1 - F: give one of them")
     for name, value in (("price", d.price), ("max-batch", d.max_batch or None)):
         if value is not None and not hardware_given:
             raise OpcountError(f"--{name} needs --hardware (the time per step, the device's memory)")

@@ -94,6 +94,10 @@ def check(options: Options) -> None:
         raise OpcountError("--plot draws inference phases and whole models' rooflines, not an LLM training step")
 
 
+# A serving engine's figures: a training step's capacity is the device's whole memory.
+SERVING = ("--max-batch", "--gpu-memory-utilization", "--reserve", "--max-batched-tokens")
+
+
 def check_llm(flags: LLMOptions) -> None:
     """``--mode train`` on the LLM path: one step of ``--batch`` x ``--seq-len`` tokens, no inference flag."""
     inference = [
@@ -103,7 +107,7 @@ def check_llm(flags: LLMOptions) -> None:
         raise OpcountError(
             f"{inference[0]} is for inference phases: --mode train traces one training step of --batch x --seq-len tokens"
         )
-    serving = [f for f in flags.deploy.given if f in ("--max-batch", "--reserve")]
+    serving = [f for f in flags.deploy.given if f in SERVING]
     if serving:  # a serving engine's figures: a training step's capacity is the device's whole memory
         raise OpcountError(
             f"{serving[0]} applies to inference (a serving engine's batch and workspace): --mode train fits the "

@@ -9,7 +9,9 @@ Per device, from the phase's single-device trace (:mod:`.layout` says what is sp
   also what runs before them, the last what runs after); the device holding the most is reported;
 - **KV cache**: ``kv_heads / tp`` heads a device (one when ``tp`` exceeds them, copied as vLLM
   does), the stage's layers; **activations**: the stage's peak working set, each tensor at the
-  device's share of the operator writing it (:mod:`.activations`);
+  device's share of the operator writing it (:mod:`.activations`), for a step of at most
+  ``max_batched_tokens`` tokens (chunked prefill); against the device's memory as an engine sizes it,
+  with the largest batch and, where it does not fit, a layout that does (:mod:`.fit`);
 - **time**: each kernel's FLOPs and bytes divided as its region is (``1 / tp`` in a split
   attention or MLP, ``dp / ep`` of the experts' tokens and ``1 / ep`` of their weights,
   :mod:`.times`), two ways as a phase is: ``time``, the estimate (the device's share of the
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from torch import nn
@@ -35,13 +37,13 @@ from ...ir import DTYPE_BYTES, OpCall
 from ...memory import MemoryTrafficAnalysis
 from ..cache.names import CACHE_NAMES
 from ..decoder import Decoder
-from ..models.limits import MAX_BATCH
-from ..phases import GenerationFigures, PhaseCost
-from . import DEFAULT_RESERVE, MAX_PRICE
+from ..phases import GenerationFigures, Memory, PhaseCost
+from . import DEFAULT_GPU_MEMORY_UTILIZATION, MAX_PRICE
 from . import cache_shares as device_cache
+from . import fit as fitting
 from .activations import peaks_per_stage
 from .figures import Deployment as Deployment  # where callers have always found it
-from .figures import DeviceMemory
+from .figures import Fit
 from .layout import Parallel, Sharding, check_layout, kv_heads_per_device
 from .times import stage_times
 
@@ -264,31 +266,85 @@ def _timing(step: _Step, micro: int) -> _Timing:
     return _Timing(compute, communication, sent, bound, step.limited_by[max(range(pp), key=step.bound.__getitem__)])
 
 
-def _memory(
-    placement: Placement, steps: Sequence[PhaseCost], kv_cache: float, by_type: dict[str, int]
-) -> list[DeviceMemory]:
-    """Each stage's device: its weights, its layers' share of the cache (``kv_cache`` at the last of
-    ``steps``), the largest working set of its share of any of ``steps``' operators."""
-    shares = placement.kv_shares(steps[-1].flops.trace().calls)
-    kv_cache = device_cache.held(by_type, kv_cache, shares)
-    layers = placement.stage_layers()
-    activations = [max(values) for values in zip(*(_activations(placement, s) for s in steps), strict=True)]
-    return [
-        DeviceMemory(w, kv_cache * n / placement.layers, a)
-        for w, n, a in zip(placement.weights_per_stage(), layers, activations, strict=True)
-    ]
+class _Sizing:
+    """What a device of any layout holds for ``steps`` (the phase, or a generation's prompt and last decode
+    step) with the cache of ``memory``: each step's records read once, each layout's holdings from them, and
+    whether they fit a device as an engine sizes it (:mod:`.fit`), within ``budget`` tokens a step."""
+
+    def __init__(self, llm: Decoder, steps: Sequence[PhaseCost], memory: Memory, budget: int) -> None:
+        self.llm, self.steps, self.memory, self.budget = llm, steps, memory, budget
+        self.traffic = []
+        for cost in steps:
+            traffic = MemoryTrafficAnalysis(cost.flops.trace(), named_views=CACHE_NAMES)  # no second forward
+            traffic.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+            self.traffic.append(traffic.traffic_per_call())
+
+    def holdings(self, placement: Placement) -> list[fitting.Holding]:
+        """Each stage's device: its weights, its layers' share of the cache (at the last step), the largest
+        working set of its share of each step's operators, with that step's tokens."""
+        shares = placement.kv_shares(self.steps[-1].flops.trace().calls)
+        kv_cache = device_cache.held(self.memory.kv_cache_by_type, self.memory.kv_cache, shares)
+        peaks = [
+            peaks_per_stage(
+                per_call,
+                placement.pricing,
+                lambda call: placement.stage(call.scope),
+                lambda call: _shares(placement, call.scope)[0],
+                placement.parallel.pp,
+            )
+            for per_call in self.traffic
+        ]
+        return [
+            fitting.Holding(
+                w,
+                kv_cache * n / placement.layers,
+                tuple((p[i], s.tokens) for p, s in zip(peaks, self.steps, strict=True)),
+            )
+            for i, (w, n) in enumerate(zip(placement.weights_per_stage(), placement.stage_layers(), strict=True))
+        ]
+
+    def fit(self, holdings: Sequence[fitting.Holding], hardware: Hardware | None, utilization: float) -> Fit | None:
+        """``holdings`` against ``hardware``'s memory times ``utilization``; where they do not fit, the
+        smallest layout that does (None without a device's memory)."""
+        capacity = fitting.capacity(hardware, utilization)
+        if hardware is None or capacity is None:
+            return None
+        judged = Fit(
+            per_device=fitting.busiest(holdings, self.budget),
+            capacity=capacity,
+            gpu_memory_utilization=utilization,
+            max_batched_tokens=self.budget,
+            chunked=any(s.tokens > self.budget for s in self.steps),
+        )
+        if judged.fits:
+            return judged
+        # one device's bytes, its activations chunked too: no layout of n devices holds less than 1 / n of them
+        worked = max(s.memory.activations * min(1.0, self.budget / max(s.tokens, 1)) for s in self.steps)
+        alone = self.memory.weights + self.memory.kv_cache + worked
+        hint = fitting.suggest(self._holdings_of, hardware, capacity, self.budget, alone)
+        return replace(
+            judged,
+            layout_that_fits=hint.layout,
+            layout_per_device=hint.per_device,
+            searched=hint.searched,
+            reason=hint.reason,
+        )
+
+    def _holdings_of(self, layout: Parallel) -> list[fitting.Holding] | None:
+        try:  # a layout the model cannot run (heads, layers, a cache split both ways) is no candidate
+            return self.holdings(Placement(self.llm, layout))
+        except OpcountError:
+            return None
 
 
-def _activations(placement: Placement, cost: PhaseCost) -> list[float]:
-    traffic = MemoryTrafficAnalysis(cost.flops.trace(), named_views=CACHE_NAMES)  # no second forward
-    traffic.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
-    return peaks_per_stage(
-        traffic.traffic_per_call(),
-        placement.pricing,
-        lambda call: placement.stage(call.scope),
-        lambda call: _shares(placement, call.scope)[0],
-        placement.parallel.pp,
-    )
+def _held(
+    cost: PhaseCost, generation: GenerationFigures | None, micro: PhaseCost | None
+) -> tuple[list[PhaseCost], Memory]:
+    """The steps whose working sets a device holds, and the memory whose cache it holds: a phase's (or its
+    micro-batch's), or a generation's prompt and last decode step, with the cache at its end."""
+    if generation is None:
+        return [micro or cost], cost.memory
+    return [cost, *[s for s in (generation.first_step, generation.last_step) if s][-1:]], generation.memory
 
 
 def deploy(
@@ -298,16 +354,19 @@ def deploy(
     *,
     hardware: Hardware | None = None,
     price: float | None = None,
-    reserve: float = DEFAULT_RESERVE,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    max_batched_tokens: int | None = None,
     max_batch: bool = False,
     generation: GenerationFigures | None = None,
     micro: PhaseCost | None = None,
 ) -> Deployment:
     """``cost`` (a phase, or with ``generation`` its prefill) on ``parallel``; with micro-batches,
     ``micro`` is the phase traced at one micro-batch with every setting it was
-    (:meth:`.causal_lm.CausalLM.micro_batch`), so the pipeline runs the kernels the user asked for."""
-    if not 0 <= reserve < 1:
-        raise OpcountValueError(f"reserve must be a fraction from 0 to below 1, got {reserve!r}")
+    (:meth:`.causal_lm.CausalLM.micro_batch`), so the pipeline runs the kernels the user asked for.
+    Fit and the largest batch are against ``hardware``'s memory times ``gpu_memory_utilization``, each
+    step's activations those of at most ``max_batched_tokens`` tokens (None: vLLM's default for the
+    device, :func:`.fit.default_max_batched_tokens`)."""
+    fitting.check(gpu_memory_utilization, max_batched_tokens)
     if price is not None and not (math.isfinite(price) and 0 < price <= MAX_PRICE):
         raise OpcountValueError(f"price must be dollars per device-hour above 0 and up to {MAX_PRICE:g}, got {price!r}")
     if parallel.micro_batches > 1 and generation is not None:
@@ -322,23 +381,22 @@ def deploy(
         generation = None
     placement = Placement(llm, parallel)
     steps = [cost] if generation is None else [s for s in (generation.first_step, generation.last_step) if s]
-    memory_of = cost.memory if generation is None else generation.memory
-    held = [micro or cost] if generation is None else [cost, *steps[-1:]]  # a generation: prefill and last step
-    stages = _memory(placement, held, memory_of.kv_cache, memory_of.kv_cache_by_type)
+    held, memory_of = _held(cost, generation, micro)
+    sizing = _Sizing(llm, held, memory_of, max_batched_tokens or fitting.default_max_batched_tokens(hardware))
+    stages = sizing.holdings(placement)
     traced = [_step(placement, micro or s, hardware) for s in steps]
     timed = [_timing(t, parallel.micro_batches) for t in traced]
     compute = sum(t.compute for t in timed) / len(timed)  # a generation: the mean of its first and last step
     communication = sum(t.communication for t in timed) / len(timed)
     bound = sum(t.compute_time_bound for t in timed) / len(timed)
-    capacity = None if hardware is None or hardware.memory_bytes is None else hardware.memory_bytes * (1 - reserve)
+    sized = sizing.fit(stages, hardware, gpu_memory_utilization)
     timed_ok = hardware is not None and cost.roofline is not None
     d = Deployment(
         parallel=parallel,
         hardware=hardware.name if hardware is not None else None,
-        per_device=max(stages, key=lambda m: m.total),
+        per_device=sized.per_device if sized is not None else fitting.busiest(stages, sizing.budget),
         model_bytes=float(memory_of.total),
-        reserve=reserve,
-        capacity=capacity,
+        fit=sized,
         communication_bytes=max(t.sent for t in timed),
         communication_time=communication if timed_ok else None,
         compute_time=compute if timed_ok else None,
@@ -361,9 +419,31 @@ def deploy(
         prompt = (d.time_to_first_token, d.time_to_first_token_bound) if generation is not None else (None, None)
         d.cost = _costs(per_second, cost, generation is not None, prompt[0], d.step_time, d.tokens)
         d.cost_bound = _costs(per_second, cost, generation is not None, prompt[1], d.step_time_bound, d.tokens)
-    if max_batch and capacity is not None:
-        d.max_batch = largest_batch(stages, steps[-1].batch, capacity)
+    if max_batch and sized is not None:
+        d.max_batch = fitting.largest_batch(stages, steps[-1].batch, sized.capacity, sizing.budget)
     return d
+
+
+def fit(
+    llm: Decoder,
+    cost: PhaseCost | GenerationFigures,
+    parallel: Parallel | None = None,
+    *,
+    hardware: Hardware | None = None,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    max_batched_tokens: int | None = None,
+) -> Fit | None:
+    """Whether a phase or a generation fits the devices of ``parallel`` (one device by default) as
+    :func:`deploy` judges it, without pricing its time; None where the hardware (the phase's, by
+    default) says no memory."""
+    fitting.check(gpu_memory_utilization, max_batched_tokens)
+    generation = cost if isinstance(cost, GenerationFigures) and cost.first_step is not None else None
+    phase = cost.prefill if isinstance(cost, GenerationFigures) else cost
+    if hardware is None and phase.roofline is not None:
+        hardware = phase.roofline.hardware
+    held, memory_of = _held(phase, generation, None)
+    sizing = _Sizing(llm, held, memory_of, max_batched_tokens or fitting.default_max_batched_tokens(hardware))
+    return sizing.fit(sizing.holdings(Placement(llm, parallel or Parallel())), hardware, gpu_memory_utilization)
 
 
 def _costs(
@@ -390,16 +470,3 @@ def on_layout(
         phase = cost
     options.setdefault("hardware", phase.roofline.hardware if phase.roofline is not None else None)
     return deploy(llm, phase, parallel or Parallel(), **options)
-
-
-def largest_batch(stages: Sequence[DeviceMemory], batch: int, capacity: float) -> int:
-    """The most sequences each stage's device holds: weights fixed, KV cache and activations
-    linear in the batch (scaled from the ``batch`` traced); 0 when the weights alone do not fit."""
-    best = MAX_BATCH
-    for m in stages:
-        per_sequence = (m.kv_cache + m.activations) / batch
-        room = capacity - m.weights
-        if room < per_sequence:
-            return 0
-        best = min(best, math.floor(room / per_sequence) if per_sequence else MAX_BATCH)
-    return best

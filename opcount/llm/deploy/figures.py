@@ -7,12 +7,12 @@ the layout's: a phase's step, or a generation's prompt then its decode steps, wi
 ``time_to_first_token`` and ``time_per_output_token``. All the devices of a layout run a step
 together, so its time is each device's share of the kernels (``compute_time``), then the
 collectives (``communication_time``, not overlapped): :attr:`Deployment.step_time`.
-:mod:`.deployment` computes them.
+:mod:`.deployment` computes them. :class:`Fit` is whether what a device holds fits its memory as an
+engine sizes it (:mod:`.fit`), with a layout that does where it does not.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from .layout import Parallel
@@ -43,17 +43,55 @@ class DeviceMemory:
         }
 
 
+@dataclass(frozen=True, kw_only=True)
+class Fit:
+    """What the busiest device holds (``per_device``, its activations those of a step of at most
+    ``max_batched_tokens`` tokens) against ``capacity``, the device's reported memory times
+    ``gpu_memory_utilization`` (:mod:`.fit`). Where it does not fit, ``layout_that_fits`` is the smallest
+    layout found to (None: none of up to ``searched`` devices; ``reason`` says why none was searched)."""
+
+    per_device: DeviceMemory
+    capacity: float
+    gpu_memory_utilization: float
+    max_batched_tokens: int
+    chunked: bool = False  # a step of more tokens than max_batched_tokens: its activations scaled down
+    layout_that_fits: Parallel | None = None
+    layout_per_device: float | None = None  # the busiest device's bytes on layout_that_fits
+    searched: int = 0
+    reason: str = ""
+
+    @property
+    def fits(self) -> bool:
+        return self.per_device.total <= self.capacity
+
+    def as_dict(self) -> dict[str, object]:
+        """The JSON ``memory`` fields: ``capacity``, ``fits``, the engine's settings, and where it does not
+        fit, ``layout_that_fits`` (its degrees and busiest device's bytes, or null) and ``searched_devices``."""
+        out: dict[str, object] = {
+            "capacity": self.capacity,
+            "fits": self.fits,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "max_batched_tokens": self.max_batched_tokens,
+        }
+        if not self.fits:
+            found = self.layout_that_fits
+            out["layout_that_fits"] = (
+                None if found is None else {**found.as_dict(), "per_device": self.layout_per_device}
+            )
+            out["searched_devices"] = self.searched
+        return out
+
+
 @dataclass(kw_only=True)
 class Deployment:
-    """A phase (or generation) on ``parallel``: per-device memory against ``capacity`` (the device's
-    memory less ``reserve``), communication, the layout's times and tokens/s, cost."""
+    """A phase (or generation) on ``parallel``: per-device memory against the device's capacity
+    (``fit``, None without a device's memory), communication, the layout's times and tokens/s, cost."""
 
     parallel: Parallel
     hardware: str | None
     per_device: DeviceMemory
-    model_bytes: float  # everything the layout holds, replicas excepted: what "needs >= N devices" divides
-    reserve: float
-    capacity: float | None
+    model_bytes: float  # everything the layout holds, replicas excepted
+    fit: Fit | None = None
     communication_bytes: float  # sent per device per step
     communication_time: float | None  # a step's collectives
     compute_time: float | None  # a step's kernels on the busiest path, communication excepted
@@ -113,18 +151,13 @@ class Deployment:
         return self._rate(self.step_time_bound)
 
     @property
-    def fits(self) -> bool | None:
-        return None if self.capacity is None else self.per_device.total <= self.capacity
+    def capacity(self) -> float | None:
+        """The bytes a device gives the engine: its reported memory times ``gpu_memory_utilization``."""
+        return None if self.fit is None else self.fit.capacity
 
     @property
-    def needs(self) -> int | None:
-        """Devices a replica needs at least: its bytes spread evenly over them, and more than this
-        layout's when it does not fit."""
-        if not self.capacity:
-            return None
-        devices = self.parallel.tp * self.parallel.pp
-        even = math.ceil(self.model_bytes / self.capacity)
-        return even if self.fits else max(even, devices + 1)
+    def fits(self) -> bool | None:
+        return None if self.fit is None else self.fit.fits
 
     def _whole(self, prompt: float | None, step: float | None) -> float | None:
         if not self.generation:
