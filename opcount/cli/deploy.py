@@ -14,7 +14,7 @@ from ..llm.deploy.deployment import Deployment, Placement
 from ..llm.generation import GenerationCost
 from ..llm.phases import PhaseCost
 from ..units import seconds, size
-from .flags.deploy import SWEEPABLE, layout, swept_layouts
+from .flags.deploy import SWEEPABLE, dispatch, layout, swept_layouts
 from .options import LLMOptions
 
 
@@ -48,6 +48,7 @@ def deployment(
         reserve=d.reserve,
         max_batch=d.max_batch,
         generation=generation,
+        dispatch=dispatch(d),
     )
 
 
@@ -69,6 +70,8 @@ def summary_lines(d: Deployment) -> list[str]:
         )
     if d.parallel.tp * d.parallel.pp * d.parallel.ep > 1:  # a layout that communicates
         timed = f", {seconds(d.communication_time)}" if d.communication_time is not None else ""
+        if d.overlapped_time is not None:
+            timed += f" ({seconds(d.overlapped_time)} of it overlapped with the kernels: two-batch overlap)"
         step = "output token" if d.generation else "step"
         lines.append(f"  communication: {size(d.communication_bytes)} sent per device per {step}{timed}")
     if d.cost is not None:
@@ -92,6 +95,8 @@ def add_json(out: dict[str, Any], d: Deployment | None) -> None:
     memory = out.setdefault("memory", {})
     memory |= {"per_device": d.per_device.as_dict(), "capacity": d.capacity, "fits": d.fits}
     out["communication"] = {"bytes_per_device": d.communication_bytes, "time": d.communication_time}
+    if d.overlapped_time is not None:  # two-batch overlap: the seconds hidden under the kernels, the bound's
+        out["communication"] |= {"overlapped": d.overlapped_time, "time_bound": d.communication_time_bound}
     if d.step_time is not None:
         out["compute"] = {"time": d.compute_time, "time_bound": d.compute_time_bound}
     if d.cost is not None:
