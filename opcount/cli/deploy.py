@@ -11,13 +11,14 @@ from typing import Any
 
 from ..hardware.lookup import Hardware
 from ..llm.causal_lm import CausalLM
-from ..llm.deploy.deployment import Deployment, Placement, fit
+from ..llm.deploy.deployment import Deployment, fit
 from ..llm.deploy.figures import Fit
 from ..llm.deploy.layout import Parallel
+from ..llm.deploy.placement import Placement
 from ..llm.generation import GenerationCost
 from ..llm.phases import PhaseCost
 from ..units import seconds, size
-from .flags.deploy import SWEEPABLE, layout, swept_layouts
+from .flags.deploy import SWEEPABLE, dispatch, layout, swept_layouts
 from .options import LLMOptions
 
 
@@ -52,6 +53,7 @@ def deployment(
         max_batched_tokens=d.max_batched_tokens,
         max_batch=d.max_batch,
         generation=generation,
+        dispatch=dispatch(d),
     )
 
 
@@ -113,6 +115,8 @@ def summary_lines(d: Deployment) -> list[str]:
         lines.append(capacity_line(d.fit, d.hardware))
     if d.parallel.tp * d.parallel.pp * d.parallel.ep > 1:  # a layout that communicates
         timed = f", {seconds(d.communication_time)}" if d.communication_time is not None else ""
+        if d.overlapped_time is not None:
+            timed += f" ({seconds(d.overlapped_time)} of it overlapped with the kernels: two-batch overlap)"
         step = "output token" if d.generation else "step"
         lines.append(f"  communication: {size(d.communication_bytes)} sent per device per {step}{timed}")
     if d.cost is not None:
@@ -138,6 +142,8 @@ def add_json(out: dict[str, Any], d: Deployment | None) -> None:
     if d.fit is not None:
         memory |= d.fit.as_dict()
     out["communication"] = {"bytes_per_device": d.communication_bytes, "time": d.communication_time}
+    if d.overlapped_time is not None:  # two-batch overlap: the seconds hidden under the kernels, the bound's
+        out["communication"] |= {"overlapped": d.overlapped_time, "time_bound": d.communication_time_bound}
     if d.step_time is not None:
         out["compute"] = {"time": d.compute_time, "time_bound": d.compute_time_bound}
     if d.cost is not None:

@@ -158,9 +158,10 @@ def time_lines(p: PhaseCost, gen: GenerationCost | None, deployment: Deployment 
         head = f"{head}, {layout.label()}"
     parts = ""
     if layout.tp * layout.pp * layout.ep > 1:  # a layout that communicates: its kernels and collectives apart
+        overlapped = deployment.overlapped_time
         parts = (
             f" ({seconds(deployment.compute_time)} kernels + {seconds(deployment.communication_time)} communication, "
-            "not overlapped)"
+            + ("not overlapped)" if overlapped is None else f"{seconds(overlapped)} of it overlapped)")
         )
     if gen is None:
         return _phase_lines(head, deployment, p.phase, parts)

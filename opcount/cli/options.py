@@ -116,15 +116,19 @@ class Rendering:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeployOptions:
     """The deployment flags, each default resolved (:mod:`opcount.cli.flags.deploy`): a layout of ``tp x pp
-    x dp`` devices, experts over ``ep`` of them, ``micro_batches`` in a pipeline; ``price`` (None: no cost
-    asked for), ``max_batch``, ``gpu_memory_utilization``, ``max_batched_tokens`` (None: vLLM's default for the
-    device); ``given``: the flags typed (``--tp``), for messages."""
+    x dp`` devices, experts over ``ep`` of them with ``redundant_experts`` more slots, ``micro_batches`` in a
+    pipeline; the experts' all-to-all (``dispatch_dtype``, None: the residual stream's; ``two_batch_overlap``);
+    ``price`` (None: no cost asked for), ``max_batch``, ``gpu_memory_utilization``, ``max_batched_tokens`` (None:
+    vLLM's default for the device); ``given``: the flags typed (``--tp``), for messages."""
 
     tp: int
     pp: int
     ep: int
     dp: int
     micro_batches: int
+    redundant_experts: int
+    dispatch_dtype: str | None
+    two_batch_overlap: bool
     price: float | None  # dollars per device-hour
     max_batch: bool
     gpu_memory_utilization: float  # of a device's reported memory, taken by the engine

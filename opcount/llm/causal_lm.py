@@ -175,10 +175,17 @@ class CausalLM(Decoder):
     ) -> Deployment:
         """``cost`` (a phase or a generation of this model) on a parallel layout: per-device memory,
         fit, communication, time and cost (:func:`opcount.llm.deploy.deployment.deploy`, its options).
-        With micro-batches, a phase is traced again at one micro-batch (:meth:`micro_batch`)."""
+        With micro-batches, a phase is traced again at one micro-batch (:meth:`micro_batch`), and under
+        two-batch overlap at half its batch."""
         m = 1 if parallel is None else parallel.micro_batches
         if m > 1 and isinstance(cost, PhaseCost) and options.get("micro") is None:
             options["micro"] = self.micro_batch(cost, m)
+        dispatch = options.get("dispatch")
+        # traced only where deploy prices it (expert parallelism on one stage), which refuses it elsewhere
+        one_stage = parallel is not None and parallel.ep > 1 and parallel.pp == 1 and m == 1
+        overlap = one_stage and dispatch is not None and dispatch.two_batch_overlap
+        if overlap and isinstance(cost, PhaseCost) and options.get("halves") is None and cost.batch % 2 == 0:
+            options["halves"] = self.cost(replace(cost.request, batch=cost.batch // 2))
         return on_layout(self, cost, parallel, **options)
 
     def micro_batch(self, cost: PhaseCost, micro_batches: int) -> PhaseCost:

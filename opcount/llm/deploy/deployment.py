@@ -2,23 +2,27 @@
 runs, the layout's time, whether it fits, the largest batch that does, and the cost per token
 (:mod:`.figures` holds the result under the names a phase's figures have).
 
-Per device, from the phase's single-device trace (:mod:`.layout` says what is split):
+Per device, from the phase's single-device trace (:mod:`.layout` says what is split, :mod:`.placement` each device's share):
 
-- **weights**: a parameter split by the tensor-parallel plan holds ``1 / tp`` of its bytes, an
-  expert's ``1 / ep`` under expert parallelism; a pipeline stage holds its layers (the first stage
-  also what runs before them, the last what runs after); the device holding the most is reported;
+- **weights**: a parameter split by the tensor-parallel plan holds ``1 / tp`` of its bytes, the
+  experts ``(experts + redundant) / ep`` expert slots under expert parallelism; a pipeline stage holds
+  its layers (the first stage also what runs before them, the last what runs after); the device
+  holding the most is reported;
 - **KV cache**: ``kv_heads / tp`` heads a device (one when ``tp`` exceeds them, copied as vLLM
   does), the stage's layers; **activations**: the stage's peak working set, each tensor at the
   device's share of the operator writing it (:mod:`.activations`), for a step of at most
   ``max_batched_tokens`` tokens (chunked prefill); against the device's memory as an engine sizes it,
   with the largest batch and, where it does not fit, a layout that does (:mod:`.fit`);
 - **time**: each kernel's FLOPs and bytes divided as its region is (``1 / tp`` in a split
-  attention or MLP, ``dp / ep`` of the experts' tokens and ``1 / ep`` of their weights,
+  attention or MLP; in an experts block the routes of every replica sharing the experts that reach
+  the device, the distinct experts they hit and their padded GEMMs, :mod:`.expert_routes`;
   :mod:`.times`), two ways as a phase is: ``time``, the estimate (the device's share of the
   fused or eager kernels, then the collectives, which this estimate does not overlap with the
-  compute: :attr:`.Deployment.step_time`), and ``time_bound``, the speed of light
-  (``max(device FLOPs / peak, device compulsory bytes / bandwidth, communication)``). Micro-batches
-  are the phase traced again at ``batch / micro_batches``, with every setting it was traced with.
+  compute unless two-batch overlap runs the all-to-alls under the other half's kernels:
+  :attr:`.Deployment.step_time`), and ``time_bound``, the speed of light
+  (``max(device FLOPs / peak, device compulsory bytes / bandwidth, communication)``, the whole
+  batch's however the estimate splits it). Micro-batches (and two-batch overlap's halves) are the
+  phase traced again at ``batch / micro_batches`` (``batch / 2``), with every setting it was traced with.
 """
 
 from __future__ import annotations
@@ -27,8 +31,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
-
-from torch import nn
 
 from ...errors import OpcountError, OpcountValueError
 from ...hardware.interconnect import Collective, all_gather, all_reduce, all_to_all, send_recv
@@ -42,94 +44,12 @@ from . import DEFAULT_GPU_MEMORY_UTILIZATION, MAX_PRICE
 from . import cache_shares as device_cache
 from . import fit as fitting
 from .activations import peaks_per_stage
+from .expert_routes import Dispatch
 from .figures import Deployment as Deployment  # where callers have always found it
 from .figures import Fit
-from .layout import Parallel, Sharding, check_layout, kv_heads_per_device
-from .times import stage_times
-
-
-# ------------------------------------------------------------------------------------------------
-# What each device holds
-# ------------------------------------------------------------------------------------------------
-class Placement:
-    """A model's layout: its sharding, its decoder layers' stages, each parameter's bytes, its experts'
-    top-k (the model's, :class:`.decoder.Decoder`)."""
-
-    def __init__(self, llm: Decoder, parallel: Parallel) -> None:
-        model, config = llm.model, llm.config
-        self.parallel, self.config = parallel, config
-        self.sharding = Sharding.of(model, config)
-        check_layout(model, config, parallel, self.sharding)
-        self.layers = int(getattr(config, "num_hidden_layers", 1))
-        self.stage_of: dict[str, int] = {}  # module -> stage, for the modules of a decoder layer
-        stack = _decoder_layers(model, self.layers) if parallel.pp > 1 else None
-        order = [name for name, _ in model.named_modules()]
-        self._after = set(order[order.index(stack[0]) + 1 :]) if stack else set()
-        for index, name in enumerate(stack[1] if stack else ()):
-            for sub, _ in model.get_submodule(name).named_modules(prefix=name):
-                self.stage_of[sub] = index * parallel.pp // self.layers
-        self.pricing = llm.pricing  # bytes per element by role, as the phase prices them
-        self.param_bytes = llm.weights.bytes  # each weight's bytes as the footprint counts them
-        # experts per token of each experts module (and its block), as the experts were recognised
-        self.top_k = {name: e.top_k for e in llm.experts for name in (e.name, e.block)}
-        heads = getattr(config, "num_key_value_heads", None) or getattr(config, "num_attention_heads", None)
-        self.kv_heads = heads if isinstance(heads, int) else 1
-
-    def experts_top_k(self, module: str) -> int:
-        """Experts per token of the experts module ``module`` the tensor-parallel plan names."""
-        if module not in self.top_k:
-            raise OpcountError(
-                f"{module}: the tensor-parallel plan names it as experts, but opcount recognises no "
-                "mixture-of-experts block there: its tokens' all-to-all cannot be priced"
-            )
-        return self.top_k[module]
-
-    def stage(self, owners: Sequence[str]) -> int:
-        """The pipeline stage running a module scope: its decoder layer's, else the first stage
-        before the layers and the last after them."""
-        for owner in reversed(owners):
-            if owner in self.stage_of:
-                return self.stage_of[owner]
-        return self.parallel.pp - 1 if any(o in self._after for o in owners) else 0
-
-    def weights_per_stage(self) -> list[float]:
-        """Bytes of weights a device of each stage holds."""
-        p, s = self.parallel, self.sharding
-        out = [0.0] * p.pp
-        for name, nbytes in self.param_bytes.items():
-            module = s.owner.get(name, "")
-            share = 1.0
-            if s.expert_block((module,)) is not None and p.ep > 1:
-                share = 1 / p.ep
-            elif s.split(name):
-                share = 1 / p.tp
-            out[self.stage((module,))] += nbytes * share
-        return out
-
-    def kv_shares(self, calls: Sequence[OpCall]) -> dict[str, float]:
-        """The share of each part of the cache a device holds (:mod:`.device_cache`): attention's
-        ``kv_heads_per_device / kv_heads`` when the attention writing it is split, a latent whole."""
-        heads = kv_heads_per_device(self.kv_heads, self.parallel.tp) / self.kv_heads
-        split = lambda c: self.parallel.tp > 1 and self.sharding.in_region(c.scope) is not None
-        return device_cache.part_shares(calls, split, self.parallel.tp, heads)
-
-    def stage_layers(self) -> list[int]:
-        counts = [0] * self.parallel.pp
-        for i in range(self.layers):
-            counts[i * self.parallel.pp // self.layers] += 1
-        return counts
-
-
-def _decoder_layers(model: nn.Module, layers: int) -> tuple[str, list[str]]:
-    """The decoder layers' list (the first ``nn.ModuleList`` of ``layers`` entries) and its entries' names."""
-    for name, module in model.named_modules():
-        if isinstance(module, nn.ModuleList) and len(module) == layers:
-            return name, [f"{name}.{child}" for child, _ in module.named_children()]
-    raise OpcountError(f"{type(model).__name__}: no list of its {layers} decoder layers to split into pipeline stages")
-
-
-def _touches_cache(call: OpCall) -> bool:
-    return bool(device_cache.buffers(call))
+from .layout import Parallel
+from .placement import Placement, share_of, work_share
+from .times import Share, stage_times
 
 
 # ------------------------------------------------------------------------------------------------
@@ -154,7 +74,7 @@ class _Step:
         return sum(c.sent for c in self.collectives[stage])
 
 
-def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _Step:
+def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None, dispatch: Dispatch) -> _Step:
     p, s = placement.parallel, placement.sharding
     calls = cost.flops.trace().calls
     kv_shares = placement.kv_shares(calls)
@@ -162,9 +82,11 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
     limited_by = ["memory"] * p.pp
     if cost.roofline is not None and cost.schedule is not None:
 
-        def shares(call: OpCall) -> tuple[float, float]:
-            flops_share, weight_share = _shares(placement, call.scope)
-            return flops_share, device_cache.call_share(call, kv_shares) if _touches_cache(call) else weight_share
+        def shares(call: OpCall) -> Share:
+            share = share_of(placement, call.scope, cost.tokens)
+            return (
+                share._replace(held=device_cache.call_share(call, kv_shares)) if device_cache.buffers(call) else share
+            )
 
         times = stage_times(cost.schedule, cost.roofline, calls, lambda c: placement.stage(c.scope), shares, p.pp)
         compute, bound, flops = times.estimate, times.bounds(cost.schedule), times.flops
@@ -189,10 +111,13 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None) -> _
         payload = _numel(call) * act
         stage = placement.stage(call.scope)
         if module in s.experts and p.ep > 1:
-            # each token's hidden state to its top_k experts: this device's dp / ep share of the tokens
-            top_k = placement.experts_top_k(module)
-            routed = cost.tokens * hidden * act * top_k * p.dp / p.ep
-            collectives[stage] += [_priced(all_to_all, routed, p.ep, link) for _ in ("dispatch", "combine")]
+            # each route of this device's tokens carries its hidden state to its expert (dispatch, in the
+            # dispatch dtype) and back (combine, in the residual stream's): its share of the group's routes
+            routes = placement.expert_share(module, cost.tokens).dispatched
+            collectives[stage] += [
+                _priced(all_to_all, routes * dispatch.bytes_per_route(hidden, act), p.ep, link),
+                _priced(all_to_all, routes * hidden * act, p.ep, link),
+            ]
         elif module in s.reduced and p.tp > 1:
             kind = all_gather if s.reduced[module] == "all_gather" else all_reduce
             collectives[stage].append(_priced(kind, payload, p.tp, link))
@@ -222,16 +147,6 @@ def _numel(call: OpCall) -> int:
     if shape is None:
         raise OpcountError(f"{call.kind} in {call.scope[-1]}: no output tensor to communicate")
     return math.prod(shape)
-
-
-def _shares(placement: Placement, owners: Sequence[str]) -> tuple[float, float]:
-    """(share of the activations and FLOPs, share of the weights) a device runs of an operator."""
-    p, s = placement.parallel, placement.sharding
-    if p.ep > 1 and s.expert_block(owners) is not None:
-        return p.dp / p.ep, 1 / p.ep
-    if s.in_region(owners) is not None:
-        return 1 / p.tp, 1 / p.tp
-    return 1.0, 1.0
 
 
 # ------------------------------------------------------------------------------------------------
@@ -289,10 +204,10 @@ class _Sizing:
                 per_call,
                 placement.pricing,
                 lambda call: placement.stage(call.scope),
-                lambda call: _shares(placement, call.scope)[0],
+                work_share(placement, step.tokens),
                 placement.parallel.pp,
             )
-            for per_call in self.traffic
+            for per_call, step in zip(self.traffic, self.steps, strict=True)
         ]
         return [
             fitting.Holding(
@@ -359,14 +274,20 @@ def deploy(
     max_batch: bool = False,
     generation: GenerationFigures | None = None,
     micro: PhaseCost | None = None,
+    dispatch: Dispatch | None = None,
+    halves: PhaseCost | None = None,
 ) -> Deployment:
     """``cost`` (a phase, or with ``generation`` its prefill) on ``parallel``; with micro-batches,
     ``micro`` is the phase traced at one micro-batch with every setting it was
     (:meth:`.causal_lm.CausalLM.micro_batch`), so the pipeline runs the kernels the user asked for.
     Fit and the largest batch are against ``hardware``'s memory times ``gpu_memory_utilization``, each
     step's activations those of at most ``max_batched_tokens`` tokens (None: vLLM's default for the
-    device, :func:`.fit.default_max_batched_tokens`)."""
+    device, :func:`.fit.default_max_batched_tokens`). ``dispatch``: how the experts' all-to-all runs
+    (:class:`.expert_routes.Dispatch`); under two-batch overlap, ``halves`` is the phase traced at half its
+    batch, as a micro-batch is."""
     fitting.check(gpu_memory_utilization, max_batched_tokens)
+    dispatch = dispatch or Dispatch()
+    _check_dispatch(dispatch, parallel, cost, generation, halves)
     if price is not None and not (math.isfinite(price) and 0 < price <= MAX_PRICE):
         raise OpcountValueError(f"price must be dollars per device-hour above 0 and up to {MAX_PRICE:g}, got {price!r}")
     if parallel.micro_batches > 1 and generation is not None:
@@ -384,32 +305,38 @@ def deploy(
     held, memory_of = _held(cost, generation, micro)
     sizing = _Sizing(llm, held, memory_of, max_batched_tokens or fitting.default_max_batched_tokens(hardware))
     stages = sizing.holdings(placement)
-    traced = [_step(placement, micro or s, hardware) for s in steps]
+    traced = [_step(placement, micro or s, hardware, dispatch) for s in steps]
     timed = [_timing(t, parallel.micro_batches) for t in traced]
     compute = sum(t.compute for t in timed) / len(timed)  # a generation: the mean of its first and last step
-    communication = sum(t.communication for t in timed) / len(timed)
+    communication = communication_bound = sum(t.communication for t in timed) / len(timed)
     bound = sum(t.compute_time_bound for t in timed) / len(timed)
     sized = sizing.fit(stages, hardware, gpu_memory_utilization)
+    sent = max(t.sent for t in timed)
     timed_ok = hardware is not None and cost.roofline is not None
+    overlapped = 0.0
+    if halves is not None:  # the estimate runs two halves, each one's all-to-all under the other's kernels
+        compute, communication, overlapped, sent = _two_halves(_step(placement, halves, hardware, dispatch), timed_ok)
     d = Deployment(
         parallel=parallel,
         hardware=hardware.name if hardware is not None else None,
         per_device=sized.per_device if sized is not None else fitting.busiest(stages, sizing.budget),
         model_bytes=float(memory_of.total),
         fit=sized,
-        communication_bytes=max(t.sent for t in timed),
+        communication_bytes=sent,
         communication_time=communication if timed_ok else None,
         compute_time=compute if timed_ok else None,
         tokens=steps[-1].tokens,
         compute_time_bound=bound if timed_ok else None,
-        limited_by=("communication" if communication > bound else timed[-1].limited_by) if timed_ok else None,
+        limited_by=("communication" if communication_bound > bound else timed[-1].limited_by) if timed_ok else None,
         price=price,
         generation=is_generation,
         generated=0 if generation is None else generation.gen_len,
     )
+    if halves is not None and timed_ok:
+        d.overlapped_time, d.communication_time_bound = overlapped, communication_bound
     d.matmul_flops = max(traced[-1].flops) * parallel.micro_batches if timed_ok else None
     if generation is not None and timed_ok:
-        prefill = _timing(_step(placement, cost, hardware), 1)
+        prefill = _timing(_step(placement, cost, hardware, dispatch), 1)
         d.time_to_first_token = prefill.compute + prefill.communication
         d.time_to_first_token_bound = max(prefill.compute_time_bound, prefill.communication)
     elif is_generation:  # no decode step: the prompt is the whole generation
@@ -444,6 +371,44 @@ def fit(
     held, memory_of = _held(phase, generation, None)
     sizing = _Sizing(llm, held, memory_of, max_batched_tokens or fitting.default_max_batched_tokens(hardware))
     return sizing.fit(sizing.holdings(Placement(llm, parallel or Parallel())), hardware, gpu_memory_utilization)
+
+
+def _check_dispatch(
+    dispatch: Dispatch,
+    parallel: Parallel,
+    cost: PhaseCost,
+    generation: GenerationFigures | None,
+    halves: PhaseCost | None,
+) -> None:
+    """An all-to-all's settings apply to expert parallelism; two-batch overlap splits one phase's batch in
+    two on one pipeline stage, and needs that half traced."""
+    if parallel.ep == 1 and (dispatch.dtype is not None or dispatch.two_batch_overlap):
+        given = "--dispatch-dtype" if dispatch.dtype is not None else "--enable-two-batch-overlap"
+        raise OpcountValueError(f"{given} applies to the experts' all-to-all: give --ep")
+    if not dispatch.two_batch_overlap:
+        if halves is not None:
+            raise OpcountValueError(
+                "a phase traced at half its batch is for two-batch overlap (Dispatch.two_batch_overlap)"
+            )
+        return
+    if generation is not None or parallel.pp > 1 or parallel.micro_batches > 1:
+        raise OpcountValueError(
+            "--enable-two-batch-overlap prices one phase on one pipeline stage, not a generation, --pp or --micro-batches"
+        )
+    if halves is None or halves.batch * 2 != cost.batch or halves.kernels != cost.kernels:
+        raise OpcountValueError(
+            f"--enable-two-batch-overlap: needs the phase traced at half its batch (--batch {cost.batch} must be even)"
+        )
+
+
+def _two_halves(half: _Step, timed: bool) -> tuple[float, float, float, float]:
+    """Two-batch overlap (:mod:`.expert_routes`): the two halves' kernels one after the other, their
+    collectives, the all-to-alls' seconds hidden under the kernels (all of them, up to the kernels'
+    seconds: each half's dispatch and combine run while the other half computes), the bytes sent."""
+    t = _timing(half, 1)
+    compute, communication = 2 * t.compute, 2 * t.communication
+    all_to_all = 2 * sum(c.time for c in half.collectives[0] if c.kind == "all_to_all")
+    return compute, communication, min(compute, all_to_all) if timed else 0.0, 2 * t.sent
 
 
 def _costs(

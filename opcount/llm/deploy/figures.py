@@ -6,9 +6,10 @@ phase and a generation use (:class:`~opcount.llm.kernels.estimate.PhaseFigures`,
 the layout's: a phase's step, or a generation's prompt then its decode steps, with
 ``time_to_first_token`` and ``time_per_output_token``. All the devices of a layout run a step
 together, so its time is each device's share of the kernels (``compute_time``), then the
-collectives (``communication_time``, not overlapped): :attr:`Deployment.step_time`.
-:mod:`.deployment` computes them. :class:`Fit` is whether what a device holds fits its memory as an
-engine sizes it (:mod:`.fit`), with a layout that does where it does not.
+collectives (``communication_time``, not overlapped unless two-batch overlap hides them:
+``overlapped_time``): :attr:`Deployment.step_time`. :mod:`.deployment` computes them. :class:`Fit` is
+whether what a device holds fits its memory as an engine sizes it (:mod:`.fit`), with a layout that
+does where it does not.
 """
 
 from __future__ import annotations
@@ -108,20 +109,28 @@ class Deployment:
     time_to_first_token: float | None = None  # a generation: its prompt on the layout
     time_to_first_token_bound: float | None = None
     matmul_flops: float | None = None  # a step's matrix-product FLOPs on the busiest device (2 per multiply-add)
+    # two-batch overlap: the collectives' seconds hidden under the kernels, and the bound's collectives (the
+    # whole batch's, which no split beats)
+    overlapped_time: float | None = None
+    communication_time_bound: float | None = None
 
     @property
     def step_time(self) -> float | None:
-        """The estimate of one step (a generation's: a decode step): its kernels, then its collectives."""
+        """The estimate of one step (a generation's: a decode step): its kernels, then its collectives
+        (less those two-batch overlap hides under the kernels)."""
         if self.compute_time is None:
             return None
-        return self.compute_time + (self.communication_time or 0.0)
+        return self.compute_time + (self.communication_time or 0.0) - (self.overlapped_time or 0.0)
 
     @property
     def step_time_bound(self) -> float | None:
         """The speed of light of one step: no engine runs it faster."""
         if self.compute_time_bound is None:
             return None
-        return max(self.compute_time_bound, self.communication_time or 0.0)
+        communication = (
+            self.communication_time if self.communication_time_bound is None else self.communication_time_bound
+        )
+        return max(self.compute_time_bound, communication or 0.0)
 
     @property
     def time(self) -> float | None:

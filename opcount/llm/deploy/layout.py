@@ -3,7 +3,9 @@
 :class:`Parallel` is the layout: ``tp`` (tensor parallel), ``pp`` (pipeline stages), ``ep`` (expert
 parallel) and ``dp`` (data-parallel replicas), with ``micro_batches`` in flight in a pipeline. Its
 devices are ``tp x pp x dp``; expert parallelism spreads the experts over the ``tp x dp`` devices
-of a pipeline stage (``ep`` is 1 or ``tp x dp``, as vLLM's and SGLang's expert parallelism do).
+of a pipeline stage (``ep`` is 1 or ``tp x dp``, as vLLM's and SGLang's expert parallelism do), with
+``redundant_experts`` more slots holding copies of experts (EPLB; SGLang's ``--ep-num-redundant-experts``):
+the experts and the redundant slots together divide evenly over the ``ep`` devices.
 
 :class:`Sharding` reads which modules tensor parallelism splits from the model's own plan,
 transformers' ``tp_plan`` (``base_model_tp_plan`` of the config, ``colwise`` / ``rowwise`` per
@@ -59,14 +61,21 @@ class Parallel:
     ep: int = 1
     dp: int = 1
     micro_batches: int = 1
+    redundant_experts: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "ep", "dp", "micro_batches"):
+        for name in ("tp", "pp", "ep", "dp", "micro_batches", "redundant_experts"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_DEGREE:
+            low = 0 if name == "redundant_experts" else 1
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= MAX_DEGREE:
                 raise OpcountValueError(
-                    f"{flag(name)}: expected a whole number from 1 to {MAX_DEGREE:,}, got {value!r}"
+                    f"{flag(name)}: expected a whole number from {low} to {MAX_DEGREE:,}, got {value!r}"
                 )
+        if self.redundant_experts and self.ep == 1:
+            raise OpcountValueError(
+                f"{flag('redundant_experts')} {self.redundant_experts}: redundant experts are spread over "
+                "expert-parallel devices: give --ep"
+            )
         if self.ep > 1 and self.ep != self.tp * self.dp:
             raise OpcountValueError(
                 f"--ep {self.ep}: expert parallelism spreads the experts over the devices of a stage: --ep must be 1 "
@@ -82,16 +91,18 @@ class Parallel:
         return self.devices == 1
 
     def as_dict(self) -> dict[str, int]:
-        return {"tp": self.tp, "pp": self.pp, "ep": self.ep, "dp": self.dp, "devices": self.devices}
+        out = {"tp": self.tp, "pp": self.pp, "ep": self.ep, "dp": self.dp, "devices": self.devices}
+        return out | ({"redundant_experts": self.redundant_experts} if self.redundant_experts else {})
 
     def label(self) -> str:
         parts = [f"{k}{v}" for k, v in (("tp", self.tp), ("pp", self.pp), ("ep", self.ep), ("dp", self.dp)) if v > 1]
         micro = f", {self.micro_batches} micro-batches" if self.micro_batches > 1 else ""
+        micro += f", {self.redundant_experts} redundant experts" if self.redundant_experts else ""
         return " x ".join(parts) + f" = {self.devices} devices{micro}" if parts else "1 device"
 
 
 def flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+    return "--ep-num-redundant-experts" if name == "redundant_experts" else "--" + name.replace("_", "-")
 
 
 def kv_heads_per_device(kv_heads: int, tp: int) -> int:
@@ -239,5 +250,10 @@ def check_layout(model: nn.Module, config: Any, layout: Parallel, sharding: Shar
         experts = experts_of(model, sharding)
         if experts is None:
             raise OpcountValueError(f"--ep {layout.ep}: {name} has no experts blocks in its tensor-parallel plan")
-        if experts % layout.ep:
-            raise OpcountValueError(f"--ep {layout.ep}: does not divide the {experts} experts of {name}")
+        slots = experts + layout.redundant_experts
+        if slots % layout.ep:
+            more = f" + {layout.redundant_experts} redundant" if layout.redundant_experts else ""
+            raise OpcountValueError(
+                f"--ep {layout.ep}: does not divide the {experts}{more} expert slots of {name} "
+                "(--ep-num-redundant-experts adds slots holding copies of experts)"
+            )

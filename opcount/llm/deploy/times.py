@@ -2,10 +2,11 @@
 
 A phase's kernels (:mod:`.kernels`) run on every device of a layout, each device its share of
 them: a call in a tensor-parallel region ``1 / tp`` of its FLOPs, activations and weights, an
-expert ``dp / ep`` of the tokens and ``1 / ep`` of the weights (the caller says, per call, the
-share of its FLOPs and activations and the share of its weights and cache). A kernel's compute
-seconds are scaled by its members' FLOP-weighted share, its memory seconds by their byte-weighted
-share (each call's activation and weight bytes from the eager roofline), and the kernel runs on
+expert the device's routes and the experts they reach (:mod:`.expert_routes`; the caller says, per
+call, its :class:`Share`: of its FLOPs and activations, of its weights and cache, of its products'
+padded compute). A kernel's compute seconds are scaled by its members' FLOP-weighted padded share,
+its memory seconds by their byte-weighted share (each call's activation and weight bytes from the
+eager roofline), and the kernel runs on
 the stage of its member doing the most FLOPs (the matrix product it is fused around). Per stage:
 
 - the **estimate**: the sum of its kernels' ``max(compute, memory)`` at the shares, plus a launch
@@ -21,14 +22,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ...ir import OpCall
 from ...roofline import RooflineReport
 from ...roofline.bound import time_bound
 from ..kernels.estimate import KernelSchedule
 
-# per call: (share of its FLOPs and activations, share of its weights and cache) a device runs
-Shares = Callable[[OpCall], tuple[float, float]]
+
+class Share(NamedTuple):
+    """The share of one call a device runs: of its FLOPs and activations (``work``), of its weights and
+    cache (``held``), and of its matrix products' estimated compute (``padded``: their rows padded to
+    whole tiles, which an expert's grouped GEMM pads per expert; ``work`` elsewhere)."""
+
+    work: float
+    held: float
+    padded: float
+
+
+Shares = Callable[[OpCall], Share]
 
 
 @dataclass
@@ -68,7 +80,7 @@ def stage_times(
     out = StageTimes([0.0] * stages, [0.0] * stages, [0.0] * stages)
     compute, memory = schedule.compute_memory()
     for k, kernel in enumerate(schedule.kernels):
-        flops = work = moved = moved_share = 0.0
+        flops = padded = moved = moved_share = 0.0
         anchor, most = kernel.calls[0], -1.0
         for i in kernel.calls:
             lt = layer.get(id(calls[i]))
@@ -76,17 +88,17 @@ def stage_times(
                 continue
             io, w = lt.ifmap_bytes + lt.ofmap_bytes, lt.weight_bytes
             flops += lt.flops
-            work += lt.flops * share[i][0]
+            padded += lt.flops * share[i].padded
             moved += io + w
-            moved_share += io * share[i][0] + w * share[i][1]
+            moved_share += io * share[i].work + w * share[i].held
             if lt.flops > most:
                 anchor, most = i, lt.flops
-        bytes_share = moved_share / moved if moved else share[anchor][1]
-        flops_share = work / flops if flops else bytes_share
+        bytes_share = moved_share / moved if moved else share[anchor].held
+        flops_share = padded / flops if flops else bytes_share
         out.estimate[stage(calls[anchor])] += float(max(compute[k] * flops_share, memory[k] * bytes_share))
         out.estimate[stage(calls[anchor])] += schedule.hardware.efficiency.launch_s
     for i, call in enumerate(calls):
         s = stage(call)
-        out.flops[s] += schedule.call_flops[i] * share[i][0]
-        out.compulsory[s] += schedule.call_weight_bytes[i] * share[i][1] + schedule.call_io_bytes[i] * share[i][0]
+        out.flops[s] += schedule.call_flops[i] * share[i].work
+        out.compulsory[s] += schedule.call_weight_bytes[i] * share[i].held + schedule.call_io_bytes[i] * share[i].work
     return out
