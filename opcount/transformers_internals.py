@@ -47,6 +47,8 @@ _NAMES = {
     "StaticCache": "transformers.StaticCache",
     "StaticSlidingWindowLayer": "transformers.cache_utils.StaticSlidingWindowLayer",
     "hf_logging": "transformers.utils.logging",
+    # Falcon's rotary embedding, which opcount.llm.attention.kv_copies applies to its KV heads uncopied
+    "falcon_rotary": "transformers.models.falcon.modeling_falcon.apply_rotary_pos_emb",
 }
 
 

@@ -75,7 +75,7 @@ def point_json(
         "precision": {
             "weight": p.precision.weight,
             "act": p.precision.act,
-            "kv": p.precision.kv_dtype,
+            "kv": p.precision.kv_dtype if p.precision.holds_kv else None,  # None: the model holds no keys and values
             "state": p.precision.state,  # None: the model holds no recurrent state
             "label": p.precision.label(),
         },

@@ -58,6 +58,8 @@ class Decoder:
         self.config: Any = text_config(config)
         self.experts: tuple[Experts, ...] = tuple(find_experts(model, self.config))
         self.caches: CacheSpecs = cache_specs(model, self.config, lambda m: expected_routing(m, self.experts))
+        if not any(layer.token_elements for layer in self.caches.layers):  # no keys and values: no KV dtype to name
+            self.precision = self.precision.without_kv()
         if any(layer.state_elements for layer in self.caches.layers):  # the state's dtype, settled for this model
             self.precision = self.precision.with_state(self.caches.state_dtype)
         elif self.precision.state is not None:  # a dtype nothing would be held in: refused, not ignored

@@ -22,6 +22,7 @@ pytest.importorskip("transformers.cache_utils", reason="layer types need transfo
 from opcount.errors import OpcountError  # noqa: E402
 from opcount.llm.cache.names import CACHE_NAMES  # noqa: E402
 from opcount.llm.causal_lm import CausalLM  # noqa: E402
+from opcount.llm.deploy.cache_shares import part_of  # noqa: E402
 from opcount.llm.phases import PhaseCost  # noqa: E402
 from opcount.memory import MemoryTrafficAnalysis  # noqa: E402
 
@@ -283,6 +284,31 @@ def test_falcon_h1_layers_run_attention_beside_mamba2() -> None:
     read, written = cache_traffic(cost)
     assert sum(read.values()) == 2 * B * ((L + 1) * token + state)  # the tokens and the state, once
     assert sum(written.values()) == 2 * B * (token + state)
+
+
+def test_each_cache_tensor_is_of_the_part_its_name_says() -> None:
+    # Falcon-H1's layers hold keys and values beside a Mamba-2 mixer's conv and SSM states: the deployment
+    # splits each by the part its name says (opcount.llm.cache.names), read from the traced names
+    config = transformers.FalconH1Config(
+        **ATTENTION, num_hidden_layers=2, mamba_d_ssm=64, mamba_n_heads=4, mamba_d_head=16, mamba_n_groups=1,
+        mamba_d_state=8, mamba_d_conv=4,
+    )  # fmt: skip
+    read, _ = cache_traffic(CausalLM(config).phase("decode", kv_len=L, batch=B))
+    parts = {name: part_of(name) for name in read}
+    assert parts == {
+        **{f"kv_cache.{i}.{n}": "attention" for i in (0, 1) for n in ("keys", "values")},
+        **{f"kv_cache.{i}.{n}": "state" for i in (0, 1) for n in ("conv0", "state0")},
+    }
+    # a latent, a DSA layer's views of it, its indexer keys, a state part kept in float32
+    assert [part_of(f"kv_cache.3.{n}") for n in ("latent", "latent[dense]", "index_keys", "state1_float32")] == [
+        "latent",
+        "latent",
+        "indexer",
+        "state",
+    ]
+    # a name the cache does not give is no part: refused, not guessed from its first letters
+    with pytest.raises(OpcountError, match=r"kv_cache\.0\.conv_weight: a cache tensor opcount does not know"):
+        part_of("kv_cache.0.conv_weight")
 
 
 def test_unknown_layer_type_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -96,8 +96,9 @@ def test_falcon_parallel_attention_and_mlp_share_one_all_reduce() -> None:
     _, cost, dep = decode(transformers.FalconConfig(**FALCON_NEW))
     assert cost.memory.weights == (split + whole) * BYTES
     assert dep.per_device.weights == per_device(split, whole)  # 97,792
-    # half the cache a device (transformers' FalconAttention copies the 2 KV heads to the 4 query heads
-    # before its cache, which the single-device figure follows: the share is what this test states)
+    # the 2 KV heads of 16 (not transformers' copies of them for the 4 query heads), 2 layers, 8 positions,
+    # 2 sequences; one KV head a device
+    assert cost.memory.kv_cache == 2 * 2 * 16 * 2 * POS * T * BYTES
     assert dep.per_device.kv_cache == cost.memory.kv_cache / 2
     # vLLM's FalconDecoderLayer adds the attention's and the MLP's partial outputs, then all-reduces once
     assert dep.communication_bytes == (1 + 2) * AR + GATHER

@@ -15,12 +15,15 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
+from opcount.cli import main  # noqa: E402
 from opcount.errors import OpcountError  # noqa: E402
 from opcount.hardware.interconnect import Interconnect  # noqa: E402
 from opcount.hardware.lookup import Hardware  # noqa: E402
 from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from opcount.llm.deploy import DEFAULT_GPU_MEMORY_UTILIZATION  # noqa: E402
 from opcount.llm.deploy.layout import Parallel  # noqa: E402
+from opcount.llm.deploy.placement import Placement  # noqa: E402
+from tests.llm.small_configs import small  # noqa: E402
 
 D, F, N, H, G, V = 256, 512, 2, 8, 2, 1000
 E = D // H
@@ -272,3 +275,24 @@ def test_a_plan_that_splits_no_layer_is_refused() -> None:
         OpcountError, match=r"--tp 2: DiffLlamaForCausalLM's tensor-parallel plan .* splits no attention"
     ):
         llm.deploy(llm.phase("decode", kv_len=3, hardware=DEVICE), Parallel(tp=2))
+
+
+def test_attention_set_per_layer_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    # Dots 3 sets its attention per layer (transformers 5's per_layer_config, which raises on reading the
+    # model's num_attention_heads): its DSA and sliding layers of the small config have 128 and 64 heads
+    config = small(transformers.Dots3NoteTextConfig)
+    assert sorted(layer.num_attention_heads for layer in config.per_layer_config) == [64, 128]
+    llm = CausalLM(config)
+    for layout, flags in ((Parallel(tp=2), "--tp 2"), (Parallel(pp=2), "--pp 2"), (Parallel(), "a deployment")):
+        with pytest.raises(
+            OpcountError,
+            match=rf"^{flags}: Dots3NoteForCausalLM's attention heads are set per layer \(Dots3NoteTextConfig"
+            r"\.per_layer_config: 1 layer of 64 heads, 1 layer of 128 heads\)",
+        ):
+            Placement(llm, layout)
+    # the command line: one line naming the model and why, exit 2 (an internal error before)
+    argv = ["hf:Dots3NoteTextConfig", "--hf-config", "num_hidden_layers=2", "--phase", "decode", "--tp", "2"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("opcount: error: --tp 2: Dots3NoteForCausalLM's attention heads are set per layer")
+    assert len(err.strip().splitlines()) == 1

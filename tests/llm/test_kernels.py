@@ -14,6 +14,7 @@ from opcount.llm.causal_lm import CausalLM
 from opcount.llm.generation import generation
 from opcount.llm.kernels.estimate import ATTENTION_KINDS, attention_work
 from opcount.llm.phases import PhaseCost
+from opcount.llm.precision.dtypes import Precision
 from opcount.roofline.bound import time_bound
 
 H, FFN, LAYERS, HEADS, KV_HEADS, VOCAB = 64, 128, 2, 4, 2, 1000
@@ -188,6 +189,49 @@ def test_k_and_v_stream_once_per_query_tile_past_the_buffer() -> None:
     k_and_v = 2 * KV_HEADS * t * HEAD_DIM * 2
     cos_and_sin = 2 * t * HEAD_DIM * 2
     assert attention_bytes(tiny) - attention_bytes(roomy) == LAYERS * (k_and_v + cos_and_sin)
+
+
+def test_an_fp8_cache_is_read_at_one_byte_an_element() -> None:
+    # one decode step of 3 sequences after 10 cached tokens: each layer reads 11 positions of keys and
+    # values and writes 1, 2 x KV_HEADS x HEAD_DIM = 64 elements a position, 1 byte each in fp8 (2 in bfloat16)
+    batch, cached = 3, 10
+    costs = [
+        CausalLM(tiny_llama().config, precision=Precision(kv=kv)).phase(
+            "decode", kv_len=cached, batch=batch, hardware="h100-sxm"
+        )
+        for kv in (None, "fp8")
+    ]
+    schedules = [c.schedules["fused"] for c in costs if c.schedules is not None]
+    params = sum(p.numel() for p in tiny_llama().model.parameters())
+    weights = (params - VOCAB * H) * 2 + batch * H * 2  # as test_decode_bound_bytes_by_hand
+    kv_read = 2 * LAYERS * KV_HEADS * (cached + 1) * HEAD_DIM * 1 * batch  # 4,224
+    kv_written = 2 * LAYERS * KV_HEADS * 1 * HEAD_DIM * 1 * batch  # 384
+    rotary, io = HEAD_DIM // 2 * 2, batch * 8 + batch * VOCAB * 2
+    # the bound: every byte once, the cache's at 1 byte
+    assert schedules[1].compulsory_bytes == weights + rotary + kv_read + kv_written + io
+    # the estimate's attention kernels (their prologue writes the new token): the cache's traffic halves
+    attention = [sum(b for k, b in zip(s.kernels, s.bytes, strict=True) if k.kind == "attention") for s in schedules]
+    assert attention[0] - attention[1] == kv_read + kv_written  # 4,608 bytes fewer than bfloat16's
+
+
+def test_an_fp8_cache_is_sized_at_one_byte_against_the_buffer() -> None:
+    # 256 new tokens after 8 cached (2 tiles of 128 queries over 264 positions): one head's keys and values
+    # are 2 x 264 x HEAD_DIM = 8,448 elements, 16,896 bytes in bfloat16 (past a 12,000-byte buffer: read
+    # once per query tile, twice) and 8,448 in fp8 (within it: read once)
+    peaks = {"tensor": {"bfloat16": 1e15}, "vector": {"bfloat16": 1e13, "float32": 1e13}}
+    roomy = Hardware("roomy", peaks, bandwidth=1e12, buffer_bytes=1e9)
+    small = Hardware("small", peaks, bandwidth=1e12, buffer_bytes=12_000)
+
+    def attention_bytes(kv: str | None, hw: Hardware) -> float:
+        llm = CausalLM(tiny_llama().config, precision=Precision(kv=kv))
+        cost = llm.phase("decode", seq_len=256, kv_len=8, hardware=hw)
+        assert cost.schedules is not None
+        fused = cost.schedules["fused"]
+        return sum(b for k, b in zip(fused.kernels, fused.bytes, strict=True) if k.kind == "attention")
+
+    # bfloat16: the cache's keys and values once more per layer, 2 x KV_HEADS x 264 x HEAD_DIM x 2 bytes
+    assert attention_bytes(None, small) - attention_bytes(None, roomy) == LAYERS * 2 * KV_HEADS * 264 * HEAD_DIM * 2
+    assert attention_bytes("fp8", small) == attention_bytes("fp8", roomy)
 
 
 def test_experts_run_as_grouped_gemms() -> None:

@@ -1,5 +1,6 @@
 """The KV cache per layer as the model's attention keeps it, not one geometry per config: Falcon's
-one KV head (``multi_query``), values narrower than keys and per-type KV heads (MiMo-V2-Flash),
+one KV head (``multi_query``), its ``num_kv_heads`` (new decoder architecture, not the copies transformers
+caches), values narrower than keys and per-type KV heads (MiMo-V2-Flash),
 heads and head sizes per layer (Gemma 4), layers reusing another layer's KV (Gemma 3n). Every
 expected size is worked by hand below from the config's values, which each test asserts first."""
 
@@ -28,6 +29,41 @@ def test_falcon_multi_query_caches_one_kv_head() -> None:
     assert llm.caches.elements(16, 1, 1) == 4_352
     step = llm.phase("decode", kv_len=16)
     assert step.flops.total() > 0
+
+
+def test_falcon_new_decoder_architecture_caches_its_kv_heads_not_their_copies() -> None:
+    # transformers' FalconAttention copies each of the 2 KV heads to its 2 query heads before its cache;
+    # engines (vLLM's FalconAttention) cache the 2 heads as they are
+    config = transformers.FalconConfig(
+        vocab_size=128, hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
+        new_decoder_architecture=True, num_kv_heads=2,
+    )  # fmt: skip
+    llm = CausalLM(config)
+    # head_dim = 64 / 4 = 16: 2 x 2 KV heads x 16 = 64 per token (the 4 copies would be 128)
+    assert [layer.token_elements for layer in llm.caches.layers] == [64, 64]
+    # 2 layers x 17 positions x 64 = 2,176 elements, bfloat16: 4,352 bytes
+    assert llm.caches.elements(16, 1, 1) == 2_176
+    step = llm.phase("decode", kv_len=16)
+    assert step.memory.kv_cache == 4_352
+    read, written = cache_traffic(step)
+    # each layer's attention reads its 17 keys and 17 values once: 2 heads x 17 x 16 x 2 bytes = 1,088 each
+    assert read == {f"kv_cache.{i}.{part}": 1_088 for i in (0, 1) for part in ("keys", "values")}
+    # the new token's key and value: 2 layers x 64 x 2 bytes
+    assert sum(written.values()) == 256
+    # every query head still attends, as before: per layer and head, 17 x (16 + 16) multiply-adds and a
+    # softmax of 3 x 17 - 1 flops; 2 layers x 4 heads x 594 = 4,752
+    assert step.flops.by_operator()["scaled_dot_product_attention"] == 2 * 4 * (17 * 32 + 3 * 17 - 1)
+
+
+def test_falcon_40b_caches_8_kv_heads() -> None:
+    # Falcon-40B's config.json (tiiuae/falcon-40b): hidden 8192, 128 heads of 64, num_kv_heads 8, 60 layers
+    config = transformers.FalconConfig(
+        vocab_size=65024, hidden_size=8192, num_attention_heads=128, num_hidden_layers=60,
+        new_decoder_architecture=True, num_kv_heads=8, parallel_attn=True, bias=False, alibi=False,
+    )  # fmt: skip
+    llm = CausalLM(config)
+    # 2 x 60 layers x 8 KV heads x 64 x 2 bytes = 122,880 bytes per token (128 heads: 1,966,080, 16 times more)
+    assert llm.caches.elements(0, 1, 1) * 2 == 122_880
 
 
 def test_mimo_v2_flash_values_narrower_than_keys_and_sliding_layers_own_heads() -> None:

@@ -139,6 +139,29 @@ def test_the_label_names_the_kv_dtype_where_the_activations_do_not_say_it() -> N
     assert Precision(weight="fp8", act="fp8").label(cache=False) == "w8a8"  # a training step holds no cache
 
 
+def test_an_attention_free_model_names_no_kv_cache() -> None:
+    # Mamba: every layer a state-space mixer (a conv state and an SSM state), no keys and values anywhere
+    config = transformers.MambaConfig(hidden_size=64, state_size=8, num_hidden_layers=2, vocab_size=100)
+    llm = CausalLM(config, Precision(weight="fp8", act="fp8"))
+    assert all(layer.layer_type == "state" and not layer.token_elements for layer in llm.caches.layers)
+    # a8 says nothing of a cache: the state (the model's bfloat16) is named, no KV cache is
+    assert llm.precision.label() == "w8a8, state bfloat16"
+    assert not llm.precision.holds_kv
+    # a model with attention still names its KV cache (Nemotron-H: Mamba-2 mixers and attention)
+    assert CausalLM(_nemotron(), Precision(weight="fp8", act="fp8")).precision.label() == (
+        "w8a8, KV bfloat16, state float32"
+    )
+
+
+def test_an_attention_free_model_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    sizes = ["--hf-config", "hidden_size=64", "--hf-config", "state_size=8", "--hf-config", "num_hidden_layers=2"]
+    argv = ["hf:MambaConfig", *sizes, "--phase", "decode", "--weight-dtype", "fp8", "--act-dtype", "fp8"]
+    assert main([*argv, "--format", "json"]) == 0
+    precision = json.loads(capsys.readouterr().out)["llm"]["precision"]
+    # no KV dtype where nothing holds keys and values, as no state dtype where nothing holds a state
+    assert (precision["kv"], precision["state"], precision["label"]) == (None, "bfloat16", "w8a8, state bfloat16")
+
+
 def test_llama_fp8_cache_bytes_stay_16_bit() -> None:
     # Llama at the tiny sizes of test_decode_bound_bytes (2 layers, 2 KV heads of 8): FP8 weights and
     # activations hold 2 layers x 32 elements x 2 bytes = 128 bytes a token, as in bfloat16

@@ -1,5 +1,5 @@
-"""Attention as serving kernels run it: the cache's KV heads read as they are, no mask tensor, a layer's own
-form where it has one (latent, windows), GPT-OSS's sinks."""
+"""Attention as serving kernels run it: the cache's KV heads read as they are (never copied per query head,
+:mod:`.kv_copies`), no mask tensor, a layer's own form where it has one (latent, windows), GPT-OSS's sinks."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ...transformers_internals import attention_implementation, set_attention_implementation
+from .kv_copies import kv_heads_as_cached
 
 # ------------------------------------------------------------------------------------------------
 ATTENTION = "opcount_serving_sdpa"
@@ -65,7 +66,17 @@ def _no_mask(*args: Any, **kwargs: Any) -> None:
 @contextlib.contextmanager
 def serving_attention(model: nn.Module) -> Iterator[None]:
     """The model's attention runs :func:`_serving_attention` for the block (where it goes through
-    transformers' attention registry: else its own code and masks run)."""
+    transformers' attention registry: else its own code and masks run), and an attention that copies
+    its KV heads before its cache runs on them as they are (:mod:`.kv_copies`: Falcon's new decoder
+    architecture)."""
+    with kv_heads_as_cached(model):
+        with _registered(model):
+            yield
+
+
+@contextlib.contextmanager
+def _registered(model: nn.Module) -> Iterator[None]:
+    """:func:`_serving_attention` registered and named in every config of ``model`` for the block."""
     from ...transformers_internals import AttentionInterface, AttentionMaskInterface, runs_attention_interface
 
     if not runs_attention_interface(model):

@@ -55,7 +55,7 @@ from ..models.build import kv_geometry
 from .griffin import FLOAT32_STATES as GRIFFIN_FLOAT32
 from .griffin import griffin_phase, griffin_states, restored
 from .lightning import lightning_cache, lightning_states
-from .names import CONV_STATE, FLOAT32_STATE, KV_PREFIX, RECURRENT_STATE
+from .names import CONV_STATE, FLOAT32_STATE, KEYS, KV_PREFIX, LATENT_KV, RECURRENT_STATE, VALUES
 from .probe import KVShape, ProbedCache, StateShapes, probe_cache
 from .rwkv import FLOAT32_PARTS as RWKV_FLOAT32
 from .rwkv import rwkv_phase, rwkv_states
@@ -413,7 +413,7 @@ def _hold_tokens(
     held.keys, held.values = (latent, latent) if latent is not None else (keys, values)
     held.max_batch_size, held.dtype, held.device = batch, dtype, keys.device
     held.is_initialized = True
-    return {"latent": latent} if latent is not None else {"keys": keys, "values": values}
+    return {LATENT_KV: latent} if latent is not None else {KEYS: keys, VALUES: values}
 
 
 def _hold_state(
@@ -471,7 +471,7 @@ def phase_cache(
             kv_shape = specs.kv_shapes[index] if specs.kv_shapes else None
             tensors |= _hold_tokens(made, layer, kv_shape, c, batch, kv_len, seq_len, dtype)
         if layer.topk:
-            tensors |= hold_sparse_reads(made, tensors["latent"], layer.topk, kv_len, seq_len)
+            tensors |= hold_sparse_reads(made, tensors[LATENT_KV], layer.topk, kv_len, seq_len)
         if layer.index_elements:
             tensors[INDEX_BUFFER] = hold_index_keys(made, batch, kv_len, seq_len, layer.index_elements, dtype)
         if layer.state_elements:

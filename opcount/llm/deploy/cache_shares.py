@@ -19,23 +19,25 @@ from typing import Any
 from ...errors import OpcountError
 from ...ir import OpCall
 from ..attention.indexed import INDEX_BUFFER, INDEXER_KEYS
-from ..cache.names import KV_PREFIX
+from ..cache.names import KEYS, KV_PREFIX, LATENT_KV, VALUES, state_part
+from ..cache.specs import LATENT as LATENT_TYPE
+from ..cache.specs import STATE as STATE_TYPE
 
 ATTENTION, LATENT, INDEXER, STATE = "attention", "latent", "indexer", "state"
 # the layer types of kv_cache_by_type (:meth:`.cache.CacheSpecs.bytes_by_type`) by part
-_BY_TYPE = {"latent_attention": LATENT, INDEXER_KEYS: INDEXER, "state": STATE}
+_BY_TYPE = {LATENT_TYPE: LATENT, INDEXER_KEYS: INDEXER, STATE_TYPE: STATE}
 
 
 def part_of(buffer: str) -> str:
     """The part of the cache tensor ``buffer`` (``kv_cache.L.<name>``)."""
     name = buffer.split(".", 2)[2] if buffer.count(".") >= 2 else buffer
-    if name.startswith("latent"):
+    if name.partition("[")[0] == LATENT_KV:  # the latent, or a DSA layer's view of it (``latent[dense]``)
         return LATENT
     if name == INDEX_BUFFER:
         return INDEXER
-    if name.startswith(("conv", "state")):
+    if state_part(name) is not None:  # a conv or recurrent state, by the names the cache gives them
         return STATE
-    if name in ("keys", "values"):
+    if name in (KEYS, VALUES):
         return ATTENTION
     raise OpcountError(f"{buffer}: a cache tensor opcount does not know how tensor parallelism splits")
 

@@ -30,6 +30,7 @@ from typing import Any
 from torch import nn
 
 from ...errors import OpcountError, OpcountValueError
+from ...transformers_internals import layer_config
 from ..models.composite import text_config
 from .engine_plans import HEAD_FIELDS, engine_plan, refusal
 from .engine_plans.styles import UNREDUCED
@@ -214,10 +215,31 @@ def experts_of(model: nn.Module, sharding: Sharding) -> int | None:
     return counts.pop() if counts else None
 
 
+def check_per_layer_attention(model: nn.Module, config: Any, layout: Parallel) -> None:
+    """Refuse a layout of a config whose attention is set per layer (transformers 5's ``per_layer_config``:
+    Dots 3's DSA layers have 64 heads, its sliding ones 128): a layout reads one count of heads for the
+    model, which such a config does not give (it raises on reading one)."""
+    if not getattr(config, "is_heterogeneous", False):
+        return
+    heads: dict[Any, int] = {}
+    for index in range(len(config.per_layer_config)):
+        count = getattr(layer_config(config, index), "num_attention_heads", None)
+        heads[count] = heads.get(count, 0) + 1
+    ordered = sorted(heads.items(), key=lambda item: str(item[0]).zfill(12))  # fewest heads first
+    said = ", ".join(f"{n} layer{'s' if n != 1 else ''} of {h} heads" for h, n in ordered)
+    flags = " ".join(f"{flag(k)} {v}" for k, v in layout.as_dict().items() if k != "devices" and v > 1)
+    raise OpcountValueError(
+        f"{flags or 'a deployment'}: {type(model).__name__}'s attention heads are set per layer "
+        f"({type(config).__name__}.per_layer_config: {said}): opcount lays a model out by one count of heads "
+        "for all its layers, which this config does not give"
+    )
+
+
 def check_layout(model: nn.Module, config: Any, layout: Parallel, sharding: Sharding) -> None:
-    """Refuse a layout the model cannot run, naming the flag: tp against the heads (and a model
-    without a tensor-parallel plan), pp against the layers, ep against the experts."""
+    """Refuse a layout the model cannot run, naming the flag: attention set per layer, tp against the heads
+    (and a model without a tensor-parallel plan), pp against the layers, ep against the experts."""
     name = type(config).__name__
+    check_per_layer_attention(model, config, layout)
     if layout.tp > 1:
         if not sharding.styles:
             family = getattr(text_config(config), "model_type", None)

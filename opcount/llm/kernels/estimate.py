@@ -7,8 +7,8 @@ next one, those after the last as its epilogue. Matrix products reading the same
 (query, key and value projections; gate and up projections; a router and its experts) run as one
 kernel that reads it once, and the same projection of every expert of a mixture-of-experts block
 runs as one grouped GEMM. Attention is FlashAttention: scores and probabilities stay on chip,
-Q, K and V are read once (K and V once per tile of queries when one head's K and V exceed the
-on-chip buffer), and a causal block computes only its kept (query, key) pairs,
+Q, K and V are read once (K and V once per tile of queries when one head's K and V, as stored,
+exceed the on-chip buffer), and a causal block computes only its kept (query, key) pairs,
 ``s x S - s (s - 1) / 2`` for ``s`` new tokens over ``S`` positions (``T (T + 1) / 2`` for a
 prompt). A DSA indexer's products of activations (its scores, their weighted sum) run as one
 kernel computing a prompt's kept pairs only, the module paths given by the caller
@@ -272,7 +272,7 @@ def call_prices(
         reads.append(np.array([[0.0 if m.alias else price(a)] for a in m.read], dtype=np.float64).reshape(-1, 1))
         writes.append(np.array([[0.0 if m.alias else price(a)] for a in m.write], dtype=np.float64).reshape(-1, 1))
         lt = timed.get(id(call))
-        passes = _kv_passes(call, hw) if call.kind in ATTENTION_KINDS else 1.0
+        passes = _kv_passes(call, hw, stored) if call.kind in ATTENTION_KINDS else 1.0
         if lt is None:
             work.append((0.0, 0.0, 0.0, 0.0, 0.0, passes))
         elif call.kind in ATTENTION_KINDS:
@@ -414,13 +414,20 @@ def _causal_share(call: OpCall) -> float:
     return (s * total - s * (s - 1) // 2) / (s * total)
 
 
-def _kv_passes(call: OpCall, hw: Hardware) -> float:
+def _kv_passes(call: OpCall, hw: Hardware, stored: Callable[[TensorSpec], float | None]) -> float:
     """How many times attention reads K and V: once when one head's K and V fit the on-chip buffer
-    (every query tile finds them there), else once per tile of queries; Q is read once."""
+    (every query tile finds them there), else once per tile of queries; Q is read once. K and V are
+    sized as they are stored (``stored``: the KV dtype for the cache's, ``--kv-dtype fp8`` one byte an
+    element), not in the dtype the model was traced in."""
     k, v = call.inputs[SDPA_KEY], call.inputs[SDPA_VALUE]
     if not (isinstance(k, TensorSpec) and isinstance(v, TensorSpec)) or hw.buffer_bytes is None:
         return 1.0
-    per_head = (k.shape[-2] * k.shape[-1] * k.itemsize) + (v.shape[-2] * v.shape[-1] * v.itemsize)
+
+    def row(t: TensorSpec) -> float:  # one position of one head
+        size = stored(t)
+        return t.shape[-1] * (size if size is not None else t.itemsize)
+
+    per_head = k.shape[-2] * row(k) + v.shape[-2] * row(v)
     if per_head <= hw.buffer_bytes:
         return 1.0
     q = call.inputs[SDPA_QUERY]

@@ -86,7 +86,8 @@ class Precision:
     """The dtype of each role. ``kv=None`` holds the KV cache in the model's dtype (:attr:`stored`),
     whatever the activations; ``state=None`` leaves a recurrent state's dtype to the model (what its
     config sets, else the model's dtype: :meth:`with_state`, which a model built with this precision
-    applies).
+    applies). ``holds_kv`` is False for a model none of whose layers keep keys and values (Mamba, RWKV,
+    xLSTM): its label names no KV cache, which a model built with this precision settles (:meth:`without_kv`).
 
     ``weight`` is one format (``"int4"``) or per-module assignments: ``["experts=mxfp4",
     "bfloat16"]`` or ``{"experts": "mxfp4"}`` (see :mod:`opcount.llm.precision.assignments`); it reads back
@@ -96,6 +97,7 @@ class Precision:
     act: str = "bfloat16"
     kv: str | None = None
     state: str | None = None
+    holds_kv: bool = True
     weights: WeightFormats = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -123,6 +125,10 @@ class Precision:
         (what the model's config sets, :func:`..cache.state_dtypes.configured`), else the model's dtype."""
         return replace(self, state=self.state or configured or self.stored)
 
+    def without_kv(self) -> Precision:
+        """This precision for a model that holds no keys and values: its label names no KV cache."""
+        return replace(self, holds_kv=False)
+
     @property
     def traced(self) -> torch.dtype:
         """The dtype the model is built and traced in: the activations', or bfloat16 for 8-bit ones
@@ -137,9 +143,10 @@ class Precision:
 
     def label(self, cache: bool = True) -> str:
         """``w4a16``-style name (the format after it when its name is not the plain dtype's, the
-        assignments when the weights have several), then the caches' dtypes where the activations'
-        do not say them: the KV cache's and a settled recurrent state's, each named unless it is the
-        activations' own 16- or 32-bit float (``w8a8, KV bfloat16``; ``w16a16, state float32``).
+        assignments when the weights have several), then the dtypes of the caches the model holds where
+        the activations' do not say them: the KV cache's (unless :attr:`holds_kv` is False) and a settled
+        recurrent state's, each named unless it is the activations' own 16- or 32-bit float (``w8a8, KV
+        bfloat16``; ``w16a16, state float32``; a Mamba's ``w8a8, state bfloat16``).
         ``cache=False`` leaves them out (a training step holds no cache)."""
         formats, act = self.weights, BITS[self.act]
         if formats.assignments:
@@ -150,7 +157,7 @@ class Precision:
             if formats.default in ("fp8-block", "mxfp4", "nvfp4"):
                 text += f" ({formats.default})"
         said = self.act if self.act in PLAIN else None  # a16 says a 16-bit cache; a8 says nothing of it
-        named = [("KV", self.kv_dtype), ("state", self.state)] if cache else []
+        named = [("KV", self.kv_dtype if self.holds_kv else None), ("state", self.state)] if cache else []
         return ", ".join([text, *(f"{role} {dtype}" for role, dtype in named if dtype not in (None, said))])
 
 
