@@ -12,12 +12,16 @@ of 2: half of k_proj and v_proj (64 x 32 each), a quarter of q_proj, o_proj (64 
 from __future__ import annotations
 
 import pytest
+from torch import nn
 
 transformers = pytest.importorskip("transformers")
 
+from opcount.errors import OpcountError  # noqa: E402
+from opcount.llm.cache.probe import KVShape  # noqa: E402
 from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from opcount.llm.decoder import Decoder  # noqa: E402
-from opcount.llm.deploy.layout import Parallel  # noqa: E402
+from opcount.llm.deploy.kv_projections import kv_projection_shares  # noqa: E402
+from opcount.llm.deploy.layout import Parallel, Sharding  # noqa: E402
 from opcount.llm.deploy.placement import Placement, share_of  # noqa: E402
 from tests.llm.test_deploy import DEVICE  # noqa: E402
 
@@ -92,3 +96,21 @@ def test_starcoder_15b_devices_hold_the_kv_head_whole() -> None:
         assert held == (split / tp + whole) * BYTES
         # what a device holds beyond the key and value columns split with the query's
         assert held / ((split + 40 * kv) / tp + whole - 40 * kv) / BYTES - 1 == pytest.approx(more, abs=1e-5)
+
+
+def test_a_fused_projection_splits_its_query_columns_and_copies_its_key_and_value_columns() -> None:
+    # Wqkv: d = 64 -> 4 query heads and 2 KV heads of 16 (64 + 32 + 32 columns); at tp 4 a device holds 16 of
+    # the query's columns and one KV head's 16 key and 16 value columns: 48 of 128
+    block = nn.ModuleList([nn.Module()])
+    block[0].Wqkv = nn.Linear(D, 128)
+    sharding = Sharding({"0.Wqkv": "colwise"}, frozenset({"0"}), frozenset())
+    shares = kv_projection_shares(block, sharding, [KVShape(2, 16, 16)], 4, lambda: ["0"])
+    assert shares == {"0.Wqkv": 48 / 128}
+
+
+def test_a_key_projection_of_another_width_is_named() -> None:
+    block = nn.ModuleList([nn.Module()])
+    block[0].k_proj = nn.Linear(D, 48)  # 3 heads of 16, where the layer caches 2
+    sharding = Sharding({"0.k_proj": "colwise"}, frozenset({"0"}), frozenset())
+    with pytest.raises(OpcountError, match=r"0\.k_proj: a key projection 48 wide where its layer caches 2 KV heads"):
+        kv_projection_shares(block, sharding, [KVShape(2, 16, 16)], 4, lambda: ["0"])
