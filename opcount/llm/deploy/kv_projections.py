@@ -18,7 +18,7 @@ probed heads: a projection of another width is an error naming it, not a guess a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from torch import nn
 
@@ -49,13 +49,20 @@ def kv_projection_shares(
         if shape is None or tp <= shape.kv_heads:
             continue
         copied = kv_heads_per_device(shape.kv_heads, tp) / shape.kv_heads
-        for name, module in model.get_submodule(layer).named_modules(prefix=layer):
-            leaf = name.rsplit(".", 1)[-1]
+        for name, leaf, module in _descendants(model.get_submodule(layer), layer):
             style = sharding.styles.get(name) or sharding.styles.get(f"{name}.weight")
             if (leaf not in KEY_VALUE and leaf not in FUSED) or style not in SPLIT or style in ROW_SPLIT:
                 continue
             out[name] = _share(name, module, leaf, shape, tp, copied)
     return out
+
+
+def _descendants(module: nn.Module, prefix: str) -> Iterator[tuple[str, str, nn.Module]]:
+    """Every module under ``module`` (named ``prefix``): its full name, its own name in its parent, itself."""
+    for child, sub in module.named_children():
+        name = f"{prefix}.{child}"
+        yield name, child, sub
+        yield from _descendants(sub, name)
 
 
 def _share(name: str, module: nn.Module, leaf: str, shape: KVShape, tp: int, copied: float) -> float:

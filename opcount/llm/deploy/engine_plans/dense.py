@@ -132,8 +132,8 @@ DENSE: dict[str, tuple[Supplement, ...] | Callable[[Any], tuple[Supplement, ...]
 
 def _falcon_refusal(config: Any, tp: int) -> str | None:
     """Falcon's new decoder architecture caches its ``num_kv_heads`` copied to every query head in transformers,
-    so the cache probe does not see them: a ``tp`` that does not divide them (vLLM would copy them) is refused,
-    naming the field. ``multi_query``'s one KV head is probed as it is, and copied as vLLM copies it."""
+    so the cache probe does not see them: a ``tp`` that does not divide them is refused, naming the field
+    (vLLM copies them where ``tp`` is a multiple of them, which opcount would not see). ``multi_query``'s one KV head is probed as it is, and copied as vLLM copies it."""
     kv = getattr(config, "num_kv_heads", None)
     if getattr(config, "new_decoder_architecture", False) and isinstance(kv, int) and kv % tp:
         return (
