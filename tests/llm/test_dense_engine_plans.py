@@ -76,13 +76,36 @@ def test_gpt_bigcode_multi_query_keeps_its_one_kv_head_whole() -> None:
     split, whole = VOCAB + 2 * layer_split, 64 * D + 2 * layer_whole + 2 * D  # wpe, the layers, ln_f
     _, cost, dep = decode(bigcode())
     assert cost.memory.weights == (split + whole) * BYTES
-    # the key and value columns of c_attn (2 x 16 x d and their bias, 2,080 a layer) are counted at 1 / tp
-    # with the queries', though vLLM holds them whole on each rank (docs/deploy.md)
-    assert dep.per_device.weights == per_device(split, whole)  # 103,104
+    # the key and value columns of c_attn (2 x 16 x d and their bias, 2,080 a layer) are copied on both
+    # devices, as vLLM's QKVParallelLinear copies the one KV head; the query's 64 columns are split
+    kv_columns = 2 * (2 * 16 * D + 2 * 16)
+    assert dep.per_device.weights == per_device(split - kv_columns, whole + kv_columns)  # 107,264
+    assert dep.per_device.weights == 103_104 + 2 * 2_080 * BYTES / 2  # each layer's 2,080 held whole, not halved
     # keys and values of the one KV head (16 wide), 8 positions, 2 sequences, 2 layers, copied on both
     # devices: the cache is whole on each
     assert dep.per_device.kv_cache == cost.memory.kv_cache == 2 * 16 * POS * T * 2 * BYTES
     assert dep.communication_bytes == 5 * AR + GATHER
+    # decode: per layer c_attn (T x d x (d + 32): the query's 64 columns split, the 32 of the KV head whole),
+    # c_proj (d x d), the MLP (2 x d x 4d), the scores and values of 4 heads over 8 positions; the logits
+    split_macs = 2 * T * (D * D + D * D + 8 * D * D + 2 * 4 * 16 * POS) + T * V * D
+    whole_macs = 2 * T * D * 32
+    assert dep.matmul_flops == 2 * (split_macs / 2 + whole_macs)
+
+
+def test_falcon_multi_query_copies_its_kv_head() -> None:
+    # Falcon-7B's layout at a small size: 4 query heads and one KV head (16 wide), parallel attention and
+    # MLP, no biases. query_key_value is d -> d + 2 x 16: its 64 query columns split, the key's and value's
+    # 32 held on both devices (vLLM's QKVParallelLinear with one KV head); dense, dense_h_to_4h and
+    # dense_4h_to_h split; one input_layernorm a layer (weight and bias) and ln_f whole
+    layer_split = D * D + D * D + 2 * 4 * D * D  # the query's columns, dense, the MLP: 40,960
+    layer_whole = D * 32 + 2 * D  # the key's and value's columns, input_layernorm
+    split, whole = VOCAB + 2 * layer_split, 2 * layer_whole + 2 * D
+    _, cost, dep = decode(transformers.FalconConfig(**SMALL))
+    assert cost.memory.weights == (split + whole) * BYTES == 185_600
+    assert dep.per_device.weights == per_device(split, whole) == 97_280
+    # the cache of the one KV head (16 wide), 8 positions, 2 sequences, 2 layers: whole on each device
+    assert dep.per_device.kv_cache == cost.memory.kv_cache == 2 * 16 * POS * T * 2 * BYTES
+    assert dep.communication_bytes == (1 + 2) * AR + GATHER
 
 
 FALCON_NEW = {**SMALL, "new_decoder_architecture": True, "num_kv_heads": 2}
@@ -122,7 +145,6 @@ def test_falcon_sequential_layers_reduce_twice_their_biases_whole() -> None:
     [
         # Falcon-7B: 71 heads
         (transformers.FalconConfig(num_hidden_layers=2), 2, r"--tp 2: does not divide the 71 attention heads"),
-        (transformers.FalconConfig(**SMALL), 2, r"--tp 2: FalconConfig's multi_query \(one KV head"),
         (transformers.FalconConfig(**FALCON_NEW), 4, r"--tp 4: does not divide FalconConfig's num_kv_heads \(2\)"),
         (
             transformers.StableLmConfig(**SMALL, num_key_value_heads=4, intermediate_size=128, qk_layernorm=True),

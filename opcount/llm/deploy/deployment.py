@@ -4,8 +4,9 @@ runs, the layout's time, whether it fits, the largest batch that does, and the c
 
 Per device, from the phase's single-device trace (:mod:`.layout` says what is split, :mod:`.placement` each device's share):
 
-- **weights**: a parameter split by the tensor-parallel plan holds ``1 / tp`` of its bytes, the
-  experts ``(experts + redundant) / ep`` expert slots under expert parallelism; a pipeline stage holds
+- **weights**: a parameter split by the tensor-parallel plan holds ``1 / tp`` of its bytes (a key or
+  value projection ``max(1, kv_heads / tp) / kv_heads``, copied as vLLM copies the KV heads:
+  :mod:`.kv_projections`), the experts ``(experts + redundant) / ep`` expert slots under expert parallelism; a pipeline stage holds
   its layers (the first stage also what runs before them, the last what runs after); the device
   holding the most is reported;
 - **KV cache**: ``kv_heads / tp`` heads a device (one when ``tp`` exceeds them, copied as vLLM
@@ -14,7 +15,7 @@ Per device, from the phase's single-device trace (:mod:`.layout` says what is sp
   ``max_batched_tokens`` tokens (chunked prefill); against the device's memory as an engine sizes it,
   with the largest batch and, where it does not fit, a layout that does (:mod:`.fit`);
 - **time**: each kernel's FLOPs and bytes divided as its region is (``1 / tp`` in a split
-  attention or MLP; in an experts block the routes of every replica sharing the experts that reach
+  attention or MLP, a key or value projection's as its weights are; in an experts block the routes of every replica sharing the experts that reach
   the device, the distinct experts they hit and their padded GEMMs, :mod:`.expert_routes`;
   :mod:`.times`), two ways as a phase is: ``time``, the estimate (the device's share of the
   fused or eager kernels, then the collectives, which this estimate does not overlap with the

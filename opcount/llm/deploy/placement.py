@@ -1,19 +1,23 @@
 """What each device of a layout holds and runs: its pipeline stage's modules, its share of each weight (a
-tensor-parallel split, its expert slots), of the cache, and of each operator's work
+tensor-parallel split, a key or value projection copied where ``tp`` exceeds the KV heads
+(:mod:`.kv_projections`), its expert slots), of the cache, and of each operator's work
 (:class:`Placement`, :func:`share_of`); :mod:`.deployment` prices a phase from them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from torch import nn
 
 from ...errors import OpcountError
 from ...ir import OpCall
+from ..cache.probe import KVShape
 from ..decoder import Decoder
 from ..moe.routing import Experts
 from . import cache_shares as device_cache
 from .expert_routes import ExpertShare, expert_share
+from .kv_projections import kv_projection_shares
 from .layout import Parallel, Sharding, check_layout, experts_of, kv_heads_per_device
 from .times import Share
 
@@ -43,8 +47,11 @@ class Placement:
         count = experts_of(model, self.sharding) if parallel.ep > 1 else None
         self.expert_weights = (count + parallel.redundant_experts) / (count * parallel.ep) if count else 1.0
         self._routes: dict[tuple[str, int], ExpertShare] = {}
-        heads = getattr(config, "num_key_value_heads", None) or getattr(config, "num_attention_heads", None)
-        self.kv_heads = heads if isinstance(heads, int) else 1
+        self.kv_heads = _kv_heads(config, llm.caches.kv_shapes)
+        # the key, value and fused projections a device holds more of than 1 / tp (KV heads copied)
+        self.kv_projections = kv_projection_shares(
+            model, self.sharding, llm.caches.kv_shapes, parallel.tp, lambda: _decoder_layers(model, self.layers)[1]
+        )
 
     def experts_record(self, module: str) -> Experts:
         """The recognised experts of the experts module ``module`` the tensor-parallel plan names."""
@@ -82,7 +89,7 @@ class Placement:
             if s.expert_block((module,)) is not None and p.ep > 1:
                 share = self.expert_weights
             elif s.split(name):
-                share = 1 / p.tp
+                share = self.kv_projections.get(module, 1 / p.tp)
             out[self.stage((module,))] += nbytes * share
         return out
 
@@ -98,6 +105,18 @@ class Placement:
         for i in range(self.layers):
             counts[i * self.parallel.pp // self.layers] += 1
         return counts
+
+
+def _kv_heads(config: Any, kv_shapes: Sequence[KVShape | None]) -> int:
+    """The KV heads a layout's cache share is read from: the config's ``num_key_value_heads``, else those the
+    cache probe found where every attention layer holds as many (Falcon names its own ``num_kv_heads``, or
+    none with ``multi_query``), else the attention heads."""
+    heads = getattr(config, "num_key_value_heads", None)
+    probed = {s.kv_heads for s in kv_shapes if s is not None}
+    if not isinstance(heads, int) and len(probed) == 1:
+        heads = probed.pop()
+    heads = heads if isinstance(heads, int) else getattr(config, "num_attention_heads", None)
+    return heads if isinstance(heads, int) else 1
 
 
 def _decoder_layers(model: nn.Module, layers: int) -> tuple[str, list[str]]:
@@ -116,7 +135,9 @@ def share_of(placement: Placement, owners: Sequence[str], tokens: int) -> Share:
         e = placement.expert_share(block, tokens)
         return Share(e.routes, e.experts, e.padded)
     if s.in_region(owners) is not None:
-        return Share(1 / p.tp, 1 / p.tp, 1 / p.tp)
+        copied = next((placement.kv_projections[o] for o in reversed(owners) if o in placement.kv_projections), None)
+        share = 1 / p.tp if copied is None else copied
+        return Share(share, share, share)
     return Share(1.0, 1.0, 1.0)
 
 

@@ -12,10 +12,9 @@ loads each part's heads), BLOOM's and Persimmon's interleave them per head; opco
 weight's share, ``1 / tp`` of its bytes and of its work, whichever its layout.
 
 A multi-query block keeps one KV head, which vLLM copies on every rank (QKVParallelLinear with fewer KV
-heads than ranks): the cache holds it whole on each device (GPT-BigCode's ``num_key_value_heads`` is 1); its
-key and value columns of the fused projection (``2 x head_dim`` of ``hidden + 2 x head_dim``) are counted at
-``1 / tp`` with the query's, though each rank holds them whole: a device of StarCoder-15B holds 0.4% more
-than opcount counts at tp 2, 2.8% at tp 8.
+heads than ranks): the cache holds it whole on each device, and so do the key and value columns of the fused
+projection (``2 x head_dim`` of ``hidden + 2 x head_dim``), the query's split (:mod:`..kv_projections`):
+GPT-BigCode (``num_key_value_heads`` 1) and Falcon's ``multi_query`` (its KV heads read from the cache probe).
 
 :data:`REFUSALS` names what vLLM does not run, or opcount does not follow, in a family it otherwise splits.
 """
@@ -132,20 +131,14 @@ DENSE: dict[str, tuple[Supplement, ...] | Callable[[Any], tuple[Supplement, ...]
 
 
 def _falcon_refusal(config: Any, tp: int) -> str | None:
-    """Falcon's KV heads are not in ``num_key_value_heads``, where opcount reads a layout's cache share: a
-    layout whose share they would change is refused, naming the field."""
-    name = type(config).__name__
-    if getattr(config, "new_decoder_architecture", False):
-        kv = getattr(config, "num_kv_heads", None)
-        if isinstance(kv, int) and kv % tp:
-            return (
-                f"does not divide {name}'s num_kv_heads ({kv}): opcount splits Falcon's KV heads evenly over the "
-                "devices and models no copies of them"
-            )
-    elif getattr(config, "multi_query", False):
+    """Falcon's new decoder architecture caches its ``num_kv_heads`` copied to every query head in transformers,
+    so the cache probe does not see them: a ``tp`` that does not divide them is refused, naming the field
+    (vLLM copies them where ``tp`` is a multiple of them, which opcount would not see). ``multi_query``'s one KV head is probed as it is, and copied as vLLM copies it."""
+    kv = getattr(config, "num_kv_heads", None)
+    if getattr(config, "new_decoder_architecture", False) and isinstance(kv, int) and kv % tp:
         return (
-            f"{name}'s multi_query (one KV head, new_decoder_architecture false): vLLM copies that head on every "
-            "device, which opcount does not model for Falcon"
+            f"does not divide {type(config).__name__}'s num_kv_heads ({kv}): opcount splits Falcon's KV heads "
+            "evenly over the devices and models no copies of them"
         )
     return None
 
