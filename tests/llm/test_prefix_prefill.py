@@ -143,6 +143,28 @@ def test_a_chunk_longer_than_the_window_attends_by_blocks(mistral: CausalLM) -> 
         assert sum(cache_traffic(cost)[1].values()) == 2 * B * n * TOKEN
 
 
+@pytest.mark.parametrize("cached", [1, 5, 7, 13, 30])
+@pytest.mark.parametrize("length", [2, 8, 9, 20])
+def test_blocks_after_held_positions_equal_the_masked_attention(cached: int, length: int) -> None:
+    # on real tensors: the chunk's queries are the last `length` of the positions held, and each sees
+    # its window (sliding: itself and the W - 1 before) or its chunk up to itself, as the full mask says
+    import torch
+
+    from opcount.llm.attention.windows import chunked_attention, held_before, sliding_attention
+
+    g = torch.Generator().manual_seed(0)
+    for layer_type, run in (("sliding_attention", sliding_attention), ("chunked_attention", chunked_attention)):
+        held = held_before(layer_type, W, cached)
+        assert held == (cached % W if layer_type == "chunked_attention" else min(cached, W - 1))
+        q = torch.randn(2, 4, length, 16, generator=g)
+        k, v = (torch.randn(2, 2, held + length, 16, generator=g) for _ in range(2))
+        # positions from the start of the chunk held (a multiple of W) or of the window held
+        i, j = torch.arange(length)[:, None] + held, torch.arange(held + length)[None, :]
+        seen = (j > i - W) if layer_type == "sliding_attention" else (j // W == i // W)
+        expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=(j <= i) & seen, enable_gqa=True)
+        torch.testing.assert_close(run(W, q, k, v, None), expected)
+
+
 def test_a_chunked_layer_attends_within_its_chunks() -> None:
     c = 8
     config = transformers.Llama4TextConfig(
