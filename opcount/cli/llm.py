@@ -171,15 +171,15 @@ def _point(llm: CausalLM, values: dict[str, int], request: PhaseRequest) -> Poin
         prefill = replace(request, phase="prefill").at(values["batch"], values["seq_len"], 0)
         gen = generate(llm, prefill, values["gen_len"])
         return PointCost(values, gen.prefill, gen)
-    kv_len = values["kv_len"] if request.phase == "decode" else 0
-    return PointCost(values, llm.cost(request.at(values["batch"], values["seq_len"], kv_len)))
+    return PointCost(values, llm.cost(request.at(values["batch"], values["seq_len"], values["kv_len"])))
 
 
 def _describe(values: dict[str, int], phase: str | None) -> str:
     if "gen_len" in values:
         return f"batch {values['batch']}, prompt {values['seq_len']}, {values['gen_len']} generated"
     if (phase or "prefill") == "prefill":
-        return f"prefill, batch {values['batch']}, {values['seq_len']} tokens"
+        cached = f" after {values['kv_len']} cached" if values["kv_len"] else ""
+        return f"prefill, batch {values['batch']}, {values['seq_len']} tokens{cached}"
     return f"decode, batch {values['batch']}, {values['seq_len']} new token(s), {values['kv_len']} cached"
 
 

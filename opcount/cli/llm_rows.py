@@ -54,8 +54,7 @@ def sweep_points(llm: CausalLM, combos: Sequence[dict[str, int]], request: Phase
     if "gen_len" in combos[0]:
         gens = generations_of(llm, request, [(v["batch"], v["seq_len"], v["gen_len"]) for v in combos])
         return [SweepRow(v, g.prefill, g) for v, g in zip(combos, gens, strict=True)]
-    decode = request.phase == "decode"
-    points = [(v["batch"], v["seq_len"], v["kv_len"] if decode else 0) for v in combos]
+    points = [(v["batch"], v["seq_len"], v["kv_len"]) for v in combos]
     return [SweepRow(v, p) for v, p in zip(combos, points_of(llm, request, points), strict=True)]
 
 

@@ -26,7 +26,7 @@ from ..tracers.meta import TensorShape
 from ..transformers_internals import cache_keyword, takes_cache_position
 from . import PHASES
 from .attention.indexed import sparse
-from .attention.latent import absorbed
+from .attention.latent import absorbed, expanded
 from .attention.prompt_tokens import cache_lengths, new_positions_only
 from .attention.rope import dynamic_rope
 from .attention.serving import serving_attention
@@ -86,8 +86,6 @@ class CausalLM(Decoder):
             if phase == "prefill":
                 raise OpcountValueError("prefill needs seq_len (the prompt's tokens)")
             seq_len = 1
-        if phase == "prefill" and kv_len:
-            raise OpcountValueError("prefill starts from an empty cache: kv_len is for decode")
         for name, value, least in (("seq_len", seq_len, 1), ("kv_len", kv_len, 0), ("batch", batch, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise OpcountValueError(f"{name} must be an integer >= {least}, got {value!r}")
@@ -131,7 +129,9 @@ class CausalLM(Decoder):
         kernels: str = "fused",
     ) -> PhaseCost:
         """The cost of one phase; ``seq_len`` defaults to 1 for decode and is required for prefill.
-        ``kernels``: ``fused`` (as serving engines run them) or ``eager`` (one kernel per operator)."""
+        ``kv_len``: tokens cached before the new ones, decode's context or a prefill's cached prefix
+        (:mod:`.phases`). ``kernels``: ``fused`` (as serving engines run them) or ``eager`` (one kernel
+        per operator)."""
         request = PhaseRequest(
             phase=phase, seq_len=seq_len, kv_len=kv_len, batch=batch, hardware=resolved(hardware),
             flops_per_mac=flops_per_mac, preset=preset, kernels=kernels,
@@ -203,27 +203,36 @@ class CausalLM(Decoder):
         model, caches, dtype = self.model, self.caches, self.precision.traced
         seq_len, kv_len, batch = request.new_tokens, request.kv_len, request.batch
         lengths = cache_lengths(self.prefix, kv_len, seq_len)
-        step = request.phase == "decode"  # a recurrent layer's one-token update, even from an empty cache
-        with phase_cache(model, self.config, caches, batch, *lengths, dtype, step) as cache, new_positions_only(model):
+        prompt = request.phase == "prefill"
+        # a recurrent layer reads its state: a decode step's one-token update, even from an empty cache;
+        # a prompt's chunk after a cached prefix, its scan from the state the prefix left
+        held = not prompt or kv_len > 0
+        with phase_cache(model, self.config, caches, batch, *lengths, dtype, held) as cache, new_positions_only(model):
             latents = {
                 i: layer.latent for i, layer in enumerate(cache.layers) if getattr(layer, "latent", None) is not None
             }
             topk = {
                 i: layer.topk for i, layer in enumerate(caches.layers) if layer.topk
             }  # DSA: absorbed in prompts too
-            absorbing = latents if kv_len else {i: t for i, t in latents.items() if i in topk}
+            # a prefill (over a cached prefix too), or decode tokens with nothing cached, run as a prompt:
+            # latent attention expanded (vLLM's MLA chunked prefill; DSA absorbed in both), sliding and
+            # chunked layers by blocks, the last token's logits; a step over a cache absorbs, all logits
+            as_prompt = prompt or not kv_len
+            absorbing = {i: t for i, t in latents.items() if not as_prompt or i in topk}
+            expanding = {i: t for i, t in latents.items() if i not in absorbing} if kv_len else {}
             with (
                 self.routing() as blocks,
                 serving_attention(model),
                 absorbed(model, absorbing) as changed,
+                expanded(model, expanding) as held_latents,
                 sparse(model, {i: cache.layers[i] for i in topk}, kv_len, seq_len, dtype),
-                windowed_prefill(model, {} if kv_len else caches.windows(), seq_len),
+                windowed_prefill(model, caches.windows() if as_prompt else {}, seq_len, kv_len),
                 dynamic_rope(model, sum(lengths)),
             ):
-                if changed != len(absorbing):
+                if changed + held_latents != len(absorbing) + len(expanding):
                     raise OpcountError(
-                        f"{type(model).__name__}: {len(latents)} latent-attention caches but {changed} attention "
-                        "modules opcount recognises as multi-head latent attention"
+                        f"{type(model).__name__}: {len(latents)} latent-attention caches but "
+                        f"{changed + held_latents} attention modules opcount recognises as multi-head latent attention"
                     )
                 kwargs: dict[str, Any] = {
                     "input_ids": TensorShape((batch, seq_len), dtype=torch.long),
@@ -233,7 +242,7 @@ class CausalLM(Decoder):
                 if takes_cache_position(model):
                     kwargs["cache_position"] = torch.arange(kv_len, kv_len + seq_len)
                 if self.keeps_logits:  # logits of the last token only, as generation asks
-                    kwargs["logits_to_keep"] = 1 if kv_len == 0 else seq_len
+                    kwargs["logits_to_keep"] = 1 if as_prompt else seq_len
                 flops = FlopCountAnalysis(
                     model, (), kwargs, tracer="dispatch", flops_per_mac=request.flops_per_mac, preset=request.preset
                 )

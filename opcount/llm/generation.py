@@ -70,6 +70,8 @@ def generate(llm: CausalLM, prefill: PhaseRequest, gen_len: int) -> GenerationCo
     and kernels: every step's but the phase and lengths) and ``gen_len``."""
     if prefill.phase != "prefill":
         raise OpcountValueError(f"a generation starts with a prefill: its request's phase is {prefill.phase!r}")
+    if prefill.kv_len:
+        raise OpcountValueError(f"a generation starts from an empty cache: its prefill's kv_len is {prefill.kv_len}")
     llm.check_generation(prefill.seq_len, gen_len, batch=prefill.batch)
     first_cost = llm.cost(prefill)
     prompt_len, batch = first_cost.seq_len, first_cost.batch

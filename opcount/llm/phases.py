@@ -1,7 +1,10 @@
 """The cost of one inference phase of a causal LM: what is asked (:class:`PhaseRequest`) and what it
 costs (:class:`PhaseCost`, its :class:`Memory`).
 
-- **prefill**: ``seq_len`` prompt tokens per sequence into an empty cache (time to first token);
+- **prefill**: ``seq_len`` prompt tokens per sequence (time to first token), into an empty cache or
+  after ``kv_len`` cached ones (a prompt's chunk in chunked prefill, or the rest of a prompt whose
+  prefix the cache holds): each new token attends to the cached tokens and causally to the chunk,
+  a recurrent layer scans the chunk from the state held, and the last token's logits are computed;
 - **decode**: ``seq_len`` new tokens (usually 1) attending to ``kv_len`` cached tokens and to
   themselves (time per output token).
 
@@ -35,7 +38,8 @@ from .precision.dtypes import Precision
 @dataclass(frozen=True, kw_only=True)
 class PhaseRequest:
     """One phase as asked, passed whole from the caller to the trace: the ``phase`` and its point
-    (``seq_len`` new tokens, None for decode's 1; ``kv_len`` cached; ``batch`` sequences), the FLOP
+    (``seq_len`` new tokens, None for decode's 1; ``kv_len`` cached before them, a prefill's cached
+    prefix or decode's context; ``batch`` sequences), the FLOP
     convention (``flops_per_mac``, ``preset``), and with ``hardware`` the ``kernels`` priced
     (``fused`` as serving engines run them, or ``eager``). A sweep or a generation asks the same at
     other points (:meth:`at`); :meth:`.causal_lm.CausalLM.check_phase` says what is refused."""

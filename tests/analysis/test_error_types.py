@@ -135,7 +135,7 @@ def test_llm_bad_calls_are_opcount_errors() -> None:
         (lambda: llm.phase("prefill", seq_len=0), "got 0"),
         (lambda: llm.phase("prefill", seq_len=4, preset="bogus-preset"), "'bogus-preset'"),
         (lambda: Precision(weight="int3"), "'int3'"),
-        (lambda: llm.phase("prefill", seq_len=4, kv_len=2), "kv_len"),
+        (lambda: llm.phase("prefill", seq_len=4, kv_len=-1), "kv_len"),
         (lambda: llm.phase("prefill"), "seq_len"),
         (lambda: generation(llm, prompt_len=4, gen_len=-1), "got -1"),
         (lambda: architecture("llama-9"), "'llama-9'"),

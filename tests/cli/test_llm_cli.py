@@ -96,6 +96,28 @@ def test_sweep_csv_has_one_row_per_point(capsys: pytest.CaptureFixture[str]) -> 
     assert len(df) == 6
 
 
+def test_prefill_over_a_cached_prefix(capsys: pytest.CaptureFixture[str]) -> None:
+    # 8 prompt tokens after 24 cached: the linear layers run the 8, the logits the last one, and each
+    # new token's query meets the 24 cached keys and the 8 of the chunk (counted whole: 8 x 32 pairs)
+    status, out, err = run(capsys, "llm:llama-3-8b", *TINY, "--phase", "prefill", "--seq-len", "8", "--kv-len", "24",
+                           "--batch", "2", "--preset", "macs", "--format", "json")  # fmt: skip
+    assert status == 0, err
+    data = json.loads(out)
+    assert (data["llm"]["phase"], data["llm"]["seq_len"], data["llm"]["kv_len"]) == ("prefill", 8, 24)
+    linear = N * 2 * 8 * (2 * D * D + 2 * D * G * E + 3 * D * F) + 2 * D * V
+    attention = N * 2 * 2 * H * 8 * 32 * E
+    assert data["llm"]["flops"] == linear + attention + ROTARY
+    assert data["memory"]["kv_cache"] == 2 * N * G * E * 32 * 2 * 2  # keys and values of 32 positions, batch 2
+    status, out, err = run(capsys, "llm:llama-3-8b", *TINY, "--seq-len", "8", "--kv-len", "24", "--depth", "0")
+    assert status == 0, err
+    assert "prefill, batch 1, 8 tokens after 24 cached" in out
+    status, out, err = run(capsys, "llm:llama-3-8b", *TINY, "--seq-len", "8", "--sweep", "kv-len=0,16,32",
+                           "--format", "csv")  # fmt: skip
+    assert status == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [float(r["kv_cache_bytes"]) for r in rows] == [2 * N * G * E * (k + 8) * 2 for k in (0, 16, 32)]
+
+
 def test_sweep_csv_leaves_missing_values_empty(capsys: pytest.CaptureFixture[str]) -> None:
     # no output token at gen-len 0: no time per output token, nor tokens/s (None in JSON)
     status, out, err = run(capsys, "llm:llama-3-8b", *TINY, "--seq-len", "8", "--gen-len", "1",
@@ -148,10 +170,10 @@ def test_hf_causal_lm_class(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["--phase", "prefill", "--kv-len", "4"], "--kv-len is for --phase decode"),
+        (["--gen-len", "4", "--kv-len", "4"], "--kv-len with --gen-len: a generation starts from an empty cache"),
         (["--weight-dtype", "int3"], "unknown weight dtype 'int3'"),
         (["--sweep", "layers=1,2"], "--sweep"),
-        (["--sweep", "kv-len=1,2"], "needs --phase decode"),
+        (["--gen-len", "4", "--sweep", "kv-len=1,2"], "--kv-len with --gen-len"),
         (["--tracer", "jit"], "drop --tracer jit"),
         (["--input", "1,8"], "not --input shapes"),
     ],

@@ -50,7 +50,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"LLM inference (llm:NAME, or a causal LM from hf:; built on the meta device; needs the hf extra: {HF_EXTRA})"
     )
     g.add_argument("--phase", choices=PHASES, help="prefill (default: --seq-len prompt tokens) or decode")
-    g.add_argument("--kv-len", type=natural_int, metavar="L", help="decode: tokens already in the KV cache (default 0)")
+    g.add_argument(
+        "--kv-len",
+        type=natural_int,
+        metavar="L",
+        help="tokens already in the KV cache per sequence: decode's context, or the cached prefix a prefill's "
+        "--seq-len tokens follow (chunked prefill, prefix caching) (default 0)",
+    )
     g.add_argument("--batch", type=positive_int, metavar="B", help="sequences per batch (default 1)")
     g.add_argument(
         "--gen-len", type=natural_int, metavar="N", help="a whole generation: prefill, then N decode steps of one token"
@@ -175,15 +181,16 @@ def check(flags: LLMOptions, options: Options) -> Precision:
         training_flags.check_llm(flags)
     if options.inputs.shapes:
         raise OpcountError("LLM phases take --seq-len, --batch and --kv-len, not --input shapes")
-    if flags.phase == "prefill" and flags.kv_len:
-        raise OpcountError("--kv-len is for --phase decode (prefill starts from an empty cache)")
     if flags.gen_len is not None and flags.phase == "decode":
         raise OpcountError("--gen-len covers prefill and decode: drop --phase decode")
-    for key, _ in flags.sweep:
-        if key == "gen-len" and flags.gen_len is None:
-            raise OpcountError("--sweep gen-len=... needs --gen-len")
-        if key == "kv-len" and flags.phase != "decode":
-            raise OpcountError("--sweep kv-len=... needs --phase decode")
+    swept = {key for key, _ in flags.sweep}
+    if flags.gen_len is not None and (flags.kv_len or "kv-len" in swept):
+        raise OpcountError(
+            "--kv-len with --gen-len: a generation starts from an empty cache (a prefill over a cached prefix is "
+            "--phase prefill --kv-len alone)"
+        )
+    if "gen-len" in swept and flags.gen_len is None:
+        raise OpcountError("--sweep gen-len=... needs --gen-len")
     if len({k for k, _ in flags.sweep}) != len(flags.sweep):
         raise OpcountError("--sweep: each key once")
     _check_sizes(flags, options.inputs.seq_len)

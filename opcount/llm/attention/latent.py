@@ -12,7 +12,11 @@ instead, so decode attends over the latent itself, one KV head shared by all que
 - attention of ``[q_c, q_r]`` over ``[c, k_r]`` (``rank + rope`` wide) with the latent as values;
 - ``o = o_c @ W_UV^T`` per head (``heads x rank x v_head_dim``), then ``o_proj``.
 
-A prefill (no cache before it) keeps the model's expanded form, as engines do for prompts.
+A prefill keeps the model's expanded form, as engines do for prompts (vLLM's MLA backends,
+``vllm/v1/attention/backends/mla/common.py``, "Chunked Prefill": the compute-friendly form): after
+a cached prefix too, the held latent of the prefix and of the chunk is up-projected by ``kv_b_proj``
+and attended to (:func:`expanded`), as vLLM decompresses the cached context's latent for a prompt's
+chunk.
 """
 
 from __future__ import annotations
@@ -97,3 +101,21 @@ def absorbed(model: nn.Module, latents: dict[int, torch.Tensor]) -> Iterator[int
         for m in modules:
             for name in _PARTS:
                 m.kv_b_proj._buffers.pop(name, None)
+
+
+@contextlib.contextmanager
+def expanded(model: nn.Module, latents: dict[int, torch.Tensor]) -> Iterator[int]:
+    """For the block, every MLA module of the layers in ``latents`` expands its layer's cached latent
+    (``[b, 1, T, rank + rope]``: the prefix held and the prompt's chunk just written), read in the
+    trace as the cache's, rather than views of it made before the trace; yields how many modules it
+    changed."""
+    modules: list[Any] = [
+        m for m in model.modules() if is_latent_attention(m) and getattr(m, "layer_idx", None) in latents
+    ]
+    held: list[tuple[object, str, Any]] = []
+    for m in modules:
+        own = m.expand_kv  # the model's own up-projection, bound before it is replaced
+        latent, rank = latents[m.layer_idx], m.kv_lora_rank
+        held.append((m, "expand_kv", lambda kv, rope, own=own, t=latent, r=rank: own(t[..., :r], t[..., r:])))
+    with patched(held):
+        yield len(modules)

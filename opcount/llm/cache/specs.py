@@ -446,8 +446,8 @@ def phase_cache(
 ) -> Iterator[Any]:
     """A transformers ``Cache`` holding, per layer, what engines hold for this phase (``c``: the
     decoder's config), its tensors registered as the model's buffers ``kv_cache.L.*`` for the block
-    (removed afterwards). A decode ``step`` runs each recurrent layer's one-token update from the state
-    held, zero in an empty cache (vLLM's ``selective_state_update``), never a prompt's chunked scan."""
+    (removed afterwards). With ``step`` each recurrent layer reads the state held: a decode token's one-token
+    update (vLLM's ``selective_state_update``; a zero state in an empty cache), a prompt's chunk after a prefix."""
     from ... import transformers_internals
 
     cache_utils: Any = transformers_internals  # transformers leaves these classes' constructors unannotated
