@@ -14,6 +14,7 @@ import numpy as np
 
 from ...errors import OpcountValueError
 from ...hardware.lookup import Hardware
+from ...hardware.lookup import hardware as lookup_hardware
 from ..causal_lm import CausalLM
 from ..deploy.expert_routes import Dispatch
 from ..deploy.fit import LARGE_DEFAULT, default_max_batched_tokens
@@ -137,7 +138,7 @@ def replay(
 def simulate(
     llm: CausalLM,
     workload: Workload,
-    hardware: Hardware,
+    hardware: Hardware | str,
     parallel: Parallel | None = None,
     *,
     max_num_seqs: int | None = None,
@@ -151,6 +152,7 @@ def simulate(
 ) -> Simulation:
     """``workload`` served by ``llm`` on ``parallel`` (one device by default) of ``hardware``: the engine's
     knobs under vLLM's names, each default vLLM's for the device; the KV cache's blocks from the fit."""
+    hardware = lookup_hardware(hardware) if isinstance(hardware, str) else hardware
     parallel = parallel or Parallel()
     if parallel.dp > 1 or parallel.micro_batches > 1:
         raise OpcountValueError("simulate runs one engine: --dp and --micro-batches are not modelled yet")
