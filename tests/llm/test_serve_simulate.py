@@ -1,4 +1,4 @@
-"""opcount.llm.simulate on a small Llama: the fitted step cost against closed forms, a lone request's
+"""opcount.llm.serve's simulate on a small Llama: the fitted step cost against closed forms, a lone request's
 latencies against the phases traced on their own, and ``opcount simulate`` end to end."""
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ import pytest
 pytest.importorskip("transformers")
 from transformers import LlamaConfig
 
-import opcount.llm
 from opcount.cli.main import main
 from opcount.llm.causal_lm import CausalLM
 from opcount.llm.deploy.layout import Parallel
+from opcount.llm.serve.simulate import simulate
 from opcount.llm.serve.step_cost import Affine, FittedStepCost, Prompt, Step, prompt_lengths
+from opcount.llm.serve.workload import Workload
 
 SMALL = {
     "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -47,8 +48,8 @@ def test_prompt_lengths_are_fourfold_up_to_the_prompt() -> None:
 def test_a_lone_request_sees_its_prefill_and_decode_steps() -> None:
     llm = CausalLM(LlamaConfig(**SMALL))
     # requests 100 s apart: each alone
-    workload = opcount.llm.Workload(requests=3, input_len=200, output_len=6, rate=0.01, arrivals="constant")
-    result = opcount.llm.simulate(llm, workload, "h100-sxm")
+    workload = Workload(requests=3, input_len=200, output_len=6, rate=0.01, arrivals="constant")
+    result = simulate(llm, workload, "h100-sxm")
 
     def traced(phase: str, seq_len: int, kv_len: int) -> float:
         cost = llm.phase(phase, seq_len=seq_len, kv_len=kv_len, hardware="h100-sxm")
