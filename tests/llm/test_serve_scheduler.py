@@ -103,6 +103,13 @@ def test_max_num_seqs_holds_the_others_waiting() -> None:
     assert [r["ttft"] for r in sim.per_request] == pytest.approx([0.2, 0.84])
 
 
+def test_one_token_answers_have_no_tpot() -> None:
+    # two prompts of 100 sent together: one step of both (0.1 + 0.2 s), each answer its first token
+    sim = replay(Workload(requests=2, input_len=100, output_len=1, concurrency=2), engine(), Recorded())
+    assert sim.metrics["p50_ttft_ms"] == pytest.approx(300.0)
+    assert sim.metrics["mean_tpot_ms"] == 0.0 and sim.metrics["steps"] == 1
+
+
 def test_a_request_larger_than_the_cache_is_refused() -> None:
     with pytest.raises(OpcountError, match="needs 3 KV blocks of 10 tokens; the cache holds 2"):
         run(Workload(requests=1, input_len=20, output_len=5, rate=1.0), engine(2, block_size=10), Recorded())

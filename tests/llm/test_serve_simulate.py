@@ -100,6 +100,12 @@ def test_bad_workloads_exit_2_naming_the_flag(
     assert message in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_request_longer_than_the_context_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "hf:LlamaConfig", *FLAGS, "--hf-config=max_position_embeddings=256", "--hardware", "h100-sxm"]
+    assert main([*argv, "--rate", "1", "--input-len", "200", "--output-len", "100"]) == 2
+    assert "200 + 100 tokens is longer than the model's context of 256 positions" in capsys.readouterr().err
+
+
 def test_simulate_needs_hardware(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "hf:LlamaConfig", *FLAGS, "--rate", "1"]) == 2
     assert "needs --hardware" in capsys.readouterr().err

@@ -81,7 +81,7 @@ def metrics(run: scheduler.Run, workload: Workload, devices: int, num_blocks: in
     e2el = [(r.token_times[-1] - r.arrival) * 1e3 for r in done]
     # TPOT as vLLM's benchmark counts it: the time after the first token over the tokens after it
     tpot = [(e - t) / (r.output - 1) for r, t, e in zip(done, ttft, e2el, strict=True) if r.output > 1]
-    itl = [float(g) * 1e3 for r in done for g in np.diff(r.token_times)]
+    itl = np.concatenate([np.diff(np.frombuffer(r.token_times)) for r in done]) * 1e3
     inputs, outputs = sum(r.prompt for r in done), sum(r.output for r in done)
     out: dict[str, float] = {
         "completed": len(done),
@@ -94,8 +94,8 @@ def metrics(run: scheduler.Run, workload: Workload, devices: int, num_blocks: in
     }
     for key in ("request_throughput", "output_throughput", "total_token_throughput"):
         out[f"{key}_per_device"] = out[key] / devices
-    for name, values in zip(METRICS, (ttft, tpot, itl, e2el), strict=True):
-        data = np.asarray(values or [0.0])
+    for name, values in zip(METRICS, (np.asarray(ttft), np.asarray(tpot), itl, np.asarray(e2el)), strict=True):
+        data = values if values.size else np.zeros(1)  # none: answers of one token have no TPOT or ITL
         out[f"mean_{name}_ms"] = float(data.mean())
         out[f"median_{name}_ms"] = float(np.median(data))
         out[f"std_{name}_ms"] = float(data.std())
@@ -160,6 +160,13 @@ def simulate(
         raise OpcountValueError(f"{hardware.name} does not say its memory: the KV cache cannot be sized")
     if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
         raise OpcountValueError(f"block_size must be a whole number of tokens from 1, got {block_size!r}")
+    context = getattr(llm.config, "max_position_embeddings", None)
+    if isinstance(context, int) and workload.input_len + workload.output_len > context:
+        # vLLM's max_model_len defaults to it, and a request longer than that is refused
+        raise OpcountValueError(
+            f"a request of {workload.input_len} + {workload.output_len} tokens is longer than the model's "
+            f"context of {context} positions (max_position_embeddings)"
+        )
     budget = max_num_batched_tokens or default_max_batched_tokens(hardware)
     seqs = max_num_seqs or default_max_num_seqs(hardware)
     llm.check_generation(workload.input_len, workload.output_len, batch=min(seqs, DECODE_FIT_BATCH))
