@@ -11,6 +11,7 @@ pytest.importorskip("transformers")
 from transformers import LlamaConfig
 
 from opcount.cli.main import main
+from opcount.errors import OpcountError
 from opcount.llm.causal_lm import CausalLM
 from opcount.llm.deploy.layout import Parallel
 from opcount.llm.serve.simulate import simulate
@@ -109,3 +110,14 @@ def test_a_request_longer_than_the_context_is_refused(capsys: pytest.CaptureFixt
 def test_simulate_needs_hardware(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "hf:LlamaConfig", *FLAGS, "--rate", "1"]) == 2
     assert "needs --hardware" in capsys.readouterr().err
+
+
+def test_a_tensor_parallel_layout_counts_its_devices() -> None:
+    llm = CausalLM(LlamaConfig(**SMALL))
+    workload = Workload(requests=4, input_len=64, output_len=4, concurrency=2)
+    result = simulate(llm, workload, "h100-sxm", Parallel(tp=2))
+    m = result.metrics
+    assert result.devices == 2
+    assert m["output_throughput_per_device"] == pytest.approx(m["output_throughput"] / 2)
+    with pytest.raises(OpcountError, match="--dp and --micro-batches are not modelled"):
+        simulate(llm, workload, "h100-sxm", Parallel(dp=2))
