@@ -238,6 +238,7 @@ LLM_LAYERS: tuple[tuple[str, ...], ...] = (
     ("deploy",),
     ("causal_lm",),
     ("generation",),
+    ("serve",),
     ("sweep",),
     ("report",),
     ("training", "validation"),

@@ -15,7 +15,7 @@ the flags are parsed once into frozen typed options (:func:`opcount.cli.parser.p
 (:mod:`opcount.cli.models`), analyzed as ``options.analysis`` says (:mod:`opcount.cli.analyze`),
 rendered as ``options.rendering`` says (:mod:`opcount.cli.render`) and printed with the warnings
 (:mod:`opcount.cli.warning_capture`); ``opcount llm:NAME`` goes to :mod:`opcount.cli.llm`,
-``opcount compare`` to :mod:`opcount.cli.compare`.
+``opcount compare`` to :mod:`opcount.cli.compare`, ``opcount simulate`` to :mod:`opcount.cli.simulate`.
 """
 
 from __future__ import annotations
@@ -59,6 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import hardware as hardware_command
 
             text, output = hardware_command.run(argv[1:])
+        elif argv[:1] == ["simulate"]:  # a first word too: the workload's flags, then a phase's
+            from . import simulate as simulate_command
+
+            text, output = simulate_command.run(argv[1:], stderr)
         else:
             options = parse(argv)
             if isinstance(options, CompareOptions):

@@ -83,16 +83,16 @@ class _Parser(argparse.ArgumentParser):
 # words, not argparse subparsers: `opcount resnet50` stays as it is).
 USAGE = """opcount [options] MODEL
        opcount compare [options] MODEL [MODEL ...]   several models side by side (opcount compare --help)
+       opcount simulate [options] MODEL --rate R     served traffic on a deployment (opcount simulate --help)
        opcount hardware [NAME]                       the --hardware presets, or one device's peaks"""
 # The guides by title: a pip install has no docs/ folder and the project has no published
 # documentation site, so --help names each guide, and the source distribution ships them.
 DOCS = (
     "Guides (docs/ in the source distribution and the repository): tutorial.md (start here), "
     "glossary.md (the terms), reports.md (tables, exports and this command), roofline.md, hardware.md, "
-    "llm.md (LLM inference), dispatch.md (meta tensors, training), sparsity.md, profiling.md."
+    "llm.md (LLM inference), simulate.md (served traffic), dispatch.md (meta tensors, training), sparsity.md, profiling.md."
 )
-# The flags `opcount compare` refuses (each model's totals have no depth, chart or profile): parsed,
-# so that the refusal says why, but left out of its --help.
+# The flags `opcount compare` refuses (a model's totals have no depth, chart or profile): parsed, not in its --help
 ONE_MODEL = ("depth", "no_param_shapes", "profile", "repeats", "plot")
 NOT_FOR_COMPARE = (*ONE_MODEL, *llm_flags.FLAGS, *deploy_flags.FLAGS, *training_flags.FLAGS)
 

@@ -1,0 +1,176 @@
+"""The engine's scheduler as vLLM's v1 scheduler runs it (``Scheduler.schedule`` in
+vllm/v1/core/sched/scheduler.py), over a step cost (:mod:`.step_cost`):
+
+- each step first serves the running requests in order, each its next tokens (a decode: one; a prompt in
+  progress: its next chunk), within a budget of ``max_num_batched_tokens`` tokens a step;
+- a running request whose new tokens need a KV block that is not free preempts the newest running request
+  (the last admitted; itself where it is the newest), whose blocks are freed and which goes back to the
+  front of the queue to be computed again from nothing, its prompt and the tokens it had generated (vLLM v1
+  preempts by recompute only);
+- then, in a step that preempted nothing, the waiting requests in arrival order (FCFS), while fewer than
+  ``max_num_seqs`` run, the budget has tokens left and their blocks are free: a prompt longer than the
+  budget left runs in chunks (chunked prefill, always on in vLLM v1);
+- the KV cache is ``num_blocks`` blocks of ``block_size`` tokens; a request holds the blocks of its computed
+  tokens and frees them when it finishes.
+
+A step's tokens come out when it ends; a request whose computed tokens reach its prompt and generated
+tokens samples one more (its first at the end of its prompt's last chunk). Arrivals during a step wait for
+the next one. Prefix caching, speculative decoding and the time the engine's CPU spends between steps are
+not modelled (docs/simulate.md).
+"""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+from collections import deque
+from dataclasses import dataclass, field
+
+from ...errors import OpcountValueError
+from .step_cost import Step, StepCost
+from .workload import Workload
+
+
+@dataclass(frozen=True, kw_only=True)
+class Engine:
+    """The scheduler's knobs under vLLM's names, and the KV cache's size in blocks."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size: int
+    num_blocks: int
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_blocks"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise OpcountValueError(f"{name} must be a whole number from 1, got {value!r}")
+
+
+@dataclass(eq=False)  # one request is itself only: found in the queues by identity
+class Request:
+    """One request as it runs: its lengths, arrival, tokens computed and generated, blocks and times."""
+
+    index: int
+    arrival: float
+    prompt: int
+    output: int
+    tokens: int = 0  # the tokens it holds to compute: its prompt and what it has generated
+    computed: int = 0
+    generated: int = 0
+    blocks: int = 0
+    # when each generated token came out: 8 bytes a token (10,000 answers of 1,000 tokens: 80 MB)
+    token_times: array[float] = field(default_factory=lambda: array("d"))
+    preempted: int = 0
+
+    def __post_init__(self) -> None:
+        self.tokens = self.prompt
+
+
+@dataclass(frozen=True)
+class Run:
+    """What the scheduler did: every request (its token times), its steps, preemptions, the seconds it ran
+    steps, and the KV blocks in use (their peak, and their sum over time)."""
+
+    requests: list[Request]
+    steps: int
+    preemptions: int
+    busy: float  # seconds the engine ran steps
+    peak_blocks: int
+    block_seconds: float  # blocks in use integrated over the run's steps
+
+
+def blocks_for(tokens: int, block_size: int) -> int:
+    return -(-tokens // block_size)
+
+
+def run(workload: Workload, engine: Engine, cost: StepCost) -> Run:
+    """Every request of ``workload`` through ``engine``'s scheduler, each step priced by ``cost``."""
+    largest = blocks_for(workload.input_len + workload.output_len - 1, engine.block_size)
+    if largest > engine.num_blocks:
+        raise OpcountValueError(
+            f"a request of {workload.input_len} + {workload.output_len} tokens needs {largest} KV blocks of "
+            f"{engine.block_size} tokens; the cache holds {engine.num_blocks}"
+        )
+    arrivals = [(t, i) for i, t in enumerate(workload.first_arrivals())]
+    heapq.heapify(arrivals)
+    sent = len(arrivals)
+    done: list[Request] = []
+    waiting: deque[Request] = deque()
+    running: list[Request] = []
+    free, size = engine.num_blocks, engine.block_size
+    now, steps, preemptions, busy, peak, block_seconds = 0.0, 0, 0, 0.0, 0, 0.0
+    while len(done) < workload.requests:
+        if not running and not waiting:
+            now = max(now, arrivals[0][0])  # idle until the next request
+        while arrivals and arrivals[0][0] <= now:
+            t, i = heapq.heappop(arrivals)
+            waiting.append(Request(i, t, workload.input_len, workload.output_len))
+        scheduled: list[tuple[Request, int]] = []
+        chunks: list[tuple[int, int]] = []
+        budget, preempted, decode, kv_tokens = engine.max_num_batched_tokens, False, 0, 0
+        i = 0
+        while i < len(running) and budget:
+            r = running[i]
+            n = min(r.tokens - r.computed, budget)
+            need = blocks_for(r.computed + n, size) - r.blocks
+            lost = False
+            while need > free:
+                # the newest running request: never one scheduled already this step, which all come before r
+                victim = running.pop()
+                preempted, preemptions, lost = True, preemptions + 1, victim is r
+                free += victim.blocks
+                victim.blocks, victim.computed, victim.preempted = 0, 0, victim.preempted + 1
+                waiting.appendleft(victim)
+                if lost:
+                    break
+            if lost:  # r was the newest: none runs after it this step (vLLM stops scheduling the running here)
+                break
+            free -= need
+            r.blocks += need
+            scheduled.append((r, n))
+            budget -= n
+            if n == 1 and r.generated and r.computed + 1 == r.tokens:  # a decode: one token after a sampled one
+                decode, kv_tokens = decode + 1, kv_tokens + r.computed
+            else:  # a prompt's chunk, or a preempted request's recompute
+                chunks.append((r.computed, n))
+            i += 1
+        while not preempted and waiting and budget and len(running) < engine.max_num_seqs:
+            r = waiting[0]
+            n = min(r.tokens - r.computed, budget)
+            need = blocks_for(r.computed + n, size) - r.blocks
+            if need > free:
+                break
+            waiting.popleft()
+            free -= need
+            r.blocks += need
+            running.append(r)
+            scheduled.append((r, n))
+            chunks.append((r.computed, n))
+            budget -= n
+        if not scheduled:
+            raise OpcountValueError("no request could be scheduled: the KV cache is too small for one step")
+        step = Step(decode, kv_tokens, tuple(chunks))
+        seconds = cost(step)
+        now += seconds
+        busy += seconds
+        steps += 1
+        used = engine.num_blocks - free
+        peak, block_seconds = max(peak, used), block_seconds + used * seconds
+        for r, n in scheduled:
+            r.computed += n
+            if r.computed < r.tokens:
+                continue
+            r.generated += 1
+            r.tokens += 1
+            r.token_times.append(now)
+            if r.generated == r.output:
+                running.remove(r)
+                free += r.blocks
+                r.blocks = 0
+                done.append(r)
+                if workload.closed_loop and sent < workload.requests:
+                    heapq.heappush(arrivals, (now, sent))
+                    sent += 1
+    done.sort(key=lambda r: r.index)
+    return Run(done, steps, preemptions, busy, peak, block_seconds)

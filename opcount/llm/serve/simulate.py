@@ -1,0 +1,213 @@
+"""A simulation of served traffic (:func:`simulate`): one deployment (a model, a device, a layout, its
+precision), a workload (:mod:`.workload`), the engine's scheduler (:mod:`.scheduler`) over step costs fitted
+from a few traced phases (:mod:`.step_cost`); per-request latencies and their percentiles, throughput, and
+the cache's use, under the names ``vllm bench serve`` gives them (``mean_ttft_ms``, ``p99_tpot_ms``...;
+``BenchmarkMetrics`` in vllm/benchmarks/serve.py)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...errors import OpcountValueError
+from ...hardware.lookup import Hardware
+from ...hardware.lookup import hardware as lookup_hardware
+from ..causal_lm import CausalLM
+from ..deploy.expert_routes import Dispatch
+from ..deploy.fit import LARGE_DEFAULT, default_max_batched_tokens
+from ..deploy.layout import Parallel
+from ..phases import PhaseRequest
+from . import scheduler
+from .step_cost import Fitted, StepCost, fitted
+from .workload import Workload
+
+DEFAULT_BLOCK_SIZE = 16  # vLLM's --block-size on CUDA (CacheConfig.block_size, vllm/config/cache.py)
+# vLLM V1's max_num_seqs for its OpenAI-compatible server (EngineArgs.get_batch_defaults in
+# vllm/engine/arg_utils.py): 1024 on a device of 70 GiB or more that is not an A100, 256 on the others
+LARGE_MAX_NUM_SEQS, SMALL_MAX_NUM_SEQS = 1024, 256
+PERCENTILES = (50, 90, 99)
+METRICS = ("ttft", "tpot", "itl", "e2el")
+DECODE_FIT_BATCH = 64  # the larger batch a decode step is traced at for the fit (or max_num_seqs, if fewer)
+
+
+def default_max_num_seqs(hardware: Hardware | None) -> int:
+    """vLLM V1's ``max_num_seqs`` on ``hardware`` (its OpenAI-compatible server's default)."""
+    return LARGE_MAX_NUM_SEQS if default_max_batched_tokens(hardware) == LARGE_DEFAULT else SMALL_MAX_NUM_SEQS
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """What a workload saw: ``metrics`` under vLLM's benchmark names (milliseconds, tokens, requests a
+    second), the same from the bound's step costs (``bound``, None where not priced), the engine's
+    settings, the cache, and how the step cost was fitted."""
+
+    workload: Workload
+    engine: scheduler.Engine
+    devices: int
+    metrics: dict[str, float]
+    bound: dict[str, float] | None
+    kv_bytes_per_token: float | None  # per device, the cache of a whole request spread over its tokens
+    fit: Fitted | None
+    per_request: list[dict[str, float]]
+
+    def as_dict(self) -> dict[str, Any]:
+        e = self.engine
+        return {
+            "workload": self.workload.as_dict(),
+            "engine": {
+                "max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_num_batched_tokens,
+                "block_size": e.block_size, "num_gpu_blocks": e.num_blocks,
+                "kv_bytes_per_token_per_device": self.kv_bytes_per_token,
+            },
+            "devices": self.devices,
+            "step_cost": None if self.fit is None else {
+                "traced_phases": self.fit.traces, "decode_fit_error": self.fit.check_error,
+                "prefill_chunk": "P(k + n) - P(k): a prompt's cost difference, not a traced cached-prefix phase",
+            },
+            "metrics": self.metrics,
+            "bound": self.bound,
+        }  # fmt: skip
+
+
+def metrics(run: scheduler.Run, workload: Workload, devices: int, num_blocks: int) -> dict[str, float]:
+    """The run's figures as ``vllm bench serve`` names them, milliseconds for latencies; throughput per
+    second of the run (its first arrival to its last token), also per device; the cache's use."""
+    done = run.requests
+    duration = max(r.token_times[-1] for r in done)
+    ttft = [(r.token_times[0] - r.arrival) * 1e3 for r in done]
+    e2el = [(r.token_times[-1] - r.arrival) * 1e3 for r in done]
+    # TPOT as vLLM's benchmark counts it: the time after the first token over the tokens after it
+    tpot = [(e - t) / (r.output - 1) for r, t, e in zip(done, ttft, e2el, strict=True) if r.output > 1]
+    itl = np.concatenate([np.diff(np.frombuffer(r.token_times)) for r in done]) * 1e3
+    inputs, outputs = sum(r.prompt for r in done), sum(r.output for r in done)
+    out: dict[str, float] = {
+        "completed": len(done),
+        "total_input_tokens": inputs,
+        "total_output_tokens": outputs,
+        "duration": duration,
+        "request_throughput": len(done) / duration,
+        "output_throughput": outputs / duration,
+        "total_token_throughput": (inputs + outputs) / duration,
+    }
+    for key in ("request_throughput", "output_throughput", "total_token_throughput"):
+        out[f"{key}_per_device"] = out[key] / devices
+    for name, values in zip(METRICS, (np.asarray(ttft), np.asarray(tpot), itl, np.asarray(e2el)), strict=True):
+        data = values if values.size else np.zeros(1)  # none: answers of one token have no TPOT or ITL
+        out[f"mean_{name}_ms"] = float(data.mean())
+        out[f"median_{name}_ms"] = float(np.median(data))
+        out[f"std_{name}_ms"] = float(data.std())
+        for p in PERCENTILES:
+            out[f"p{p}_{name}_ms"] = float(np.percentile(data, p))
+    out |= {
+        "steps": run.steps,
+        "preemptions": run.preemptions,
+        "busy": run.busy / duration,
+        "kv_utilization": run.block_seconds / (duration * num_blocks),  # the mean share of the blocks in use
+        "peak_kv_utilization": run.peak_blocks / num_blocks,
+    }
+    return out
+
+
+def per_request(run: scheduler.Run) -> list[dict[str, float]]:
+    """One row a request: its arrival and the latencies of :func:`metrics`, in seconds."""
+    return [
+        {
+            "arrival": r.arrival, "ttft": r.token_times[0] - r.arrival, "e2el": r.token_times[-1] - r.arrival,
+            "tpot": (r.token_times[-1] - r.token_times[0]) / (r.output - 1) if r.output > 1 else 0.0,
+            "preempted": r.preempted,
+        }
+        for r in run.requests
+    ]  # fmt: skip
+
+
+def replay(
+    workload: Workload, engine: scheduler.Engine, cost: StepCost, bound: StepCost | None = None, devices: int = 1
+) -> Simulation:
+    """``workload`` through ``engine`` with a step cost given (and the bound's, run again beside it)."""
+    run = scheduler.run(workload, engine, cost)
+    bounded = (
+        None if bound is None else metrics(scheduler.run(workload, engine, bound), workload, devices, engine.num_blocks)
+    )
+    found = metrics(run, workload, devices, engine.num_blocks)
+    return Simulation(workload, engine, devices, found, bounded, None, None, per_request(run))
+
+
+def simulate(
+    llm: CausalLM,
+    workload: Workload,
+    hardware: Hardware | str,
+    parallel: Parallel | None = None,
+    *,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    gpu_memory_utilization: float = 0.9,
+    kernels: str = "fused",
+    flops_per_mac: int = 1,
+    dispatch: Dispatch | None = None,
+    status: Any = None,
+) -> Simulation:
+    """``workload`` served by ``llm`` on ``parallel`` (one device by default) of ``hardware``: the engine's
+    knobs under vLLM's names, each default vLLM's for the device; the KV cache's blocks from the fit."""
+    hardware = lookup_hardware(hardware) if isinstance(hardware, str) else hardware
+    parallel = parallel or Parallel()
+    if parallel.dp > 1 or parallel.micro_batches > 1:
+        raise OpcountValueError("simulate runs one engine: --dp and --micro-batches are not modelled yet")
+    if hardware.memory_bytes is None:
+        raise OpcountValueError(f"{hardware.name} does not say its memory: the KV cache cannot be sized")
+    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
+        raise OpcountValueError(f"block_size must be a whole number of tokens from 1, got {block_size!r}")
+    context = getattr(llm.config, "max_position_embeddings", None)
+    if isinstance(context, int) and workload.input_len + workload.output_len > context:
+        # vLLM's max_model_len defaults to it, and a request longer than that is refused
+        raise OpcountValueError(
+            f"a request of {workload.input_len} + {workload.output_len} tokens is longer than the model's "
+            f"context of {context} positions (max_position_embeddings)"
+        )
+    budget = max_num_batched_tokens or default_max_batched_tokens(hardware)
+    seqs = max_num_seqs or default_max_num_seqs(hardware)
+    llm.check_generation(workload.input_len, workload.output_len, batch=min(seqs, DECODE_FIT_BATCH))
+    deployments: dict[tuple[str, int, int, int], Any] = {}
+
+    def trace(phase: str, batch: int, new: int, cached: int) -> tuple[float, float | None]:
+        if status is not None:
+            status(f"tracing {phase} of {batch} x {new} tokens over {cached} cached")
+        request = PhaseRequest(
+            phase=phase, seq_len=new, kv_len=cached, batch=batch, hardware=hardware, kernels=kernels,
+            flops_per_mac=flops_per_mac,
+        )  # fmt: skip
+        d = llm.deploy(
+            llm.cost(request), parallel, hardware=hardware, gpu_memory_utilization=gpu_memory_utilization,
+            max_batched_tokens=budget, dispatch=dispatch,
+        )  # fmt: skip
+        deployments[phase, batch, new, cached] = d
+        assert d.step_time is not None  # priced on hardware
+        return d.step_time, d.step_time_bound
+
+    fit = fitted(trace, workload.input_len, workload.output_len, budget, max(2, min(seqs, DECODE_FIT_BATCH)))
+    # the cache: the device's capacity less its weights and the activations of a step of `budget` tokens
+    # (vLLM's profiling run), in blocks of the bytes a token holds on the busiest device
+    longest = min(workload.input_len, budget)
+    prompt = deployments["prefill", 1, longest, 0]
+    last = max((k for k in deployments if k[0] == "decode" and k[1] == 1), key=lambda k: k[3])
+    per_token = deployments[last].per_device.kv_cache / (last[3] + 1)
+    activations = prompt.per_device.activations * budget / longest
+    free = hardware.memory_bytes * gpu_memory_utilization - prompt.per_device.weights - activations
+    if per_token <= 0:
+        raise OpcountValueError(f"{type(llm.model).__name__} caches nothing per token: no blocks to simulate")
+    blocks = math.floor(free / (per_token * block_size))
+    if blocks < 1:
+        raise OpcountValueError(
+            f"no room for the KV cache on {hardware.name}: weights {prompt.per_device.weights / 2**30:.1f} GiB and "
+            f"activations {activations / 2**30:.1f} GiB of {hardware.memory_bytes * gpu_memory_utilization / 2**30:.1f} GiB"
+        )
+    engine = scheduler.Engine(
+        max_num_seqs=seqs, max_num_batched_tokens=budget, block_size=block_size, num_blocks=blocks
+    )
+    if status is not None:
+        status(f"simulating {workload.requests} requests")
+    found = replay(workload, engine, fit.estimate, fit.bound, parallel.devices)
+    return Simulation(workload, engine, parallel.devices, found.metrics, found.bound, per_token, fit, found.per_request)

@@ -1,0 +1,123 @@
+"""opcount.llm.serve's simulate on a small Llama: the fitted step cost against closed forms, a lone request's
+latencies against the phases traced on their own, and ``opcount simulate`` end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("transformers")
+from transformers import LlamaConfig
+
+from opcount.cli.main import main
+from opcount.errors import OpcountError
+from opcount.llm.causal_lm import CausalLM
+from opcount.llm.deploy.layout import Parallel
+from opcount.llm.serve.simulate import simulate
+from opcount.llm.serve.step_cost import Affine, FittedStepCost, Prompt, Step, prompt_lengths
+from opcount.llm.serve.workload import Workload
+
+SMALL = {
+    "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "vocab_size": 1000,
+}  # fmt: skip
+FLAGS = [f"--hf-config={k}={v}" for k, v in SMALL.items()]
+
+
+def test_decode_fit_recovers_an_affine_cost() -> None:
+    # D(b, K) = 1 + 2 b + 3 K at (1, 10), (1, 30), (4, 4 x 10)
+    fit = Affine.solve(10, 30, 4, 1 + 2 + 30, 1 + 2 + 90, 1 + 8 + 120)
+    assert (fit.d0, fit.d1, fit.d2) == pytest.approx((1, 2, 3))
+
+
+def test_a_prompt_is_interpolated_and_its_chunks_telescope() -> None:
+    prompt = Prompt((1, 16, 64), (1.0, 2.0, 5.0))
+    assert prompt(40) == pytest.approx(2 + 3 * 24 / 48)
+    assert prompt(0) == pytest.approx(1 - 1 / 15)  # its first segment, extended
+    cost = FittedStepCost(Affine(0.5, 0.25, 0.0), prompt)
+    assert cost(Step(0, 0, ((0, 64),))) == pytest.approx(5.0)  # a prompt alone: P(L)
+    assert cost(Step(0, 0, ((0, 16),))) + cost(Step(0, 0, ((16, 48),))) == pytest.approx(5.0 + prompt(0))
+    assert cost(Step(2, 7, ((16, 24),))) == pytest.approx(0.5 + 0.5 + 3.5 - 2.0)  # decode, then the chunk's difference
+
+
+def test_prompt_lengths_are_fourfold_up_to_the_prompt() -> None:
+    assert prompt_lengths(1000, 8192) == [1, 16, 64, 256, 1000]
+    assert prompt_lengths(1000, 512) == [1, 16, 64, 256, 512, 1000]
+
+
+def test_a_lone_request_sees_its_prefill_and_decode_steps() -> None:
+    llm = CausalLM(LlamaConfig(**SMALL))
+    # requests 100 s apart: each alone
+    workload = Workload(requests=3, input_len=200, output_len=6, rate=0.01, arrivals="constant")
+    result = simulate(llm, workload, "h100-sxm")
+
+    def traced(phase: str, seq_len: int, kv_len: int) -> float:
+        cost = llm.phase(phase, seq_len=seq_len, kv_len=kv_len, hardware="h100-sxm")
+        time = llm.deploy(cost, Parallel(), hardware=cost.roofline.hardware if cost.roofline else None).step_time
+        assert time is not None
+        return time
+
+    m = result.metrics
+    assert m["p50_ttft_ms"] == pytest.approx(traced("prefill", 200, 0) * 1e3, rel=1e-9)
+    # the first decode step reads the prompt, the last the prompt and 4 answer tokens: the fit's two points
+    rows = result.per_request
+    first, last = traced("decode", 1, 200), traced("decode", 1, 204)
+    assert rows[0]["tpot"] == pytest.approx(sum(first + (last - first) * i / 4 for i in range(5)) / 5, rel=1e-9)
+    assert m["preemptions"] == 0 and m["completed"] == 3
+    assert result.bound is not None and result.bound["p50_ttft_ms"] <= m["p50_ttft_ms"]
+
+
+def test_opcount_simulate_end_to_end(tmp_path: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sim.json"  # type: ignore[operator]
+    argv = ["simulate", "hf:LlamaConfig", *FLAGS, "--hardware", "h100-sxm", "--concurrency", "1", "--requests", "3"]
+    assert main([*argv, "--input-len", "64", "--output-len", "4", "-o", str(out), "--format", "json", "-q"]) == 0
+    sim = json.loads(out.read_text())["simulation"]
+    m = sim["metrics"]
+    assert m["completed"] == 3 and m["total_output_tokens"] == 12
+    # one client: the requests one after another, each seeing the same latencies
+    assert m["p99_ttft_ms"] == pytest.approx(m["p50_ttft_ms"])
+    assert m["request_throughput"] == pytest.approx(1e3 / m["mean_e2el_ms"])
+    assert sim["engine"]["block_size"] == 16 and sim["engine"]["max_num_seqs"] == 1024  # vLLM's, on an H100
+    assert main([*argv, "-q"]) == 0
+    assert "TTFT" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--rate", "-1"], "--rate"),
+        (["--rate", "1", "--block-size", "0"], "--block-size"),
+        (["--rate", "1", "--batch", "4"], "--batch does not apply"),
+        (["--rate", "1", "--concurrency", "2"], "give one of them"),
+        ([], "needs --rate"),
+    ],
+)
+def test_bad_workloads_exit_2_naming_the_flag(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "hf:LlamaConfig", *FLAGS, "--hardware", "h100-sxm", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_request_longer_than_the_context_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "hf:LlamaConfig", *FLAGS, "--hf-config=max_position_embeddings=256", "--hardware", "h100-sxm"]
+    assert main([*argv, "--rate", "1", "--input-len", "200", "--output-len", "100"]) == 2
+    assert "200 + 100 tokens is longer than the model's context of 256 positions" in capsys.readouterr().err
+
+
+def test_simulate_needs_hardware(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "hf:LlamaConfig", *FLAGS, "--rate", "1"]) == 2
+    assert "needs --hardware" in capsys.readouterr().err
+
+
+def test_a_tensor_parallel_layout_counts_its_devices() -> None:
+    llm = CausalLM(LlamaConfig(**SMALL))
+    workload = Workload(requests=4, input_len=64, output_len=4, concurrency=2)
+    result = simulate(llm, workload, "h100-sxm", Parallel(tp=2))
+    m = result.metrics
+    assert result.devices == 2
+    assert m["output_throughput_per_device"] == pytest.approx(m["output_throughput"] / 2)
+    with pytest.raises(OpcountError, match="--dp and --micro-batches are not modelled"):
+        simulate(llm, workload, "h100-sxm", Parallel(dp=2))
