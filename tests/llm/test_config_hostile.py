@@ -216,3 +216,11 @@ def test_a_huge_file_is_refused_before_it_is_read(tmp_path: Path) -> None:
         f.truncate(3 * 2**30)  # sparse: no disk used, and reading it would take 3 GiB of memory
     with pytest.raises(OpcountValueError, match=r"3,221,225,472 bytes, more than the 16 MiB a config file may hold"):
         read_config(path)
+
+
+@pytest.mark.parametrize("role", ["act", "kv", "state"])
+def test_an_empty_dtype_in_python_is_refused_as_on_the_command_line(role: str) -> None:
+    from opcount.llm.precision.dtypes import Precision
+
+    with pytest.raises(OpcountValueError, match="''"):
+        Precision(**{role: ""})

@@ -106,7 +106,8 @@ class Precision:
         object.__setattr__(self, "weight", formats.text())
         object.__setattr__(self, "act", canonical(self.act, ACT_DTYPES, "activation"))
         # the model's dtype unless asked, as vLLM's and TensorRT-LLM's kv_cache_dtype "auto" (the module's docstring)
-        object.__setattr__(self, "kv", canonical(self.kv or self.stored, KV_DTYPES, "KV cache"))
+        kv = self.stored if self.kv is None else self.kv  # "" is a wrong name, not "the default"
+        object.__setattr__(self, "kv", canonical(kv, KV_DTYPES, "KV cache"))
         if self.state is not None:
             object.__setattr__(self, "state", canonical(self.state, STATE_DTYPES, "recurrent state"))
 
