@@ -97,11 +97,9 @@ class PointCost:
     fit: Fit | None = None  # one device's, where no layout is given
 
 
-def run(
-    options: Options, wanted: LLMRun, hardware: Hardware | None, status: Callable[[str], None]
-) -> tuple[str, list[PointCost] | list[SweepRow]]:
-    """Analyze the LLM ``options`` describe (``wanted``: its LLM flags, checked; ``hardware``: resolved
-    once by the caller); returns the rendered report and the points."""
+def build(options: Options, wanted: LLMRun, status: Callable[[str], None]) -> tuple[CausalLM, str]:
+    """The causal LM ``options`` name, built on meta with ``wanted``'s precision, and its label; a config,
+    a precision or a layout the model cannot take refused naming the flag, before anything is traced."""
     flags, items = wanted.flags, options.inputs.hf_config
     cfg, label = config_of(options.model, items)
     _check_causal(cfg, options.model, flags)
@@ -117,6 +115,16 @@ def run(
             raise
         raise OpcountError(f"{options.model} with --hf-config {', '.join(items)}: {e}") from None
     deploy.check_model(llm, flags)  # a layout the model cannot run, before anything is traced
+    return llm, label
+
+
+def run(
+    options: Options, wanted: LLMRun, hardware: Hardware | None, status: Callable[[str], None]
+) -> tuple[str, list[PointCost] | list[SweepRow]]:
+    """Analyze the LLM ``options`` describe (``wanted``: its LLM flags, checked; ``hardware``: resolved
+    once by the caller); returns the rendered report and the points."""
+    flags = wanted.flags
+    llm, label = build(options, wanted, status)
     if options.analysis.mode == "train":  # one training step (opcount.cli.training)
         return training_cli.run(llm, options, flags, label, hardware, status), []
     base = {

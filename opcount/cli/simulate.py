@@ -11,15 +11,12 @@ from typing import TextIO
 import torch
 
 from .._version import __version__
-from ..errors import OpcountError
-from ..llm.causal_lm import CausalLM
-from ..llm.precision.assignments import WeightAssignmentError
 from ..llm.serve.simulate import METRICS, PERCENTILES, Simulation, simulate
-from . import deploy
 from .flags import deploy as deploy_flags
 from .flags import llm as llm_flags
 from .flags.simulate import parse
-from .llm import config_of
+from .llm import build
+from .options import LLMRun
 from .progress import Progress
 from .warning_capture import captured_warnings, note, warning_lines
 
@@ -30,21 +27,18 @@ def run(argv: Sequence[str], stderr: TextIO) -> tuple[str, str | None]:
     """The command's report, and the file ``-o`` names (None: standard output)."""
     options = parse(argv)
     phase = options.phase
-    flags = phase.llm.flags if phase.llm is not None else llm_flags.options({})
-    precision = phase.llm.precision if phase.llm is not None else llm_flags.check(flags, phase)
+    if phase.llm is None:
+        flags = llm_flags.options({})
+        wanted = LLMRun(flags, llm_flags.check(flags, phase))
+    else:
+        wanted, flags = phase.llm, phase.llm.flags
     assert phase.hardware is not None  # refused by parse without it
     spinner = Progress(stderr, enabled=False if phase.debug else None)
     with captured_warnings(phase.debug, True) as caught:
         try:
             hardware = phase.hardware.resolve(spinner.update, note)
             deploy_flags.check(flags, True, hardware)
-            cfg, label = config_of(phase.model, phase.inputs.hf_config)
-            spinner.update(f"building {label} on the meta device")
-            try:
-                llm = CausalLM(cfg, precision)
-            except WeightAssignmentError as e:
-                raise OpcountError(f"--weight-dtype: {e}") from None
-            deploy.check_model(llm, flags)
+            llm, label = build(phase, wanted, spinner.update)
             torch.manual_seed(0)
             result = simulate(
                 llm, options.workload, hardware, deploy_flags.layout(flags.deploy, {}),
