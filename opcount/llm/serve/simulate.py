@@ -16,6 +16,7 @@ from ...errors import OpcountValueError
 from ...hardware.lookup import Hardware
 from ...hardware.lookup import hardware as lookup_hardware
 from ..causal_lm import CausalLM
+from ..deploy import DEFAULT_GPU_MEMORY_UTILIZATION
 from ..deploy.expert_routes import Dispatch
 from ..deploy.fit import LARGE_DEFAULT, default_max_batched_tokens
 from ..deploy.layout import Parallel
@@ -75,12 +76,11 @@ class Simulation:
 def metrics(run: scheduler.Run, workload: Workload, devices: int, num_blocks: int) -> dict[str, float]:
     """The run's figures as ``vllm bench serve`` names them, milliseconds for latencies; throughput per
     second of the run (its first arrival to its last token), also per device; the cache's use."""
-    done = run.requests
+    done, rows = run.requests, per_request(run)
     duration = max(r.token_times[-1] for r in done)
-    ttft = [(r.token_times[0] - r.arrival) * 1e3 for r in done]
-    e2el = [(r.token_times[-1] - r.arrival) * 1e3 for r in done]
-    # TPOT as vLLM's benchmark counts it: the time after the first token over the tokens after it
-    tpot = [(e - t) / (r.output - 1) for r, t, e in zip(done, ttft, e2el, strict=True) if r.output > 1]
+    ttft = [row["ttft"] * 1e3 for row in rows]
+    e2el = [row["e2el"] * 1e3 for row in rows]
+    tpot = [row["tpot"] * 1e3 for row, r in zip(rows, done, strict=True) if r.output > 1]
     itl = np.concatenate([np.diff(np.frombuffer(r.token_times)) for r in done]) * 1e3
     inputs, outputs = sum(r.prompt for r in done), sum(r.output for r in done)
     out: dict[str, float] = {
@@ -112,7 +112,8 @@ def metrics(run: scheduler.Run, workload: Workload, devices: int, num_blocks: in
 
 
 def per_request(run: scheduler.Run) -> list[dict[str, float]]:
-    """One row a request: its arrival and the latencies of :func:`metrics`, in seconds."""
+    """One row a request: its arrival and the latencies of :func:`metrics`, in seconds; TPOT as vLLM's benchmark
+    counts it, the time after the first token over the tokens after it (0 for an answer of one token)."""
     return [
         {
             "arrival": r.arrival, "ttft": r.token_times[0] - r.arrival, "e2el": r.token_times[-1] - r.arrival,
@@ -144,7 +145,7 @@ def simulate(
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     block_size: int = DEFAULT_BLOCK_SIZE,
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     kernels: str = "fused",
     flops_per_mac: int = 1,
     dispatch: Dispatch | None = None,
@@ -195,14 +196,16 @@ def simulate(
     last = max((k for k in deployments if k[0] == "decode" and k[1] == 1), key=lambda k: k[3])
     per_token = deployments[last].per_device.kv_cache / (last[3] + 1)
     activations = prompt.per_device.activations * budget / longest
-    free = hardware.memory_bytes * gpu_memory_utilization - prompt.per_device.weights - activations
+    capacity = prompt.capacity  # the device's memory times gpu_memory_utilization, as the deployment judged it
+    assert capacity is not None  # the device says its memory (checked above)
+    free = capacity - prompt.per_device.weights - activations
     if per_token <= 0:
         raise OpcountValueError(f"{type(llm.model).__name__} caches nothing per token: no blocks to simulate")
     blocks = math.floor(free / (per_token * block_size))
     if blocks < 1:
         raise OpcountValueError(
             f"no room for the KV cache on {hardware.name}: weights {prompt.per_device.weights / 2**30:.1f} GiB and "
-            f"activations {activations / 2**30:.1f} GiB of {hardware.memory_bytes * gpu_memory_utilization / 2**30:.1f} GiB"
+            f"activations {activations / 2**30:.1f} GiB of {capacity / 2**30:.1f} GiB"
         )
     engine = scheduler.Engine(
         max_num_seqs=seqs, max_num_batched_tokens=budget, block_size=block_size, num_blocks=blocks
