@@ -235,8 +235,8 @@ class _Sizing:
         if judged.fits:
             return judged
         # one device's bytes, its activations chunked too: no layout of n devices holds less than 1 / n of them
-        worked = max(s.memory.activations * min(1.0, self.budget / max(s.tokens, 1)) for s in self.steps)
-        alone = self.memory.weights + self.memory.kv_cache + worked
+        steps = tuple((s.memory.activations, s.tokens) for s in self.steps)
+        alone = fitting.Holding(self.memory.weights, self.memory.kv_cache, steps).memory(self.budget).total
         hint = fitting.suggest(self._holdings_of, hardware, capacity, self.budget, alone)
         return replace(
             judged,
