@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from opcount.cli import main
+from tests.fixtures.command import error_line
 
 SMALL = {
     "model_type": "llama",
@@ -25,14 +26,9 @@ SMALL = {
 ONE_LAYER = ["--hf-config", "num_hidden_layers=1"]
 
 
-def error_line(capsys: pytest.CaptureFixture[str], *args: str) -> str:
-    status = main(list(args))
-    out, err = capsys.readouterr()
-    assert status == 2, err
-    assert out == ""
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("opcount: error: "), err
-    return lines[0].removeprefix("opcount: error: ")
+def error_message(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    """The one line of a refusal, without its ``opcount: error:`` prefix."""
+    return error_line(capsys, *args).removeprefix("opcount: error: ")
 
 
 @pytest.mark.parametrize(
@@ -50,7 +46,7 @@ def test_an_unreadable_config_file_is_one_line_naming_it(
 ) -> None:
     path = tmp_path / "config.json"
     path.write_bytes(content)
-    line = error_line(capsys, f"hf:{path}", *flags)
+    line = error_message(capsys, f"hf:{path}", *flags)
     assert line.startswith(f"{path}: ") and message in line
 
 
@@ -58,7 +54,7 @@ def test_a_huge_config_file_is_refused_before_it_is_read(capsys: pytest.CaptureF
     path = tmp_path / "config.json"
     with open(path, "wb") as f:
         f.truncate(4 * 2**30)  # sparse: no disk used; read whole it was a MemoryError, exit 1
-    line = error_line(capsys, f"hf:{path}", "--phase", "decode")
+    line = error_message(capsys, f"hf:{path}", "--phase", "decode")
     assert line == f"{path}: 4,294,967,296 bytes, more than the 16 MiB a config file may hold (the limit)"
 
 
@@ -68,7 +64,7 @@ def test_an_unreadable_hardware_file_is_one_line_naming_it(
 ) -> None:
     path = tmp_path / f"npu{suffix}"
     path.write_text(("a = " if suffix == ".toml" else "") + "[" * 100_000 + "]" * 100_000)
-    line = error_line(capsys, "tests.fixtures.models:nested", "--hardware", str(path))
+    line = error_message(capsys, "tests.fixtures.models:nested", "--hardware", str(path))
     assert f"--hardware: {path}: not valid {suffix[1:].upper()}: nested too deep to read" in line
 
 
@@ -86,7 +82,7 @@ def test_an_unreadable_hardware_file_is_one_line_naming_it(
 def test_hf_config_refuses_fields_that_select_code(
     capsys: pytest.CaptureFixture[str], model: str, item: str, message: str
 ) -> None:
-    line = error_line(capsys, model, *ONE_LAYER, "--hf-config", item, "--meta" if model.startswith("hf:") else "-q")
+    line = error_message(capsys, model, *ONE_LAYER, "--hf-config", item, "--meta" if model.startswith("hf:") else "-q")
     assert line.startswith(f"--hf-config {item}: ") and message in line
 
 
@@ -118,14 +114,14 @@ def test_a_zero_size_is_refused_naming_the_field(
     capsys: pytest.CaptureFixture[str], model: str, item: str, message: str
 ) -> None:
     extra = ["--meta"] if model.startswith("hf:") else ONE_LAYER
-    line = error_line(capsys, model, *extra, "--hf-config", item)
+    line = error_message(capsys, model, *extra, "--hf-config", item)
     assert line.startswith(f"--hf-config {item}: {message}") and line.endswith("(the limit)")
 
 
 def test_a_negative_size_in_a_file_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**SMALL, "model_type": "mistral", "sliding_window": -5}))  # was a raw RuntimeError
-    line = error_line(capsys, f"hf:{path}", "--phase", "decode")
+    line = error_message(capsys, f"hf:{path}", "--phase", "decode")
     assert line == f"{path}: MistralConfig.sliding_window = -5: a size of at least 1 (the limit)"
 
 
@@ -139,6 +135,6 @@ def test_a_negative_size_in_a_file_is_refused(capsys: pytest.CaptureFixture[str]
 def test_an_empty_dtype_is_refused_as_weight_dtype_is(
     capsys: pytest.CaptureFixture[str], flag: str, role: str, choices: str
 ) -> None:
-    line = error_line(capsys, "llm:llama-3-8b", *ONE_LAYER, flag, "")
+    line = error_message(capsys, "llm:llama-3-8b", *ONE_LAYER, flag, "")
     assert line == f"{flag}: unknown {role} dtype ''; choose one of {choices} (or bf16, fp16, fp8)"
-    assert error_line(capsys, "llm:llama-3-8b", *ONE_LAYER, "--weight-dtype", "").startswith("--weight-dtype: ")
+    assert error_message(capsys, "llm:llama-3-8b", *ONE_LAYER, "--weight-dtype", "").startswith("--weight-dtype: ")

@@ -14,19 +14,10 @@ import pytest
 pytest.importorskip("transformers")
 
 from opcount.cli import main
+from tests.fixtures.command import error_line
 
 ONE_LAYER = ["--hf-config", "num_hidden_layers=1"]
 HUGE = "99999999999999999999"  # past int64: torch's sizes overflow
-
-
-def error_line(capsys: pytest.CaptureFixture[str], *args: str) -> str:
-    status = main(list(args))
-    out, err = capsys.readouterr()
-    assert status == 2, err
-    assert out == ""
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("opcount: error: "), err
-    return lines[0]
 
 
 @pytest.mark.parametrize(

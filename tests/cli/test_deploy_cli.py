@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from opcount.cli import main
+from tests.fixtures.command import run
 
 D, F, N, H, G, V = 256, 512, 2, 8, 2, 1000
 E = D // H
@@ -24,12 +24,6 @@ TINY = [
     "--hf-config", f"num_key_value_heads={G}", "--hf-config", f"vocab_size={V}",
 ]  # fmt: skip
 DECODE = ["llm:llama-3-8b", *TINY, "--phase", "decode", "--kv-len", "7", "--batch", "2"]
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    status = main(list(args))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def test_json_has_the_layout_per_device_memory_communication_and_cost(capsys: pytest.CaptureFixture[str]) -> None:

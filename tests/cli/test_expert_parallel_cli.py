@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from opcount.cli import main
+from tests.fixtures.command import run
 
 TINY = [
     "--hf-config", "hidden_size=256", "--hf-config", "intermediate_size=512", "--hf-config", "num_hidden_layers=2",
@@ -20,12 +20,6 @@ TINY = [
 ]  # fmt: skip
 MOE = ["llm:mixtral-8x7b", *TINY, "--batch", "4"]
 DECODE = [*MOE, "--phase", "decode", "--kv-len", "7"]
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    status = main(list(args))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def test_fp8_dispatch_and_two_batch_overlap_in_the_json_and_summary(capsys: pytest.CaptureFixture[str]) -> None:

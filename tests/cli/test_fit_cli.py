@@ -16,17 +16,11 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from opcount.cli import main
 from tests.cli.test_deploy_cli import DECODE
+from tests.fixtures.command import run
 
 H100_SXM = 81_559 * 2**20  # nvidia-smi's memory.total on an H100 SXM
 LAYER, VOCAB, NORMS = 855_638_016, 128_256 * 8192, 161 * 8192
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    status = main(list(args))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def memory_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]:

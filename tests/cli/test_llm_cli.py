@@ -15,7 +15,7 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
-from opcount.cli import main  # noqa: E402
+from tests.fixtures.command import run  # noqa: E402
 
 D, F, N, H, G, V = 256, 512, 2, 8, 2, 1000
 E = D // H
@@ -28,12 +28,6 @@ TINY = [
     "--hf-config", f"num_hidden_layers={N}", "--hf-config", f"num_attention_heads={H}",
     "--hf-config", f"num_key_value_heads={G}", "--hf-config", f"vocab_size={V}",
 ]  # fmt: skip
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    status = main(list(args))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def decode_macs(batch: int, cached: int) -> int:

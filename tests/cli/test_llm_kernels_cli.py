@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from opcount.cli import main
+from tests.fixtures.command import run
 
 TINY = [
     "--hf-config", "hidden_size=64", "--hf-config", "intermediate_size=128",
@@ -18,12 +18,6 @@ TINY = [
     "--hf-config", "num_key_value_heads=2", "--hf-config", "vocab_size=1000",
 ]  # fmt: skip
 MODEL = ["llm:llama-3-8b", *TINY, "--hardware", "h100-sxm"]
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    status = main(list(args))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def test_json_gives_the_bound_beside_the_estimate(capsys: pytest.CaptureFixture[str]) -> None:
