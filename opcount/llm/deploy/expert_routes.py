@@ -27,12 +27,13 @@ from dataclasses import dataclass
 
 from ...errors import OpcountValueError
 from ...hardware.efficiency import TILE_ROWS
+from ...ir import DTYPE_BYTES
 from ..moe.routing import Experts, expert_loads, real_routes
+from ..precision.formats import ALIASES
 
 FP8_SCALE_CHANNELS = 128  # DeepEP's FP8 dispatch: one float32 scale per 128 channels of a token
 FP8_SCALE_BYTES = 4
-DISPATCH_DTYPES = {"bfloat16": 2.0, "float16": 2.0, "float8_e4m3fn": 1.0}
-DISPATCH_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "float8_e4m3fn"}
+DISPATCH_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class Dispatch:
 
     def __post_init__(self) -> None:
         if self.dtype is not None:
-            name = DISPATCH_ALIASES.get(self.dtype.lower(), self.dtype.lower())
+            name = ALIASES.get(self.dtype.lower(), self.dtype.lower())  # the other dtype flags' short names
             if name not in DISPATCH_DTYPES:
                 raise OpcountValueError(
                     f"--dispatch-dtype {self.dtype}: choose one of {', '.join(DISPATCH_DTYPES)} (or bf16, fp16, fp8)"
@@ -61,7 +62,7 @@ class Dispatch:
         if self.dtype is None:
             return hidden * residual
         scales = math.ceil(hidden / FP8_SCALE_CHANNELS) * FP8_SCALE_BYTES if self.dtype.startswith("float8") else 0
-        return hidden * DISPATCH_DTYPES[self.dtype] + scales
+        return hidden * DTYPE_BYTES[self.dtype] + scales
 
 
 @dataclass(frozen=True)
