@@ -21,12 +21,15 @@ the patched class attributes (:func:`.patching.replaced`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import torch
 
 from .._runtime import recursion_headroom
 from .patching import exclusive
+
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -40,13 +43,8 @@ def kept() -> Iterator[None]:
 def default_dtype_kept() -> Iterator[None]:
     """Put torch's default dtype back as it was before the block; under the patch lock, so that
     blocks in two threads do not save each other's (transformers sets it while it builds a model)."""
-    with exclusive():
-        before = torch.get_default_dtype()
-        try:
-            yield
-        finally:
-            if torch.get_default_dtype() != before:
-                torch.set_default_dtype(before)
+    with exclusive(), _setting_kept(torch.get_default_dtype, torch.set_default_dtype):
+        yield
 
 
 @contextlib.contextmanager
@@ -58,11 +56,16 @@ def _random_forked() -> Iterator[None]:
         yield
 
 
+def _grad_mode_kept() -> contextlib.AbstractContextManager[None]:
+    return _setting_kept(torch.is_grad_enabled, torch.set_grad_enabled)
+
+
 @contextlib.contextmanager
-def _grad_mode_kept() -> Iterator[None]:
-    before = torch.is_grad_enabled()
+def _setting_kept(get: Callable[[], T], put: Callable[[T], object]) -> Iterator[None]:
+    """``put`` back the value ``get`` read before the block, where the block changed it."""
+    before = get()
     try:
         yield
     finally:
-        if torch.is_grad_enabled() != before:
-            torch.set_grad_enabled(before)
+        if get() != before:
+            put(before)
