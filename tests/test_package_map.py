@@ -240,6 +240,7 @@ LLM_LAYERS: tuple[tuple[str, ...], ...] = (
     ("generation",),
     ("serve",),
     ("sweep",),
+    ("plan",),
     ("report",),
     ("training", "validation"),
 )
