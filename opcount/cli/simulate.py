@@ -155,13 +155,17 @@ def goodput_lines(g: outputs.Goodput) -> list[str]:
     """Goodput, and each target's percentile against it: met or missed."""
     share = g.good / g.completed if g.completed else 0.0
     lines = [
-        f"  goodput: {g.requests_per_s:.4g} requests/s ({g.good:,} of {g.completed:,} requests, {share:.1%}, met "
-        "every target)"
+        f"  goodput: {g.requests_per_s:.4g} requests/s: {g.good:,} of {g.completed:,} requests ({share:.1%}) met "
+        "every target"
     ]
     for c in g.checks:
         s = c.slo
+        verdict = "met" if c.met else "missed"
         lines.append(
-            f"    {LABELS[s.metric]} p{s.percentile:g} {c.value * 1e3:,.4g} ms against {s.seconds * 1e3:,.4g} ms: "
-            + ("met" if c.met else "missed")
+            f"    {LABELS[s.metric]} p{s.percentile:g} {_duration(c.value)} against {_duration(s.seconds)}: {verdict}"
         )
     return lines
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:,.4g} s" if seconds >= 1 else f"{seconds * 1e3:.4g} ms"
