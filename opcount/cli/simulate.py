@@ -17,6 +17,7 @@ from .._version import __version__
 from ..files import write_text
 from ..llm.serve import outputs, timeline
 from ..llm.serve.simulate import METRICS, PERCENTILES, Simulation, simulate
+from .args import writing
 from .flags import deploy as deploy_flags
 from .flags import llm as llm_flags
 from .flags.simulate import SimulateOptions, parse
@@ -89,8 +90,6 @@ def _files(
     status: Callable[[str], None],
 ) -> None:
     """The files asked for beside the report: the CSV a request, the schedule's trace, the latency chart."""
-    from .main import writing  # main imports this module when it runs: not at the top (a cycle)
-
     if options.per_request:
         status(f"writing {options.per_request}")
         with writing("--per-request", options.per_request):
