@@ -26,6 +26,11 @@ from ..parser import parse as parse_phase
 # vllm bench serve's defaults for its random dataset (vllm/benchmarks/datasets.py, --random-input-len and
 # --random-output-len) and its --num-prompts (vllm/benchmarks/serve.py)
 DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_REQUESTS = 1024, 128, 1000
+# what each latency target holds a request to
+WHAT = {
+    "ttft": "each request's TTFT", "tpot": "each request's TPOT", "itl": "every gap between a request's tokens",
+    "e2el": "each request's end-to-end latency",
+}  # fmt: skip
 # a phase's flags that the workload and the scheduler decide instead
 REFUSED = (
     "--phase", "--kv-len", "--batch", "--seq-len", "--gen-len", "--sweep", "--max-batch", "--price",
@@ -69,8 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
         description="Served traffic on one deployment: requests through vLLM v1's scheduler over the model's "
         "traced step costs; TTFT, TPOT, ITL and end-to-end latency, throughput (simulate.md). The model, "
-        "--hardware, the dtypes, --tp/--pp/--ep, --max-batched-tokens, --gpu-memory-utilization, -o and "
-        "--format (table or json) are as for `opcount MODEL`.",
+        "--hardware, the dtypes, --tp/--pp/--ep, --max-batched-tokens, --gpu-memory-utilization, -o, --format "
+        "(table, json, or csv: the run's one row) and --plot (TTFT and TPOT percentiles over time) are as for "
+        "`opcount MODEL`; goodput under the --slo-* targets.",
     )
     p.add_argument("-h", "--help", action="help", help="this help")
     g = p.add_argument_group("workload")
@@ -93,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     for metric in slo.METRICS:
         t.add_argument(
             f"--slo-{metric}", metavar="[pNN:]T",
-            help=f"each request's {metric.upper()} at most T (2s, 200ms); the run's pNN (p50 if not given) judged too",
+            help=f"{WHAT[metric]} at most T (2s, 200ms); the run's pNN (p50 if not given) judged too",
         )  # fmt: skip
     o = p.add_argument_group("files beside the report")
     o.add_argument("--per-request", metavar="FILE", help="a CSV of one row a request (latencies in seconds)")
