@@ -5,9 +5,10 @@ Perfetto (ui.perfetto.dev) and chrome://tracing load, with the conventions of op
 
 One process, ``engine``, holds one track of steps: an event a step, lasting its priced time, with its decode
 sequences, prompt tokens and chunks. A second, ``requests``, holds a track a request with its spans: queued
-(arrival to the first step that ran it), prefill (to its first token; a preempted request's recompute
-included) and decode (to its last token). Only the first ``limit`` steps are kept (100,000 by default: a
-file of some tens of MB), the requests that started in them, their spans cut at the last kept step's end."""
+(arrival to the first step that ran it), prefill (to its first token) and decode (to its last token), a
+preemption and its recompute inside the span it interrupted (``args`` count the request's preemptions). Only
+the first ``limit`` steps are kept (100,000 by default: a file of some tens of MB), the requests that started
+in them, their spans cut at the last kept step's end."""
 
 from __future__ import annotations
 
