@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...errors import OpcountValueError
@@ -80,12 +81,29 @@ class Run:
     block_seconds: float  # blocks in use integrated over the run's steps
 
 
+# what an observer of the run is told after each step: its start and seconds, its work, and the indices of the
+# requests it ran (a timeline records them: opcount.llm.serve.timeline)
+OnStep = Callable[[float, float, Step, list[int]], None]
+# told every `progress_every` steps: the requests finished and the requests in all (a progress bar)
+OnProgress = Callable[[int, int], None]
+PROGRESS_EVERY = 1000
+
+
 def blocks_for(tokens: int, block_size: int) -> int:
     return -(-tokens // block_size)
 
 
-def run(workload: Workload, engine: Engine, cost: StepCost) -> Run:
-    """Every request of ``workload`` through ``engine``'s scheduler, each step priced by ``cost``."""
+def run(
+    workload: Workload,
+    engine: Engine,
+    cost: StepCost,
+    *,
+    on_step: OnStep | None = None,
+    progress: OnProgress | None = None,
+    progress_every: int = PROGRESS_EVERY,
+) -> Run:
+    """Every request of ``workload`` through ``engine``'s scheduler, each step priced by ``cost``; ``on_step``
+    told of each step, ``progress`` of the requests done every ``progress_every`` steps."""
     largest = blocks_for(workload.input_len + workload.output_len - 1, engine.block_size)
     if largest > engine.num_blocks:
         raise OpcountValueError(
@@ -152,6 +170,8 @@ def run(workload: Workload, engine: Engine, cost: StepCost) -> Run:
             raise OpcountValueError("no request could be scheduled: the KV cache is too small for one step")
         step = Step(decode, kv_tokens, tuple(chunks))
         seconds = cost(step)
+        if on_step is not None:
+            on_step(now, seconds, step, [r.index for r, _ in scheduled])
         now += seconds
         busy += seconds
         steps += 1
@@ -172,5 +192,7 @@ def run(workload: Workload, engine: Engine, cost: StepCost) -> Run:
                 if workload.closed_loop and sent < workload.requests:
                     heapq.heappush(arrivals, (now, sent))
                     sent += 1
+        if progress is not None and steps % progress_every == 0:
+            progress(len(done), workload.requests)
     done.sort(key=lambda r: r.index)
     return Run(done, steps, preemptions, busy, peak, block_seconds)

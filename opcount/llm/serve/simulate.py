@@ -7,7 +7,8 @@ the cache's use, under the names ``vllm bench serve`` gives them (``mean_ttft_ms
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,8 @@ from ..deploy.expert_routes import Dispatch
 from ..deploy.fit import LARGE_DEFAULT, default_max_batched_tokens
 from ..deploy.layout import Parallel
 from ..phases import PhaseRequest
-from . import scheduler
+from . import outputs, scheduler
+from .slo import Slo
 from .step_cost import Fitted, StepCost, fitted
 from .workload import Workload
 
@@ -53,6 +55,7 @@ class Simulation:
     kv_bytes_per_token: float | None  # per device, the cache of a whole request spread over its tokens
     fit: Fitted | None
     per_request: list[dict[str, float]]
+    goodput: outputs.Goodput | None = None  # under the latency targets given (None: none given)
 
     def as_dict(self) -> dict[str, Any]:
         e = self.engine
@@ -70,7 +73,7 @@ class Simulation:
             },
             "metrics": self.metrics,
             "bound": self.bound,
-        }  # fmt: skip
+        } | outputs.summary(self.metrics, self.devices, self.goodput)  # fmt: skip
 
 
 def metrics(run: scheduler.Run, workload: Workload, devices: int, num_blocks: int) -> dict[str, float]:
@@ -112,11 +115,12 @@ def metrics(run: scheduler.Run, workload: Workload, devices: int, num_blocks: in
 
 
 def per_request(run: scheduler.Run) -> list[dict[str, float]]:
-    """One row a request: its arrival and the latencies of :func:`metrics`, in seconds; TPOT as vLLM's benchmark
-    counts it, the time after the first token over the tokens after it (0 for an answer of one token)."""
+    """One row a request: its index, arrival, lengths and the latencies of :func:`metrics`, in seconds; TPOT as
+    vLLM's benchmark counts it, the time after the first token over the tokens after it (0 for an answer of one
+    token)."""
     return [
         {
-            "arrival": r.arrival, "ttft": r.token_times[0] - r.arrival, "e2el": r.token_times[-1] - r.arrival,
+            "index": r.index, "arrival": r.arrival, "prompt": r.prompt, "output": r.output, "ttft": r.token_times[0] - r.arrival, "e2el": r.token_times[-1] - r.arrival,
             "tpot": (r.token_times[-1] - r.token_times[0]) / (r.output - 1) if r.output > 1 else 0.0,
             "preempted": r.preempted,
         }
@@ -125,15 +129,27 @@ def per_request(run: scheduler.Run) -> list[dict[str, float]]:
 
 
 def replay(
-    workload: Workload, engine: scheduler.Engine, cost: StepCost, bound: StepCost | None = None, devices: int = 1
+    workload: Workload,
+    engine: scheduler.Engine,
+    cost: StepCost,
+    bound: StepCost | None = None,
+    devices: int = 1,
+    *,
+    slos: Sequence[Slo] = (),
+    on_step: scheduler.OnStep | None = None,
+    progress: scheduler.OnProgress | None = None,
 ) -> Simulation:
-    """``workload`` through ``engine`` with a step cost given (and the bound's, run again beside it)."""
-    run = scheduler.run(workload, engine, cost)
+    """``workload`` through ``engine`` with a step cost given (and the bound's, run again beside it); goodput
+    under ``slos``; ``on_step`` and ``progress`` observe the estimate's run (:func:`scheduler.run`)."""
+    run = scheduler.run(workload, engine, cost, on_step=on_step, progress=progress)
     bounded = (
         None if bound is None else metrics(scheduler.run(workload, engine, bound), workload, devices, engine.num_blocks)
     )
     found = metrics(run, workload, devices, engine.num_blocks)
-    return Simulation(workload, engine, devices, found, bounded, None, None, per_request(run))
+    good = outputs.goodput(run, found["duration"], slos) if slos else None
+    if good is not None:
+        found["request_goodput"] = good.requests_per_s  # vLLM's name (BenchmarkMetrics), with --goodput given
+    return Simulation(workload, engine, devices, found, bounded, None, None, per_request(run), good)
 
 
 def simulate(
@@ -150,9 +166,13 @@ def simulate(
     flops_per_mac: int = 1,
     dispatch: Dispatch | None = None,
     status: Any = None,
+    slos: Sequence[Slo] = (),
+    on_step: scheduler.OnStep | None = None,
+    progress: scheduler.OnProgress | None = None,
 ) -> Simulation:
     """``workload`` served by ``llm`` on ``parallel`` (one device by default) of ``hardware``: the engine's
-    knobs under vLLM's names, each default vLLM's for the device; the KV cache's blocks from the fit."""
+    knobs under vLLM's names, each default vLLM's for the device; the KV cache's blocks from the fit; goodput
+    under ``slos`` (:mod:`.slo`); ``on_step`` and ``progress`` observe the run (:func:`scheduler.run`)."""
     hardware = lookup_hardware(hardware) if isinstance(hardware, str) else hardware
     parallel = parallel or Parallel()
     if parallel.dp > 1 or parallel.micro_batches > 1:
@@ -212,5 +232,7 @@ def simulate(
     )
     if status is not None:
         status(f"simulating {workload.requests} requests")
-    found = replay(workload, engine, fit.estimate, fit.bound, parallel.devices)
-    return Simulation(workload, engine, parallel.devices, found.metrics, found.bound, per_token, fit, found.per_request)
+    found = replay(
+        workload, engine, fit.estimate, fit.bound, parallel.devices, slos=slos, on_step=on_step, progress=progress
+    )
+    return replace(found, kv_bytes_per_token=per_token, fit=fit)
