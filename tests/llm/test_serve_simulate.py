@@ -148,3 +148,22 @@ def test_a_tensor_parallel_layout_counts_its_devices() -> None:
     assert m["output_throughput_per_device"] == pytest.approx(m["output_throughput"] / 2)
     with pytest.raises(OpcountError, match="--dp and --micro-batches are not modelled"):
         simulate(llm, workload, "h100-sxm", Parallel(dp=2))
+
+
+def test_a_sliding_window_is_held_per_sequence_and_the_blocks_come_from_full_attention() -> None:
+    from transformers import Qwen3Config
+
+    # a full-attention layer and a sliding one of 64 tokens; 2 kv heads of 16, bfloat16: 2 x 2 x 16 x 2 = 128 bytes
+    # a token a layer
+    config = Qwen3Config(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, vocab_size=1000, layer_types=["full_attention", "sliding_attention"], sliding_window=64,
+        use_sliding_window=True, max_position_embeddings=4096, torch_dtype="bfloat16",
+    )  # fmt: skip
+    llm = CausalLM(config)
+    result = simulate(llm, Workload(requests=2, input_len=1000, output_len=4, rate=1.0), "h100-sxm")
+    assert result.kv_bytes_per_token == pytest.approx(128)  # the full layer's alone
+    assert result.kv_bytes_per_sequence == pytest.approx(64 * 128)  # the window, at 1,003 positions
+    assert result.engine.blocks_per_sequence == 4  # 8,192 bytes in blocks of 16 x 128
+    # a request of 1,003 positions: 63 blocks of its tokens and the window's 4
+    assert result.metrics["peak_kv_utilization"] * result.engine.num_blocks == pytest.approx(67)

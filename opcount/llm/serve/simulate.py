@@ -15,6 +15,8 @@ import numpy as np
 from ...errors import OpcountValueError
 from ...hardware.lookup import Hardware
 from ...hardware.lookup import hardware as lookup_hardware
+from ..attention.indexed import INDEXED, INDEXER_KEYS
+from ..cache.specs import FULL, LATENT
 from ..causal_lm import CausalLM
 from ..deploy import DEFAULT_GPU_MEMORY_UTILIZATION
 from ..deploy.expert_routes import Dispatch
@@ -32,6 +34,8 @@ LARGE_MAX_NUM_SEQS, SMALL_MAX_NUM_SEQS = 1024, 256
 PERCENTILES = (50, 90, 99)
 METRICS = ("ttft", "tpot", "itl", "e2el")
 DECODE_FIT_BATCH = 64  # the larger batch a decode step is traced at for the fit (or max_num_seqs, if fewer)
+# the layer types whose cache grows with every token (vLLM's FullAttentionManager and MLA's pages): the blocks
+PER_TOKEN = (FULL, LATENT, INDEXED, INDEXER_KEYS)
 
 
 def default_max_num_seqs(hardware: Hardware | None) -> int:
@@ -50,9 +54,10 @@ class Simulation:
     devices: int
     metrics: dict[str, float]
     bound: dict[str, float] | None
-    kv_bytes_per_token: float | None  # per device, the cache of a whole request spread over its tokens
+    kv_bytes_per_token: float | None  # per device, a token's in the layers that grow with it (:func:`kv_layout`)
     fit: Fitted | None
     per_request: list[dict[str, float]]
+    kv_bytes_per_sequence: float = 0.0  # per device, what a running request holds whatever its length
 
     def as_dict(self) -> dict[str, Any]:
         e = self.engine
@@ -62,11 +67,15 @@ class Simulation:
                 "max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_num_batched_tokens,
                 "block_size": e.block_size, "num_gpu_blocks": e.num_blocks,
                 "kv_bytes_per_token_per_device": self.kv_bytes_per_token,
+                "kv_bytes_per_sequence_per_device": self.kv_bytes_per_sequence,
+                "blocks_per_sequence": e.blocks_per_sequence,
             },
             "devices": self.devices,
             "step_cost": None if self.fit is None else {
                 "traced_phases": self.fit.traces, "decode_fit_error": self.fit.check_error,
-                "prefill_chunk": "P(k + n) - P(k): a prompt's cost difference, not a traced cached-prefix phase",
+                "prefill_chunk_fit_error": self.fit.chunk_error,
+                "prefill_chunk": "P(n) + k (c + e n): a prompt of n tokens and what k cached positions add, "
+                "fitted from prefill phases traced over a cached prefix",
             },
             "metrics": self.metrics,
             "bound": self.bound,
@@ -194,7 +203,7 @@ def simulate(
     longest = min(workload.input_len, budget)
     prompt = deployments["prefill", 1, longest, 0]
     last = max((k for k in deployments if k[0] == "decode" and k[1] == 1), key=lambda k: k[3])
-    per_token = deployments[last].per_device.kv_cache / (last[3] + 1)
+    per_token, per_sequence = kv_layout(llm, last[3], deployments[last].per_device.kv_cache)
     activations = prompt.per_device.activations * budget / longest
     capacity = prompt.capacity  # the device's memory times gpu_memory_utilization, as the deployment judged it
     assert capacity is not None  # the device says its memory (checked above)
@@ -208,9 +217,35 @@ def simulate(
             f"activations {activations / 2**30:.1f} GiB of {capacity / 2**30:.1f} GiB"
         )
     engine = scheduler.Engine(
-        max_num_seqs=seqs, max_num_batched_tokens=budget, block_size=block_size, num_blocks=blocks
-    )
+        max_num_seqs=seqs, max_num_batched_tokens=budget, block_size=block_size, num_blocks=blocks,
+        blocks_per_sequence=math.ceil(per_sequence / (per_token * block_size)),
+    )  # fmt: skip
     if status is not None:
         status(f"simulating {workload.requests} requests")
     found = replay(workload, engine, fit.estimate, fit.bound, parallel.devices)
-    return Simulation(workload, engine, parallel.devices, found.metrics, found.bound, per_token, fit, found.per_request)
+    return Simulation(
+        workload, engine, parallel.devices, found.metrics, found.bound, per_token, fit, found.per_request, per_sequence
+    )
+
+
+def kv_layout(llm: CausalLM, kv_len: int, held: float) -> tuple[float, float]:
+    """A request's cache on one device as vLLM's hybrid KV cache manager allocates it (``KVCacheCoordinator``
+    in vllm/v1/core/kv_cache_coordinator.py, one manager per layer type in single_type_kv_cache_manager.py):
+    ``(bytes a token adds, bytes held per running sequence)``. ``held``: one device's bytes of one sequence at
+    ``kv_len + 1`` positions (the deployment's), shared between the layer types as the model's cache is.
+
+    The layers that keep every position (full attention, MLA's latent, DSA's indexer keys: the
+    ``FullAttentionManager``'s blocks) make the bytes per token. The others are held per sequence at their
+    size at ``kv_len + 1`` positions, the longest a request reaches: a sliding layer its window
+    (``SlidingWindowManager`` frees the blocks before it), a chunked layer its chunk, a recurrent layer its
+    state (``MambaManager``, one state a request). Reserving the window from a request's first chunk is an
+    upper bound while its context is shorter; vLLM's page sizes, equal across layer types, are pooled here as
+    bytes. A model with no layer keeping every position spreads its whole cache over the tokens, as the
+    window were none."""
+    by_type = llm.kv_bytes_by_type(kv_len, 1, 1)
+    total = sum(by_type.values())
+    growing = sum(v for k, v in by_type.items() if k in PER_TOKEN)
+    if not growing:
+        return held / (kv_len + 1), 0.0
+    share = held / total  # the device's share of the cache (tensor parallelism splits each layer's heads)
+    return share * growing / (kv_len + 1), share * (total - growing)
