@@ -10,6 +10,7 @@ Its checks, one name each: :meth:`CausalLM.check_sizes` (the size limits, :mod:`
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import replace
 from typing import Any
@@ -38,7 +39,7 @@ from .deploy.deployment import Deployment, on_layout
 from .deploy.layout import Parallel
 from .kernels.estimate import MODES, schedule_kernels
 from .models.limits import check_sizes
-from .phases import GenerationFigures, Memory, PhaseCost, PhaseRequest, peak_activations, resolved
+from .phases import GenerationFigures, Memory, PhaseCost, PhaseRequest, Schedules, peak_activations, resolved
 
 logger = logging.getLogger(__name__)
 
@@ -149,18 +150,13 @@ class CausalLM(Decoder):
         hw = request.hardware
         if hw is not None:
             report = roofline(traffic, hardware=hw, dtype=self.precision.act, itemsize=self.pricing)
-            plans = {
-                mode: schedule_kernels(
-                    traffic,
-                    report,
-                    mode,
-                    dtype=self.precision.act,
-                    itemsize=self.pricing,
-                    moe_blocks=blocks,
-                    chains=self.indexers,
-                )
-                for mode in MODES
-            }
+            plans = Schedules(
+                MODES,
+                functools.partial(
+                    schedule_kernels, traffic, report, dtype=self.precision.act, itemsize=self.pricing,
+                    moe_blocks=tuple(blocks), chains=self.indexers,
+                ),
+            )  # fmt: skip
         return PhaseCost(
             request=request, precision=self.precision, flops=flops, memory=memory, roofline=report,
             moe_blocks=tuple(blocks), schedules=plans,
