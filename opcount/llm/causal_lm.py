@@ -144,7 +144,8 @@ class CausalLM(Decoder):
         request = self.check_phase(request)
         flops, traffic, blocks = self._trace(request)
         by_type = self.kv_bytes_by_type(request.kv_len, request.new_tokens, request.batch)
-        activations = peak_activations(traffic.traffic_per_call(), self.pricing)
+        per_call = traffic.traffic_per_call()
+        activations = peak_activations(per_call, self.pricing)
         memory = Memory(self.weights.total, sum(by_type.values()), activations, by_type)
         report = plans = None
         hw = request.hardware
@@ -159,7 +160,7 @@ class CausalLM(Decoder):
             )  # fmt: skip
         return PhaseCost(
             request=request, precision=self.precision, flops=flops, memory=memory, roofline=report,
-            moe_blocks=tuple(blocks), schedules=plans,
+            moe_blocks=tuple(blocks), schedules=plans, traffic=per_call,
         )  # fmt: skip
 
     def records(self, request: PhaseRequest) -> FlopCountAnalysis:

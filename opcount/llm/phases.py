@@ -134,6 +134,9 @@ class PhaseCost(PhaseFigures):
     roofline: RooflineReport | None = None
     moe_blocks: tuple[str, ...] = ()
     schedules: Mapping[str, KernelSchedule] | None = None  # with hardware: the kernels of each mode (kernels/)
+    # the trace's calls with the tensors each reads and writes, as the phase's analysis found them: a
+    # deployment sizes its devices from them without analyzing the trace again (None: analyze it)
+    traffic: Sequence[tuple[OpCall, Traffic | None]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def phase(self) -> str:
