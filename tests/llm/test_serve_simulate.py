@@ -14,6 +14,7 @@ from opcount.cli.main import main
 from opcount.errors import OpcountError
 from opcount.llm.causal_lm import CausalLM
 from opcount.llm.deploy.layout import Parallel
+from opcount.llm.phases import PhaseCost
 from opcount.llm.serve.simulate import simulate
 from opcount.llm.serve.step_cost import Affine, FittedStepCost, Prefix, Prompt, Step, prefix_points, prompt_lengths
 from opcount.llm.serve.workload import Workload
@@ -167,3 +168,15 @@ def test_a_sliding_window_is_held_per_sequence_and_the_blocks_come_from_full_att
     assert result.engine.blocks_per_sequence == 4  # 8,192 bytes in blocks of 16 x 128
     # a request of 1,003 positions: 63 blocks of its tokens and the window's 4
     assert result.metrics["peak_kv_utilization"] * result.engine.num_blocks == pytest.approx(67)
+
+
+def test_phases_traced_once_price_another_layout_as_tracing_again_does() -> None:
+    llm = CausalLM(LlamaConfig(**SMALL))
+    workload = Workload(requests=4, input_len=64, output_len=4, concurrency=2)
+    phases: dict[tuple[object, ...], PhaseCost] = {}
+    one = simulate(llm, workload, "h100-sxm", phases=phases)
+    assert one.fit is not None and len(phases) == one.fit.traces
+    kept = dict(phases)
+    two = simulate(llm, workload, "h100-sxm", Parallel(tp=2), phases=phases)
+    assert phases == kept  # nothing traced again
+    assert two.metrics == simulate(llm, workload, "h100-sxm", Parallel(tp=2)).metrics

@@ -22,7 +22,7 @@ from ..deploy import DEFAULT_GPU_MEMORY_UTILIZATION
 from ..deploy.expert_routes import Dispatch
 from ..deploy.fit import LARGE_DEFAULT, default_max_batched_tokens
 from ..deploy.layout import Parallel
-from ..phases import PhaseRequest
+from ..phases import PhaseCost, PhaseRequest
 from . import scheduler
 from .step_cost import Fitted, StepCost, fitted
 from .workload import Workload
@@ -159,9 +159,16 @@ def simulate(
     flops_per_mac: int = 1,
     dispatch: Dispatch | None = None,
     status: Any = None,
+    phases: dict[tuple[object, ...], PhaseCost] | None = None,
 ) -> Simulation:
     """``workload`` served by ``llm`` on ``parallel`` (one device by default) of ``hardware``: the engine's
-    knobs under vLLM's names, each default vLLM's for the device; the KV cache's blocks from the fit."""
+    knobs under vLLM's names, each default vLLM's for the device; the KV cache's blocks from the fit.
+
+    ``phases``: the traced phases to reuse and to add to, one dict passed to every call that prices the
+    same model (keyed by the phase, its sizes, the hardware's name, the kernels and the FLOP convention). A
+    phase's cost is priced on one hardware (its roofline and kernels), so another layout on the same hardware
+    retraces nothing and deploys the phases kept (:meth:`CausalLM.deploy`, about half a traced phase's time),
+    while another hardware traces its own."""
     hardware = lookup_hardware(hardware) if isinstance(hardware, str) else hardware
     parallel = parallel or Parallel()
     if parallel.dp > 1 or parallel.micro_batches > 1:
@@ -181,16 +188,21 @@ def simulate(
     seqs = max_num_seqs or default_max_num_seqs(hardware)
     llm.check_generation(workload.input_len, workload.output_len, batch=min(seqs, DECODE_FIT_BATCH))
     deployments: dict[tuple[str, int, int, int], Any] = {}
+    kept = {} if phases is None else phases
 
     def trace(phase: str, batch: int, new: int, cached: int) -> tuple[float, float | None]:
         if status is not None:
             status(f"tracing {phase} of {batch} x {new} tokens over {cached} cached")
-        request = PhaseRequest(
-            phase=phase, seq_len=new, kv_len=cached, batch=batch, hardware=hardware, kernels=kernels,
-            flops_per_mac=flops_per_mac,
-        )  # fmt: skip
+        key = (phase, batch, new, cached, hardware.name, kernels, flops_per_mac)
+        cost = kept.get(key)
+        if cost is None:
+            request = PhaseRequest(
+                phase=phase, seq_len=new, kv_len=cached, batch=batch, hardware=hardware, kernels=kernels,
+                flops_per_mac=flops_per_mac,
+            )  # fmt: skip
+            cost = kept[key] = llm.cost(request)
         d = llm.deploy(
-            llm.cost(request), parallel, hardware=hardware, gpu_memory_utilization=gpu_memory_utilization,
+            cost, parallel, hardware=hardware, gpu_memory_utilization=gpu_memory_utilization,
             max_batched_tokens=budget, dispatch=dispatch,
         )  # fmt: skip
         deployments[phase, batch, new, cached] = d
