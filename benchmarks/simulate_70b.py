@@ -101,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     floor, sim = measure("floor", args), measure("simulate", args)
     beyond_mb = sim["peak_mb"] - floor["peak_mb"]
     print(f"llama-3-70b on {args.tp} x h100-sxm, {args.requests:,} requests of 1,024 + 128 tokens at {args.rate:g}/s")
-    print(f"  floor (import torch, transformers, LlamaForCausalLM): {floor['import_s']:.2f} s, {floor['peak_mb']:.0f} MB")
+    print(
+        f"  floor (import torch, transformers, LlamaForCausalLM): {floor['import_s']:.2f} s, {floor['peak_mb']:.0f} MB"
+    )
     print(
         f"  simulate beyond it: {sim['simulate_s']:.2f} s (build {sim['build_s']:.2f}, trace {sim['traced_phases']} "
         f"phases {sim['trace_s']:.2f}, replay {sim['steps']:,.0f} steps twice {sim['replay_s']:.2f}), "
