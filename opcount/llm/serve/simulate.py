@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._runtime import gc_paused
 from ...errors import OpcountValueError
 from ...hardware.lookup import Hardware
 from ...hardware.lookup import hardware as lookup_hardware
@@ -137,10 +138,10 @@ def replay(
     workload: Workload, engine: scheduler.Engine, cost: StepCost, bound: StepCost | None = None, devices: int = 1
 ) -> Simulation:
     """``workload`` through ``engine`` with a step cost given (and the bound's, run again beside it)."""
-    run = scheduler.run(workload, engine, cost)
-    bounded = (
-        None if bound is None else metrics(scheduler.run(workload, engine, bound), workload, devices, engine.num_blocks)
-    )
+    with gc_paused():  # the run makes a million small objects and no cycle: collections would find nothing
+        run = scheduler.run(workload, engine, cost)
+        other = None if bound is None else scheduler.run(workload, engine, bound)
+    bounded = None if other is None else metrics(other, workload, devices, engine.num_blocks)
     found = metrics(run, workload, devices, engine.num_blocks)
     return Simulation(workload, engine, devices, found, bounded, None, None, per_request(run))
 
@@ -209,7 +210,8 @@ def simulate(
         assert d.step_time is not None  # priced on hardware
         return d.step_time, d.step_time_bound
 
-    fit = fitted(trace, workload.input_len, workload.output_len, budget, max(2, min(seqs, DECODE_FIT_BATCH)))
+    with gc_paused():  # a dozen phases traced one after another, the earlier ones kept: collections free nothing
+        fit = fitted(trace, workload.input_len, workload.output_len, budget, max(2, min(seqs, DECODE_FIT_BATCH)))
     # the cache: the device's capacity less its weights and the activations of a step of `budget` tokens
     # (vLLM's profiling run), in blocks of the bytes a token holds on the busiest device
     longest = min(workload.input_len, budget)
