@@ -120,12 +120,13 @@ def table(s: Simulation, label: str, hardware: str, layout: Sequence[str]) -> st
         f"{label} on {s.devices} x {hardware}: {w.requests:,} requests of {w.input_len:,} prompt + {w.output_len:,} "
         f"generated tokens, {sent}" + ("" if w.concurrency else f" (seed {w.seed})"),
         f"  engine: max_num_seqs {e.max_num_seqs}, max_num_batched_tokens {e.max_num_batched_tokens:,}, "
-        f"block_size {e.block_size}, {e.num_blocks:,} KV blocks ({e.num_blocks * e.block_size:,} tokens)",
+        f"block_size {e.block_size}, {e.num_blocks:,} KV blocks ({e.num_blocks * e.block_size:,} tokens)"
+        + (f", {e.blocks_per_sequence} a running sequence holds besides" if e.blocks_per_sequence else ""),
     ]
     if s.fit is not None:
         lines.append(
-            f"  step cost: fitted from {s.fit.traces} traced phases (decode fit off by {s.fit.check_error:.2%} "
-            "at its check point; a prompt chunk is a prompt's cost difference)"
+            f"  step cost: fitted from {s.fit.traces} traced phases (off by {s.fit.check_error:.2%} for decode, "
+            f"{s.fit.chunk_error:.2%} for a prompt chunk over a cached prefix, at their check points)"
         )
     lines += [
         f"  ran {m['duration']:.4g} s: {m['steps']:,.0f} steps, {m['preemptions']:,.0f} preemptions, busy "

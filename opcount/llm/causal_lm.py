@@ -10,6 +10,7 @@ Its checks, one name each: :meth:`CausalLM.check_sizes` (the size limits, :mod:`
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import replace
 from typing import Any
@@ -38,7 +39,7 @@ from .deploy.deployment import Deployment, on_layout
 from .deploy.layout import Parallel
 from .kernels.estimate import MODES, schedule_kernels
 from .models.limits import check_sizes
-from .phases import GenerationFigures, Memory, PhaseCost, PhaseRequest, peak_activations, resolved
+from .phases import GenerationFigures, Memory, PhaseCost, PhaseRequest, Schedules, peak_activations, resolved
 
 logger = logging.getLogger(__name__)
 
@@ -143,27 +144,23 @@ class CausalLM(Decoder):
         request = self.check_phase(request)
         flops, traffic, blocks = self._trace(request)
         by_type = self.kv_bytes_by_type(request.kv_len, request.new_tokens, request.batch)
-        activations = peak_activations(traffic.traffic_per_call(), self.pricing)
+        per_call = traffic.traffic_per_call()
+        activations = peak_activations(per_call, self.pricing)
         memory = Memory(self.weights.total, sum(by_type.values()), activations, by_type)
         report = plans = None
         hw = request.hardware
         if hw is not None:
             report = roofline(traffic, hardware=hw, dtype=self.precision.act, itemsize=self.pricing)
-            plans = {
-                mode: schedule_kernels(
-                    traffic,
-                    report,
-                    mode,
-                    dtype=self.precision.act,
-                    itemsize=self.pricing,
-                    moe_blocks=blocks,
-                    chains=self.indexers,
-                )
-                for mode in MODES
-            }
+            plans = Schedules(
+                MODES,
+                functools.partial(
+                    schedule_kernels, traffic, report, dtype=self.precision.act, itemsize=self.pricing,
+                    moe_blocks=tuple(blocks), chains=self.indexers,
+                ),
+            )  # fmt: skip
         return PhaseCost(
             request=request, precision=self.precision, flops=flops, memory=memory, roofline=report,
-            moe_blocks=tuple(blocks), schedules=plans,
+            moe_blocks=tuple(blocks), schedules=plans, traffic=per_call,
         )  # fmt: skip
 
     def records(self, request: PhaseRequest) -> FlopCountAnalysis:

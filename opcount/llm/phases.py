@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +94,32 @@ class Memory:
         }
 
 
+class Schedules(Mapping[str, KernelSchedule]):
+    """A phase's kernels per mode, each scheduled when first read: most readers read the chosen mode's
+    alone (a simulation's dozen traced phases, a deployment), and scheduling a mode costs about as much
+    as tracing the phase."""
+
+    def __init__(self, modes: Sequence[str], schedule: Callable[[str], KernelSchedule]) -> None:
+        self._modes, self._schedule = tuple(modes), schedule
+        self._done: dict[str, KernelSchedule] = {}
+
+    def __getitem__(self, mode: str) -> KernelSchedule:
+        if mode not in self._done:
+            if mode not in self._modes:
+                raise KeyError(mode)
+            self._done[mode] = self._schedule(mode)
+        return self._done[mode]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modes)
+
+    def __len__(self) -> int:
+        return len(self._modes)
+
+    def __repr__(self) -> str:
+        return f"Schedules({', '.join(self._modes)})"
+
+
 @dataclass(frozen=True, kw_only=True)
 class PhaseCost(PhaseFigures):
     """What one phase costs: what was asked (``request``), ``flops`` (the analysis: totals, per
@@ -107,7 +133,10 @@ class PhaseCost(PhaseFigures):
     memory: Memory
     roofline: RooflineReport | None = None
     moe_blocks: tuple[str, ...] = ()
-    schedules: dict[str, KernelSchedule] | None = None  # with hardware: the kernels of each mode (kernels/)
+    schedules: Mapping[str, KernelSchedule] | None = None  # with hardware: the kernels of each mode (kernels/)
+    # the trace's calls with the tensors each reads and writes, as the phase's analysis found them: a
+    # deployment sizes its devices from them without analyzing the trace again (None: analyze it)
+    traffic: Sequence[tuple[OpCall, Traffic | None]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def phase(self) -> str:
@@ -143,7 +172,7 @@ class PhaseCost(PhaseFigures):
     # Former names (before docs/glossary.md's vocabulary), kept for scripts written against them.
 
     @property
-    def plans(self) -> dict[str, KernelSchedule] | None:
+    def plans(self) -> Mapping[str, KernelSchedule] | None:
         """Former name of :attr:`schedules`."""
         return self.schedules
 

@@ -4,6 +4,8 @@ seconds."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from opcount.errors import OpcountError
@@ -135,3 +137,17 @@ def test_poisson_arrivals_follow_the_seed() -> None:
 def test_bad_workloads_are_refused(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(OpcountError, match=message):
         Workload(requests=1, input_len=1, output_len=1, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_running_request_holds_its_fixed_blocks_beside_its_tokens() -> None:
+    # 2 blocks a sequence (a window, a state) and 20 + 1 tokens in blocks of 16: 2 + 2 blocks at the peak
+    fixed = Engine(max_num_seqs=256, max_num_batched_tokens=8192, block_size=16, num_blocks=100, blocks_per_sequence=2)
+    found = run(Workload(requests=1, input_len=20, output_len=2, rate=1.0), fixed, Recorded())
+    assert found.peak_blocks == 4
+    # two requests arriving together need 2 x (2 + 2) blocks: with 7 the second waits for the first to finish
+    small = Engine(max_num_seqs=256, max_num_batched_tokens=8192, block_size=16, num_blocks=7, blocks_per_sequence=2)
+    steps = Recorded()
+    run(Workload(requests=2, input_len=20, output_len=2, concurrency=2), small, steps)
+    assert [(s.decode, len(s.chunks)) for s in steps.steps] == [(0, 1), (1, 0), (0, 1), (1, 0)]
+    with pytest.raises(OpcountError, match="needs 4 KV blocks of 16 tokens; the cache holds 3"):
+        run(Workload(requests=1, input_len=20, output_len=2, rate=1.0), replace(small, num_blocks=3), Recorded())

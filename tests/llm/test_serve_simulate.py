@@ -14,14 +14,17 @@ from opcount.cli.main import main
 from opcount.errors import OpcountError
 from opcount.llm.causal_lm import CausalLM
 from opcount.llm.deploy.layout import Parallel
+from opcount.llm.phases import PhaseCost
 from opcount.llm.serve.simulate import simulate
-from opcount.llm.serve.step_cost import Affine, FittedStepCost, Prompt, Step, prompt_lengths
+from opcount.llm.serve.step_cost import Affine, FittedStepCost, Prefix, Prompt, Step, prefix_points, prompt_lengths
 from opcount.llm.serve.workload import Workload
 
 SMALL = {
     "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 2, "vocab_size": 1000,
 }  # fmt: skip
+# the brief's tiny model: two layers of width 64
+TINY = {**SMALL, "hidden_size": 64, "intermediate_size": 128}
 FLAGS = [f"--hf-config={k}={v}" for k, v in SMALL.items()]
 
 
@@ -31,19 +34,44 @@ def test_decode_fit_recovers_an_affine_cost() -> None:
     assert (fit.d0, fit.d1, fit.d2) == pytest.approx((1, 2, 3))
 
 
-def test_a_prompt_is_interpolated_and_its_chunks_telescope() -> None:
+def test_a_prompt_is_interpolated_and_a_chunk_adds_its_cached_prefix() -> None:
     prompt = Prompt((1, 16, 64), (1.0, 2.0, 5.0))
     assert prompt(40) == pytest.approx(2 + 3 * 24 / 48)
     assert prompt(0) == pytest.approx(1 - 1 / 15)  # its first segment, extended
-    cost = FittedStepCost(Affine(0.5, 0.25, 0.0), prompt)
+    # each cached position adds 0.01 s, and 0.001 s per new token attending to it
+    cost = FittedStepCost(Affine(0.5, 0.25, 0.0), prompt, Prefix(0.01, 0.001))
     assert cost(Step(0, 0, ((0, 64),))) == pytest.approx(5.0)  # a prompt alone: P(L)
-    assert cost(Step(0, 0, ((0, 16),))) + cost(Step(0, 0, ((16, 48),))) == pytest.approx(5.0 + prompt(0))
-    assert cost(Step(2, 7, ((16, 24),))) == pytest.approx(0.5 + 0.5 + 3.5 - 2.0)  # decode, then the chunk's difference
+    # 48 tokens over 16 cached: P(48) = 2 + 3 x 32 / 48 = 4, and 16 x (0.01 + 0.048)
+    assert cost(Step(0, 0, ((16, 48),))) == pytest.approx(4.0 + 0.928)
+    # one forward: decode's D(2, 7) = 1 with the fixed part, the chunk P(24) + 16 x 0.034 less P(0)
+    assert cost(Step(2, 7, ((16, 24),))) == pytest.approx(1.0 + 2.5 + 0.544 - (1 - 1 / 15))
 
 
-def test_prompt_lengths_are_fourfold_up_to_the_prompt() -> None:
+def test_the_prefix_fit_recovers_a_bilinear_cost() -> None:
+    # 100 cached positions add 100 (0.01 + 0.001 n): 2.6 s to a chunk of 16, 26.6 s to one of 256
+    fit = Prefix.solve(100, 16, 256, 2.6, 26.6)
+    assert (fit.c, fit.e) == pytest.approx((0.01, 0.001))
+    one = Prefix.solve(100, 16, 16, 2.6, 2.6)  # one chunk length: the slope alone
+    assert (one.c, one.e) == pytest.approx((0.026, 0.0))
+
+
+def test_prompt_lengths_are_fourfold_up_to_the_longest_chunk() -> None:
     assert prompt_lengths(1000, 8192) == [1, 16, 64, 256, 1000]
-    assert prompt_lengths(1000, 512) == [1, 16, 64, 256, 512, 1000]
+    assert prompt_lengths(1000, 512) == [1, 16, 64, 256, 512]  # no chunk is longer than the budget
+    # over half the prompt cached: chunks of 16 and 256 (the longest that fits), checked at 64 over 250
+    assert prefix_points(1000, [1, 16, 64, 256, 1000]) == (500, 16, 256, (64, 250))
+
+
+def test_a_chunk_over_a_cached_prefix_is_its_traced_phase() -> None:
+    llm = CausalLM(LlamaConfig(**TINY))
+    workload = Workload(requests=1, input_len=1000, output_len=4, rate=1.0)
+    fit = simulate(llm, workload, "h100-sxm").fit
+    assert fit is not None and fit.chunk_error < 0.01
+    for n, k in ((100, 300), (500, 400)):  # neither a point the fit traced
+        cost = llm.phase("prefill", seq_len=n, kv_len=k, hardware="h100-sxm")
+        traced = llm.deploy(cost, Parallel(), hardware=cost.roofline.hardware if cost.roofline else None).step_time
+        assert traced is not None
+        assert fit.estimate.chunk(n, k) == pytest.approx(traced, rel=0.01)
 
 
 def test_a_lone_request_sees_its_prefill_and_decode_steps() -> None:
@@ -121,3 +149,34 @@ def test_a_tensor_parallel_layout_counts_its_devices() -> None:
     assert m["output_throughput_per_device"] == pytest.approx(m["output_throughput"] / 2)
     with pytest.raises(OpcountError, match="--dp and --micro-batches are not modelled"):
         simulate(llm, workload, "h100-sxm", Parallel(dp=2))
+
+
+def test_a_sliding_window_is_held_per_sequence_and_the_blocks_come_from_full_attention() -> None:
+    from transformers import Qwen3Config
+
+    # a full-attention layer and a sliding one of 64 tokens; 2 kv heads of 16, bfloat16: 2 x 2 x 16 x 2 = 128 bytes
+    # a token a layer
+    config = Qwen3Config(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, vocab_size=1000, layer_types=["full_attention", "sliding_attention"], sliding_window=64,
+        use_sliding_window=True, max_position_embeddings=4096, torch_dtype="bfloat16",
+    )  # fmt: skip
+    llm = CausalLM(config)
+    result = simulate(llm, Workload(requests=2, input_len=1000, output_len=4, rate=1.0), "h100-sxm")
+    assert result.kv_bytes_per_token == pytest.approx(128)  # the full layer's alone
+    assert result.kv_bytes_per_sequence == pytest.approx(64 * 128)  # the window, at 1,003 positions
+    assert result.engine.blocks_per_sequence == 4  # 8,192 bytes in blocks of 16 x 128
+    # a request of 1,003 positions: 63 blocks of its tokens and the window's 4
+    assert result.metrics["peak_kv_utilization"] * result.engine.num_blocks == pytest.approx(67)
+
+
+def test_phases_traced_once_price_another_layout_as_tracing_again_does() -> None:
+    llm = CausalLM(LlamaConfig(**SMALL))
+    workload = Workload(requests=4, input_len=64, output_len=4, concurrency=2)
+    phases: dict[tuple[object, ...], PhaseCost] = {}
+    one = simulate(llm, workload, "h100-sxm", phases=phases)
+    assert one.fit is not None and len(phases) == one.fit.traces
+    kept = dict(phases)
+    two = simulate(llm, workload, "h100-sxm", Parallel(tp=2), phases=phases)
+    assert phases == kept  # nothing traced again
+    assert two.metrics == simulate(llm, workload, "h100-sxm", Parallel(tp=2)).metrics

@@ -191,6 +191,9 @@ class _Sizing:
         self.llm, self.steps, self.memory, self.budget = llm, steps, memory, budget
         self.traffic = []
         for cost in steps:
+            if cost.traffic is not None:  # the phase's own analysis, kept (one analysis per traced phase)
+                self.traffic.append(cost.traffic)
+                continue
             traffic = MemoryTrafficAnalysis(cost.flops.trace(), named_views=CACHE_NAMES)  # no second forward
             traffic.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
             self.traffic.append(traffic.traffic_per_call())

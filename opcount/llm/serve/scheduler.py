@@ -11,7 +11,9 @@ vllm/v1/core/sched/scheduler.py), over a step cost (:mod:`.step_cost`):
   ``max_num_seqs`` run, the budget has tokens left and their blocks are free: a prompt longer than the
   budget left runs in chunks (chunked prefill, always on in vLLM v1);
 - the KV cache is ``num_blocks`` blocks of ``block_size`` tokens; a request holds the blocks of its computed
-  tokens and frees them when it finishes.
+  tokens, and ``blocks_per_sequence`` more while it runs (the layers whose cache is a fixed size per sequence:
+  a sliding window, a recurrent state; :func:`.simulate.kv_layout`), and frees them all when it finishes or
+  is preempted.
 
 A step's tokens come out when it ends; a request whose computed tokens reach its prompt and generated
 tokens samples one more (its first at the end of its prompt's last chunk). Arrivals during a step wait for
@@ -40,12 +42,16 @@ class Engine:
     max_num_batched_tokens: int
     block_size: int
     num_blocks: int
+    blocks_per_sequence: int = 0  # held by each running request whatever its length
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_blocks"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise OpcountValueError(f"{name} must be a whole number from 1, got {value!r}")
+        fixed = self.blocks_per_sequence
+        if not isinstance(fixed, int) or isinstance(fixed, bool) or fixed < 0:
+            raise OpcountValueError(f"blocks_per_sequence must be a whole number from 0, got {fixed!r}")
 
 
 @dataclass(eq=False)  # one request is itself only: found in the queues by identity
@@ -104,7 +110,8 @@ def run(
 ) -> Run:
     """Every request of ``workload`` through ``engine``'s scheduler, each step priced by ``cost``; ``on_step``
     told of each step, ``progress`` of the requests done every ``progress_every`` steps."""
-    largest = blocks_for(workload.input_len + workload.output_len - 1, engine.block_size)
+    fixed = engine.blocks_per_sequence  # a request's first chunk takes them with its tokens' blocks
+    largest = blocks_for(workload.input_len + workload.output_len - 1, engine.block_size) + fixed
     if largest > engine.num_blocks:
         raise OpcountValueError(
             f"a request of {workload.input_len} + {workload.output_len} tokens needs {largest} KV blocks of "
@@ -131,7 +138,7 @@ def run(
         while i < len(running) and budget:
             r = running[i]
             n = min(r.tokens - r.computed, budget)
-            need = blocks_for(r.computed + n, size) - r.blocks
+            need = blocks_for(r.computed + n, size) + fixed - r.blocks
             lost = False
             while need > free:
                 # the newest running request: never one scheduled already this step, which all come before r
@@ -156,7 +163,7 @@ def run(
         while not preempted and waiting and budget and len(running) < engine.max_num_seqs:
             r = waiting[0]
             n = min(r.tokens - r.computed, budget)
-            need = blocks_for(r.computed + n, size) - r.blocks
+            need = blocks_for(r.computed + n, size) + fixed - r.blocks
             if need > free:
                 break
             waiting.popleft()

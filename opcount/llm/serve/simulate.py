@@ -13,15 +13,18 @@ from typing import Any
 
 import numpy as np
 
+from ..._runtime import gc_paused
 from ...errors import OpcountValueError
 from ...hardware.lookup import Hardware
 from ...hardware.lookup import hardware as lookup_hardware
+from ..attention.indexed import INDEXED, INDEXER_KEYS
+from ..cache.specs import FULL, LATENT
 from ..causal_lm import CausalLM
 from ..deploy import DEFAULT_GPU_MEMORY_UTILIZATION
 from ..deploy.expert_routes import Dispatch
 from ..deploy.fit import LARGE_DEFAULT, default_max_batched_tokens
 from ..deploy.layout import Parallel
-from ..phases import PhaseRequest
+from ..phases import PhaseCost, PhaseRequest
 from . import outputs, scheduler
 from .slo import Slo
 from .step_cost import Fitted, StepCost, fitted
@@ -34,6 +37,8 @@ LARGE_MAX_NUM_SEQS, SMALL_MAX_NUM_SEQS = 1024, 256
 PERCENTILES = (50, 90, 99)
 METRICS = ("ttft", "tpot", "itl", "e2el")
 DECODE_FIT_BATCH = 64  # the larger batch a decode step is traced at for the fit (or max_num_seqs, if fewer)
+# the layer types whose cache grows with every token (vLLM's FullAttentionManager and MLA's pages): the blocks
+PER_TOKEN = (FULL, LATENT, INDEXED, INDEXER_KEYS)
 
 
 def default_max_num_seqs(hardware: Hardware | None) -> int:
@@ -52,10 +57,11 @@ class Simulation:
     devices: int
     metrics: dict[str, float]
     bound: dict[str, float] | None
-    kv_bytes_per_token: float | None  # per device, the cache of a whole request spread over its tokens
+    kv_bytes_per_token: float | None  # per device, a token's in the layers that grow with it (:func:`kv_layout`)
     fit: Fitted | None
     per_request: list[dict[str, float]]
     goodput: outputs.Goodput | None = None  # under the latency targets given (None: none given)
+    kv_bytes_per_sequence: float = 0.0  # per device, what a running request holds whatever its length
 
     def as_dict(self) -> dict[str, Any]:
         e = self.engine
@@ -65,11 +71,15 @@ class Simulation:
                 "max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_num_batched_tokens,
                 "block_size": e.block_size, "num_gpu_blocks": e.num_blocks,
                 "kv_bytes_per_token_per_device": self.kv_bytes_per_token,
+                "kv_bytes_per_sequence_per_device": self.kv_bytes_per_sequence,
+                "blocks_per_sequence": e.blocks_per_sequence,
             },
             "devices": self.devices,
             "step_cost": None if self.fit is None else {
                 "traced_phases": self.fit.traces, "decode_fit_error": self.fit.check_error,
-                "prefill_chunk": "P(k + n) - P(k): a prompt's cost difference, not a traced cached-prefix phase",
+                "prefill_chunk_fit_error": self.fit.chunk_error,
+                "prefill_chunk": "P(n) + k (c + e n): a prompt of n tokens and what k cached positions add, "
+                "fitted from prefill phases traced over a cached prefix",
             },
             "metrics": self.metrics,
             "bound": self.bound,
@@ -141,10 +151,10 @@ def replay(
 ) -> Simulation:
     """``workload`` through ``engine`` with a step cost given (and the bound's, run again beside it); goodput
     under ``slos``; ``on_step`` and ``progress`` observe the estimate's run (:func:`scheduler.run`)."""
-    run = scheduler.run(workload, engine, cost, on_step=on_step, progress=progress)
-    bounded = (
-        None if bound is None else metrics(scheduler.run(workload, engine, bound), workload, devices, engine.num_blocks)
-    )
+    with gc_paused():  # the run makes a million small objects and no cycle: collections would find nothing
+        run = scheduler.run(workload, engine, cost, on_step=on_step, progress=progress)
+        other = None if bound is None else scheduler.run(workload, engine, bound)
+    bounded = None if other is None else metrics(other, workload, devices, engine.num_blocks)
     found = metrics(run, workload, devices, engine.num_blocks)
     good = outputs.goodput(run, found["duration"], slos) if slos else None
     if good is not None:
@@ -169,10 +179,17 @@ def simulate(
     slos: Sequence[Slo] = (),
     on_step: scheduler.OnStep | None = None,
     progress: scheduler.OnProgress | None = None,
+    phases: dict[tuple[object, ...], PhaseCost] | None = None,
 ) -> Simulation:
     """``workload`` served by ``llm`` on ``parallel`` (one device by default) of ``hardware``: the engine's
     knobs under vLLM's names, each default vLLM's for the device; the KV cache's blocks from the fit; goodput
-    under ``slos`` (:mod:`.slo`); ``on_step`` and ``progress`` observe the run (:func:`scheduler.run`)."""
+    under ``slos`` (:mod:`.slo`); ``on_step`` and ``progress`` observe the run (:func:`scheduler.run`).
+
+    ``phases``: the traced phases to reuse and to add to, one dict passed to every call that prices the
+    same model (keyed by the phase, its sizes, the hardware's name, the kernels and the FLOP convention). A
+    phase's cost is priced on one hardware (its roofline and kernels), so another layout on the same hardware
+    retraces nothing and deploys the phases kept (:meth:`CausalLM.deploy`, about half a traced phase's time),
+    while another hardware traces its own."""
     hardware = lookup_hardware(hardware) if isinstance(hardware, str) else hardware
     parallel = parallel or Parallel()
     if parallel.dp > 1 or parallel.micro_batches > 1:
@@ -192,29 +209,35 @@ def simulate(
     seqs = max_num_seqs or default_max_num_seqs(hardware)
     llm.check_generation(workload.input_len, workload.output_len, batch=min(seqs, DECODE_FIT_BATCH))
     deployments: dict[tuple[str, int, int, int], Any] = {}
+    kept = {} if phases is None else phases
 
     def trace(phase: str, batch: int, new: int, cached: int) -> tuple[float, float | None]:
         if status is not None:
             status(f"tracing {phase} of {batch} x {new} tokens over {cached} cached")
-        request = PhaseRequest(
-            phase=phase, seq_len=new, kv_len=cached, batch=batch, hardware=hardware, kernels=kernels,
-            flops_per_mac=flops_per_mac,
-        )  # fmt: skip
+        key = (phase, batch, new, cached, hardware.name, kernels, flops_per_mac)
+        cost = kept.get(key)
+        if cost is None:
+            request = PhaseRequest(
+                phase=phase, seq_len=new, kv_len=cached, batch=batch, hardware=hardware, kernels=kernels,
+                flops_per_mac=flops_per_mac,
+            )  # fmt: skip
+            cost = kept[key] = llm.cost(request)
         d = llm.deploy(
-            llm.cost(request), parallel, hardware=hardware, gpu_memory_utilization=gpu_memory_utilization,
+            cost, parallel, hardware=hardware, gpu_memory_utilization=gpu_memory_utilization,
             max_batched_tokens=budget, dispatch=dispatch,
         )  # fmt: skip
         deployments[phase, batch, new, cached] = d
         assert d.step_time is not None  # priced on hardware
         return d.step_time, d.step_time_bound
 
-    fit = fitted(trace, workload.input_len, workload.output_len, budget, max(2, min(seqs, DECODE_FIT_BATCH)))
+    with gc_paused():  # a dozen phases traced one after another, the earlier ones kept: collections free nothing
+        fit = fitted(trace, workload.input_len, workload.output_len, budget, max(2, min(seqs, DECODE_FIT_BATCH)))
     # the cache: the device's capacity less its weights and the activations of a step of `budget` tokens
     # (vLLM's profiling run), in blocks of the bytes a token holds on the busiest device
     longest = min(workload.input_len, budget)
     prompt = deployments["prefill", 1, longest, 0]
     last = max((k for k in deployments if k[0] == "decode" and k[1] == 1), key=lambda k: k[3])
-    per_token = deployments[last].per_device.kv_cache / (last[3] + 1)
+    per_token, per_sequence = kv_layout(llm, last[3], deployments[last].per_device.kv_cache)
     activations = prompt.per_device.activations * budget / longest
     capacity = prompt.capacity  # the device's memory times gpu_memory_utilization, as the deployment judged it
     assert capacity is not None  # the device says its memory (checked above)
@@ -228,11 +251,35 @@ def simulate(
             f"activations {activations / 2**30:.1f} GiB of {capacity / 2**30:.1f} GiB"
         )
     engine = scheduler.Engine(
-        max_num_seqs=seqs, max_num_batched_tokens=budget, block_size=block_size, num_blocks=blocks
-    )
+        max_num_seqs=seqs, max_num_batched_tokens=budget, block_size=block_size, num_blocks=blocks,
+        blocks_per_sequence=math.ceil(per_sequence / (per_token * block_size)),
+    )  # fmt: skip
     if status is not None:
         status(f"simulating {workload.requests} requests")
     found = replay(
         workload, engine, fit.estimate, fit.bound, parallel.devices, slos=slos, on_step=on_step, progress=progress
     )
-    return replace(found, kv_bytes_per_token=per_token, fit=fit)
+    return replace(found, kv_bytes_per_token=per_token, fit=fit, kv_bytes_per_sequence=per_sequence)
+
+
+def kv_layout(llm: CausalLM, kv_len: int, held: float) -> tuple[float, float]:
+    """A request's cache on one device as vLLM's hybrid KV cache manager allocates it (``KVCacheCoordinator``
+    in vllm/v1/core/kv_cache_coordinator.py, one manager per layer type in single_type_kv_cache_manager.py):
+    ``(bytes a token adds, bytes held per running sequence)``. ``held``: one device's bytes of one sequence at
+    ``kv_len + 1`` positions (the deployment's), shared between the layer types as the model's cache is.
+
+    The layers that keep every position (full attention, MLA's latent, DSA's indexer keys: the
+    ``FullAttentionManager``'s blocks) make the bytes per token. The others are held per sequence at their
+    size at ``kv_len + 1`` positions, the longest a request reaches: a sliding layer its window
+    (``SlidingWindowManager`` frees the blocks before it), a chunked layer its chunk, a recurrent layer its
+    state (``MambaManager``, one state a request). Reserving the window from a request's first chunk is an
+    upper bound while its context is shorter; vLLM's page sizes, equal across layer types, are pooled here as
+    bytes. A model with no layer keeping every position spreads its whole cache over the tokens, as the
+    window were none."""
+    by_type = llm.kv_bytes_by_type(kv_len, 1, 1)
+    total = sum(by_type.values())
+    growing = sum(v for k, v in by_type.items() if k in PER_TOKEN)
+    if not growing:
+        return held / (kv_len + 1), 0.0
+    share = held / total  # the device's share of the cache (tensor parallelism splits each layer's heads)
+    return share * growing / (kv_len + 1), share * (total - growing)

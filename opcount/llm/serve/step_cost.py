@@ -6,13 +6,22 @@ A step runs ``decode`` sequences (one new token each, over ``kv_tokens`` cached 
 
 - decode, affine in the sequences and their cached positions, ``D(b, K) = d0 + d1 b + d2 K``, solved from
   three traced decode steps (batch 1 at two cache lengths, a larger batch at one) and checked at a fourth;
-- a prompt of ``L`` tokens from an empty cache, ``P(L)``, traced at a few lengths and interpolated linearly
-  between them; a chunk of ``n`` after ``k`` costs ``P(k + n) - P(k)``. That difference approximates
-  attention over a cached prefix (the chunk's queries against ``k`` cached keys) by the prompt's own
-  quadratic growth; it is no traced phase of its own;
-- a step: ``D`` of its decode sequences plus each chunk's difference; a step with no decode sequence starts
-  from ``P(0)`` (the fixed part, the weights read once) instead of ``D``'s. A lone prompt of ``L <= budget``
-  tokens is exactly ``P(L)``, a decode-only step exactly ``D``.
+- a prompt of ``n`` tokens from an empty cache, ``P(n)``, traced at a few lengths up to the longest chunk
+  and interpolated linearly between them;
+- a chunk of ``n`` tokens over ``k`` cached ones (chunked prefill's later chunks, a recomputed request's, a
+  prompt after a cached prefix), ``C(n, k) = P(n) + k (c + e n)``: its prompt's own cost, plus what each
+  cached position adds, a read of its keys and values (``c``) and its attention to every new token (``e n``,
+  the ``n k`` scores and weighted values). ``c`` and ``e`` are solved from two prefill phases traced over the
+  same cached prefix (the phase ``opcount MODEL --phase prefill --kv-len K`` prices), at two chunk lengths,
+  and the fit is checked against a third traced at a chunk length and a cache length neither used;
+- a mixed step is one forward over all its tokens, as the engine runs it (vLLM's ``GPUModelRunner.execute_model``
+  in vllm/v1/worker/gpu_model_runner.py flattens every scheduled request's tokens into one batch): its fixed
+  part (the weights read once, launches) counted once, each part's per-token and per-position costs summed.
+  ``D`` of its decode sequences carries the fixed part; each chunk adds ``C(n, k) - P(0)`` (``P(0)``, the
+  prompt fit's fixed part); a step with no decode sequence starts from ``P(0)``. A lone prompt of ``L <=
+  budget`` tokens is exactly ``P(L)``, a decode-only step exactly ``D``. Summing the parts is exact where
+  every kernel keeps its bound (memory or compute) in the mix; a weight-bound matrix product that the
+  larger mix makes compute-bound is priced low by the sum, as each part alone reads no weights.
 
 The estimate and the bound are fitted alike, each from its own traced figure; the bound is carried beside
 the estimate, never mixed with it.
@@ -76,66 +85,115 @@ class Prompt:
 
 
 @dataclass(frozen=True)
+class Prefix:
+    """What ``k`` cached positions add to a chunk of ``n`` new tokens: ``k (c + e n)`` seconds."""
+
+    c: float = 0.0
+    e: float = 0.0
+
+    def __call__(self, n: int, k: int) -> float:
+        return k * (self.c + self.e * n)
+
+    @classmethod
+    def solve(cls, k: int, n1: int, n2: int, extra1: float, extra2: float) -> Prefix:
+        """From the seconds ``extra1`` and ``extra2`` that ``k`` cached positions add to chunks of ``n1`` and
+        ``n2`` tokens (``C(n, k) - P(n)``); one chunk length (``n1 == n2``) gives ``c`` alone."""
+        if n1 == n2:
+            return cls(extra1 / k, 0.0)
+        e = (extra2 - extra1) / (k * (n2 - n1))
+        return cls(extra1 / k - e * n1, e)
+
+
+@dataclass(frozen=True)
 class FittedStepCost:
-    """A step priced from a fitted decode step and a prompt's interpolated cost."""
+    """A step priced from a fitted decode step, a prompt's interpolated cost and a cached prefix's."""
 
     decode: Affine
     prompt: Prompt
+    prefix: Prefix = Prefix()
+
+    def chunk(self, n: int, k: int) -> float:
+        """``C(n, k)``: a chunk of ``n`` new tokens over ``k`` cached ones, as a step of its own."""
+        return self.prompt(n) + (self.prefix(n, k) if k else 0.0)
 
     def __call__(self, step: Step) -> float:
-        base = self.decode(step.decode, step.kv_tokens) if step.decode else self.prompt(0)
-        return base + sum(self.prompt(k + n) - self.prompt(k) for k, n in step.chunks)
+        fixed = self.prompt(0)
+        base = self.decode(step.decode, step.kv_tokens) if step.decode else fixed
+        return base + sum(self.chunk(n, k) - fixed for k, n in step.chunks)
 
 
 def prompt_lengths(input_len: int, budget: int) -> list[int]:
-    """The prompt lengths to trace: 1, every fourfold from 16 below the prompt, the prompt and its longest
-    chunk. A prompt's chunks telescope (their differences sum to ``P(L) - P(0)``), so a prompt alone is
-    priced at the traced ``P(L)`` plus the fixed part of each step after its first."""
-    lengths = {1, max(input_len, 2), min(input_len, budget)}  # two at least: a line through them
+    """The prompt lengths to trace: 1, every fourfold from 16 below the longest chunk (the prompt, or the
+    token budget where the prompt is longer), and the longest chunk. No chunk is longer than the budget."""
+    longest = max(min(input_len, budget), 2)  # two lengths at least: a line through them
+    lengths = {1, longest}
     n = 16
-    while n < input_len:
+    while n < longest:
         lengths.add(n)
         n *= 4
     return sorted(lengths)
 
 
+def prefix_points(input_len: int, lengths: list[int]) -> tuple[int, int, int, tuple[int, int]]:
+    """Where a cached prefix is traced: ``(k, n1, n2, (n, k'))``, the chunks of ``n1 < n2`` tokens over
+    ``k`` cached ones (half the prompt; ``n2`` the longest traced prompt length that fits beside it in the
+    prompt, ``n1`` 16 or 1), and the check point at a chunk length and cache length neither uses (as far as
+    the prompt leaves room). The chunk lengths are traced prompt lengths, where ``P`` is exact."""
+    k = max(input_len // 2, 1)
+    fits = [n for n in lengths if n <= max(input_len - k, 1)]
+    n2 = fits[-1]
+    n1 = 16 if 16 in fits and n2 > 16 else 1
+    between = [n for n in fits if n1 < n < n2]
+    n3 = between[0] if between else (n1 + n2) // 2 if n2 - n1 > 1 else n2
+    return k, n1, n2, (n3, k // 2 if k > 1 else k)
+
+
+Trace = Callable[[str, int, int, int], tuple[float, float | None]]
+
+
 @dataclass(frozen=True)
 class Fitted:
     """The step costs fitted: the estimate's, the bound's (None where a traced phase has none), the traced
-    phases they came from, and the decode fit's relative error at the point traced to check it."""
+    phases they came from, and each fit's relative error at the point traced to check it (the decode
+    fit's, the cached-prefix chunk's)."""
 
     estimate: FittedStepCost
     bound: FittedStepCost | None
     traces: int
     check_error: float
+    chunk_error: float = 0.0
 
 
-def fitted(
-    trace: Callable[[str, int, int, int], tuple[float, float | None]],
-    input_len: int,
-    output_len: int,
-    budget: int,
-    big: int,
-) -> Fitted:
+def fitted(trace: Trace, input_len: int, output_len: int, budget: int, big: int) -> Fitted:
     """The step costs from ``trace(phase, batch, new tokens, cached tokens per sequence) -> (estimate, bound)``:
     decode steps of 1 and ``big`` sequences at the first and last decode step's cache, the fit checked at the
-    fourth of those points (``big`` at the last), prompts at :func:`prompt_lengths`."""
+    fourth of those points (``big`` at the last), prompts at :func:`prompt_lengths`, chunks over a cached
+    prefix at :func:`prefix_points`."""
     # the first decode step reads the prompt, the last the prompt and all but its last two answer tokens
     k1, k2 = input_len, input_len + max(output_len - 2, 1)
     decodes = {p: trace("decode", p[0], 1, p[1]) for p in ((1, k1), (1, k2), (big, k1), (big, k2))}
     lengths = prompt_lengths(input_len, budget)
     prompts = [trace("prefill", 1, n, 0) for n in lengths]
+    k, n1, n2, (n3, k3) = prefix_points(input_len, lengths)
+    chunks = {(n, k): trace("prefill", 1, n, k) for n in (n1, n2)}
+    if (n3, k3) not in chunks:
+        chunks[n3, k3] = trace("prefill", 1, n3, k3)
     costs: list[FittedStepCost | None] = []
     for which in (0, 1):
         d = {p: t[which] for p, t in decodes.items()}
         p = [t[which] for t in prompts]
-        if any(v is None for v in (*d.values(), *p)):
+        c = {point: t[which] for point, t in chunks.items()}
+        if any(v is None for v in (*d.values(), *p, *c.values())):
             costs.append(None)
             continue
         decode = Affine.solve(k1, k2, big, d[1, k1] or 0.0, d[1, k2] or 0.0, d[big, k1] or 0.0)
-        costs.append(FittedStepCost(decode, Prompt(tuple(lengths), tuple(v or 0.0 for v in p))))
+        prompt = Prompt(tuple(lengths), tuple(v or 0.0 for v in p))
+        prefix = Prefix.solve(k, n1, n2, (c[n1, k] or 0.0) - prompt(n1), (c[n2, k] or 0.0) - prompt(n2))
+        costs.append(FittedStepCost(decode, prompt, prefix))
     estimate = costs[0]
     assert estimate is not None  # a deployment on hardware always prices its estimate
     traced = decodes[big, k2][0]
     error = abs(estimate.decode(big, big * k2) - traced) / traced if traced else 0.0
-    return Fitted(estimate, costs[1], len(decodes) + len(prompts), error)
+    traced = chunks[n3, k3][0]
+    chunk_error = abs(estimate.chunk(n3, k3) - traced) / traced if traced else 0.0
+    return Fitted(estimate, costs[1], len(decodes) + len(prompts) + len(chunks), error, chunk_error)
