@@ -22,6 +22,7 @@ from ..deploy.fit import LARGE_DEFAULT, default_max_batched_tokens
 from ..deploy.layout import Parallel
 from ..phases import PhaseRequest
 from . import scheduler
+from .speculative import Speculation, WithDraft
 from .step_cost import Fitted, StepCost, fitted
 from .workload import Workload
 
@@ -81,7 +82,9 @@ def metrics(run: scheduler.Run, workload: Workload, devices: int, num_blocks: in
     ttft = [row["ttft"] * 1e3 for row in rows]
     e2el = [row["e2el"] * 1e3 for row in rows]
     tpot = [row["tpot"] * 1e3 for row, r in zip(rows, done, strict=True) if r.output > 1]
-    itl = np.concatenate([np.diff(np.frombuffer(r.token_times)) for r in done]) * 1e3
+    # one gap per step that brought tokens: a verify step's several tokens stream as one chunk, and vllm bench
+    # serve records one ITL a chunk (its request functions, vllm/benchmarks/lib/endpoint_request_func.py)
+    itl = np.concatenate([np.diff(np.unique(np.frombuffer(r.token_times))) for r in done]) * 1e3
     inputs, outputs = sum(r.prompt for r in done), sum(r.output for r in done)
     out: dict[str, float] = {
         "completed": len(done),
@@ -108,6 +111,8 @@ def metrics(run: scheduler.Run, workload: Workload, devices: int, num_blocks: in
         "kv_utilization": run.block_seconds / (duration * num_blocks),  # the mean share of the blocks in use
         "peak_kv_utilization": run.peak_blocks / num_blocks,
     }
+    if run.verifies:  # vLLM's spec decode metrics' "mean acceptance length" (vllm/v1/spec_decode/metrics.py)
+        out["mean_acceptance_length"] = run.verified_tokens / run.verifies
     return out
 
 
@@ -125,14 +130,24 @@ def per_request(run: scheduler.Run) -> list[dict[str, float]]:
 
 
 def replay(
-    workload: Workload, engine: scheduler.Engine, cost: StepCost, bound: StepCost | None = None, devices: int = 1
+    workload: Workload,
+    engine: scheduler.Engine,
+    cost: StepCost,
+    bound: StepCost | None = None,
+    devices: int = 1,
+    speculation: Speculation | None = None,
 ) -> Simulation:
-    """``workload`` through ``engine`` with a step cost given (and the bound's, run again beside it)."""
-    run = scheduler.run(workload, engine, cost)
-    bounded = (
-        None if bound is None else metrics(scheduler.run(workload, engine, bound), workload, devices, engine.num_blocks)
-    )
+    """``workload`` through ``engine`` with a step cost given (and the bound's, run again beside it), each
+    decode speculating as ``speculation`` says."""
+    run = scheduler.run(workload, engine, cost, speculation)
+    bounded = None
+    if bound is not None:
+        bounded = metrics(scheduler.run(workload, engine, bound, speculation), workload, devices, engine.num_blocks)
+        if isinstance(bound, WithDraft):
+            bounded["draft_time_share"] = bound.draft_share
     found = metrics(run, workload, devices, engine.num_blocks)
+    if isinstance(cost, WithDraft):  # the draft's share of the seconds the engine ran steps
+        found["draft_time_share"] = cost.draft_share
     return Simulation(workload, engine, devices, found, bounded, None, None, per_request(run))
 
 

@@ -12,7 +12,12 @@ A step runs ``decode`` sequences (one new token each, over ``kv_tokens`` cached 
   quadratic growth; it is no traced phase of its own;
 - a step: ``D`` of its decode sequences plus each chunk's difference; a step with no decode sequence starts
   from ``P(0)`` (the fixed part, the weights read once) instead of ``D``'s. A lone prompt of ``L <= budget``
-  tokens is exactly ``P(L)``, a decode-only step exactly ``D``.
+  tokens is exactly ``P(L)``, a decode-only step exactly ``D``;
+- under speculative decoding (:mod:`.speculative`), each decode sequence verifies ``1 + k`` tokens in the
+  target's one forward: ``V(b, K)``, affine as ``D`` is and fitted alike, from traced prefills of ``1 + k``
+  tokens over a cached prefix (``--phase prefill --kv-len K --seq-len 1+k``), takes ``D``'s place; a step that
+  mixes prompt chunks with speculating sequences adds the chunks' differences to ``V`` as it does to ``D``
+  (one forward: the weights are read once).
 
 The estimate and the bound are fitted alike, each from its own traced figure; the bound is carried beside
 the estimate, never mixed with it.
@@ -25,15 +30,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from ...errors import OpcountValueError
+
 
 @dataclass(frozen=True)
 class Step:
     """One engine step's work: ``decode`` sequences over ``kv_tokens`` cached positions in all, and the
-    prompt ``chunks`` as (tokens already cached, new tokens)."""
+    prompt ``chunks`` as (tokens already cached, new tokens); under speculative decoding each decode sequence
+    verifies its last token and ``speculative`` draft tokens (:mod:`.speculative`)."""
 
     decode: int
     kv_tokens: int
     chunks: tuple[tuple[int, int], ...]
+    # draft tokens each decode sequence carries (0: none): the step verifies 1 + speculative tokens of each
+    speculative: int = 0
 
 
 class StepCost(Protocol):
@@ -77,13 +87,20 @@ class Prompt:
 
 @dataclass(frozen=True)
 class FittedStepCost:
-    """A step priced from a fitted decode step and a prompt's interpolated cost."""
+    """A step priced from a fitted decode step and a prompt's interpolated cost; under speculative decoding,
+    the decode sequences' forward is ``verify``'s (each a chunk of ``1 + k`` tokens over its cache)."""
 
     decode: Affine
     prompt: Prompt
+    verify: Affine | None = None
 
     def __call__(self, step: Step) -> float:
-        base = self.decode(step.decode, step.kv_tokens) if step.decode else self.prompt(0)
+        if step.decode and step.speculative:
+            if self.verify is None:
+                raise OpcountValueError("a speculative step priced by a step cost fitted without its verify forward")
+            base = self.verify(step.decode, step.kv_tokens)
+        else:
+            base = self.decode(step.decode, step.kv_tokens) if step.decode else self.prompt(0)
         return base + sum(self.prompt(k + n) - self.prompt(k) for k, n in step.chunks)
 
 
@@ -116,26 +133,35 @@ def fitted(
     output_len: int,
     budget: int,
     big: int,
+    speculative: int = 0,
 ) -> Fitted:
     """The step costs from ``trace(phase, batch, new tokens, cached tokens per sequence) -> (estimate, bound)``:
     decode steps of 1 and ``big`` sequences at the first and last decode step's cache, the fit checked at the
-    fourth of those points (``big`` at the last), prompts at :func:`prompt_lengths`."""
+    fourth of those points (``big`` at the last), prompts at :func:`prompt_lengths`. With ``speculative`` draft
+    tokens, the verify forward too: prefills of ``1 + speculative`` tokens over the same caches, fitted alike."""
     # the first decode step reads the prompt, the last the prompt and all but its last two answer tokens
     k1, k2 = input_len, input_len + max(output_len - 2, 1)
-    decodes = {p: trace("decode", p[0], 1, p[1]) for p in ((1, k1), (1, k2), (big, k1), (big, k2))}
+    points = ((1, k1), (1, k2), (big, k1), (big, k2))
+    decodes = {p: trace("decode", p[0], 1, p[1]) for p in points}
+    verifies = {p: trace("prefill", p[0], 1 + speculative, p[1]) for p in points} if speculative else {}
     lengths = prompt_lengths(input_len, budget)
     prompts = [trace("prefill", 1, n, 0) for n in lengths]
     costs: list[FittedStepCost | None] = []
     for which in (0, 1):
         d = {p: t[which] for p, t in decodes.items()}
+        v = {p: t[which] for p, t in verifies.items()}
         p = [t[which] for t in prompts]
-        if any(v is None for v in (*d.values(), *p)):
+        if any(x is None for x in (*d.values(), *v.values(), *p)):
             costs.append(None)
             continue
         decode = Affine.solve(k1, k2, big, d[1, k1] or 0.0, d[1, k2] or 0.0, d[big, k1] or 0.0)
-        costs.append(FittedStepCost(decode, Prompt(tuple(lengths), tuple(v or 0.0 for v in p))))
+        verify = Affine.solve(k1, k2, big, v[1, k1] or 0.0, v[1, k2] or 0.0, v[big, k1] or 0.0) if v else None
+        costs.append(FittedStepCost(decode, Prompt(tuple(lengths), tuple(x or 0.0 for x in p)), verify))
     estimate = costs[0]
     assert estimate is not None  # a deployment on hardware always prices its estimate
     traced = decodes[big, k2][0]
     error = abs(estimate.decode(big, big * k2) - traced) / traced if traced else 0.0
-    return Fitted(estimate, costs[1], len(decodes) + len(prompts), error)
+    if estimate.verify is not None and verifies[big, k2][0]:  # the larger of the two fits' errors
+        traced = verifies[big, k2][0]
+        error = max(error, abs(estimate.verify(big, big * k2) - traced) / traced)
+    return Fitted(estimate, costs[1], len(decodes) + len(verifies) + len(prompts), error)

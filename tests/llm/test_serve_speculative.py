@@ -1,0 +1,116 @@
+"""Speculative decoding in opcount.llm.serve: the accepted length against its closed form, the scheduler's
+verify steps over a step cost the test sets, and what is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from opcount.errors import OpcountError
+from opcount.llm.serve.scheduler import Engine, run
+from opcount.llm.serve.simulate import replay
+from opcount.llm.serve.speculative import Drafter, Speculation, WithDraft, expected_length, parse_acceptance
+from opcount.llm.serve.step_cost import Affine, FittedStepCost, Prompt, Step
+from opcount.llm.serve.workload import Workload
+
+
+class Priced:
+    """A step of ``d`` decode sequences each verifying ``1 + s`` tokens, and chunks of ``n_i`` tokens, costs
+    ``0.1 + 0.01 d (1 + s) + 0.001 sum n_i`` seconds; every step kept."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+
+    def __call__(self, step: Step) -> float:
+        self.steps.append(step)
+        return 0.1 + 0.01 * step.decode * (1 + step.speculative) + 0.001 * sum(n for _, n in step.chunks)
+
+
+def engine(blocks: int = 10_000, budget: int = 8192, block_size: int = 16) -> Engine:
+    return Engine(max_num_seqs=256, max_num_batched_tokens=budget, block_size=block_size, num_blocks=blocks)
+
+
+def test_the_accepted_length_is_the_closed_form() -> None:
+    assert expected_length((0.5, 0.5, 0.5)) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert Speculation.of(3, 0.5).expected_length == pytest.approx(1.875)  # (1 - a^4) / (1 - a)
+    assert Speculation.of(2, (0.8, 0.5)).expected_length == pytest.approx(1 + 0.8 + 0.8 * 0.5)
+    assert Speculation.of(4, 1.0).expected_length == 5.0
+    assert Speculation.of(4, 0.0).expected_length == 1.0
+
+
+def test_the_credit_emits_the_mean_exactly() -> None:
+    spec, credit, emitted = Speculation.of(3, (0.75, 0.5, 0.5)), 0.0, 0
+    for _ in range(1000):
+        n, credit = spec.emit(credit)
+        assert 1 <= n <= 4
+        emitted += n
+    # 1 + 0.75 + 0.375 + 0.1875 = 2.3125 a step: floor(1000 x 2.3125)
+    assert emitted == 2312
+
+
+def test_at_low_load_tpot_is_the_verify_step_over_the_accepted_length() -> None:
+    # k = 1 at a = 0.5: 1.5 tokens a step. A prompt of 100 (0.1 + 0.1 = 0.2 s), then 300 tokens after the first
+    # in 200 verify steps of 0.1 + 0.01 x 2 = 0.12 s: TPOT 0.12 / 1.5 = 80 ms
+    cost = Priced()
+    workload = Workload(requests=1, input_len=100, output_len=301, rate=1.0, arrivals="constant")
+    found = run(workload, engine(), cost, Speculation.of(1, 0.5))
+    assert found.steps == 201
+    verifies = [s for s in cost.steps if s.decode]
+    assert len(verifies) == 200 and all(s.speculative == 1 and s.decode == 1 for s in verifies)
+    assert 300 / len(verifies) == pytest.approx(1.5)  # tokens a verify step, the closed form
+    sim = replay(workload, engine(), Priced(), speculation=Speculation.of(1, 0.5))
+    assert sim.metrics["mean_ttft_ms"] == pytest.approx(200.0)
+    assert sim.metrics["mean_tpot_ms"] == pytest.approx(80.0)
+    assert sim.metrics["mean_itl_ms"] == pytest.approx(120.0)  # a step's tokens stream as one chunk
+    assert sim.metrics["mean_acceptance_length"] == pytest.approx(1.5)
+
+
+def test_a_verify_takes_its_drafts_of_the_budget_and_their_blocks() -> None:
+    # k = 3: a decode takes 4 tokens of the budget; at a budget of 6 the second request's prompt of 2 fits
+    # beside the first one's verify, a third decode does not
+    cost = Priced()
+    workload = Workload(requests=2, input_len=2, output_len=3, concurrency=2)
+    run(workload, engine(budget=6), cost, Speculation.of(3, 1.0))
+    assert cost.steps[0].chunks == ((0, 2), (0, 2)) and not cost.steps[0].decode
+    assert cost.steps[1] == Step(1, 2, (), 3)  # the first request's verify; the second's waits for budget
+    # the largest request needs the blocks of its prompt, its answer but the last and k lookahead slots:
+    # 15 + 2 - 1 + 2 = 18 tokens, 2 blocks of 16
+    with pytest.raises(OpcountError, match="needs 2 KV blocks"):
+        run(
+            Workload(requests=1, input_len=15, output_len=2, rate=1.0),
+            engine(blocks=1),
+            Priced(),
+            Speculation.of(2, 0.5),
+        )
+
+
+def test_the_draft_is_k_passes_over_the_verified_sequences_and_its_pass_over_chunks() -> None:
+    # the draft's decode D(b, K) = 1 + 2 b + 3 K, its prompt P(L) = L: 2 passes over b = 2, K = 10 then 12,
+    # and a chunk of 5 after 4 (P(0) + P(9) - P(4) = 5)
+    draft = Drafter(FittedStepCost(Affine(1.0, 2.0, 3.0), Prompt((0, 10), (0.0, 10.0))), 2)
+    assert draft(Step(2, 10, (), 2)) == pytest.approx((1 + 4 + 30) + (1 + 4 + 36))
+    assert draft(Step(0, 0, ((4, 5),))) == pytest.approx(5.0)
+    priced = WithDraft(lambda step: 1.0, draft)
+    assert priced(Step(2, 10, ((4, 5),), 2)) == pytest.approx(1 + 76 + 5)
+    assert priced.draft_share == pytest.approx(81 / 82)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "rates", "match"),
+    [
+        (3, (0.5, 0.5), "2 rates for 3 speculative tokens"),
+        (1, (1.5,), "from 0 to 1"),
+        (2, (0.5, -0.1), "from 0 to 1"),
+        (2, (0.5, float("nan")), "from 0 to 1"),
+        (0, (), "from 1 to 64"),
+    ],
+)
+def test_a_wrong_speculation_is_refused(tokens: int, rates: tuple[float, ...], match: str) -> None:
+    with pytest.raises(OpcountError, match=match):
+        Speculation(tokens, rates)
+
+
+def test_an_acceptance_is_read_as_one_rate_or_a_list() -> None:
+    assert parse_acceptance("0.7") == (0.7,)
+    assert parse_acceptance("0.8,0.6") == (0.8, 0.6)
+    with pytest.raises(OpcountError, match="comma list"):
+        parse_acceptance("0.8;0.6")
