@@ -72,15 +72,13 @@ def test_a_verify_takes_its_drafts_of_the_budget_and_their_blocks() -> None:
     run(workload, engine(budget=6), cost, Speculation.of(3, 1.0))
     assert cost.steps[0].chunks == ((0, 2), (0, 2)) and not cost.steps[0].decode
     assert cost.steps[1] == Step(1, 2, (), 3)  # the first request's verify; the second's waits for budget
-    # the largest request needs the blocks of its prompt, its answer but the last and k lookahead slots:
-    # 15 + 2 - 1 + 2 = 18 tokens, 2 blocks of 16
+    # the largest request needs the blocks of its prompt, its answer but the last, a verify's k drafts and k
+    # lookahead slots: 10 + 2 - 1 + 2 x 3 = 17 tokens, 2 blocks of 16
+    alone, spec = Workload(requests=1, input_len=10, output_len=2, rate=1.0), Speculation.of(3, 0.5)
     with pytest.raises(OpcountError, match="needs 2 KV blocks"):
-        run(
-            Workload(requests=1, input_len=15, output_len=2, rate=1.0),
-            engine(blocks=1),
-            Priced(),
-            Speculation.of(2, 0.5),
-        )
+        run(alone, engine(blocks=1), Priced(), spec)
+    # its prompt of 10 and 3 lookahead slots take one block, its verify of 4 after 10 and 3 more slots a second
+    assert run(alone, engine(blocks=2), Priced(), spec).peak_blocks == 2
 
 
 def test_the_draft_is_k_passes_over_the_verified_sequences_and_its_pass_over_chunks() -> None:

@@ -17,8 +17,10 @@ A step's tokens come out when it ends; a request whose computed tokens reach its
 tokens samples one more (its first at the end of its prompt's last chunk). Arrivals during a step wait for
 the next one. Under speculative decoding (:mod:`.speculative`) a decode carries ``k`` draft tokens: it takes
 ``1 + k`` tokens of the budget and the KV blocks of ``k`` lookahead slots (vLLM's ``num_lookahead_tokens``), and
-emits the tokens its verify accepts; one that the budget left cannot take whole waits for the next step (vLLM
-would shorten its drafts). Prefix caching and the time the engine's CPU spends between steps are not modelled
+emits the tokens its verify accepts; every request scheduled holds the blocks of ``k`` lookahead slots past its
+new tokens, where the drafter writes the next drafts (``allocate_slots(..., num_lookahead_tokens)``, which vLLM
+passes for its EAGLE-family drafters, MTP among them). A verify that the budget left cannot take whole waits for
+the next step (vLLM would shorten its drafts). Prefix caching and the time the engine's CPU spends between steps are not modelled
 (docs/simulate.md).
 """
 
@@ -95,7 +97,8 @@ def run(workload: Workload, engine: Engine, cost: StepCost, speculation: Specula
     """Every request of ``workload`` through ``engine``'s scheduler, each step priced by ``cost``; each decode
     speculating as ``speculation`` says (None: none)."""
     lookahead = speculation.tokens if speculation else 0
-    largest = blocks_for(workload.input_len + workload.output_len - 1 + lookahead, engine.block_size)
+    # the last verify: the tokens cached but the last, its 1 + k, and k lookahead slots
+    largest = blocks_for(workload.input_len + workload.output_len - 1 + 2 * lookahead, engine.block_size)
     if largest > engine.num_blocks:
         raise OpcountValueError(
             f"a request of {workload.input_len} + {workload.output_len} tokens needs {largest} KV blocks of "
@@ -129,7 +132,8 @@ def run(workload: Workload, engine: Engine, cost: StepCost, speculation: Specula
                 n = 1 + lookahead  # its last token and its drafts, verified together
             else:
                 n = min(r.tokens - r.computed, budget)
-            need = max(blocks_for(r.computed + n, size) - r.blocks, 0)  # rejected drafts' slots stay held
+            # the slots of its new tokens and of the k drafts proposed after them; rejected drafts' slots stay held
+            need = max(blocks_for(r.computed + n + lookahead, size) - r.blocks, 0)
             lost = False
             while need > free:
                 # the newest running request: never one scheduled already this step, which all come before r
@@ -154,7 +158,7 @@ def run(workload: Workload, engine: Engine, cost: StepCost, speculation: Specula
         while not preempted and waiting and budget and len(running) < engine.max_num_seqs:
             r = waiting[0]
             n = min(r.tokens - r.computed, budget)
-            need = blocks_for(r.computed + n, size) - r.blocks
+            need = blocks_for(r.computed + n + lookahead, size) - r.blocks
             if need > free:
                 break
             waiting.popleft()
