@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+pytest.importorskip("transformers")
+from transformers import LlamaConfig
+
 from opcount.errors import OpcountError
+from opcount.llm.causal_lm import CausalLM
+from opcount.llm.deploy.layout import Parallel
 from opcount.llm.serve.scheduler import Engine, run
-from opcount.llm.serve.simulate import replay
+from opcount.llm.serve.simulate import replay, simulate
 from opcount.llm.serve.speculative import Drafter, Speculation, WithDraft, expected_length, parse_acceptance
 from opcount.llm.serve.step_cost import Affine, FittedStepCost, Prompt, Step
 from opcount.llm.serve.workload import Workload
@@ -112,3 +117,59 @@ def test_an_acceptance_is_read_as_one_rate_or_a_list() -> None:
     assert parse_acceptance("0.8,0.6") == (0.8, 0.6)
     with pytest.raises(OpcountError, match="comma list"):
         parse_acceptance("0.8;0.6")
+
+
+SMALL = {
+    "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "vocab_size": 1000,
+}  # fmt: skip
+
+
+def _traced(llm: CausalLM, phase: str, batch: int, seq_len: int, kv_len: int) -> float:
+    cost = llm.phase(phase, seq_len=seq_len, kv_len=kv_len, batch=batch, hardware="h100-sxm")
+    time = llm.deploy(cost, Parallel(), hardware=cost.roofline.hardware if cost.roofline else None).step_time
+    assert time is not None
+    return time
+
+
+def test_the_verify_step_is_a_traced_prefill_of_k_plus_1_over_the_cache() -> None:
+    llm, draft = CausalLM(LlamaConfig(**SMALL)), CausalLM(LlamaConfig(**(SMALL | {"num_hidden_layers": 1})))
+    workload = Workload(requests=2, input_len=200, output_len=9, rate=0.01, arrivals="constant")
+    result = simulate(llm, workload, "h100-sxm", speculation=Speculation.of(2, 0.5, "draft"), draft=draft)
+    assert result.fit is not None and result.fit.estimate.verify is not None
+    verify = result.fit.estimate.verify
+    # the fit's points: one sequence over the prompt (200) and over all but the last two answer tokens (207)
+    for kv in (200, 207):
+        assert verify(1, kv) == pytest.approx(_traced(llm, "prefill", 1, 3, kv), rel=1e-9)
+    # and a batch of 64 there, which the fit did not solve for: within 1%
+    assert verify(64, 64 * 207) == pytest.approx(_traced(llm, "prefill", 64, 3, 207), rel=0.01)
+
+
+def test_at_low_load_a_draft_models_tokens_per_step_and_tpot_are_the_closed_form() -> None:
+    # k = 2 at a = 0.5: 1 + 0.5 + 0.25 = 1.75 tokens a verify step; 7 tokens after the first take 4 steps
+    # (credits 1.75, 3.5, 5.25, 7: 1, 2, 2, 2 tokens); each step costs the verify and 2 draft passes over 1
+    # sequence at its context, plus nothing else (the requests are 100 s apart)
+    llm, draft = CausalLM(LlamaConfig(**SMALL)), CausalLM(LlamaConfig(**(SMALL | {"num_hidden_layers": 1})))
+    workload = Workload(requests=2, input_len=200, output_len=8, rate=0.01, arrivals="constant")
+    spec = Speculation.of(2, 0.5, "draft")
+    result = simulate(llm, workload, "h100-sxm", speculation=spec, draft=draft)
+    assert result.fit is not None and result.draft_fit is not None
+    verify, drafted = result.fit.estimate.verify, result.draft_fit.estimate.decode
+    assert verify is not None
+    contexts = [200, 201, 203, 205]  # the tokens cached before each verify: the prompt, then what it emitted
+    steps = [verify(1, kv) + drafted(1, kv) + drafted(1, kv + 1) for kv in contexts]
+    m = result.metrics
+    assert m["mean_acceptance_length"] == pytest.approx(7 / 4)
+    assert result.per_request[0]["tpot"] == pytest.approx(sum(steps) / 7, rel=1e-9)
+    assert m["mean_itl_ms"] == pytest.approx(sum(steps) / 4 * 1e3, rel=1e-9)
+    assert 0 < m["draft_time_share"] < 1
+
+
+def test_a_model_with_no_mtp_layers_and_no_draft_is_refused() -> None:
+    llm = CausalLM(LlamaConfig(**SMALL))
+    workload = Workload(requests=1, input_len=16, output_len=4, rate=1.0)
+    with pytest.raises(OpcountError, match="no multi-token prediction layers"):
+        simulate(llm, workload, "h100-sxm", speculation=Speculation.of(1, 0.5))
+    other = CausalLM(LlamaConfig(**(SMALL | {"vocab_size": 500})))
+    with pytest.raises(OpcountError, match="vocabulary"):
+        simulate(llm, workload, "h100-sxm", speculation=Speculation.of(1, 0.5, "draft"), draft=other)

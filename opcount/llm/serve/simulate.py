@@ -22,7 +22,7 @@ from ..deploy.fit import LARGE_DEFAULT, default_max_batched_tokens
 from ..deploy.layout import Parallel
 from ..phases import PhaseRequest
 from . import scheduler
-from .speculative import Speculation, WithDraft
+from .speculative import Drafter, Speculation, WithDraft, mtp_head, projection, shared_share
 from .step_cost import Fitted, StepCost, fitted
 from .workload import Workload
 
@@ -54,6 +54,8 @@ class Simulation:
     kv_bytes_per_token: float | None  # per device, the cache of a whole request spread over its tokens
     fit: Fitted | None
     per_request: list[dict[str, float]]
+    speculation: Speculation | None = None
+    draft_fit: Fitted | None = None  # the draft's (or MTP head's) step cost, fitted as the target's
 
     def as_dict(self) -> dict[str, Any]:
         e = self.engine
@@ -68,6 +70,10 @@ class Simulation:
             "step_cost": None if self.fit is None else {
                 "traced_phases": self.fit.traces, "decode_fit_error": self.fit.check_error,
                 "prefill_chunk": "P(k + n) - P(k): a prompt's cost difference, not a traced cached-prefix phase",
+            },
+            "speculative": None if self.speculation is None else self.speculation.as_dict() | {
+                "draft_traced_phases": None if self.draft_fit is None else self.draft_fit.traces,
+                "verify": "a prefill of 1 + k tokens over the cache, traced and fitted as the decode step is",
             },
             "metrics": self.metrics,
             "bound": self.bound,
@@ -148,7 +154,7 @@ def replay(
     found = metrics(run, workload, devices, engine.num_blocks)
     if isinstance(cost, WithDraft):  # the draft's share of the seconds the engine ran steps
         found["draft_time_share"] = cost.draft_share
-    return Simulation(workload, engine, devices, found, bounded, None, None, per_request(run))
+    return Simulation(workload, engine, devices, found, bounded, None, None, per_request(run), speculation)
 
 
 def simulate(
@@ -165,9 +171,13 @@ def simulate(
     flops_per_mac: int = 1,
     dispatch: Dispatch | None = None,
     status: Any = None,
+    speculation: Speculation | None = None,
+    draft: CausalLM | None = None,
 ) -> Simulation:
     """``workload`` served by ``llm`` on ``parallel`` (one device by default) of ``hardware``: the engine's
-    knobs under vLLM's names, each default vLLM's for the device; the KV cache's blocks from the fit."""
+    knobs under vLLM's names, each default vLLM's for the device; the KV cache's blocks from the fit.
+    ``speculation``: speculative decoding, drafted by ``draft`` (a second model on the same devices and layout)
+    or, without it, by the model's own multi-token prediction head (:mod:`.speculative`)."""
     hardware = lookup_hardware(hardware) if isinstance(hardware, str) else hardware
     parallel = parallel or Parallel()
     if parallel.dp > 1 or parallel.micro_batches > 1:
@@ -185,25 +195,36 @@ def simulate(
         )
     budget = max_num_batched_tokens or default_max_batched_tokens(hardware)
     seqs = max_num_seqs or default_max_num_seqs(hardware)
-    llm.check_generation(workload.input_len, workload.output_len, batch=min(seqs, DECODE_FIT_BATCH))
+    if draft is not None and speculation is None:
+        raise OpcountValueError("a draft model drafts speculative tokens: give their number (--speculative-tokens)")
+    big = max(2, min(seqs, DECODE_FIT_BATCH))
+    llm.check_generation(workload.input_len, workload.output_len, batch=big)
+    drafter = None if speculation is None else drafting(llm, speculation, draft, budget)
+    if drafter is not None:
+        drafter.check_generation(workload.input_len, workload.output_len, batch=big)
     deployments: dict[tuple[str, int, int, int], Any] = {}
+    drafts: dict[tuple[str, int, int, int], Any] = {}
 
-    def trace(phase: str, batch: int, new: int, cached: int) -> tuple[float, float | None]:
-        if status is not None:
-            status(f"tracing {phase} of {batch} x {new} tokens over {cached} cached")
-        request = PhaseRequest(
-            phase=phase, seq_len=new, kv_len=cached, batch=batch, hardware=hardware, kernels=kernels,
-            flops_per_mac=flops_per_mac,
-        )  # fmt: skip
-        d = llm.deploy(
-            llm.cost(request), parallel, hardware=hardware, gpu_memory_utilization=gpu_memory_utilization,
-            max_batched_tokens=budget, dispatch=dispatch,
-        )  # fmt: skip
-        deployments[phase, batch, new, cached] = d
-        assert d.step_time is not None  # priced on hardware
-        return d.step_time, d.step_time_bound
+    def tracer(model: CausalLM, kept: dict[tuple[str, int, int, int], Any]) -> Any:
+        def trace(phase: str, batch: int, new: int, cached: int) -> tuple[float, float | None]:
+            if status is not None:
+                status(f"tracing {phase} of {batch} x {new} tokens over {cached} cached")
+            request = PhaseRequest(
+                phase=phase, seq_len=new, kv_len=cached, batch=batch, hardware=hardware, kernels=kernels,
+                flops_per_mac=flops_per_mac,
+            )  # fmt: skip
+            d = model.deploy(
+                model.cost(request), parallel, hardware=hardware, gpu_memory_utilization=gpu_memory_utilization,
+                max_batched_tokens=budget, dispatch=dispatch,
+            )  # fmt: skip
+            kept[phase, batch, new, cached] = d
+            assert d.step_time is not None  # priced on hardware
+            return d.step_time, d.step_time_bound
 
-    fit = fitted(trace, workload.input_len, workload.output_len, budget, max(2, min(seqs, DECODE_FIT_BATCH)))
+        return trace
+
+    k = speculation.tokens if speculation is not None else 0
+    fit = fitted(tracer(llm, deployments), workload.input_len, workload.output_len, budget, big, k)
     # the cache: the device's capacity less its weights and the activations of a step of `budget` tokens
     # (vLLM's profiling run), in blocks of the bytes a token holds on the busiest device
     longest = min(workload.input_len, budget)
@@ -214,6 +235,23 @@ def simulate(
     capacity = prompt.capacity  # the device's memory times gpu_memory_utilization, as the deployment judged it
     assert capacity is not None  # the device says its memory (checked above)
     free = capacity - prompt.per_device.weights - activations
+    estimate: StepCost = fit.estimate
+    bound: StepCost | None = fit.bound
+    draft_fit = None
+    if speculation is not None and drafter is not None:
+        draft_fit = fitted(tracer(drafter, drafts), workload.input_len, workload.output_len, budget, big)
+        extra, weights = (0.0, 0.0), drafts["prefill", 1, longest, 0].per_device.weights
+        if draft is None:  # an MTP head: the model's embedding and LM head are its own, its projection is not
+            extra, projected = projection(llm, hardware, big)
+            weights = weights * (1 - shared_share(drafter)) + projected
+        free -= weights
+        per_token += drafts[last].per_device.kv_cache / (last[3] + 1)  # the draft's own KV cache, each token
+        estimate = WithDraft(fit.estimate, Drafter(draft_fit.estimate, k, extra))
+        bound = (
+            None
+            if fit.bound is None or draft_fit.bound is None
+            else WithDraft(fit.bound, Drafter(draft_fit.bound, k, extra))
+        )
     if per_token <= 0:
         raise OpcountValueError(f"{type(llm.model).__name__} caches nothing per token: no blocks to simulate")
     blocks = math.floor(free / (per_token * block_size))
@@ -227,5 +265,33 @@ def simulate(
     )
     if status is not None:
         status(f"simulating {workload.requests} requests")
-    found = replay(workload, engine, fit.estimate, fit.bound, parallel.devices)
-    return Simulation(workload, engine, parallel.devices, found.metrics, found.bound, per_token, fit, found.per_request)
+    found = replay(workload, engine, estimate, bound, parallel.devices, speculation)
+    return Simulation(
+        workload,
+        engine,
+        parallel.devices,
+        found.metrics,
+        found.bound,
+        per_token,
+        fit,
+        found.per_request,
+        speculation,
+        draft_fit,
+    )
+
+
+def drafting(llm: CausalLM, speculation: Speculation, draft: CausalLM | None, budget: int) -> CausalLM:
+    """The model that drafts: ``draft``, or ``llm``'s MTP head; refused where the budget cannot hold a verify,
+    or where the draft's vocabulary is not the model's (its tokens are the model's to verify)."""
+    if budget < 1 + speculation.tokens:
+        raise OpcountValueError(
+            f"max_num_batched_tokens {budget} cannot hold one verify of 1 + {speculation.tokens} speculative tokens"
+        )
+    if draft is None:
+        return mtp_head(llm)
+    ours, theirs = getattr(llm.config, "vocab_size", None), getattr(draft.config, "vocab_size", None)
+    if ours != theirs:
+        raise OpcountValueError(
+            f"the draft model's vocabulary ({theirs} tokens) is not the model's ({ours}): it must share its tokenizer"
+        )
+    return draft

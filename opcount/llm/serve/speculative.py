@@ -29,7 +29,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+from torch import nn
+
 from ...errors import OpcountValueError
+from ...hardware.lookup import Hardware
+from ...ir import DTYPE_BYTES
+from ...roofline import roofline
 from ..causal_lm import CausalLM
 from .step_cost import FittedStepCost, Step, StepCost
 
@@ -177,3 +183,18 @@ def shared_share(head: CausalLM) -> float:
     shared = {id(p): p.numel() for m in (model.get_input_embeddings(), model.get_output_embeddings()) if m is not None
               for p in m.parameters()}  # fmt: skip
     return sum(shared.values()) / head.parameters if head.parameters else 0.0
+
+
+def projection(llm: CausalLM, hardware: Hardware, big: int) -> tuple[tuple[float, float], float]:
+    """An MTP pass's ``2h -> h`` projection: its seconds over ``b`` tokens as ``e0 + e1 b`` (its roofline,
+    traced at 1 and ``big`` tokens) and its weight's bytes. vLLM builds it as a plain ``nn.Linear`` in the
+    activations' dtype, on every device whole (``eh_proj`` in vllm/model_executor/models/deepseek_mtp.py)."""
+    h = llm.config.hidden_size
+    with torch.device("meta"):
+        linear = nn.Linear(2 * h, h, bias=False)
+    times = [
+        roofline(linear, (torch.empty(b, 2 * h, device="meta"),), hardware=hardware, dtype=llm.precision.act).total_time
+        for b in (1, big)
+    ]
+    e1 = (times[1] - times[0]) / (big - 1)
+    return (times[0] - e1, e1), 2 * h * h * DTYPE_BYTES[llm.precision.act]
