@@ -6,14 +6,24 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("transformers")
-from transformers import LlamaConfig
+from transformers import DeepseekV3Config, LlamaConfig
 
 from opcount.errors import OpcountError
+from opcount.hardware.lookup import hardware as lookup_hardware
 from opcount.llm.causal_lm import CausalLM
 from opcount.llm.deploy.layout import Parallel
 from opcount.llm.serve.scheduler import Engine, run
 from opcount.llm.serve.simulate import replay, simulate
-from opcount.llm.serve.speculative import Drafter, Speculation, WithDraft, expected_length, parse_acceptance
+from opcount.llm.serve.speculative import (
+    Drafter,
+    Speculation,
+    WithDraft,
+    expected_length,
+    mtp_head,
+    parse_acceptance,
+    projection,
+    shared_share,
+)
 from opcount.llm.serve.step_cost import Affine, FittedStepCost, Prompt, Step
 from opcount.llm.serve.workload import Workload
 
@@ -173,3 +183,41 @@ def test_a_model_with_no_mtp_layers_and_no_draft_is_refused() -> None:
     other = CausalLM(LlamaConfig(**(SMALL | {"vocab_size": 500})))
     with pytest.raises(OpcountError, match="vocabulary"):
         simulate(llm, workload, "h100-sxm", speculation=Speculation.of(1, 0.5, "draft"), draft=other)
+
+
+def _deepseek() -> CausalLM:
+    # two dense layers, one of routed experts; the config's one MTP layer (num_nextn_predict_layers = 1)
+    return CausalLM(
+        DeepseekV3Config(
+            hidden_size=256, intermediate_size=512, moe_intermediate_size=128, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=4, n_routed_experts=8, num_experts_per_tok=2,
+            first_k_dense_replace=2, kv_lora_rank=64, q_lora_rank=96, qk_nope_head_dim=32, qk_rope_head_dim=16,
+            v_head_dim=32, vocab_size=1000, n_group=1, topk_group=1, num_nextn_predict_layers=1,
+        )
+    )  # fmt: skip
+
+
+def test_an_mtp_head_is_one_expert_layer_with_the_models_embedding_and_head() -> None:
+    head = mtp_head(_deepseek())
+    assert head.config.num_hidden_layers == 1 and len(head.experts) == 1  # its one layer routes to experts
+    # the embedding and the LM head (1000 x 256 each, untied) are the model's: no memory of their own
+    assert shared_share(head) * head.parameters == 2 * 1000 * 256
+    # the 2h -> h projection over one token: its weight (2 x 256 x 256), its input (512) and output (256) in
+    # bfloat16, read and written at the H100's 3.35 TB/s
+    (e0, e1), weight = projection(head, lookup_hardware("h100-sxm"), 64)
+    assert weight == 2 * 256 * 256 * 2
+    assert e0 + e1 == pytest.approx((2 * 256 * 256 + 512 + 256) * 2 / 3.35e12, rel=1e-6)
+
+
+def test_mtp_drafts_with_its_head_and_its_cache_takes_blocks() -> None:
+    llm = _deepseek()
+    workload = Workload(requests=2, input_len=100, output_len=9, rate=0.01, arrivals="constant")
+    spec = simulate(llm, workload, "h100-sxm", speculation=Speculation.of(1, 1.0))
+    plain = simulate(llm, workload, "h100-sxm")
+    # every draft accepted: 2 tokens a verify step, 8 after the first in 4 steps
+    assert spec.metrics["mean_acceptance_length"] == 2.0 and spec.draft_fit is not None
+    assert 0 < spec.metrics["draft_time_share"] < 1
+    # the head's one latent-attention layer caches as each of the model's three do: a token holds 4/3 as much
+    assert spec.kv_bytes_per_token == pytest.approx(plain.kv_bytes_per_token * 4 / 3)
+    assert spec.engine.num_blocks < plain.engine.num_blocks
+    assert spec.as_dict()["speculative"]["mean_acceptance_length"] == 2.0
