@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TextIO
 
 import torch
@@ -39,6 +40,10 @@ def run(argv: Sequence[str], stderr: TextIO) -> tuple[str, str | None]:
             hardware = phase.hardware.resolve(spinner.update, note)
             deploy_flags.check(flags, True, hardware)
             llm, label = build(phase, wanted, spinner.update)
+            draft = None
+            if options.draft is not None:  # built as the model is: its dtypes and layout, none of its --hf-config
+                bare = replace(phase, model=options.draft, inputs=replace(phase.inputs, hf_config=()))
+                draft = build(bare, wanted, spinner.update)[0]
             torch.manual_seed(0)
             result = simulate(
                 llm, options.workload, hardware, deploy_flags.layout(flags.deploy, {}),
@@ -46,6 +51,7 @@ def run(argv: Sequence[str], stderr: TextIO) -> tuple[str, str | None]:
                 block_size=options.block_size, gpu_memory_utilization=flags.deploy.gpu_memory_utilization,
                 kernels=flags.kernels, flops_per_mac=phase.analysis.flops_per_mac,
                 dispatch=deploy_flags.dispatch(flags.deploy), status=spinner.update,
+                speculation=options.speculation, draft=draft,
             )  # fmt: skip
         finally:
             spinner.close()
@@ -71,6 +77,15 @@ def table(s: Simulation, label: str, hardware: str, layout: Sequence[str]) -> st
         lines.append(
             f"  step cost: fitted from {s.fit.traces} traced phases (decode fit off by {s.fit.check_error:.2%} "
             "at its check point; a prompt chunk is a prompt's cost difference)"
+        )
+    if s.speculation is not None:
+        spec = s.speculation
+        drafter = "the model's MTP head" if spec.draft == "mtp" else spec.draft
+        rates = ", ".join(f"{a:g}" for a in spec.acceptance)
+        lines.append(
+            f"  speculative decoding: {spec.tokens} draft tokens a step by {drafter}, accepted at {rates}; "
+            f"{m['mean_acceptance_length']:.4g} tokens a verify ({spec.expected_length:.4g} expected), "
+            f"the draft {m['draft_time_share']:.1%} of the step time"
         )
     lines += [
         f"  ran {m['duration']:.4g} s: {m['steps']:,.0f} steps, {m['preemptions']:,.0f} preemptions, busy "

@@ -3,11 +3,14 @@ verify steps over a step cost the test sets, and what is refused."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("transformers")
 from transformers import DeepseekV3Config, LlamaConfig
 
+from opcount.cli.main import main
 from opcount.errors import OpcountError
 from opcount.hardware.lookup import hardware as lookup_hardware
 from opcount.llm.causal_lm import CausalLM
@@ -221,3 +224,40 @@ def test_mtp_drafts_with_its_head_and_its_cache_takes_blocks() -> None:
     assert spec.kv_bytes_per_token == pytest.approx(plain.kv_bytes_per_token * 4 / 3)
     assert spec.engine.num_blocks < plain.engine.num_blocks
     assert spec.as_dict()["speculative"]["mean_acceptance_length"] == 2.0
+
+
+FLAGS = [f"--hf-config={k}={v}" for k, v in SMALL.items()]
+SIMULATE = ["simulate", "hf:LlamaConfig", *FLAGS, "--hardware", "h100-sxm", "--rate", "1"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--speculative-tokens", "3", "--acceptance", "0.8,0.6"], "2 rates for 3 speculative tokens"),
+        (["--speculative-tokens", "1", "--acceptance", "1.2"], "from 0 to 1"),
+        (["--speculative-tokens", "2", "--acceptance", "0.8,x"], "comma list"),
+        (["--acceptance", "0.8"], "--acceptance applies to speculative decoding"),
+        (["--draft", "llm:llama-2-7b"], "--draft applies to speculative decoding"),
+        (["--speculative-tokens", "2"], "needs --acceptance"),
+        (["--speculative-tokens", "2", "--acceptance", "0.5", "--draft", "resnet50"], "--draft takes a causal LM"),
+        (["--speculative-tokens", "2", "--acceptance", "0.5"], "no multi-token prediction layers"),
+    ],
+)
+def test_a_wrong_speculation_exits_2_in_one_line(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*SIMULATE, *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_opcount_simulate_with_a_draft_model(tmp_path: pytest.TempPathFactory) -> None:
+    out = tmp_path / "sim.json"  # type: ignore[operator]
+    # the target takes Llama-2's vocabulary, so that Llama-2-7B can draft for it
+    argv = [*SIMULATE[:-2], "--hf-config=vocab_size=32000", "--concurrency", "1", "--requests", "2"]
+    argv += ["--input-len", "64", "--output-len", "9", "--speculative-tokens", "1", "--acceptance", "1"]
+    assert main([*argv, "--draft", "llm:llama-2-7b", "-o", str(out), "--format", "json", "-q"]) == 0
+    sim = json.loads(out.read_text())["simulation"]
+    assert sim["speculative"]["draft"] == "llm:llama-2-7b" and sim["speculative"]["mean_acceptance_length"] == 2
+    assert sim["metrics"]["mean_acceptance_length"] == 2  # 8 tokens after the first, in 4 verify steps
+    assert 0 < sim["metrics"]["draft_time_share"] < 1
