@@ -15,18 +15,10 @@ from opcount.errors import OpcountError
 from opcount.hardware.lookup import hardware as lookup_hardware
 from opcount.llm.causal_lm import CausalLM
 from opcount.llm.deploy.layout import Parallel
+from opcount.llm.serve.drafting import Drafter, WithDraft, mtp_head, projection, shared_share
 from opcount.llm.serve.scheduler import Engine, run
 from opcount.llm.serve.simulate import replay, simulate
-from opcount.llm.serve.speculative import (
-    Drafter,
-    Speculation,
-    WithDraft,
-    expected_length,
-    mtp_head,
-    parse_acceptance,
-    projection,
-    shared_share,
-)
+from opcount.llm.serve.speculative import Speculation, expected_length, parse_acceptance
 from opcount.llm.serve.step_cost import Affine, FittedStepCost, Prompt, Step
 from opcount.llm.serve.workload import Workload
 

@@ -22,7 +22,8 @@ from ..deploy.fit import LARGE_DEFAULT, default_max_batched_tokens
 from ..deploy.layout import Parallel
 from ..phases import PhaseRequest
 from . import scheduler
-from .speculative import Drafter, Speculation, WithDraft, mtp_head, projection, shared_share
+from .drafting import Drafter, WithDraft, mtp_head, projection, shared_share
+from .speculative import Speculation
 from .step_cost import Fitted, StepCost, fitted
 from .workload import Workload
 
