@@ -83,7 +83,7 @@ def table(s: Simulation, label: str, hardware: str, layout: Sequence[str]) -> st
         drafter = "the model's MTP head" if spec.draft == "mtp" else spec.draft
         rates = ", ".join(f"{a:g}" for a in spec.acceptance)
         lines.append(
-            f"  speculative decoding: {spec.tokens} draft tokens a step by {drafter}, accepted at {rates}; "
+            f"  speculative decoding: {spec.tokens} draft token{'s' if spec.tokens > 1 else ''} a step by {drafter}, accepted at {rates}; "
             f"{m['mean_acceptance_length']:.4g} tokens a verify ({spec.expected_length:.4g} expected), "
             f"the draft {m['draft_time_share']:.1%} of the step time"
         )
