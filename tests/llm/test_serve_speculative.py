@@ -19,7 +19,7 @@ from opcount.llm.serve.drafting import Drafter, WithDraft, mtp_head, projection,
 from opcount.llm.serve.scheduler import Engine, run
 from opcount.llm.serve.simulate import replay, simulate
 from opcount.llm.serve.speculative import Speculation, expected_length, parse_acceptance
-from opcount.llm.serve.step_cost import Affine, FittedStepCost, Prompt, Step
+from opcount.llm.serve.step_cost import Affine, FittedStepCost, Prompt, Step, fitted
 from opcount.llm.serve.workload import Workload
 
 
@@ -253,3 +253,30 @@ def test_opcount_simulate_with_a_draft_model(tmp_path: pytest.TempPathFactory) -
     assert sim["speculative"]["draft"] == "llm:llama-2-7b" and sim["speculative"]["mean_acceptance_length"] == 2
     assert sim["metrics"]["mean_acceptance_length"] == 2  # 8 tokens after the first, in 4 verify steps
     assert 0 < sim["metrics"]["draft_time_share"] < 1
+
+
+def test_a_mixed_step_is_the_verify_and_the_chunks_differences() -> None:
+    prompt = Prompt((1, 16, 64), (1.0, 2.0, 5.0))
+    cost = FittedStepCost(Affine(0.5, 0.25, 0.0), prompt, verify=Affine(0.75, 0.5, 0.125))
+    # V(2, 8) = 0.75 + 1 + 1 = 2.75, and the chunk of 24 after 16: P(40) - P(16) = 3.5 - 2
+    assert cost(Step(2, 8, ((16, 24),), 1)) == pytest.approx(2.75 + 1.5)
+    assert cost(Step(2, 8, ((16, 24),))) == pytest.approx(0.5 + 0.5 + 1.5)  # without drafts: the decode step
+    with pytest.raises(OpcountError, match="without its verify"):
+        FittedStepCost(Affine(0.5, 0.25, 0.0), prompt)(Step(1, 8, (), 2))
+
+
+def test_the_verify_fit_recovers_an_affine_cost() -> None:
+    # decode D(b, K) = 1 + 2 b + 3 K; a prefill of 3 tokens over K cached V(b, K) = 4 + 5 b + 6 K (per sequence K)
+    def trace(phase: str, batch: int, new: int, cached: int) -> tuple[float, float | None]:
+        if phase == "decode":
+            return 1 + 2 * batch + 3 * batch * cached, None
+        if cached:
+            assert new == 3
+            return 4 + 5 * batch + 6 * batch * cached, None
+        return float(new), None
+
+    fit = fitted(trace, 100, 10, 8192, 8, speculative=2)
+    assert fit.estimate.verify is not None and fit.bound is None
+    v = fit.estimate.verify
+    assert (v.d0, v.d1, v.d2) == pytest.approx((4, 5, 6))
+    assert fit.check_error == pytest.approx(0, abs=1e-12) and fit.traces == 4 + 4 + 4  # prompts at 1, 16, 64, 100
