@@ -125,7 +125,7 @@ def run(workload: Workload, engine: Engine, cost: StepCost, speculation: Specula
         i = 0
         while i < len(running) and budget:
             r = running[i]
-            decoding = bool(r.generated) and r.computed + 1 == r.tokens  # one token after a sampled one
+            decoding = r.computed + 1 == r.tokens and r.generated > 0  # one token after a sampled one
             if decoding and lookahead:
                 if budget < 1 + lookahead:
                     break
@@ -133,7 +133,9 @@ def run(workload: Workload, engine: Engine, cost: StepCost, speculation: Specula
             else:
                 n = min(r.tokens - r.computed, budget)
             # the slots of its new tokens and of the k drafts proposed after them; rejected drafts' slots stay held
-            need = max(blocks_for(r.computed + n + lookahead, size) - r.blocks, 0)
+            need = -(-(r.computed + n + lookahead) // size) - r.blocks  # blocks_for, inline: the hot loop
+            if need < 0:
+                need = 0
             lost = False
             while need > free:
                 # the newest running request: never one scheduled already this step, which all come before r
@@ -148,7 +150,7 @@ def run(workload: Workload, engine: Engine, cost: StepCost, speculation: Specula
                 break
             free -= need
             r.blocks += need
-            scheduled.append((r, n, decoding and bool(lookahead)))
+            scheduled.append((r, n, decoding and lookahead > 0))
             budget -= n
             if decoding:
                 decode, kv_tokens = decode + 1, kv_tokens + r.computed
@@ -178,21 +180,22 @@ def run(workload: Workload, engine: Engine, cost: StepCost, speculation: Specula
         used = engine.num_blocks - free
         peak, block_seconds = max(peak, used), block_seconds + used * seconds
         for r, n, verify in scheduled:
-            if verify and speculation is not None:
-                # a verify: its last token and the accepted drafts are now cached, and one more is sampled
+            if verify:
+                assert speculation is not None  # a verify is scheduled only under speculation
+                # its last token and the accepted drafts are now cached, and one more is sampled
                 emitted, r.credit = speculation.emit(r.credit)
                 emitted = min(emitted, r.output - r.generated)
                 verifies, verified = verifies + 1, verified + emitted
                 r.computed += emitted
+                r.token_times.extend([now] * emitted)
             else:
                 r.computed += n
                 if r.computed < r.tokens:
                     continue
                 emitted = 1
+                r.token_times.append(now)
             r.generated += emitted
             r.tokens += emitted
-            for _ in range(emitted):
-                r.token_times.append(now)
             if r.generated == r.output:
                 running.remove(r)
                 free += r.blocks
