@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...errors import OpcountValueError
+from ...errors import OpcountError, OpcountValueError
 from ...hardware.lookup import Hardware
 from ...ir import DTYPE_BYTES
 from ...roofline import roofline
@@ -89,7 +89,13 @@ def mtp_head(llm: CausalLM) -> CausalLM:
     head.num_hidden_layers = 1  # vLLM runs the one MTP layer k times for k speculative tokens
     if hasattr(head, "first_k_dense_replace"):
         head.first_k_dense_replace = 0  # the MTP layer is a routed-expert layer, as the model's last layers are
-    return CausalLM(head, llm.precision)
+    try:
+        return CausalLM(head, llm.precision)
+    except OpcountError as e:  # a one-layer copy of the config the model's own code refuses
+        raise OpcountValueError(
+            f"the MTP head of {type(llm.model).__name__} (one layer of its config) cannot be built: {e}; give a "
+            "draft model (--draft MODEL)"
+        ) from None
 
 
 def shared_share(head: CausalLM) -> float:
