@@ -178,6 +178,10 @@ def test_a_model_with_no_mtp_layers_and_no_draft_is_refused() -> None:
     other = CausalLM(LlamaConfig(**(SMALL | {"vocab_size": 500})))
     with pytest.raises(OpcountError, match="vocabulary"):
         simulate(llm, workload, "h100-sxm", speculation=Speculation.of(1, 0.5, "draft"), draft=other)
+    with pytest.raises(OpcountError, match="names the draft 'llm:x', but no draft model is given"):
+        simulate(llm, workload, "h100-sxm", speculation=Speculation.of(1, 0.5, "llm:x"))
+    with pytest.raises(OpcountError, match="drafts speculative tokens"):
+        simulate(llm, workload, "h100-sxm", draft=llm)
 
 
 def _deepseek() -> CausalLM:

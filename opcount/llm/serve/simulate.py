@@ -7,7 +7,7 @@ the cache's use, under the names ``vllm bench serve`` gives them (``mean_ttft_ms
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -198,6 +198,10 @@ def simulate(
     seqs = max_num_seqs or default_max_num_seqs(hardware)
     if draft is not None and speculation is None:
         raise OpcountValueError("a draft model drafts speculative tokens: give their number (--speculative-tokens)")
+    if speculation is not None and draft is None and speculation.draft != "mtp":
+        raise OpcountValueError(f"the speculation names the draft {speculation.draft!r}, but no draft model is given")
+    if speculation is not None and draft is not None and speculation.draft == "mtp":
+        speculation = replace(speculation, draft=type(draft.model).__name__)  # the label says which model drafts
     big = max(2, min(seqs, DECODE_FIT_BATCH))
     llm.check_generation(workload.input_len, workload.output_len, batch=big)
     drafter = None if speculation is None else drafting(llm, speculation, draft, budget)
