@@ -24,7 +24,8 @@ import ast
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from torch import nn
 
 from ..llm.models.fields import FieldError, check_field, defaults
 from ..llm.models.limits import MAX_POSITIONS, SizeError, check_values
-from ..messages import first_line
+from ..messages import first_line, one_line
 from .options import Analysis, CompareOptions, HardwareChoice, Inputs, LLMOptions, Options, Rendering, columns_needing
 
 # Real tensors (inputs, or weights built from a config) above this are refused unless --meta:
@@ -217,6 +218,16 @@ def _check_hf_flags(model: str, inputs: Inputs) -> None:
     given = [flag for flag, value in (("--seq-len", inputs.seq_len), ("--hf-config", inputs.hf_config)) if value]
     if given:
         raise UsageError(f"{given[0]} applies to hf: and llm: models, not to {model}: give its inputs with --input")
+
+
+@contextmanager
+def writing(flag: str, path: str) -> Iterator[None]:
+    """Writing the file a flag names: a failure (read-only, a full disk, /proc) names the flag
+    and the path, which the system's message alone does not."""
+    try:
+        yield
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: cannot write it ({e.strerror or one_line(e)})") from e
 
 
 def check_output_paths(rendering: Rendering, output: str | None, plot: str | None) -> None:

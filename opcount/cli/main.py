@@ -23,8 +23,8 @@ from __future__ import annotations
 import gc
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TextIO
 
@@ -38,7 +38,7 @@ from ..messages import one_line
 from . import llm as llm_command
 from . import models as cli_models
 from .analyze import Analyses, analyze
-from .args import UsageError
+from .args import UsageError, writing
 from .models import Loaded
 from .options import CompareOptions, LLMRun, Options
 from .parser import parse
@@ -187,16 +187,6 @@ def _llm(options: Options, wanted: LLMRun, hardware: Hardware | None, spinner: P
         with writing("--plot", options.plot):
             save_llm_chart(points, options.plot, model=options.model, sweep=[key for key, _ in wanted.flags.sweep])
     return text
-
-
-@contextmanager
-def writing(flag: str, path: str) -> Iterator[None]:
-    """Writing the file a flag names: a failure (read-only, a full disk, /proc) names the flag
-    and the path, which the system's message alone does not."""
-    try:
-        yield
-    except OSError as e:
-        raise UsageError(f"{flag} {path}: cannot write it ({e.strerror or one_line(e)})") from e
 
 
 if __name__ == "__main__":

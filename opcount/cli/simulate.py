@@ -1,21 +1,27 @@
 """``opcount simulate MODEL``: served traffic on one deployment (:mod:`opcount.llm.serve`), its flags parsed by
 :mod:`opcount.cli.flags.simulate`, the model built as ``opcount MODEL`` builds it (:mod:`opcount.cli.llm`), and
-the result rendered as a table or as JSON under ``vllm bench serve``'s names."""
+the result rendered as a table, as JSON (``vllm bench serve``'s names and the summary in seconds) or as one CSV
+row; goodput under the latency targets; and the files beside it: a CSV of one row a request, a chart of the
+latencies over time, the schedule as a Chrome/Perfetto trace. A progress bar on stderr while the run goes (a
+terminal only, not under --quiet or --debug)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TextIO
 
 import torch
 
 from .._version import __version__
+from ..files import write_text
+from ..llm.serve import outputs, timeline
 from ..llm.serve.simulate import METRICS, PERCENTILES, Simulation, simulate
+from .args import writing
 from .flags import deploy as deploy_flags
 from .flags import llm as llm_flags
-from .flags.simulate import parse
+from .flags.simulate import SimulateOptions, parse
 from .llm import build
 from .options import LLMRun
 from .progress import Progress
@@ -34,7 +40,8 @@ def run(argv: Sequence[str], stderr: TextIO) -> tuple[str, str | None]:
     else:
         wanted, flags = phase.llm, phase.llm.flags
     assert phase.hardware is not None  # refused by parse without it
-    spinner = Progress(stderr, enabled=False if phase.debug else None)
+    spinner = Progress(stderr, enabled=False if phase.debug or phase.quiet else None)
+    schedule = timeline.Schedule() if options.schedule_trace else None
     with captured_warnings(phase.debug, True) as caught:
         try:
             hardware = phase.hardware.resolve(spinner.update, note)
@@ -50,9 +57,11 @@ def run(argv: Sequence[str], stderr: TextIO) -> tuple[str, str | None]:
                 max_num_seqs=options.max_num_seqs, max_num_batched_tokens=flags.deploy.max_batched_tokens,
                 block_size=options.block_size, gpu_memory_utilization=flags.deploy.gpu_memory_utilization,
                 kernels=flags.kernels, flops_per_mac=phase.analysis.flops_per_mac,
-                dispatch=deploy_flags.dispatch(flags.deploy), status=spinner.update,
+                dispatch=deploy_flags.dispatch(flags.deploy), status=spinner.update, slos=options.slos,
+                on_step=schedule, progress=_bar(spinner.update) if spinner.enabled else None,
                 speculation=options.speculation, draft=draft,
             )  # fmt: skip
+            _files(options, result, schedule, label, hardware.name, spinner.update)
         finally:
             spinner.close()
     if not phase.quiet:
@@ -60,7 +69,53 @@ def run(argv: Sequence[str], stderr: TextIO) -> tuple[str, str | None]:
     if phase.rendering.format == "json":
         out = {"opcount": __version__, "model": phase.model, "hardware": hardware.name, "simulation": result.as_dict()}
         return json.dumps(out, indent=2), phase.output
+    if phase.rendering.format == "csv":
+        return outputs.summary_csv(options.workload.as_dict(), result.metrics), phase.output
     return table(result, label, hardware.name, flags.deploy.given), phase.output
+
+
+BAR = 24  # the progress bar's cells
+
+
+def _bar(update: Callable[[str], None]) -> Callable[[int, int], None]:
+    """The scheduler's progress (requests done of all) as a bar on the status line."""
+
+    def show(done: int, total: int) -> None:
+        full = BAR * done // total
+        update(f"simulating |{'#' * full}{'.' * (BAR - full)}| {done:,} of {total:,} requests done")
+
+    return show
+
+
+def _files(
+    options: SimulateOptions,
+    result: Simulation,
+    schedule: timeline.Schedule | None,
+    label: str,
+    hardware: str,
+    status: Callable[[str], None],
+) -> None:
+    """The files asked for beside the report: the CSV a request, the schedule's trace, the latency chart."""
+    if options.per_request:
+        status(f"writing {options.per_request}")
+        with writing("--per-request", options.per_request):
+            write_text(options.per_request, outputs.per_request_csv(result.per_request))
+    if options.schedule_trace and schedule is not None:
+        status(f"writing {options.schedule_trace}")
+        trace = timeline.chrome_trace(schedule, result.per_request, name=f"{label} on {hardware}")
+        with writing("--schedule-trace", options.schedule_trace):
+            write_text(options.schedule_trace, json.dumps(trace))
+    if options.phase.plot:
+        from ..llm.serve.plot import save_latency_chart
+
+        status(f"plotting {options.phase.plot}")
+        w = result.workload
+        with writing("--plot", options.phase.plot):
+            save_latency_chart(
+                result.per_request, options.phase.plot,
+                title=f"{label} on {result.devices} x {hardware}: {w.requests:,} requests of {w.input_len:,} + "
+                f"{w.output_len:,} tokens",
+            )  # fmt: skip
 
 
 def table(s: Simulation, label: str, hardware: str, layout: Sequence[str]) -> str:
@@ -98,6 +153,8 @@ def table(s: Simulation, label: str, hardware: str, layout: Sequence[str]) -> st
     for name in METRICS:
         cells = [m[f"mean_{name}_ms"], *(m[f"p{p}_{name}_ms"] for p in PERCENTILES)]
         lines.append(f"  {LABELS[name]:<13}" + "".join(f"{c:>12,.4g}" for c in cells))
+    if s.goodput is not None:
+        lines += ["", *goodput_lines(s.goodput)]
     if s.bound is not None:
         b = s.bound
         lines += [
@@ -106,3 +163,23 @@ def table(s: Simulation, label: str, hardware: str, layout: Sequence[str]) -> st
             f"{b['p50_tpot_ms']:,.4g} ms, {b['output_throughput']:,.4g} output tokens/s",
         ]
     return "\n".join(lines)
+
+
+def goodput_lines(g: outputs.Goodput) -> list[str]:
+    """Goodput, and each target's percentile against it: met or missed."""
+    share = g.good / g.completed if g.completed else 0.0
+    lines = [
+        f"  goodput: {g.requests_per_s:.4g} requests/s: {g.good:,} of {g.completed:,} requests ({share:.1%}) met "
+        "every target"
+    ]
+    for c in g.checks:
+        s = c.slo
+        verdict = "met" if c.met else "missed"
+        lines.append(
+            f"    {LABELS[s.metric]} p{s.percentile:g} {_duration(c.value)} against {_duration(s.seconds)}: {verdict}"
+        )
+    return lines
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:,.4g} s" if seconds >= 1 else f"{seconds * 1e3:.4g} ms"

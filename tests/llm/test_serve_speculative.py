@@ -62,7 +62,7 @@ def test_at_low_load_tpot_is_the_verify_step_over_the_accepted_length() -> None:
     # in 200 verify steps of 0.1 + 0.01 x 2 = 0.12 s: TPOT 0.12 / 1.5 = 80 ms
     cost = Priced()
     workload = Workload(requests=1, input_len=100, output_len=301, rate=1.0, arrivals="constant")
-    found = run(workload, engine(), cost, Speculation.of(1, 0.5))
+    found = run(workload, engine(), cost, speculation=Speculation.of(1, 0.5))
     assert found.steps == 201
     verifies = [s for s in cost.steps if s.decode]
     assert len(verifies) == 200 and all(s.speculative == 1 and s.decode == 1 for s in verifies)
@@ -79,16 +79,16 @@ def test_a_verify_takes_its_drafts_of_the_budget_and_their_blocks() -> None:
     # beside the first one's verify, a third decode does not
     cost = Priced()
     workload = Workload(requests=2, input_len=2, output_len=3, concurrency=2)
-    run(workload, engine(budget=6), cost, Speculation.of(3, 1.0))
+    run(workload, engine(budget=6), cost, speculation=Speculation.of(3, 1.0))
     assert cost.steps[0].chunks == ((0, 2), (0, 2)) and not cost.steps[0].decode
     assert cost.steps[1] == Step(1, 2, (), 3)  # the first request's verify; the second's waits for budget
     # the largest request needs the blocks of its prompt, its answer but the last, a verify's k drafts and k
     # lookahead slots: 10 + 2 - 1 + 2 x 3 = 17 tokens, 2 blocks of 16
     alone, spec = Workload(requests=1, input_len=10, output_len=2, rate=1.0), Speculation.of(3, 0.5)
     with pytest.raises(OpcountError, match="needs 2 KV blocks"):
-        run(alone, engine(blocks=1), Priced(), spec)
+        run(alone, engine(blocks=1), Priced(), speculation=spec)
     # its prompt of 10 and 3 lookahead slots take one block, its verify of 4 after 10 and 3 more slots a second
-    assert run(alone, engine(blocks=2), Priced(), spec).peak_blocks == 2
+    assert run(alone, engine(blocks=2), Priced(), speculation=spec).peak_blocks == 2
 
 
 def test_the_draft_is_k_passes_over_the_verified_sequences_and_its_pass_over_chunks() -> None:

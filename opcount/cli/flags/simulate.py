@@ -1,7 +1,9 @@
 """``opcount simulate MODEL``'s own flags: the workload (``--rate`` with ``--arrivals``, or ``--concurrency``;
 ``--requests``, ``--input-len``, ``--output-len``, ``--seed``) and the engine's scheduler (``--max-num-seqs``,
-``--block-size``; ``--max-batched-tokens`` and ``--gpu-memory-utilization`` are the deployment group's), and
-speculative decoding (``--speculative-tokens``, ``--acceptance``, ``--draft``). They are
+``--block-size``; ``--max-batched-tokens`` and ``--gpu-memory-utilization`` are the deployment group's), the latency
+targets (``--slo-ttft``, ``--slo-tpot``, ``--slo-itl``, ``--slo-e2el``), the files beside the report
+(``--per-request``, ``--schedule-trace``) and speculative decoding (``--speculative-tokens``, ``--acceptance``,
+``--draft``). They are
 read first, and what is left is the command line of a phase (the model, ``--hardware``, the dtypes, the
 layout), parsed as :func:`opcount.cli.parser.parse` parses it; the flags that set a phase's own lengths and
 batch are refused, the workload's set them."""
@@ -12,9 +14,11 @@ import argparse
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NoReturn
 
 from ...errors import OpcountError
+from ...llm.serve import slo
 from ...llm.serve.speculative import MAX_TOKENS, Speculation, parse_acceptance
 from ...llm.serve.workload import ARRIVALS, MAX_REQUESTS, Workload
 from ..args import UsageError, natural_int, positive_int
@@ -24,6 +28,11 @@ from ..parser import parse as parse_phase
 # vllm bench serve's defaults for its random dataset (vllm/benchmarks/datasets.py, --random-input-len and
 # --random-output-len) and its --num-prompts (vllm/benchmarks/serve.py)
 DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_REQUESTS = 1024, 128, 1000
+# what each latency target holds a request to
+WHAT = {
+    "ttft": "each request's TTFT", "tpot": "each request's TPOT", "itl": "every gap between a request's tokens",
+    "e2el": "each request's end-to-end latency",
+}  # fmt: skip
 # a phase's flags that the workload and the scheduler decide instead
 REFUSED = (
     "--phase", "--kv-len", "--batch", "--seq-len", "--gen-len", "--sweep", "--max-batch", "--price",
@@ -41,6 +50,9 @@ class SimulateOptions:
     max_num_seqs: int | None
     block_size: int
     phase: Options
+    slos: tuple[slo.Slo, ...] = ()
+    per_request: str | None = None  # a CSV of one row a request
+    schedule_trace: str | None = None  # the schedule as a Chrome/Perfetto trace
     speculation: Speculation | None = None
     draft: str | None = None
 
@@ -67,8 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
         description="Served traffic on one deployment: requests through vLLM v1's scheduler over the model's "
         "traced step costs; TTFT, TPOT, ITL and end-to-end latency, throughput (simulate.md). The model, "
-        "--hardware, the dtypes, --tp/--pp/--ep, --max-batched-tokens, --gpu-memory-utilization, -o and "
-        "--format (table or json) are as for `opcount MODEL`.",
+        "--hardware, the dtypes, --tp/--pp/--ep, --max-batched-tokens, --gpu-memory-utilization, -o, --format "
+        "(table, json, or csv: the run's one row) and --plot (TTFT and TPOT percentiles over time) are as for "
+        "`opcount MODEL`; goodput under the --slo-* targets.",
     )
     p.add_argument("-h", "--help", action="help", help="this help")
     g = p.add_argument_group("workload")
@@ -87,6 +100,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="the most requests running at once (default vLLM's: 1024 on a device of 70 GiB or more but an A100, else 256)",
     )  # fmt: skip
     e.add_argument("--block-size", type=positive_int, metavar="T", help="tokens a KV block holds (default 16, vLLM's)")
+    t = p.add_argument_group("latency targets: goodput, the requests a second meeting all of them")
+    for metric in slo.METRICS:
+        t.add_argument(
+            f"--slo-{metric}", metavar="[pNN:]T",
+            help=f"{WHAT[metric]} at most T (2s, 200ms); the run's pNN (p50 if not given) judged too",
+        )  # fmt: skip
+    o = p.add_argument_group("files beside the report")
+    o.add_argument("--per-request", metavar="FILE", help="a CSV of one row a request (latencies in seconds)")
+    o.add_argument(
+        "--schedule-trace", metavar="FILE",
+        help="the schedule as a Chrome/Perfetto trace: a track of engine steps, a track a request (first 100k steps)",
+    )  # fmt: skip
     s = p.add_argument_group("speculative decoding (vLLM's --speculative-config)")
     s.add_argument(
         "--speculative-tokens", type=positive_int, metavar="K",
@@ -101,6 +126,36 @@ def build_parser() -> argparse.ArgumentParser:
         help="the draft model (llm:NAME or hf:...), on the same devices and layout; default the model's MTP head",
     )  # fmt: skip
     return p
+
+
+def _targets(ns: argparse.Namespace) -> tuple[slo.Slo, ...]:
+    found = []
+    for metric in slo.METRICS:
+        text = getattr(ns, f"slo_{metric}")
+        if text is None:
+            continue
+        try:
+            found.append(slo.parse(metric, text))
+        except OpcountError as e:
+            raise UsageError(f"--slo-{metric} {text}: {e}") from None
+    return tuple(found)
+
+
+def _files(ns: argparse.Namespace, phase: Options) -> None:
+    """``--per-request`` and ``--schedule-trace`` are written after the run: a wrong folder should not cost one,
+    nor two outputs on one path (the second written would replace the first)."""
+    seen = {Path(v).resolve(): f for f, v in (("-o", phase.output), ("--plot", phase.plot)) if v}
+    for flag, value in (("--per-request", ns.per_request), ("--schedule-trace", ns.schedule_trace)):
+        if value is None:
+            continue
+        path = Path(value)
+        if not value.strip() or path.is_dir():
+            raise UsageError(f"{flag} needs a file name, got {value!r}")
+        if not path.resolve().parent.is_dir():
+            raise UsageError(f"{flag} {value}: no folder {str(path.parent)!r} to write it in")
+        if path.resolve() in seen:
+            raise UsageError(f"{flag} {value}: {seen[path.resolve()]} writes the same file: give each output its own")
+        seen[path.resolve()] = flag
 
 
 def parse(argv: Sequence[str]) -> SimulateOptions:
@@ -125,19 +180,31 @@ def parse(argv: Sequence[str]) -> SimulateOptions:
         requests=requests, input_len=ns.input_len or DEFAULT_INPUT_LEN, output_len=ns.output_len or DEFAULT_OUTPUT_LEN,
         rate=ns.rate, concurrency=ns.concurrency, arrivals=ns.arrivals or "poisson", seed=ns.seed or 0,
     )  # fmt: skip
+    slos = _targets(ns)
     speculation = speculative(ns.speculative_tokens, ns.acceptance, ns.draft)
     phase = parse_phase(rest)
     if not isinstance(phase, Options):  # parse() reads `compare` as a first word
         raise UsageError("opcount simulate takes one model")
     if phase.hardware is None:
         raise UsageError("opcount simulate needs --hardware (the step times, the device's memory)")
-    if phase.rendering.format not in ("table", "json"):
-        raise UsageError(f"opcount simulate writes a table or json, not --format {phase.rendering.format}")
-    if phase.analysis.mode == "train" or phase.profile or phase.plot:
-        raise UsageError("opcount simulate serves inference: drop --train, --profile and --plot")
+    if phase.rendering.format not in ("table", "json", "csv"):
+        raise UsageError(f"opcount simulate writes a table, json or csv, not --format {phase.rendering.format}")
+    if phase.analysis.mode == "train" or phase.profile:
+        raise UsageError("opcount simulate serves inference: drop --train and --profile")
     if not phase.model.startswith(("llm:", "hf:")):
         raise OpcountError(f"opcount simulate serves a causal LM (llm:NAME or hf:...), not {phase.model}")
-    return SimulateOptions(workload, ns.max_num_seqs, ns.block_size or 16, phase, speculation, ns.draft)
+    _files(ns, phase)
+    return SimulateOptions(
+        workload,
+        ns.max_num_seqs,
+        ns.block_size or 16,
+        phase,
+        slos,
+        ns.per_request,
+        ns.schedule_trace,
+        speculation,
+        ns.draft,
+    )
 
 
 def speculative(tokens: int | None, acceptance: str | None, draft: str | None) -> Speculation | None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...errors import OpcountValueError
@@ -89,12 +90,30 @@ class Run:
     verified_tokens: int = 0
 
 
+# what an observer of the run is told after each step: its start and seconds, its work, and the indices of the
+# requests it ran (a timeline records them: opcount.llm.serve.timeline)
+OnStep = Callable[[float, float, Step, list[int]], None]
+# told every `progress_every` steps: the requests finished and the requests in all (a progress bar)
+OnProgress = Callable[[int, int], None]
+PROGRESS_EVERY = 1000
+
+
 def blocks_for(tokens: int, block_size: int) -> int:
     return -(-tokens // block_size)
 
 
-def run(workload: Workload, engine: Engine, cost: StepCost, speculation: Speculation | None = None) -> Run:
-    """Every request of ``workload`` through ``engine``'s scheduler, each step priced by ``cost``; each decode
+def run(
+    workload: Workload,
+    engine: Engine,
+    cost: StepCost,
+    *,
+    on_step: OnStep | None = None,
+    progress: OnProgress | None = None,
+    progress_every: int = PROGRESS_EVERY,
+    speculation: Speculation | None = None,
+) -> Run:
+    """Every request of ``workload`` through ``engine``'s scheduler, each step priced by ``cost``; ``on_step``
+    told of each step, ``progress`` of the requests done every ``progress_every`` steps; each decode
     speculating as ``speculation`` says (None: none)."""
     lookahead = speculation.tokens if speculation else 0
     # the last verify: the tokens cached but the last, its 1 + k, and k lookahead slots
@@ -174,6 +193,8 @@ def run(workload: Workload, engine: Engine, cost: StepCost, speculation: Specula
             raise OpcountValueError("no request could be scheduled: the KV cache is too small for one step")
         step = Step(decode, kv_tokens, tuple(chunks), lookahead if decode else 0)
         seconds = cost(step)
+        if on_step is not None:
+            on_step(now, seconds, step, [r.index for r, _, _ in scheduled])
         now += seconds
         busy += seconds
         steps += 1
@@ -204,5 +225,7 @@ def run(workload: Workload, engine: Engine, cost: StepCost, speculation: Specula
                 if workload.closed_loop and sent < workload.requests:
                     heapq.heappush(arrivals, (now, sent))
                     sent += 1
+        if progress is not None and steps % progress_every == 0:
+            progress(len(done), workload.requests)
     done.sort(key=lambda r: r.index)
     return Run(done, steps, preemptions, busy, peak, block_seconds, verifies, verified)

@@ -7,6 +7,7 @@ the cache's use, under the names ``vllm bench serve`` gives them (``mean_ttft_ms
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,8 +22,9 @@ from ..deploy.expert_routes import Dispatch
 from ..deploy.fit import LARGE_DEFAULT, default_max_batched_tokens
 from ..deploy.layout import Parallel
 from ..phases import PhaseRequest
-from . import scheduler
+from . import outputs, scheduler
 from .drafting import Drafter, WithDraft, mtp_head, projection, shared_share
+from .slo import Slo
 from .speculative import Speculation
 from .step_cost import Fitted, StepCost, fitted
 from .workload import Workload
@@ -55,6 +57,7 @@ class Simulation:
     kv_bytes_per_token: float | None  # per device, the cache of a whole request spread over its tokens
     fit: Fitted | None
     per_request: list[dict[str, float]]
+    goodput: outputs.Goodput | None = None  # under the latency targets given (None: none given)
     speculation: Speculation | None = None
     draft_fit: Fitted | None = None  # the draft's (or MTP head's) step cost, fitted as the target's
 
@@ -78,7 +81,7 @@ class Simulation:
             },
             "metrics": self.metrics,
             "bound": self.bound,
-        }  # fmt: skip
+        } | outputs.summary(self.metrics, self.devices, self.goodput)  # fmt: skip
 
 
 def metrics(run: scheduler.Run, workload: Workload, devices: int, num_blocks: int) -> dict[str, float]:
@@ -124,11 +127,12 @@ def metrics(run: scheduler.Run, workload: Workload, devices: int, num_blocks: in
 
 
 def per_request(run: scheduler.Run) -> list[dict[str, float]]:
-    """One row a request: its arrival and the latencies of :func:`metrics`, in seconds; TPOT as vLLM's benchmark
-    counts it, the time after the first token over the tokens after it (0 for an answer of one token)."""
+    """One row a request: its index, arrival, lengths and the latencies of :func:`metrics`, in seconds; TPOT as
+    vLLM's benchmark counts it, the time after the first token over the tokens after it (0 for an answer of one
+    token)."""
     return [
         {
-            "arrival": r.arrival, "ttft": r.token_times[0] - r.arrival, "e2el": r.token_times[-1] - r.arrival,
+            "index": r.index, "arrival": r.arrival, "prompt": r.prompt, "output": r.output, "ttft": r.token_times[0] - r.arrival, "e2el": r.token_times[-1] - r.arrival,
             "tpot": (r.token_times[-1] - r.token_times[0]) / (r.output - 1) if r.output > 1 else 0.0,
             "preempted": r.preempted,
         }
@@ -142,20 +146,30 @@ def replay(
     cost: StepCost,
     bound: StepCost | None = None,
     devices: int = 1,
+    *,
+    slos: Sequence[Slo] = (),
+    on_step: scheduler.OnStep | None = None,
+    progress: scheduler.OnProgress | None = None,
     speculation: Speculation | None = None,
 ) -> Simulation:
-    """``workload`` through ``engine`` with a step cost given (and the bound's, run again beside it), each
-    decode speculating as ``speculation`` says."""
-    run = scheduler.run(workload, engine, cost, speculation)
+    """``workload`` through ``engine`` with a step cost given (and the bound's, run again beside it); goodput
+    under ``slos``; ``on_step`` and ``progress`` observe the estimate's run (:func:`scheduler.run`); each decode
+    speculating as ``speculation`` says."""
+    run = scheduler.run(workload, engine, cost, on_step=on_step, progress=progress, speculation=speculation)
     bounded = None
     if bound is not None:
-        bounded = metrics(scheduler.run(workload, engine, bound, speculation), workload, devices, engine.num_blocks)
+        bounded = metrics(
+            scheduler.run(workload, engine, bound, speculation=speculation), workload, devices, engine.num_blocks
+        )
         if isinstance(bound, WithDraft):
             bounded["draft_time_share"] = bound.draft_share
     found = metrics(run, workload, devices, engine.num_blocks)
     if isinstance(cost, WithDraft):  # the draft's share of the seconds the engine ran steps
         found["draft_time_share"] = cost.draft_share
-    return Simulation(workload, engine, devices, found, bounded, None, None, per_request(run), speculation)
+    good = outputs.goodput(run, found["duration"], slos) if slos else None
+    if good is not None:
+        found["request_goodput"] = good.requests_per_s  # vLLM's name (BenchmarkMetrics), with --goodput given
+    return Simulation(workload, engine, devices, found, bounded, None, None, per_request(run), good, speculation)
 
 
 def simulate(
@@ -172,11 +186,15 @@ def simulate(
     flops_per_mac: int = 1,
     dispatch: Dispatch | None = None,
     status: Any = None,
+    slos: Sequence[Slo] = (),
+    on_step: scheduler.OnStep | None = None,
+    progress: scheduler.OnProgress | None = None,
     speculation: Speculation | None = None,
     draft: CausalLM | None = None,
 ) -> Simulation:
     """``workload`` served by ``llm`` on ``parallel`` (one device by default) of ``hardware``: the engine's
-    knobs under vLLM's names, each default vLLM's for the device; the KV cache's blocks from the fit.
+    knobs under vLLM's names, each default vLLM's for the device; the KV cache's blocks from the fit; goodput
+    under ``slos`` (:mod:`.slo`); ``on_step`` and ``progress`` observe the run (:func:`scheduler.run`).
     ``speculation``: speculative decoding, drafted by ``draft`` (a second model on the same devices and layout)
     or, without it, by the model's own multi-token prediction head (:mod:`.speculative`)."""
     hardware = lookup_hardware(hardware) if isinstance(hardware, str) else hardware
@@ -270,19 +288,11 @@ def simulate(
     )
     if status is not None:
         status(f"simulating {workload.requests} requests")
-    found = replay(workload, engine, estimate, bound, parallel.devices, speculation)
-    return Simulation(
-        workload,
-        engine,
-        parallel.devices,
-        found.metrics,
-        found.bound,
-        per_token,
-        fit,
-        found.per_request,
-        speculation,
-        draft_fit,
-    )
+    found = replay(
+        workload, engine, estimate, bound, parallel.devices, slos=slos, on_step=on_step, progress=progress,
+        speculation=speculation,
+    )  # fmt: skip
+    return replace(found, kv_bytes_per_token=per_token, fit=fit, draft_fit=draft_fit)
 
 
 def drafting(llm: CausalLM, speculation: Speculation, draft: CausalLM | None, budget: int) -> CausalLM:
