@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TextIO
 
 import torch
@@ -46,6 +47,10 @@ def run(argv: Sequence[str], stderr: TextIO) -> tuple[str, str | None]:
             hardware = phase.hardware.resolve(spinner.update, note)
             deploy_flags.check(flags, True, hardware)
             llm, label = build(phase, wanted, spinner.update)
+            draft = None
+            if options.draft is not None:  # built as the model is: its dtypes and layout, none of its --hf-config
+                bare = replace(phase, model=options.draft, inputs=replace(phase.inputs, hf_config=()))
+                draft = build(bare, wanted, spinner.update)[0]
             torch.manual_seed(0)
             result = simulate(
                 llm, options.workload, hardware, deploy_flags.layout(flags.deploy, {}),
@@ -54,6 +59,7 @@ def run(argv: Sequence[str], stderr: TextIO) -> tuple[str, str | None]:
                 kernels=flags.kernels, flops_per_mac=phase.analysis.flops_per_mac,
                 dispatch=deploy_flags.dispatch(flags.deploy), status=spinner.update, slos=options.slos,
                 on_step=schedule, progress=_bar(spinner.update) if spinner.enabled else None,
+                speculation=options.speculation, draft=draft,
             )  # fmt: skip
             _files(options, result, schedule, label, hardware.name, spinner.update)
         finally:
@@ -127,6 +133,15 @@ def table(s: Simulation, label: str, hardware: str, layout: Sequence[str]) -> st
         lines.append(
             f"  step cost: fitted from {s.fit.traces} traced phases (off by {s.fit.check_error:.2%} for decode, "
             f"{s.fit.chunk_error:.2%} for a prompt chunk over a cached prefix, at their check points)"
+        )
+    if s.speculation is not None:
+        spec = s.speculation
+        drafter = "the model's MTP head" if spec.draft == "mtp" else spec.draft
+        rates = ", ".join(f"{a:g}" for a in spec.acceptance)
+        lines.append(
+            f"  speculative decoding: {spec.tokens} draft token{'s' if spec.tokens > 1 else ''} a step by {drafter}, accepted at {rates}; "
+            f"{m['mean_acceptance_length']:.4g} tokens a verify ({spec.expected_length:.4g} expected), "
+            f"the draft {m['draft_time_share']:.1%} of the step time"
         )
     lines += [
         f"  ran {m['duration']:.4g} s: {m['steps']:,.0f} steps, {m['preemptions']:,.0f} preemptions, busy "

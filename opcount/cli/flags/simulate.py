@@ -1,8 +1,9 @@
 """``opcount simulate MODEL``'s own flags: the workload (``--rate`` with ``--arrivals``, or ``--concurrency``;
 ``--requests``, ``--input-len``, ``--output-len``, ``--seed``) and the engine's scheduler (``--max-num-seqs``,
 ``--block-size``; ``--max-batched-tokens`` and ``--gpu-memory-utilization`` are the deployment group's), the latency
-targets (``--slo-ttft``, ``--slo-tpot``, ``--slo-itl``, ``--slo-e2el``) and the files beside the report
-(``--per-request``, ``--schedule-trace``). They are
+targets (``--slo-ttft``, ``--slo-tpot``, ``--slo-itl``, ``--slo-e2el``), the files beside the report
+(``--per-request``, ``--schedule-trace``) and speculative decoding (``--speculative-tokens``, ``--acceptance``,
+``--draft``). They are
 read first, and what is left is the command line of a phase (the model, ``--hardware``, the dtypes, the
 layout), parsed as :func:`opcount.cli.parser.parse` parses it; the flags that set a phase's own lengths and
 batch are refused, the workload's set them."""
@@ -18,6 +19,7 @@ from typing import NoReturn
 
 from ...errors import OpcountError
 from ...llm.serve import slo
+from ...llm.serve.speculative import MAX_TOKENS, Speculation, parse_acceptance
 from ...llm.serve.workload import ARRIVALS, MAX_REQUESTS, Workload
 from ..args import UsageError, natural_int, positive_int
 from ..options import Options
@@ -41,7 +43,8 @@ REFUSED = (
 @dataclass(frozen=True)
 class SimulateOptions:
     """``opcount simulate``: the workload, the scheduler's knobs (None: vLLM's default for the device) and the
-    phase's options (model, hardware, precision, layout, output)."""
+    phase's options (model, hardware, precision, layout, output); speculative decoding (None: none) and the
+    draft model that drafts (None: the model's own MTP head)."""
 
     workload: Workload
     max_num_seqs: int | None
@@ -50,6 +53,8 @@ class SimulateOptions:
     slos: tuple[slo.Slo, ...] = ()
     per_request: str | None = None  # a CSV of one row a request
     schedule_trace: str | None = None  # the schedule as a Chrome/Perfetto trace
+    speculation: Speculation | None = None
+    draft: str | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -107,6 +112,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--schedule-trace", metavar="FILE",
         help="the schedule as a Chrome/Perfetto trace: a track of engine steps, a track a request (first 100k steps)",
     )  # fmt: skip
+    s = p.add_argument_group("speculative decoding (vLLM's --speculative-config)")
+    s.add_argument(
+        "--speculative-tokens", type=positive_int, metavar="K",
+        help=f"draft tokens a step, verified together (num_speculative_tokens; 1 to {MAX_TOKENS})",
+    )  # fmt: skip
+    s.add_argument(
+        "--acceptance", metavar="A",
+        help="the chance a draft token is accepted: one rate, or K comma-separated, each given those before accepted",
+    )  # fmt: skip
+    s.add_argument(
+        "--draft", metavar="MODEL",
+        help="the draft model (llm:NAME or hf:...), on the same devices and layout; default the model's MTP head",
+    )  # fmt: skip
     return p
 
 
@@ -163,6 +181,7 @@ def parse(argv: Sequence[str]) -> SimulateOptions:
         rate=ns.rate, concurrency=ns.concurrency, arrivals=ns.arrivals or "poisson", seed=ns.seed or 0,
     )  # fmt: skip
     slos = _targets(ns)
+    speculation = speculative(ns.speculative_tokens, ns.acceptance, ns.draft)
     phase = parse_phase(rest)
     if not isinstance(phase, Options):  # parse() reads `compare` as a first word
         raise UsageError("opcount simulate takes one model")
@@ -176,5 +195,33 @@ def parse(argv: Sequence[str]) -> SimulateOptions:
         raise OpcountError(f"opcount simulate serves a causal LM (llm:NAME or hf:...), not {phase.model}")
     _files(ns, phase)
     return SimulateOptions(
-        workload, ns.max_num_seqs, ns.block_size or 16, phase, slos, ns.per_request, ns.schedule_trace
+        workload,
+        ns.max_num_seqs,
+        ns.block_size or 16,
+        phase,
+        slos,
+        ns.per_request,
+        ns.schedule_trace,
+        speculation,
+        ns.draft,
     )
+
+
+def speculative(tokens: int | None, acceptance: str | None, draft: str | None) -> Speculation | None:
+    """``--speculative-tokens`` with its ``--acceptance`` (and ``--draft``) as one checked speculation."""
+    if tokens is None:
+        for flag, value in (("--acceptance", acceptance), ("--draft", draft)):
+            if value is not None:
+                raise UsageError(f"{flag} applies to speculative decoding: give --speculative-tokens K")
+        return None
+    if acceptance is None:
+        raise UsageError(
+            "--speculative-tokens needs --acceptance: the chance a draft token is accepted (one rate, or one a token)"
+        )
+    if draft is not None and not draft.startswith(("llm:", "hf:")):
+        raise UsageError(f"--draft takes a causal LM (llm:NAME or hf:...), not {draft}")
+    try:
+        rates = parse_acceptance(acceptance)
+        return Speculation.of(tokens, rates[0] if len(rates) == 1 else rates, draft or "mtp")
+    except OpcountError as e:
+        raise UsageError(f"--speculative-tokens {tokens} --acceptance {acceptance}: {e}") from None

@@ -92,7 +92,8 @@ def goodput(run: scheduler.Run, duration: float, slos: Sequence[Slo]) -> Goodput
     checks = []
     for s in slos:
         if s.metric == "itl":
-            values = np.concatenate([np.diff(np.frombuffer(r.token_times)) for r in run.requests])
+            # one gap a step that brought tokens, as the metrics' ITL (a verify's tokens stream as one chunk)
+            values = np.concatenate([np.diff(np.unique(np.frombuffer(r.token_times))) for r in run.requests])
         else:
             kept = (row for row, r in zip(per_request, run.requests, strict=True) if s.metric != "tpot" or r.output > 1)
             values = np.asarray([row[s.metric] for row in kept])

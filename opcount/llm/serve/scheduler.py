@@ -17,8 +17,13 @@ vllm/v1/core/sched/scheduler.py), over a step cost (:mod:`.step_cost`):
 
 A step's tokens come out when it ends; a request whose computed tokens reach its prompt and generated
 tokens samples one more (its first at the end of its prompt's last chunk). Arrivals during a step wait for
-the next one. Prefix caching, speculative decoding and the time the engine's CPU spends between steps are
-not modelled (docs/simulate.md).
+the next one. Under speculative decoding (:mod:`.speculative`) a decode carries ``k`` draft tokens: it takes
+``1 + k`` tokens of the budget and the KV blocks of ``k`` lookahead slots (vLLM's ``num_lookahead_tokens``), and
+emits the tokens its verify accepts; every request scheduled holds the blocks of ``k`` lookahead slots past its
+new tokens, where the drafter writes the next drafts (``allocate_slots(..., num_lookahead_tokens)``, which vLLM
+passes for its EAGLE-family drafters, MTP among them). A verify that the budget left cannot take whole waits for
+the next step (vLLM would shorten its drafts). Prefix caching and the time the engine's CPU spends between steps are not modelled
+(docs/simulate.md).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...errors import OpcountValueError
+from .speculative import Speculation
 from .step_cost import Step, StepCost
 from .workload import Workload
 
@@ -69,6 +75,7 @@ class Request:
     # when each generated token came out: 8 bytes a token (10,000 answers of 1,000 tokens: 80 MB)
     token_times: array[float] = field(default_factory=lambda: array("d"))
     preempted: int = 0
+    credit: float = 0.0  # speculative decoding: accepted tokens expected and not yet emitted (Speculation.emit)
 
     def __post_init__(self) -> None:
         self.tokens = self.prompt
@@ -85,6 +92,8 @@ class Run:
     busy: float  # seconds the engine ran steps
     peak_blocks: int
     block_seconds: float  # blocks in use integrated over the run's steps
+    verifies: int = 0  # speculative decoding: the sequences' verify forwards, and the tokens they emitted
+    verified_tokens: int = 0
 
 
 # what an observer of the run is told after each step: its start and seconds, its work, and the indices of the
@@ -107,11 +116,15 @@ def run(
     on_step: OnStep | None = None,
     progress: OnProgress | None = None,
     progress_every: int = PROGRESS_EVERY,
+    speculation: Speculation | None = None,
 ) -> Run:
     """Every request of ``workload`` through ``engine``'s scheduler, each step priced by ``cost``; ``on_step``
-    told of each step, ``progress`` of the requests done every ``progress_every`` steps."""
+    told of each step, ``progress`` of the requests done every ``progress_every`` steps; each decode
+    speculating as ``speculation`` says (None: none)."""
     fixed = engine.blocks_per_sequence  # a request's first chunk takes them with its tokens' blocks
-    largest = blocks_for(workload.input_len + workload.output_len - 1, engine.block_size) + fixed
+    lookahead = speculation.tokens if speculation else 0
+    # the last verify: the tokens cached but the last, its 1 + k, and k lookahead slots
+    largest = blocks_for(workload.input_len + workload.output_len - 1 + 2 * lookahead, engine.block_size) + fixed
     if largest > engine.num_blocks:
         raise OpcountValueError(
             f"a request of {workload.input_len} + {workload.output_len} tokens needs {largest} KV blocks of "
@@ -125,20 +138,30 @@ def run(
     running: list[Request] = []
     free, size = engine.num_blocks, engine.block_size
     now, steps, preemptions, busy, peak, block_seconds = 0.0, 0, 0, 0.0, 0, 0.0
+    verifies = verified = 0
     while len(done) < workload.requests:
         if not running and not waiting:
             now = max(now, arrivals[0][0])  # idle until the next request
         while arrivals and arrivals[0][0] <= now:
             t, i = heapq.heappop(arrivals)
             waiting.append(Request(i, t, workload.input_len, workload.output_len))
-        scheduled: list[tuple[Request, int]] = []
+        scheduled: list[tuple[Request, int, bool]] = []  # a request, its tokens this step, whether it verifies
         chunks: list[tuple[int, int]] = []
         budget, preempted, decode, kv_tokens = engine.max_num_batched_tokens, False, 0, 0
         i = 0
         while i < len(running) and budget:
             r = running[i]
-            n = min(r.tokens - r.computed, budget)
-            need = blocks_for(r.computed + n, size) + fixed - r.blocks
+            decoding = r.computed + 1 == r.tokens and r.generated > 0  # one token after a sampled one
+            if decoding and lookahead:
+                if budget < 1 + lookahead:
+                    break
+                n = 1 + lookahead  # its last token and its drafts, verified together
+            else:
+                n = min(r.tokens - r.computed, budget)
+            # the slots of its new tokens and of the k drafts proposed after them; rejected drafts' slots stay held
+            need = -(-(r.computed + n + lookahead) // size) + fixed - r.blocks  # blocks_for, inline: the hot loop
+            if need < 0:
+                need = 0
             lost = False
             while need > free:
                 # the newest running request: never one scheduled already this step, which all come before r
@@ -153,9 +176,9 @@ def run(
                 break
             free -= need
             r.blocks += need
-            scheduled.append((r, n))
+            scheduled.append((r, n, decoding and lookahead > 0))
             budget -= n
-            if n == 1 and r.generated and r.computed + 1 == r.tokens:  # a decode: one token after a sampled one
+            if decoding:
                 decode, kv_tokens = decode + 1, kv_tokens + r.computed
             else:  # a prompt's chunk, or a preempted request's recompute
                 chunks.append((r.computed, n))
@@ -163,34 +186,44 @@ def run(
         while not preempted and waiting and budget and len(running) < engine.max_num_seqs:
             r = waiting[0]
             n = min(r.tokens - r.computed, budget)
-            need = blocks_for(r.computed + n, size) + fixed - r.blocks
+            need = blocks_for(r.computed + n + lookahead, size) + fixed - r.blocks
             if need > free:
                 break
             waiting.popleft()
             free -= need
             r.blocks += need
             running.append(r)
-            scheduled.append((r, n))
+            scheduled.append((r, n, False))
             chunks.append((r.computed, n))
             budget -= n
         if not scheduled:
             raise OpcountValueError("no request could be scheduled: the KV cache is too small for one step")
-        step = Step(decode, kv_tokens, tuple(chunks))
+        step = Step(decode, kv_tokens, tuple(chunks), lookahead if decode else 0)
         seconds = cost(step)
         if on_step is not None:
-            on_step(now, seconds, step, [r.index for r, _ in scheduled])
+            on_step(now, seconds, step, [r.index for r, _, _ in scheduled])
         now += seconds
         busy += seconds
         steps += 1
         used = engine.num_blocks - free
         peak, block_seconds = max(peak, used), block_seconds + used * seconds
-        for r, n in scheduled:
-            r.computed += n
-            if r.computed < r.tokens:
-                continue
-            r.generated += 1
-            r.tokens += 1
-            r.token_times.append(now)
+        for r, n, verify in scheduled:
+            if verify:
+                assert speculation is not None  # a verify is scheduled only under speculation
+                # its last token and the accepted drafts are now cached, and one more is sampled
+                emitted, r.credit = speculation.emit(r.credit)
+                emitted = min(emitted, r.output - r.generated)
+                verifies, verified = verifies + 1, verified + emitted
+                r.computed += emitted
+                r.token_times.extend([now] * emitted)
+            else:
+                r.computed += n
+                if r.computed < r.tokens:
+                    continue
+                emitted = 1
+                r.token_times.append(now)
+            r.generated += emitted
+            r.tokens += emitted
             if r.generated == r.output:
                 running.remove(r)
                 free += r.blocks
@@ -202,4 +235,4 @@ def run(
         if progress is not None and steps % progress_every == 0:
             progress(len(done), workload.requests)
     done.sort(key=lambda r: r.index)
-    return Run(done, steps, preemptions, busy, peak, block_seconds)
+    return Run(done, steps, preemptions, busy, peak, block_seconds, verifies, verified)

@@ -26,7 +26,9 @@ from ..deploy.fit import LARGE_DEFAULT, default_max_batched_tokens
 from ..deploy.layout import Parallel
 from ..phases import PhaseCost, PhaseRequest
 from . import outputs, scheduler
+from .drafting import Drafter, WithDraft, mtp_head, projection, shared_share
 from .slo import Slo
+from .speculative import Speculation
 from .step_cost import Fitted, StepCost, fitted
 from .workload import Workload
 
@@ -62,6 +64,8 @@ class Simulation:
     per_request: list[dict[str, float]]
     goodput: outputs.Goodput | None = None  # under the latency targets given (None: none given)
     kv_bytes_per_sequence: float = 0.0  # per device, what a running request holds whatever its length
+    speculation: Speculation | None = None
+    draft_fit: Fitted | None = None  # the draft's (or MTP head's) step cost, fitted as the target's
 
     def as_dict(self) -> dict[str, Any]:
         e = self.engine
@@ -81,6 +85,10 @@ class Simulation:
                 "prefill_chunk": "P(n) + k (c + e n): a prompt of n tokens and what k cached positions add, "
                 "fitted from prefill phases traced over a cached prefix",
             },
+            "speculative": None if self.speculation is None else self.speculation.as_dict() | {
+                "draft_traced_phases": None if self.draft_fit is None else self.draft_fit.traces,
+                "verify": "a prefill of 1 + k tokens over the cache, traced and fitted as the decode step is",
+            },
             "metrics": self.metrics,
             "bound": self.bound,
         } | outputs.summary(self.metrics, self.devices, self.goodput)  # fmt: skip
@@ -94,7 +102,9 @@ def metrics(run: scheduler.Run, workload: Workload, devices: int, num_blocks: in
     ttft = [row["ttft"] * 1e3 for row in rows]
     e2el = [row["e2el"] * 1e3 for row in rows]
     tpot = [row["tpot"] * 1e3 for row, r in zip(rows, done, strict=True) if r.output > 1]
-    itl = np.concatenate([np.diff(np.frombuffer(r.token_times)) for r in done]) * 1e3
+    # one gap per step that brought tokens: a verify step's several tokens stream as one chunk, and vllm bench
+    # serve records one ITL a chunk (its request functions, vllm/benchmarks/lib/endpoint_request_func.py)
+    itl = np.concatenate([np.diff(np.unique(np.frombuffer(r.token_times))) for r in done]) * 1e3
     inputs, outputs = sum(r.prompt for r in done), sum(r.output for r in done)
     out: dict[str, float] = {
         "completed": len(done),
@@ -121,6 +131,8 @@ def metrics(run: scheduler.Run, workload: Workload, devices: int, num_blocks: in
         "kv_utilization": run.block_seconds / (duration * num_blocks),  # the mean share of the blocks in use
         "peak_kv_utilization": run.peak_blocks / num_blocks,
     }
+    if run.verifies:  # vLLM's spec decode metrics' "mean acceptance length" (vllm/v1/spec_decode/metrics.py)
+        out["mean_acceptance_length"] = run.verified_tokens / run.verifies
     return out
 
 
@@ -148,18 +160,26 @@ def replay(
     slos: Sequence[Slo] = (),
     on_step: scheduler.OnStep | None = None,
     progress: scheduler.OnProgress | None = None,
+    speculation: Speculation | None = None,
 ) -> Simulation:
     """``workload`` through ``engine`` with a step cost given (and the bound's, run again beside it); goodput
-    under ``slos``; ``on_step`` and ``progress`` observe the estimate's run (:func:`scheduler.run`)."""
+    under ``slos``; ``on_step`` and ``progress`` observe the estimate's run (:func:`scheduler.run`); each decode
+    speculating as ``speculation`` says."""
     with gc_paused():  # the run makes a million small objects and no cycle: collections would find nothing
-        run = scheduler.run(workload, engine, cost, on_step=on_step, progress=progress)
-        other = None if bound is None else scheduler.run(workload, engine, bound)
+        run = scheduler.run(workload, engine, cost, on_step=on_step, progress=progress, speculation=speculation)
+        other = None if bound is None else scheduler.run(workload, engine, bound, speculation=speculation)
     bounded = None if other is None else metrics(other, workload, devices, engine.num_blocks)
+    if bounded is not None and isinstance(bound, WithDraft):
+        bounded["draft_time_share"] = bound.draft_share
     found = metrics(run, workload, devices, engine.num_blocks)
+    if isinstance(cost, WithDraft):  # the draft's share of the seconds the engine ran steps
+        found["draft_time_share"] = cost.draft_share
     good = outputs.goodput(run, found["duration"], slos) if slos else None
     if good is not None:
         found["request_goodput"] = good.requests_per_s  # vLLM's name (BenchmarkMetrics), with --goodput given
-    return Simulation(workload, engine, devices, found, bounded, None, None, per_request(run), good)
+    return Simulation(
+        workload, engine, devices, found, bounded, None, None, per_request(run), good, speculation=speculation
+    )
 
 
 def simulate(
@@ -180,6 +200,8 @@ def simulate(
     on_step: scheduler.OnStep | None = None,
     progress: scheduler.OnProgress | None = None,
     phases: dict[tuple[object, ...], PhaseCost] | None = None,
+    speculation: Speculation | None = None,
+    draft: CausalLM | None = None,
 ) -> Simulation:
     """``workload`` served by ``llm`` on ``parallel`` (one device by default) of ``hardware``: the engine's
     knobs under vLLM's names, each default vLLM's for the device; the KV cache's blocks from the fit; goodput
@@ -189,7 +211,11 @@ def simulate(
     same model (keyed by the phase, its sizes, the hardware's name, the kernels and the FLOP convention). A
     phase's cost is priced on one hardware (its roofline and kernels), so another layout on the same hardware
     retraces nothing and deploys the phases kept (:meth:`CausalLM.deploy`, about half a traced phase's time),
-    while another hardware traces its own."""
+    while another hardware traces its own.
+
+    ``speculation``: speculative decoding, drafted by ``draft`` (a second model on the same devices and layout)
+    or, without it, by the model's own multi-token prediction head (:mod:`.speculative`); the draft's phases
+    are traced apart from ``phases``."""
     hardware = lookup_hardware(hardware) if isinstance(hardware, str) else hardware
     parallel = parallel or Parallel()
     if parallel.dp > 1 or parallel.micro_batches > 1:
@@ -207,31 +233,50 @@ def simulate(
         )
     budget = max_num_batched_tokens or default_max_batched_tokens(hardware)
     seqs = max_num_seqs or default_max_num_seqs(hardware)
-    llm.check_generation(workload.input_len, workload.output_len, batch=min(seqs, DECODE_FIT_BATCH))
+    if draft is not None and speculation is None:
+        raise OpcountValueError("a draft model drafts speculative tokens: give their number (--speculative-tokens)")
+    if speculation is not None and draft is None and speculation.draft != "mtp":
+        raise OpcountValueError(f"the speculation names the draft {speculation.draft!r}, but no draft model is given")
+    if speculation is not None and draft is not None and speculation.draft == "mtp":
+        speculation = replace(speculation, draft=type(draft.model).__name__)  # the label says which model drafts
+    big = max(2, min(seqs, DECODE_FIT_BATCH))
+    llm.check_generation(workload.input_len, workload.output_len, batch=big)
+    drafter = None if speculation is None else drafting(llm, speculation, draft, budget)
+    if drafter is not None:
+        drafter.check_generation(workload.input_len, workload.output_len, batch=big)
     deployments: dict[tuple[str, int, int, int], Any] = {}
-    kept = {} if phases is None else phases
+    drafts: dict[tuple[str, int, int, int], Any] = {}
 
-    def trace(phase: str, batch: int, new: int, cached: int) -> tuple[float, float | None]:
-        if status is not None:
-            status(f"tracing {phase} of {batch} x {new} tokens over {cached} cached")
-        key = (phase, batch, new, cached, hardware.name, kernels, flops_per_mac)
-        cost = kept.get(key)
-        if cost is None:
-            request = PhaseRequest(
-                phase=phase, seq_len=new, kv_len=cached, batch=batch, hardware=hardware, kernels=kernels,
-                flops_per_mac=flops_per_mac,
+    def tracer(
+        model: CausalLM, deployed: dict[tuple[str, int, int, int], Any], costs: dict[tuple[object, ...], PhaseCost]
+    ) -> Any:
+        def trace(phase: str, batch: int, new: int, cached: int) -> tuple[float, float | None]:
+            if status is not None:
+                status(f"tracing {phase} of {batch} x {new} tokens over {cached} cached")
+            key = (phase, batch, new, cached, hardware.name, kernels, flops_per_mac)
+            cost = costs.get(key)
+            if cost is None:
+                request = PhaseRequest(
+                    phase=phase, seq_len=new, kv_len=cached, batch=batch, hardware=hardware, kernels=kernels,
+                    flops_per_mac=flops_per_mac,
+                )  # fmt: skip
+                cost = costs[key] = model.cost(request)
+            d = model.deploy(
+                cost, parallel, hardware=hardware, gpu_memory_utilization=gpu_memory_utilization,
+                max_batched_tokens=budget, dispatch=dispatch,
             )  # fmt: skip
-            cost = kept[key] = llm.cost(request)
-        d = llm.deploy(
-            cost, parallel, hardware=hardware, gpu_memory_utilization=gpu_memory_utilization,
-            max_batched_tokens=budget, dispatch=dispatch,
-        )  # fmt: skip
-        deployments[phase, batch, new, cached] = d
-        assert d.step_time is not None  # priced on hardware
-        return d.step_time, d.step_time_bound
+            deployed[phase, batch, new, cached] = d
+            assert d.step_time is not None  # priced on hardware
+            return d.step_time, d.step_time_bound
 
+        return trace
+
+    k = speculation.tokens if speculation is not None else 0
     with gc_paused():  # a dozen phases traced one after another, the earlier ones kept: collections free nothing
-        fit = fitted(trace, workload.input_len, workload.output_len, budget, max(2, min(seqs, DECODE_FIT_BATCH)))
+        fit = fitted(
+            tracer(llm, deployments, {} if phases is None else phases), workload.input_len, workload.output_len,
+            budget, big, k,
+        )  # fmt: skip
     # the cache: the device's capacity less its weights and the activations of a step of `budget` tokens
     # (vLLM's profiling run), in blocks of the bytes a token holds on the busiest device
     longest = min(workload.input_len, budget)
@@ -242,6 +287,23 @@ def simulate(
     capacity = prompt.capacity  # the device's memory times gpu_memory_utilization, as the deployment judged it
     assert capacity is not None  # the device says its memory (checked above)
     free = capacity - prompt.per_device.weights - activations
+    estimate: StepCost = fit.estimate
+    bound: StepCost | None = fit.bound
+    draft_fit = None
+    if speculation is not None and drafter is not None:
+        draft_fit = fitted(tracer(drafter, drafts, {}), workload.input_len, workload.output_len, budget, big)
+        extra, weights = (0.0, 0.0), drafts["prefill", 1, longest, 0].per_device.weights
+        if draft is None:  # an MTP head: the model's embedding and LM head are its own, its projection is not
+            extra, projected = projection(llm, hardware, big)
+            weights = weights * (1 - shared_share(drafter)) + projected
+        free -= weights
+        per_token += drafts[last].per_device.kv_cache / (last[3] + 1)  # the draft's own KV cache, each token
+        estimate = WithDraft(fit.estimate, Drafter(draft_fit.estimate, k, extra))
+        bound = (
+            None
+            if fit.bound is None or draft_fit.bound is None
+            else WithDraft(fit.bound, Drafter(draft_fit.bound, k, extra))
+        )
     if per_token <= 0:
         raise OpcountValueError(f"{type(llm.model).__name__} caches nothing per token: no blocks to simulate")
     blocks = math.floor(free / (per_token * block_size))
@@ -257,9 +319,12 @@ def simulate(
     if status is not None:
         status(f"simulating {workload.requests} requests")
     found = replay(
-        workload, engine, fit.estimate, fit.bound, parallel.devices, slos=slos, on_step=on_step, progress=progress
+        workload, engine, estimate, bound, parallel.devices, slos=slos, on_step=on_step, progress=progress,
+        speculation=speculation,
+    )  # fmt: skip
+    return replace(
+        found, kv_bytes_per_token=per_token, fit=fit, kv_bytes_per_sequence=per_sequence, draft_fit=draft_fit
     )
-    return replace(found, kv_bytes_per_token=per_token, fit=fit, kv_bytes_per_sequence=per_sequence)
 
 
 def kv_layout(llm: CausalLM, kv_len: int, held: float) -> tuple[float, float]:
@@ -283,3 +348,20 @@ def kv_layout(llm: CausalLM, kv_len: int, held: float) -> tuple[float, float]:
         return held / (kv_len + 1), 0.0
     share = held / total  # the device's share of the cache (tensor parallelism splits each layer's heads)
     return share * growing / (kv_len + 1), share * (total - growing)
+
+
+def drafting(llm: CausalLM, speculation: Speculation, draft: CausalLM | None, budget: int) -> CausalLM:
+    """The model that drafts: ``draft``, or ``llm``'s MTP head; refused where the budget cannot hold a verify,
+    or where the draft's vocabulary is not the model's (its tokens are the model's to verify)."""
+    if budget < 1 + speculation.tokens:
+        raise OpcountValueError(
+            f"max_num_batched_tokens {budget} cannot hold one verify of 1 + {speculation.tokens} speculative tokens"
+        )
+    if draft is None:
+        return mtp_head(llm)
+    ours, theirs = getattr(llm.config, "vocab_size", None), getattr(draft.config, "vocab_size", None)
+    if ours != theirs:
+        raise OpcountValueError(
+            f"the draft model's vocabulary ({theirs} tokens) is not the model's ({ours}): it must share its tokenizer"
+        )
+    return draft

@@ -22,6 +22,11 @@ A step runs ``decode`` sequences (one new token each, over ``kv_tokens`` cached 
   budget`` tokens is exactly ``P(L)``, a decode-only step exactly ``D``. Summing the parts is exact where
   every kernel keeps its bound (memory or compute) in the mix; a weight-bound matrix product that the
   larger mix makes compute-bound is priced low by the sum, as each part alone reads no weights.
+- under speculative decoding (:mod:`.speculative`), each decode sequence verifies ``1 + k`` tokens in the
+  target's one forward: ``V(b, K)``, affine as ``D`` is and fitted alike, from traced prefills of ``1 + k``
+  tokens over a cached prefix (``--phase prefill --kv-len K --seq-len 1+k``), takes ``D``'s place; a step that
+  mixes prompt chunks with speculating sequences adds each chunk's ``C(n, k) - P(0)`` to ``V`` as it does to ``D``
+  (one forward: the weights are read once).
 
 The estimate and the bound are fitted alike, each from its own traced figure; the bound is carried beside
 the estimate, never mixed with it.
@@ -34,15 +39,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from ...errors import OpcountValueError
+
 
 @dataclass(frozen=True)
 class Step:
     """One engine step's work: ``decode`` sequences over ``kv_tokens`` cached positions in all, and the
-    prompt ``chunks`` as (tokens already cached, new tokens)."""
+    prompt ``chunks`` as (tokens already cached, new tokens); under speculative decoding each decode sequence
+    verifies its last token and ``speculative`` draft tokens (:mod:`.speculative`)."""
 
     decode: int
     kv_tokens: int
     chunks: tuple[tuple[int, int], ...]
+    # draft tokens each decode sequence carries (0: none): the step verifies 1 + speculative tokens of each
+    speculative: int = 0
 
 
 class StepCost(Protocol):
@@ -106,11 +116,14 @@ class Prefix:
 
 @dataclass(frozen=True)
 class FittedStepCost:
-    """A step priced from a fitted decode step, a prompt's interpolated cost and a cached prefix's."""
+    """A step priced from a fitted decode step, a prompt's interpolated cost and a cached prefix's; under
+    speculative decoding, the decode sequences' forward is ``verify``'s (each a chunk of ``1 + k`` tokens over
+    its cache)."""
 
     decode: Affine
     prompt: Prompt
     prefix: Prefix = Prefix()
+    verify: Affine | None = None
 
     def chunk(self, n: int, k: int) -> float:
         """``C(n, k)``: a chunk of ``n`` new tokens over ``k`` cached ones, as a step of its own."""
@@ -118,7 +131,12 @@ class FittedStepCost:
 
     def __call__(self, step: Step) -> float:
         fixed = self.prompt(0)
-        base = self.decode(step.decode, step.kv_tokens) if step.decode else fixed
+        if step.decode and step.speculative:
+            if self.verify is None:
+                raise OpcountValueError("a speculative step priced by a step cost fitted without its verify forward")
+            base = self.verify(step.decode, step.kv_tokens)
+        else:
+            base = self.decode(step.decode, step.kv_tokens) if step.decode else fixed
         return base + sum(self.chunk(n, k) - fixed for k, n in step.chunks)
 
 
@@ -164,14 +182,17 @@ class Fitted:
     chunk_error: float = 0.0
 
 
-def fitted(trace: Trace, input_len: int, output_len: int, budget: int, big: int) -> Fitted:
+def fitted(trace: Trace, input_len: int, output_len: int, budget: int, big: int, speculative: int = 0) -> Fitted:
     """The step costs from ``trace(phase, batch, new tokens, cached tokens per sequence) -> (estimate, bound)``:
     decode steps of 1 and ``big`` sequences at the first and last decode step's cache, the fit checked at the
     fourth of those points (``big`` at the last), prompts at :func:`prompt_lengths`, chunks over a cached
-    prefix at :func:`prefix_points`."""
+    prefix at :func:`prefix_points`. With ``speculative`` draft tokens, the verify forward too: prefills of
+    ``1 + speculative`` tokens over the same caches, fitted alike."""
     # the first decode step reads the prompt, the last the prompt and all but its last two answer tokens
     k1, k2 = input_len, input_len + max(output_len - 2, 1)
-    decodes = {p: trace("decode", p[0], 1, p[1]) for p in ((1, k1), (1, k2), (big, k1), (big, k2))}
+    points = ((1, k1), (1, k2), (big, k1), (big, k2))
+    decodes = {p: trace("decode", p[0], 1, p[1]) for p in points}
+    verifies = {p: trace("prefill", p[0], 1 + speculative, p[1]) for p in points} if speculative else {}
     lengths = prompt_lengths(input_len, budget)
     prompts = [trace("prefill", 1, n, 0) for n in lengths]
     k, n1, n2, (n3, k3) = prefix_points(input_len, lengths)
@@ -181,19 +202,25 @@ def fitted(trace: Trace, input_len: int, output_len: int, budget: int, big: int)
     costs: list[FittedStepCost | None] = []
     for which in (0, 1):
         d = {p: t[which] for p, t in decodes.items()}
+        v = {p: t[which] for p, t in verifies.items()}
         p = [t[which] for t in prompts]
         c = {point: t[which] for point, t in chunks.items()}
-        if any(v is None for v in (*d.values(), *p, *c.values())):
+        if any(x is None for x in (*d.values(), *v.values(), *p, *c.values())):
             costs.append(None)
             continue
         decode = Affine.solve(k1, k2, big, d[1, k1] or 0.0, d[1, k2] or 0.0, d[big, k1] or 0.0)
-        prompt = Prompt(tuple(lengths), tuple(v or 0.0 for v in p))
+        verify = Affine.solve(k1, k2, big, v[1, k1] or 0.0, v[1, k2] or 0.0, v[big, k1] or 0.0) if v else None
+        prompt = Prompt(tuple(lengths), tuple(x or 0.0 for x in p))
         prefix = Prefix.solve(k, n1, n2, (c[n1, k] or 0.0) - prompt(n1), (c[n2, k] or 0.0) - prompt(n2))
-        costs.append(FittedStepCost(decode, prompt, prefix))
+        costs.append(FittedStepCost(decode, prompt, prefix, verify))
     estimate = costs[0]
     assert estimate is not None  # a deployment on hardware always prices its estimate
     traced = decodes[big, k2][0]
     error = abs(estimate.decode(big, big * k2) - traced) / traced if traced else 0.0
+    if estimate.verify is not None and verifies[big, k2][0]:  # the larger of the two fits' errors
+        traced = verifies[big, k2][0]
+        error = max(error, abs(estimate.verify(big, big * k2) - traced) / traced)
     traced = chunks[n3, k3][0]
     chunk_error = abs(estimate.chunk(n3, k3) - traced) / traced if traced else 0.0
-    return Fitted(estimate, costs[1], len(decodes) + len(prompts) + len(chunks), error, chunk_error)
+    traces = len(decodes) + len(verifies) + len(prompts) + len(chunks)
+    return Fitted(estimate, costs[1], traces, error, chunk_error)
