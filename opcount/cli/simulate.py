@@ -55,7 +55,8 @@ def run(argv: Sequence[str], stderr: TextIO) -> tuple[str, str | None]:
             result = simulate(
                 llm, options.workload, hardware, deploy_flags.layout(flags.deploy, {}),
                 max_num_seqs=options.max_num_seqs, max_num_batched_tokens=flags.deploy.max_batched_tokens,
-                block_size=options.block_size, gpu_memory_utilization=flags.deploy.gpu_memory_utilization,
+                block_size=options.block_size, enable_prefix_caching=options.enable_prefix_caching,
+                gpu_memory_utilization=flags.deploy.gpu_memory_utilization,
                 kernels=flags.kernels, flops_per_mac=phase.analysis.flops_per_mac,
                 dispatch=deploy_flags.dispatch(flags.deploy), status=spinner.update, slos=options.slos,
                 on_step=schedule, progress=_bar(spinner.update) if spinner.enabled else None,
@@ -113,18 +114,15 @@ def _files(
         with writing("--plot", options.phase.plot):
             save_latency_chart(
                 result.per_request, options.phase.plot,
-                title=f"{label} on {result.devices} x {hardware}: {w.requests:,} requests of {w.input_len:,} + "
-                f"{w.output_len:,} tokens",
+                title=f"{label} on {result.devices} x {hardware}: {w.describe(sent=False)}",
             )  # fmt: skip
 
 
 def table(s: Simulation, label: str, hardware: str, layout: Sequence[str]) -> str:
     """The simulation as a summary and a table of latency percentiles (milliseconds)."""
     w, e, m = s.workload, s.engine, s.metrics
-    sent = f"{w.concurrency} clients in a closed loop" if w.concurrency else f"{w.arrivals} arrivals at {w.rate:g}/s"
     lines = [
-        f"{label} on {s.devices} x {hardware}: {w.requests:,} requests of {w.input_len:,} prompt + {w.output_len:,} "
-        f"generated tokens, {sent}" + ("" if w.concurrency else f" (seed {w.seed})"),
+        f"{label} on {s.devices} x {hardware}: {w.describe()}",
         f"  engine: max_num_seqs {e.max_num_seqs}, max_num_batched_tokens {e.max_num_batched_tokens:,}, "
         f"block_size {e.block_size}, {e.num_blocks:,} KV blocks ({e.num_blocks * e.block_size:,} tokens)"
         + (f", {e.blocks_per_sequence} a running sequence holds besides" if e.blocks_per_sequence else ""),
@@ -145,7 +143,8 @@ def table(s: Simulation, label: str, hardware: str, layout: Sequence[str]) -> st
         )
     lines += [
         f"  ran {m['duration']:.4g} s: {m['steps']:,.0f} steps, {m['preemptions']:,.0f} preemptions, busy "
-        f"{m['busy']:.0%}; KV cache in use {m['kv_utilization']:.1%} on average, {m['peak_kv_utilization']:.1%} at most",
+        f"{m['busy']:.0%}; KV cache in use {m['kv_utilization']:.1%} on average, {m['peak_kv_utilization']:.1%} at most"
+        + (f"; prefix cache hit rate {m['prefix_cache_hit_rate']:.1%}" if "prefix_cache_hit_rate" in m else ""),
         f"  throughput: {m['request_throughput']:.4g} requests/s, {m['output_throughput']:,.4g} output tokens/s "
         f"({m['output_throughput_per_device']:,.4g} per device), {m['total_token_throughput']:,.4g} tokens/s in all",
         "",

@@ -24,22 +24,22 @@ from ..messages import first_line
 MAX_READ_BYTES = 16 * 2**20
 
 
-def read_text(path: str | os.PathLike[str], what: str = "a config file") -> str:
+def read_text(path: str | os.PathLike[str], what: str = "a config file", limit: int = MAX_READ_BYTES) -> str:
     """The UTF-8 text of the regular file ``path`` (``what`` it is, for the message on a file over
-    :data:`MAX_READ_BYTES`)."""
+    ``limit`` bytes, :data:`MAX_READ_BYTES` unless a reader of larger files says otherwise)."""
     file = Path(path)
     try:
         size = os.stat(file).st_size
         if not file.is_file():
             raise OpcountValueError(f"{file}: not a regular file")
-        if size > MAX_READ_BYTES:
-            raise _too_big(file, size, what)
+        if size > limit:
+            raise _too_big(file, size, what, limit)
         with open(file, "rb") as stream:
-            data = stream.read(MAX_READ_BYTES + 1)  # a file grown since its size was read
+            data = stream.read(limit + 1)  # a file grown since its size was read
     except OSError as e:
         raise OpcountValueError(f"{file}: cannot read it ({e.strerror or first_line(e, type(e).__name__)})") from None
-    if len(data) > MAX_READ_BYTES:
-        raise _too_big(file, None, what)
+    if len(data) > limit:
+        raise _too_big(file, None, what, limit)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:  # a binary file: the codec's message alone names no file
@@ -66,8 +66,8 @@ def parse_toml(text: str, path: str | os.PathLike[str]) -> Any:
         raise OpcountValueError(f"{path}: not valid TOML: {_unreadable(e)}") from None
 
 
-def _too_big(file: Path, size: int | None, what: str) -> OpcountValueError:
-    cap = f"the {MAX_READ_BYTES // 2**20} MiB {what} may hold (the limit)"
+def _too_big(file: Path, size: int | None, what: str, limit: int) -> OpcountValueError:
+    cap = f"the {limit // 2**20} MiB {what} may hold (the limit)"
     return OpcountValueError(f"{file}: more than {cap}" if size is None else f"{file}: {size:,} bytes, more than {cap}")
 
 

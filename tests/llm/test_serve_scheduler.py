@@ -128,7 +128,7 @@ def test_poisson_arrivals_follow_the_seed() -> None:
     ("kwargs", "message"),
     [
         ({"rate": -1.0}, "rate must be"),
-        ({"rate": 1.0, "concurrency": 2}, "one of them"),
+        ({"rate": 1.0, "concurrency": 2}, "not both"),
         ({}, "one of them"),
         ({"concurrency": 0}, "concurrency must be"),
         ({"rate": 1.0, "arrivals": "bursty"}, "unknown arrivals"),

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ...errors import OpcountError
-from ...llm.serve import slo
+from ...llm.serve import slo, traces
 from ...llm.serve.speculative import MAX_TOKENS, Speculation, parse_acceptance
 from ...llm.serve.workload import ARRIVALS, MAX_REQUESTS, Workload
 from ..args import UsageError, natural_int, positive_int
@@ -35,7 +35,7 @@ WHAT = {
 }  # fmt: skip
 # a phase's flags that the workload and the scheduler decide instead
 REFUSED = (
-    "--phase", "--kv-len", "--batch", "--seq-len", "--gen-len", "--sweep", "--max-batch", "--price",
+    "--phase", "--kv-len", "--batch", "--sweep", "--max-batch", "--price",
     "--micro-batches", "--dp", "--enable-two-batch-overlap",
 )  # fmt: skip
 
@@ -55,6 +55,7 @@ class SimulateOptions:
     schedule_trace: str | None = None  # the schedule as a Chrome/Perfetto trace
     speculation: Speculation | None = None
     draft: str | None = None
+    enable_prefix_caching: bool = True
 
 
 class _Parser(argparse.ArgumentParser):
@@ -69,6 +70,16 @@ def _rate(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected requests a second, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected requests a second above 0, got {text}")
+    return value
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 below 1, got {text!r}") from None
+    if not 0 <= value < 1:  # NaN fails both
+        raise argparse.ArgumentTypeError(f"expected a number from 0 below 1, got {text}")
     return value
 
 
@@ -89,17 +100,41 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--arrivals", choices=ARRIVALS, help="with --rate: Poisson (default) or evenly spaced arrivals")
     g.add_argument("--concurrency", type=positive_int, metavar="C", help="clients in a closed loop (instead of --rate)")
     g.add_argument("--requests", type=positive_int, metavar="N", help=f"requests (default {DEFAULT_REQUESTS})")
-    g.add_argument("--input-len", type=positive_int, metavar="L", help=f"prompt tokens (default {DEFAULT_INPUT_LEN})")
     g.add_argument(
-        "--output-len", type=positive_int, metavar="L", help=f"generated tokens (default {DEFAULT_OUTPUT_LEN})"
-    )
-    g.add_argument("--seed", type=natural_int, metavar="S", help="the Poisson arrivals' seed (default 0)")
+        "--input-len", "--seq-len", dest="input_len", type=positive_int, metavar="L",
+        help=f"prompt tokens (default {DEFAULT_INPUT_LEN})",
+    )  # fmt: skip
+    g.add_argument(
+        "--output-len", "--gen-len", dest="output_len", type=positive_int, metavar="L",
+        help=f"generated tokens (default {DEFAULT_OUTPUT_LEN})",
+    )  # fmt: skip
+    g.add_argument(
+        "--random-range-ratio", type=_share, metavar="R",
+        help="lengths drawn uniformly within R of --input-len and --output-len, as vllm bench serve's random dataset (0 <= R < 1)",
+    )  # fmt: skip
+    g.add_argument("--seed", type=natural_int, metavar="S", help="the arrivals' and lengths' seed (default 0)")
+    g.add_argument(
+        "--trace", metavar="FILE",
+        help="requests from a trace: Mooncake .jsonl, a .csv of arrival/input/output tokens, or vllm bench serve's .json",
+    )  # fmt: skip
+    g.add_argument(
+        "--trace-block-size", type=positive_int, metavar="T",
+        help=f"tokens one of a Mooncake trace's hash_ids covers (default {traces.MOONCAKE_BLOCK})",
+    )  # fmt: skip
+    g.add_argument(
+        "--prefix-hit", type=_share, metavar="H",
+        help="the first H of every prompt is one prefix all requests share (a system prompt; 0 <= H < 1)",
+    )  # fmt: skip
     e = p.add_argument_group("engine (vLLM's names)")
     e.add_argument(
         "--max-num-seqs", type=positive_int, metavar="N",
         help="the most requests running at once (default vLLM's: 1024 on a device of 70 GiB or more but an A100, else 256)",
     )  # fmt: skip
     e.add_argument("--block-size", type=positive_int, metavar="T", help="tokens a KV block holds (default 16, vLLM's)")
+    e.add_argument(
+        "--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+        help="reuse the cached blocks of prompts' shared prefixes (default on, as in vLLM v1)",
+    )  # fmt: skip
     t = p.add_argument_group("latency targets: goodput, the requests a second meeting all of them")
     for metric in slo.METRICS:
         t.add_argument(
@@ -167,19 +202,17 @@ def parse(argv: Sequence[str]) -> SimulateOptions:
             raise UsageError(
                 f"opcount simulate: {name} does not apply (the workload sets each step's lengths and batch)"
             )
-    if ns.rate is None and ns.concurrency is None:
-        raise UsageError("opcount simulate needs --rate R (requests a second) or --concurrency C (clients)")
     if ns.rate is not None and ns.concurrency is not None:
         raise UsageError("--rate and --concurrency are two workloads: give one of them")
     if ns.arrivals is not None and ns.rate is None:
         raise UsageError("--arrivals applies to --rate")
-    requests = ns.requests or DEFAULT_REQUESTS
-    if requests > MAX_REQUESTS:
-        raise UsageError(f"--requests {requests}: at most {MAX_REQUESTS:,}")
-    workload = Workload(
-        requests=requests, input_len=ns.input_len or DEFAULT_INPUT_LEN, output_len=ns.output_len or DEFAULT_OUTPUT_LEN,
-        rate=ns.rate, concurrency=ns.concurrency, arrivals=ns.arrivals or "poisson", seed=ns.seed or 0,
-    )  # fmt: skip
+    if ns.requests is not None and ns.requests > MAX_REQUESTS:
+        raise UsageError(f"--requests {ns.requests}: at most {MAX_REQUESTS:,}")
+    if ns.trace_block_size is not None and ns.trace is None:
+        raise UsageError("--trace-block-size applies to --trace")
+    if ns.prefix_hit and not ns.enable_prefix_caching:
+        raise UsageError("--prefix-hit shares a prefix that --no-enable-prefix-caching would not reuse: drop one")
+    workload = _workload(ns)
     slos = _targets(ns)
     speculation = speculative(ns.speculative_tokens, ns.acceptance, ns.draft)
     phase = parse_phase(rest)
@@ -204,7 +237,46 @@ def parse(argv: Sequence[str]) -> SimulateOptions:
         ns.schedule_trace,
         speculation,
         ns.draft,
+        ns.enable_prefix_caching,
     )
+
+
+def _workload(ns: argparse.Namespace) -> Workload:
+    """The workload the flags give: drawn (lengths, a rate or a concurrency), or a trace's requests (the first
+    ``--requests`` of them), sent at the trace's own times unless a rate or a concurrency is given (a vllm bench
+    serve result's own, where neither is)."""
+    arrivals, seed, prefix_hit = ns.arrivals or "poisson", ns.seed or 0, ns.prefix_hit or 0.0
+    if ns.trace is None:
+        if ns.rate is None and ns.concurrency is None:
+            raise UsageError(
+                "opcount simulate needs --rate R (requests a second), --concurrency C (clients) or --trace FILE"
+            )
+        return Workload(
+            requests=ns.requests or DEFAULT_REQUESTS, input_len=ns.input_len or DEFAULT_INPUT_LEN,
+            output_len=ns.output_len or DEFAULT_OUTPUT_LEN, rate=ns.rate, concurrency=ns.concurrency,
+            range_ratio=ns.random_range_ratio or 0.0, arrivals=arrivals, seed=seed, prefix_hit=prefix_hit,
+        )  # fmt: skip
+    for flag, value in (
+        ("--input-len", ns.input_len),
+        ("--output-len", ns.output_len),
+        ("--random-range-ratio", ns.random_range_ratio),
+    ):
+        if value is not None:
+            raise UsageError(f"{flag} does not apply to --trace: the trace gives each request's lengths")
+    try:
+        trace = traces.read(ns.trace, ns.trace_block_size or traces.MOONCAKE_BLOCK)
+    except OpcountError as e:
+        raise UsageError(f"--trace {e}") from None
+    rows = trace.rows[: ns.requests] if ns.requests else trace.rows
+    rate, concurrency = ns.rate, ns.concurrency
+    if rate is None and concurrency is None:
+        rate, concurrency = trace.rate, trace.concurrency
+        if rate is None and concurrency is None and any(s.arrival is None for s in rows):
+            raise UsageError(f"--trace {ns.trace}: it has no arrival times: give --rate R or --concurrency C")
+    return Workload.replay(
+        rows, hash_block=trace.hash_block, rate=rate, concurrency=concurrency, arrivals=arrivals, seed=seed,
+        prefix_hit=prefix_hit,
+    )  # fmt: skip
 
 
 def speculative(tokens: int | None, acceptance: str | None, draft: str | None) -> Speculation | None:

@@ -22,8 +22,10 @@ the next one. Under speculative decoding (:mod:`.speculative`) a decode carries 
 emits the tokens its verify accepts; every request scheduled holds the blocks of ``k`` lookahead slots past its
 new tokens, where the drafter writes the next drafts (``allocate_slots(..., num_lookahead_tokens)``, which vLLM
 passes for its EAGLE-family drafters, MTP among them). A verify that the budget left cannot take whole waits for
-the next step (vLLM would shorten its drafts). Prefix caching and the time the engine's CPU spends between steps are not modelled
-(docs/simulate.md).
+the next step (vLLM would shorten its drafts). With prefix caching (``Engine.enable_prefix_caching``, vLLM v1's
+default), a request admitted takes its prompt's longest cached run of blocks as computed (:mod:`.prefix_cache`):
+its first chunk starts after them, and its blocks cached as it computes them. The time the engine's CPU spends
+between steps is not modelled (docs/simulate.md).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...errors import OpcountValueError
+from .prefix_cache import BlockPool, prompt_hashes
 from .speculative import Speculation
 from .step_cost import Step, StepCost
 from .workload import Workload
@@ -49,6 +52,7 @@ class Engine:
     block_size: int
     num_blocks: int
     blocks_per_sequence: int = 0  # held by each running request whatever its length
+    enable_prefix_caching: bool = True  # vLLM v1's default (--enable-prefix-caching / --no-enable-prefix-caching)
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_blocks"):
@@ -76,6 +80,9 @@ class Request:
     token_times: array[float] = field(default_factory=lambda: array("d"))
     preempted: int = 0
     credit: float = 0.0  # speculative decoding: accepted tokens expected and not yet emitted (Speculation.emit)
+    hashes: tuple[int, ...] = ()  # its prompt's blocks that can be shared (prefix caching)
+    shared: list[int] = field(default_factory=list)  # the cached blocks it holds by their hashes, in order
+    hashed_upto: int = 0  # its prompt's blocks looked at for caching so far
 
     def __post_init__(self) -> None:
         self.tokens = self.prompt
@@ -94,6 +101,8 @@ class Run:
     block_seconds: float  # blocks in use integrated over the run's steps
     verifies: int = 0  # speculative decoding: the sequences' verify forwards, and the tokens they emitted
     verified_tokens: int = 0
+    prefix_queried: int = 0  # prefix caching: prompt tokens looked up at admission, and those found cached
+    prefix_hit: int = 0
 
 
 # what an observer of the run is told after each step: its start and seconds, its work, and the indices of the
@@ -124,19 +133,36 @@ def run(
     fixed = engine.blocks_per_sequence  # a request's first chunk takes them with its tokens' blocks
     lookahead = speculation.tokens if speculation else 0
     # the last verify: the tokens cached but the last, its 1 + k, and k lookahead slots
-    largest = blocks_for(workload.input_len + workload.output_len - 1 + 2 * lookahead, engine.block_size) + fixed
+    prompts, outputs = workload.lengths()
+    longest = int((prompts + outputs).max())
+    largest = blocks_for(longest - 1 + 2 * lookahead, engine.block_size) + fixed
     if largest > engine.num_blocks:
         raise OpcountValueError(
-            f"a request of {workload.input_len} + {workload.output_len} tokens needs {largest} KV blocks of "
+            f"a request of {longest} tokens (prompt and answer) needs {largest} KV blocks of "
             f"{engine.block_size} tokens; the cache holds {engine.num_blocks}"
         )
+    size = engine.block_size
+    pool = BlockPool() if engine.enable_prefix_caching else None
+    shared_tokens = [int(workload.prefix_hit * p) for p in prompts.tolist()] if workload.prefix_hit else None
+    trace = workload.trace if workload.trace is not None and workload.hash_block else None
+    sharing = pool is not None and bool(shared_tokens or trace)  # prompts that can hit: the hit rate is counted
+
+    def request(i: int, t: float) -> Request:
+        r = Request(i, t, int(prompts[i]), int(outputs[i]))
+        if sharing:
+            r.hashes = prompt_hashes(
+                r.prompt, size, shared_tokens[i] if shared_tokens else 0,
+                trace[i].hashes if trace else (), workload.hash_block,
+            )  # fmt: skip
+        return r
+
     arrivals = [(t, i) for i, t in enumerate(workload.first_arrivals())]
     heapq.heapify(arrivals)
     sent = len(arrivals)
     done: list[Request] = []
     waiting: deque[Request] = deque()
     running: list[Request] = []
-    free, size = engine.num_blocks, engine.block_size
+    free = engine.num_blocks
     now, steps, preemptions, busy, peak, block_seconds = 0.0, 0, 0, 0.0, 0, 0.0
     verifies = verified = 0
     while len(done) < workload.requests:
@@ -144,7 +170,7 @@ def run(
             now = max(now, arrivals[0][0])  # idle until the next request
         while arrivals and arrivals[0][0] <= now:
             t, i = heapq.heappop(arrivals)
-            waiting.append(Request(i, t, workload.input_len, workload.output_len))
+            waiting.append(request(i, t))
         scheduled: list[tuple[Request, int, bool]] = []  # a request, its tokens this step, whether it verifies
         chunks: list[tuple[int, int]] = []
         budget, preempted, decode, kv_tokens = engine.max_num_batched_tokens, False, 0, 0
@@ -167,13 +193,20 @@ def run(
                 # the newest running request: never one scheduled already this step, which all come before r
                 victim = running.pop()
                 preempted, preemptions, lost = True, preemptions + 1, victim is r
-                free += victim.blocks
+                free += victim.blocks - len(victim.shared)
+                if victim.shared:
+                    assert pool is not None
+                    free += pool.release(victim.shared)
+                    victim.shared = []
+                victim.hashed_upto = 0
                 victim.blocks, victim.computed, victim.preempted = 0, 0, victim.preempted + 1
                 waiting.appendleft(victim)
                 if lost:
                     break
             if lost:  # r was the newest: none runs after it this step (vLLM stops scheduling the running here)
                 break
+            if pool is not None and pool.evictable:
+                pool.evict_for(need, free)
             free -= need
             r.blocks += need
             scheduled.append((r, n, decoding and lookahead > 0))
@@ -185,11 +218,25 @@ def run(
             i += 1
         while not preempted and waiting and budget and len(running) < engine.max_num_seqs:
             r = waiting[0]
-            n = min(r.tokens - r.computed, budget)
-            need = blocks_for(r.computed + n + lookahead, size) + fixed - r.blocks
-            if need > free:
+            hit = taken = 0
+            if r.hashes:  # its longest cached prefix, computed already (a new request, or one preempted)
+                assert pool is not None
+                hit = pool.cached_prefix(r.hashes, r.tokens, size)
+                taken = pool.from_free(r.hashes, hit)
+            n = min(r.tokens - hit * size, budget)
+            need = blocks_for(hit * size + n + lookahead, size) + fixed - hit
+            if need + taken > free:
                 break
             waiting.popleft()
+            if sharing:
+                assert pool is not None
+                pool.queried, pool.hit = pool.queried + r.tokens, pool.hit + hit * size
+            if hit:
+                assert pool is not None
+                free -= pool.take(r.hashes, hit)
+                r.shared, r.hashed_upto, r.computed, r.blocks = list(r.hashes[:hit]), hit, hit * size, hit
+            if pool is not None and pool.evictable:
+                pool.evict_for(need, free)
             free -= need
             r.blocks += need
             running.append(r)
@@ -218,6 +265,13 @@ def run(
                 r.token_times.extend([now] * emitted)
             else:
                 r.computed += n
+                if r.hashes and r.hashed_upto < len(r.hashes):
+                    assert pool is not None
+                    full = min(r.computed // size, len(r.hashes))
+                    for h in r.hashes[r.hashed_upto : full]:
+                        if pool.cache(h):
+                            r.shared.append(h)
+                    r.hashed_upto = full
                 if r.computed < r.tokens:
                     continue
                 emitted = 1
@@ -226,7 +280,11 @@ def run(
             r.tokens += emitted
             if r.generated == r.output:
                 running.remove(r)
-                free += r.blocks
+                free += r.blocks - len(r.shared)
+                if r.shared:
+                    assert pool is not None
+                    free += pool.release(r.shared)
+                    r.shared = []
                 r.blocks = 0
                 done.append(r)
                 if workload.closed_loop and sent < workload.requests:
@@ -235,4 +293,5 @@ def run(
         if progress is not None and steps % progress_every == 0:
             progress(len(done), workload.requests)
     done.sort(key=lambda r: r.index)
-    return Run(done, steps, preemptions, busy, peak, block_seconds, verifies, verified)
+    queried, hit = (pool.queried, pool.hit) if pool is not None else (0, 0)
+    return Run(done, steps, preemptions, busy, peak, block_seconds, verifies, verified, queried, hit)

@@ -73,7 +73,7 @@ class Simulation:
             "workload": self.workload.as_dict(),
             "engine": {
                 "max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_num_batched_tokens,
-                "block_size": e.block_size, "num_gpu_blocks": e.num_blocks,
+                "block_size": e.block_size, "num_gpu_blocks": e.num_blocks, "enable_prefix_caching": e.enable_prefix_caching,
                 "kv_bytes_per_token_per_device": self.kv_bytes_per_token,
                 "kv_bytes_per_sequence_per_device": self.kv_bytes_per_sequence,
                 "blocks_per_sequence": e.blocks_per_sequence,
@@ -131,6 +131,8 @@ def metrics(run: scheduler.Run, workload: Workload, devices: int, num_blocks: in
         "kv_utilization": run.block_seconds / (duration * num_blocks),  # the mean share of the blocks in use
         "peak_kv_utilization": run.peak_blocks / num_blocks,
     }
+    if run.prefix_queried:  # vLLM's prefix cache hit rate (PrefixCacheStats): prompt tokens found cached
+        out["prefix_cache_hit_rate"] = run.prefix_hit / run.prefix_queried
     if run.verifies:  # vLLM's spec decode metrics' "mean acceptance length" (vllm/v1/spec_decode/metrics.py)
         out["mean_acceptance_length"] = run.verified_tokens / run.verifies
     return out
@@ -191,6 +193,7 @@ def simulate(
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     block_size: int = DEFAULT_BLOCK_SIZE,
+    enable_prefix_caching: bool = True,
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     kernels: str = "fused",
     flops_per_mac: int = 1,
@@ -225,12 +228,16 @@ def simulate(
     if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
         raise OpcountValueError(f"block_size must be a whole number of tokens from 1, got {block_size!r}")
     context = getattr(llm.config, "max_position_embeddings", None)
-    if isinstance(context, int) and workload.input_len + workload.output_len > context:
+    prompts, answers = workload.lengths()
+    if isinstance(context, int) and int((prompts + answers).max()) > context:
         # vLLM's max_model_len defaults to it, and a request longer than that is refused
+        i = int(np.argmax(prompts + answers > context))
+        which = f"request {i + 1} of the trace" if workload.trace is not None else "a request"
         raise OpcountValueError(
-            f"a request of {workload.input_len} + {workload.output_len} tokens is longer than the model's "
-            f"context of {context} positions (max_position_embeddings)"
+            f"{which} of {prompts[i]} + {answers[i]} tokens is longer than the model's context of {context} "
+            "positions (max_position_embeddings)"
         )
+    in_len, out_len = int(prompts.max()), int(answers.max())  # the step costs are fitted up to the longest
     budget = max_num_batched_tokens or default_max_batched_tokens(hardware)
     seqs = max_num_seqs or default_max_num_seqs(hardware)
     if draft is not None and speculation is None:
@@ -240,10 +247,10 @@ def simulate(
     if speculation is not None and draft is not None and speculation.draft == "mtp":
         speculation = replace(speculation, draft=type(draft.model).__name__)  # the label says which model drafts
     big = max(2, min(seqs, DECODE_FIT_BATCH))
-    llm.check_generation(workload.input_len, workload.output_len, batch=big)
+    llm.check_generation(in_len, out_len, batch=big)
     drafter = None if speculation is None else drafting(llm, speculation, draft, budget)
     if drafter is not None:
-        drafter.check_generation(workload.input_len, workload.output_len, batch=big)
+        drafter.check_generation(in_len, out_len, batch=big)
     deployments: dict[tuple[str, int, int, int], Any] = {}
     drafts: dict[tuple[str, int, int, int], Any] = {}
 
@@ -274,12 +281,12 @@ def simulate(
     k = speculation.tokens if speculation is not None else 0
     with gc_paused():  # a dozen phases traced one after another, the earlier ones kept: collections free nothing
         fit = fitted(
-            tracer(llm, deployments, {} if phases is None else phases), workload.input_len, workload.output_len,
+            tracer(llm, deployments, {} if phases is None else phases), in_len, out_len,
             budget, big, k,
         )  # fmt: skip
     # the cache: the device's capacity less its weights and the activations of a step of `budget` tokens
     # (vLLM's profiling run), in blocks of the bytes a token holds on the busiest device
-    longest = min(workload.input_len, budget)
+    longest = min(in_len, budget)
     prompt = deployments["prefill", 1, longest, 0]
     last = max((k for k in deployments if k[0] == "decode" and k[1] == 1), key=lambda k: k[3])
     per_token, per_sequence = kv_layout(llm, last[3], deployments[last].per_device.kv_cache)
@@ -291,7 +298,7 @@ def simulate(
     bound: StepCost | None = fit.bound
     draft_fit = None
     if speculation is not None and drafter is not None:
-        draft_fit = fitted(tracer(drafter, drafts, {}), workload.input_len, workload.output_len, budget, big)
+        draft_fit = fitted(tracer(drafter, drafts, {}), in_len, out_len, budget, big)
         extra, weights = (0.0, 0.0), drafts["prefill", 1, longest, 0].per_device.weights
         if draft is None:  # an MTP head: the model's embedding and LM head are its own, its projection is not
             extra, projected = projection(llm, hardware, big)
@@ -315,6 +322,7 @@ def simulate(
     engine = scheduler.Engine(
         max_num_seqs=seqs, max_num_batched_tokens=budget, block_size=block_size, num_blocks=blocks,
         blocks_per_sequence=math.ceil(per_sequence / (per_token * block_size)),
+        enable_prefix_caching=enable_prefix_caching,
     )  # fmt: skip
     if status is not None:
         status(f"simulating {workload.requests} requests")
