@@ -43,8 +43,12 @@ def test_a_prompt_is_interpolated_and_a_chunk_adds_its_cached_prefix() -> None:
     assert cost(Step(0, 0, ((0, 64),))) == pytest.approx(5.0)  # a prompt alone: P(L)
     # 48 tokens over 16 cached: P(48) = 2 + 3 x 32 / 48 = 4, and 16 x (0.01 + 0.048)
     assert cost(Step(0, 0, ((16, 48),))) == pytest.approx(4.0 + 0.928)
-    # one forward: decode's D(2, 7) = 1 with the fixed part, the chunk P(24) + 16 x 0.034 less P(0)
-    assert cost(Step(2, 7, ((16, 24),))) == pytest.approx(1.0 + 2.5 + 0.544 - (1 - 1 / 15))
+    # one forward: decode's D(2, 7) = 1, the chunk's 24 tokens beside the 2 decode ones, P(26) - P(2) = 2.625 -
+    # (1 + 1/15), and its 16 cached positions 16 x (0.01 + 0.024)
+    assert cost(Step(2, 7, ((16, 24),))) == pytest.approx(1.0 + 2.625 - (1 + 1 / 15) + 0.544)
+    # two prompts of 16 in one step: one forward of 32 tokens, P(32) = 3, less the attention a sequence of 32
+    # would have between its halves, 0.001 x (32^2 - 2 x 16^2) / 2 = 0.256 (each alone: P(16) = 2)
+    assert cost(Step(0, 0, ((0, 16), (0, 16)))) == pytest.approx(3.0 - 0.256)
 
 
 def test_the_prefix_fit_recovers_a_bilinear_cost() -> None:
@@ -55,8 +59,8 @@ def test_the_prefix_fit_recovers_a_bilinear_cost() -> None:
     assert (one.c, one.e) == pytest.approx((0.026, 0.0))
 
 
-def test_prompt_lengths_are_fourfold_up_to_the_longest_chunk() -> None:
-    assert prompt_lengths(1000, 8192) == [1, 16, 64, 256, 1000]
+def test_prompt_lengths_are_fourfold_up_to_the_longest_chunk_and_the_budget() -> None:
+    assert prompt_lengths(1000, 8192) == [1, 16, 64, 256, 1000, 8192]  # and the budget: a step's tokens together
     assert prompt_lengths(1000, 512) == [1, 16, 64, 256, 512]  # no chunk is longer than the budget
     # over half the prompt cached: chunks of 16 and 256 (the longest that fits), checked at 64 over 250
     assert prefix_points(1000, [1, 16, 64, 256, 1000]) == (500, 16, 256, (64, 250))

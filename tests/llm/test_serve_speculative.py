@@ -259,14 +259,14 @@ def test_opcount_simulate_with_a_draft_model(tmp_path: pytest.TempPathFactory) -
     assert 0 < sim["metrics"]["draft_time_share"] < 1
 
 
-def test_a_mixed_step_is_the_verify_and_the_chunks_differences() -> None:
+def test_a_mixed_step_is_the_verify_and_its_chunks_tokens_beside_it() -> None:
     prompt = Prompt((1, 16, 64), (1.0, 2.0, 5.0))
     cost = FittedStepCost(Affine(0.5, 0.25, 0.0), prompt, verify=Affine(0.75, 0.5, 0.125))
-    # V(2, 8) = 0.75 + 1 + 1 = 2.75, and the chunk of 24 after 16 (no cached-prefix term fitted): its prompt's
-    # cost less the fixed part the step already counts, P(24) - P(0) = (2 + 3 * 8/48) - (1 - 1/15) = 2.5 - 14/15
-    chunk = 2.5 - 14 / 15
-    assert cost(Step(2, 8, ((16, 24),), 1)) == pytest.approx(2.75 + chunk)
-    assert cost(Step(2, 8, ((16, 24),))) == pytest.approx(0.5 + 0.5 + chunk)  # without drafts: the decode step
+    # V(2, 8) = 0.75 + 1 + 1 = 2.75 over 2 x (1 + 1) = 4 verified tokens, and the chunk of 24 after 16 (no
+    # cached-prefix term fitted): what 24 tokens add to a forward of 4, P(28) - P(4) = 2.75 - 1.2
+    assert cost(Step(2, 8, ((16, 24),), 1)) == pytest.approx(2.75 + 1.55)
+    # without drafts: the decode step D(2, 8) = 1 over 2 tokens, and P(26) - P(2) = 2.625 - (1 + 1/15)
+    assert cost(Step(2, 8, ((16, 24),))) == pytest.approx(1.0 + 2.625 - (1 + 1 / 15))
     with pytest.raises(OpcountError, match="without its verify"):
         FittedStepCost(Affine(0.5, 0.25, 0.0), prompt)(Step(1, 8, (), 2))
 
@@ -285,5 +285,5 @@ def test_the_verify_fit_recovers_an_affine_cost() -> None:
     v = fit.estimate.verify
     assert (v.d0, v.d1, v.d2) == pytest.approx((4, 5, 6))
     assert (
-        fit.check_error == pytest.approx(0, abs=1e-12) and fit.traces == 4 + 4 + 4 + 3
-    )  # prompts at 1, 16, 64, 100; chunks 1 and 16 over 50, 8 over 25
+        fit.check_error == pytest.approx(0, abs=1e-12) and fit.traces == 4 + 4 + 5 + 3
+    )  # prompts at 1, 16, 64, 100, 8192; chunks 1 and 16 over 50, 8 over 25

@@ -15,13 +15,15 @@ A step runs ``decode`` sequences (one new token each, over ``kv_tokens`` cached 
   same cached prefix (the phase ``opcount MODEL --phase prefill --kv-len K`` prices), at two chunk lengths,
   and the fit is checked against a third traced at a chunk length and a cache length neither used;
 - a mixed step is one forward over all its tokens, as the engine runs it (vLLM's ``GPUModelRunner.execute_model``
-  in vllm/v1/worker/gpu_model_runner.py flattens every scheduled request's tokens into one batch): its fixed
-  part (the weights read once, launches) counted once, each part's per-token and per-position costs summed.
-  ``D`` of its decode sequences carries the fixed part; each chunk adds ``C(n, k) - P(0)`` (``P(0)``, the
-  prompt fit's fixed part); a step with no decode sequence starts from ``P(0)``. A lone prompt of ``L <=
-  budget`` tokens is exactly ``P(L)``, a decode-only step exactly ``D``. Summing the parts is exact where
-  every kernel keeps its bound (memory or compute) in the mix; a weight-bound matrix product that the
-  larger mix makes compute-bound is priced low by the sum, as each part alone reads no weights.
+  in vllm/v1/worker/gpu_model_runner.py flattens every scheduled request's tokens into one batch). Its
+  decode part (``b`` tokens) is ``D(b, K)``; its ``T`` chunk tokens add what ``T`` more tokens add to a
+  forward of ``b``, ``P(b + T) - P(b)`` (``P(T)`` with no decode part), so that the weights, and a mixture of
+  experts' experts, are read once for the step's tokens together, as the kernels read them; less the
+  attention one sequence of ``T`` tokens would have between its chunks, ``e (T^2 - sum n_i^2) / 2``; plus
+  each chunk's cached prefix, ``k (c + e n)``. A lone prompt of ``L <= budget`` tokens is exactly ``P(L)``,
+  a lone chunk ``C(n, k)``, a decode-only step exactly ``D``. ``P`` is traced up to the token budget. (Summing
+  each chunk's own ``C(n, k)`` instead would read a mixture of experts' weights once a chunk: a step of 64
+  prompts of 128 tokens of GPT-OSS-20B priced 10 times its traced 65 ms.)
 - under speculative decoding (:mod:`.speculative`), each decode sequence verifies ``1 + k`` tokens in the
   target's one forward: ``V(b, K)``, affine as ``D`` is and fitted alike, from traced prefills of ``1 + k``
   tokens over a cached prefix (``--phase prefill --kv-len K --seq-len 1+k``), takes ``D``'s place; a step that
@@ -130,21 +132,36 @@ class FittedStepCost:
         return self.prompt(n) + (self.prefix(n, k) if k else 0.0)
 
     def __call__(self, step: Step) -> float:
-        fixed = self.prompt(0)
+        present = 0  # the tokens of the step's decode part: one a sequence, or 1 + k verified
         if step.decode and step.speculative:
             if self.verify is None:
                 raise OpcountValueError("a speculative step priced by a step cost fitted without its verify forward")
-            base = self.verify(step.decode, step.kv_tokens)
+            base, present = self.verify(step.decode, step.kv_tokens), step.decode * (1 + step.speculative)
+        elif step.decode:
+            base, present = self.decode(step.decode, step.kv_tokens), step.decode
         else:
-            base = self.decode(step.decode, step.kv_tokens) if step.decode else fixed
-        return base + sum(self.chunk(n, k) - fixed for k, n in step.chunks)
+            base = self.prompt(0)
+        if not step.chunks:
+            return base
+        if len(step.chunks) == 1 and not present:  # a prompt's chunk alone: C(n, k), as traced
+            k, n = step.chunks[0]
+            return self.chunk(n, k)
+        # the chunks' tokens as one forward beside the decode part's (the weights read once, the experts
+        # the step's tokens route to read once), less the attention between chunks that one sequence of
+        # them would have had, plus what each chunk's cached prefix adds
+        total = sum(n for _, n in step.chunks)
+        start = self.prompt(present) if present else self.prompt(0)
+        tokens = self.prompt(present + total) - start
+        between = max(self.prefix.e, 0.0) * (total * total - sum(n * n for _, n in step.chunks)) / 2
+        return base + max(tokens - between, 0.0) + sum(self.prefix(n, k) for k, n in step.chunks if k)
 
 
 def prompt_lengths(input_len: int, budget: int) -> list[int]:
     """The prompt lengths to trace: 1, every fourfold from 16 below the longest chunk (the prompt, or the
-    token budget where the prompt is longer), and the longest chunk. No chunk is longer than the budget."""
+    token budget where the prompt is longer), the longest chunk, and the budget: a step's tokens together,
+    which a mixed step is priced at (no step holds more)."""
     longest = max(min(input_len, budget), 2)  # two lengths at least: a line through them
-    lengths = {1, longest}
+    lengths = {1, longest, max(budget, 2)}
     n = 16
     while n < longest:
         lengths.add(n)
