@@ -114,6 +114,11 @@ def build(options: Options, wanted: LLMRun, status: Callable[[str], None]) -> tu
         if not items:
             raise
         raise OpcountError(f"{options.model} with --hf-config {', '.join(items)}: {e}") from None
+    if flags.kv_dtype is not None and not llm.precision.holds_kv:  # a dtype nothing would be held in
+        raise OpcountError(
+            f"--kv-dtype {flags.kv_dtype}: {options.model} holds no keys and values (no attention layer keeps a "
+            "KV cache); its recurrent state's dtype is --state-dtype"
+        )
     deploy.check_model(llm, flags)  # a layout the model cannot run, before anything is traced
     return llm, label
 

@@ -189,3 +189,12 @@ def test_state_dtype_refusals_on_the_command_line(capsys: pytest.CaptureFixture[
     assert "unknown recurrent state dtype 'int8'" in capsys.readouterr().err
     assert main(["llm:gpt2", "--mode", "train", "--state-dtype", "float32"]) == 2
     assert "--state-dtype is for inference phases" in capsys.readouterr().err
+
+
+def test_a_kv_dtype_on_an_attention_free_model_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    # Mamba keeps a conv state and an SSM state, no keys and values: --kv-dtype would set nothing
+    sizes = ["--hf-config", "hidden_size=64", "--hf-config", "state_size=8", "--hf-config", "num_hidden_layers=2"]
+    assert main(["hf:MambaConfig", *sizes, "--phase", "decode", "--kv-dtype", "fp8"]) == 2
+    err = capsys.readouterr().err
+    assert "opcount: error: --kv-dtype fp8: hf:MambaConfig holds no keys and values" in err
+    assert len(err.strip().splitlines()) == 1
