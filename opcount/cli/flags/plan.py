@@ -16,15 +16,15 @@ from typing import NoReturn
 from ...errors import OpcountError
 from ...hardware.lookup import Hardware
 from ...hardware.lookup import hardware as lookup_hardware
-from ...llm.plan.search import MAX_DEVICES, MAX_SIMULATIONS, space
+from ...llm.plan.bounds import MAX_DEVICES, MAX_SIMULATIONS, space
 from ...llm.serve.slo import Slo
 from ...llm.serve.slo import parse as parse_slo
 from ...llm.serve.workload import ARRIVALS, MAX_REQUESTS, Workload
 from ..args import UsageError, natural_int, positive_int
 from ..options import Options
 from ..parser import parse as parse_phase
-from .deploy import _price
-from .simulate import DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, _rate
+from .deploy import parse_price
+from .simulate import DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, parse_rate
 from .simulate import REFUSED as SIMULATE_REFUSED
 
 # a search runs hundreds of simulations: fewer requests each than simulate's default of vllm bench serve's 1000
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-h", "--help", action="help", help="this help")
     g = p.add_argument_group("workload (as opcount simulate)")
-    g.add_argument("--rate", type=_rate, metavar="R", help="requests a second (open loop)")
+    g.add_argument("--rate", type=parse_rate, metavar="R", help="requests a second (open loop)")
     g.add_argument("--arrivals", choices=ARRIVALS, help="with --rate: Poisson (default) or evenly spaced arrivals")
     g.add_argument("--concurrency", type=positive_int, metavar="C", help="clients in a closed loop (instead of --rate)")
     g.add_argument("--requests", type=positive_int, metavar="N", help=f"requests (default {DEFAULT_REQUESTS})")
@@ -118,7 +118,7 @@ def prices(text: str | None, hardware: Sequence[Hardware]) -> dict[str, float]:
     found: dict[str, float] = {}
     try:
         if "=" not in text:
-            return {h.name: _price(text.strip()) for h in hardware}
+            return {h.name: parse_price(text.strip()) for h in hardware}
         for item in _items(text):
             name, _, value = item.partition("=")
             try:
@@ -129,7 +129,7 @@ def prices(text: str | None, hardware: Sequence[Hardware]) -> dict[str, float]:
                 raise UsageError(
                     f"--price {item}: {resolved} is not searched (--hardware {','.join(h.name for h in hardware)})"
                 )
-            found[resolved] = _price(value.strip())
+            found[resolved] = parse_price(value.strip())
     except argparse.ArgumentTypeError as e:
         raise UsageError(f"--price: {e}") from None
     missing = [h.name for h in hardware if h.name not in found]

@@ -39,10 +39,10 @@ from ..phases import PhaseCost, PhaseRequest
 from ..serve.simulate import DECODE_FIT_BATCH, Simulation, replay, simulate
 from ..serve.slo import Slo
 from ..serve.workload import Workload
+from . import bounds
+from .bounds import MAX_DEVICES
 from .points import Point
 
-MAX_DEVICES = 1024  # --max-devices: a bound on the search, not on any cluster
-MAX_SIMULATIONS = 4096  # configurations a search may simulate: above it the space is refused before building
 FULL_CACHE = 0.98  # a peak KV use from which the cache, not the step, limits the engine
 
 
@@ -128,36 +128,19 @@ def traced_once(llm: CausalLM) -> CausalLM:
     return traced
 
 
-def powers_of_two(most: int) -> list[int]:
-    return [2**i for i in range(most.bit_length()) if 2**i <= most]
-
-
-def engine_layouts(llm: CausalLM | None, hardware: Hardware, max_devices: int) -> list[Parallel]:
-    """The engines ``llm`` can run on at most ``max_devices`` of ``hardware`` (every one, by arithmetic alone,
-    where ``llm`` is None: the count before a model is built)."""
-    node = hardware.interconnect.devices_per_node if hardware.interconnect is not None else 1
-    moe = llm is not None and bool(llm.experts)
+def engine_layouts(llm: CausalLM, hardware: Hardware, max_devices: int) -> list[Parallel]:
+    """The engines ``llm`` can run on at most ``max_devices`` of ``hardware`` (:func:`.bounds.engines`; experts
+    over ``ep = tp`` too for a mixture of experts), as the model's own checks allow."""
     found = []
-    for tp in powers_of_two(min(node, max_devices)):
-        for pp in powers_of_two(max_devices // tp):
-            if hardware.interconnect is None and tp * pp > 1:
-                continue  # a device without links runs alone
-            for ep in (1, tp) if moe and tp > 1 else (1,):
-                p = Parallel(tp=tp, pp=pp, ep=ep)
-                if llm is not None:
-                    try:
-                        Placement(llm, p)
-                    except OpcountError:
-                        continue  # the model cannot run it (heads, layers, experts)
-                found.append(p)
+    for tp, pp in bounds.engines(hardware, max_devices):
+        for ep in (1, tp) if llm.experts and tp > 1 else (1,):
+            p = Parallel(tp=tp, pp=pp, ep=ep)
+            try:
+                Placement(llm, p)
+            except OpcountError:
+                continue  # the model cannot run it (heads, layers, experts)
+            found.append(p)
     return found
-
-
-def space(hardware: Sequence[Hardware], precisions: int, max_devices: int) -> int:
-    """The configurations a search may simulate, counted before a model is built: every engine (experts'
-    layouts, known only from the model, not counted) and every number of its copies."""
-    engines = sum(max_devices // p.devices for h in hardware for p in engine_layouts(None, h, max_devices))
-    return engines * precisions
 
 
 def share(workload: Workload, dp: int) -> Workload | None:
