@@ -15,7 +15,8 @@ the flags are parsed once into frozen typed options (:func:`opcount.cli.parser.p
 (:mod:`opcount.cli.models`), analyzed as ``options.analysis`` says (:mod:`opcount.cli.analyze`),
 rendered as ``options.rendering`` says (:mod:`opcount.cli.render`) and printed with the warnings
 (:mod:`opcount.cli.warning_capture`); ``opcount llm:NAME`` goes to :mod:`opcount.cli.llm`,
-``opcount compare`` to :mod:`opcount.cli.compare`, ``opcount simulate`` to :mod:`opcount.cli.simulate`.
+``opcount compare`` to :mod:`opcount.cli.compare`, ``opcount simulate`` to :mod:`opcount.cli.simulate`,
+``opcount plan`` to :mod:`opcount.cli.plan`.
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import simulate as simulate_command
 
             text, output = simulate_command.run(argv[1:], stderr)
+        elif argv[:1] == ["plan"]:  # a first word too: the plan's flags, then a phase's
+            from . import plan as plan_command
+
+            text, output = plan_command.run(argv[1:], stderr)
         else:
             options = parse(argv)
             if isinstance(options, CompareOptions):

@@ -84,13 +84,14 @@ class _Parser(argparse.ArgumentParser):
 USAGE = """opcount [options] MODEL
        opcount compare [options] MODEL [MODEL ...]   several models side by side (opcount compare --help)
        opcount simulate [options] MODEL --rate R     served traffic on a deployment (opcount simulate --help)
+       opcount plan [options] MODEL --rate R         the cheapest deployments meeting targets (opcount plan --help)
        opcount hardware [NAME]                       the --hardware presets, or one device's peaks"""
 # The guides by title: a pip install has no docs/ folder and the project has no published
 # documentation site, so --help names each guide, and the source distribution ships them.
 DOCS = (
     "Guides (docs/ in the source distribution and the repository): tutorial.md (start here), "
     "glossary.md (the terms), reports.md (tables, exports and this command), roofline.md, hardware.md, "
-    "llm.md (LLM inference), simulate.md (served traffic), dispatch.md (meta tensors, training), sparsity.md, profiling.md."
+    "llm.md (LLM inference), simulate.md (served traffic), plan.md (deployment planning), dispatch.md (meta tensors, training), sparsity.md, profiling.md."
 )
 # The flags `opcount compare` refuses (a model's totals have no depth, chart or profile): parsed, not in its --help
 ONE_MODEL = ("depth", "no_param_shapes", "profile", "repeats", "plot")

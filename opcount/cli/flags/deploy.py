@@ -67,7 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --ep: the batch run as two halves, each one's all-to-all under the other's kernels "
         "(SGLang's name; vLLM's --enable-dbo)",
     )
-    g.add_argument("--price", type=_price, metavar="USD", help="dollars per device-hour: the cost per million tokens")
+    g.add_argument(
+        "--price", type=parse_price, metavar="USD", help="dollars per device-hour: the cost per million tokens"
+    )
     g.add_argument(
         "--max-batch",
         action="store_true",
@@ -98,7 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _price(text: str) -> float:
+def parse_price(text: str) -> float:
     try:
         value = float(text)
     except ValueError:

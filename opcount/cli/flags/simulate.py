@@ -63,7 +63,7 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see opcount simulate --help)")
 
 
-def _rate(text: str) -> float:
+def parse_rate(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-h", "--help", action="help", help="this help")
     g = p.add_argument_group("workload")
-    g.add_argument("--rate", type=_rate, metavar="R", help="requests a second (open loop)")
+    g.add_argument("--rate", type=parse_rate, metavar="R", help="requests a second (open loop)")
     g.add_argument("--arrivals", choices=ARRIVALS, help="with --rate: Poisson (default) or evenly spaced arrivals")
     g.add_argument("--concurrency", type=positive_int, metavar="C", help="clients in a closed loop (instead of --rate)")
     g.add_argument("--requests", type=positive_int, metavar="N", help=f"requests (default {DEFAULT_REQUESTS})")
