@@ -16,7 +16,16 @@ from opcount.llm.causal_lm import CausalLM
 from opcount.llm.deploy.layout import Parallel
 from opcount.llm.phases import PhaseCost
 from opcount.llm.serve.simulate import simulate
-from opcount.llm.serve.step_cost import Affine, FittedStepCost, Prefix, Prompt, Step, prefix_points, prompt_lengths
+from opcount.llm.serve.step_cost import (
+    Affine,
+    FittedStepCost,
+    Prefix,
+    Prompt,
+    Step,
+    fitted,
+    prefix_points,
+    prompt_lengths,
+)
 from opcount.llm.serve.workload import Workload
 
 SMALL = {
@@ -184,3 +193,20 @@ def test_phases_traced_once_price_another_layout_as_tracing_again_does() -> None
     two = simulate(llm, workload, "h100-sxm", Parallel(tp=2), phases=phases)
     assert phases == kept  # nothing traced again
     assert two.metrics == simulate(llm, workload, "h100-sxm", Parallel(tp=2)).metrics
+
+
+def test_a_large_batch_decode_is_priced_from_its_own_traced_batches() -> None:
+    # a decode step reading 10 s of weights until its batch computes more: max(10, 0.1 b) + 0.001 K. Batch 1 and 64
+    # alone give a line at 10 s for every batch; traced up to max_num_seqs 1024 (batches 1, 16, 64, 256, 1024),
+    # batch 1024 is its 102.4 s and batch 500, between 256 and 1024, the line between them
+    def trace(phase: str, batch: int, new: int, cached: int) -> tuple[float, float | None]:
+        if phase == "decode":
+            return max(10.0, 0.1 * batch) + 0.001 * batch * cached, None
+        return float(new), None
+
+    fit = fitted(trace, 100, 10, 8192, 64, most=1024)
+    d = fit.estimate.decode
+    assert d(1024, 1024 * 100) == pytest.approx(102.4 + 102.4)
+    assert d(500, 500 * 108) == pytest.approx(25.6 + (102.4 - 25.6) * 244 / 768 + 0.001 * 500 * 108)
+    assert d(32, 32 * 100) == pytest.approx(10.0 + 3.2)  # below the turn: the weights' 10 s
+    assert fit.check_error == pytest.approx(0.0, abs=1e-12)

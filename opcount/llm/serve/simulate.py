@@ -282,7 +282,7 @@ def simulate(
     with gc_paused():  # a dozen phases traced one after another, the earlier ones kept: collections free nothing
         fit = fitted(
             tracer(llm, deployments, {} if phases is None else phases), in_len, out_len,
-            budget, big, k,
+            budget, big, k, seqs,
         )  # fmt: skip
     # the cache: the device's capacity less its weights and the activations of a step of `budget` tokens
     # (vLLM's profiling run), in blocks of the bytes a token holds on the busiest device

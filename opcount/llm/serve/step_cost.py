@@ -4,8 +4,10 @@ implementation from traced phases (:class:`FittedStepCost`).
 A step runs ``decode`` sequences (one new token each, over ``kv_tokens`` cached positions in all) and prompt
 ``chunks`` (``n`` new tokens after ``k`` of the same prompt already in the cache). The fitted price:
 
-- decode, affine in the sequences and their cached positions, ``D(b, K) = d0 + d1 b + d2 K``, solved from
-  three traced decode steps (batch 1 at two cache lengths, a larger batch at one) and checked at a fourth;
+- decode, ``D(b, K) = A(b) + d2 (K - b k1)``: decode steps of ``b`` sequences at the first decode step's
+  context ``k1`` traced at batches from 1 to the engine's ``max_num_seqs`` and linear between them, and
+  ``d2`` a cached position more, from batch 1 at two contexts; checked at a larger batch and the last decode
+  step's context;
 - a prompt of ``n`` tokens from an empty cache, ``P(n)``, traced at a few lengths up to the longest chunk
   and interpolated linearly between them;
 - a chunk of ``n`` tokens over ``k`` cached ones (chunked prefill's later chunks, a recomputed request's, a
@@ -83,6 +85,35 @@ class Affine:
 
 
 @dataclass(frozen=True)
+class Batched:
+    """``D(b, K) = A(b) + d2 (K - b k1)``: a decode step of ``b`` sequences at ``k1`` cached positions each,
+    traced at several batches and linear between them (extended past the last by its last segment), plus
+    ``d2`` for each cached position beyond. One line through batch 1 and a small batch would price a large
+    batch as the small one's weight reads plus its per-sequence slope, where a large batch turns to computing
+    its tokens (and a mixture of experts reads more of its experts): the batches traced reach the engine's
+    ``max_num_seqs``."""
+
+    batches: tuple[int, ...]  # ascending, at least two
+    times: tuple[float, ...]
+    k1: int
+    d2: float
+
+    def __call__(self, b: int, k: int) -> float:
+        return Prompt(self.batches, self.times)(b) + self.d2 * (k - b * self.k1)
+
+
+def decode_batches(big: int, most: int) -> list[int]:
+    """The decode batches to trace: 1, every fourfold from 16 below ``most`` (the engine's ``max_num_seqs``),
+    ``big`` (the batch the fit is checked at) and ``most``."""
+    batches = {1, big, max(most, 2)}
+    n = 16
+    while n < most:
+        batches.add(n)
+        n *= 4
+    return sorted(batches)
+
+
+@dataclass(frozen=True)
 class Prompt:
     """``P(L)``: a prompt of ``L`` tokens from an empty cache, linear between the lengths traced, extended
     past the last by its last segment and down to ``P(0)`` by its first."""
@@ -122,7 +153,7 @@ class FittedStepCost:
     speculative decoding, the decode sequences' forward is ``verify``'s (each a chunk of ``1 + k`` tokens over
     its cache)."""
 
-    decode: Affine
+    decode: Affine | Batched
     prompt: Prompt
     prefix: Prefix = Prefix()
     verify: Affine | None = None
@@ -199,7 +230,9 @@ class Fitted:
     chunk_error: float = 0.0
 
 
-def fitted(trace: Trace, input_len: int, output_len: int, budget: int, big: int, speculative: int = 0) -> Fitted:
+def fitted(
+    trace: Trace, input_len: int, output_len: int, budget: int, big: int, speculative: int = 0, most: int = 0
+) -> Fitted:
     """The step costs from ``trace(phase, batch, new tokens, cached tokens per sequence) -> (estimate, bound)``:
     decode steps of 1 and ``big`` sequences at the first and last decode step's cache, the fit checked at the
     fourth of those points (``big`` at the last), prompts at :func:`prompt_lengths`, chunks over a cached
@@ -208,7 +241,8 @@ def fitted(trace: Trace, input_len: int, output_len: int, budget: int, big: int,
     # the first decode step reads the prompt, the last the prompt and all but its last two answer tokens
     k1, k2 = input_len, input_len + max(output_len - 2, 1)
     points = ((1, k1), (1, k2), (big, k1), (big, k2))
-    decodes = {p: trace("decode", p[0], 1, p[1]) for p in points}
+    batches = decode_batches(big, max(most, big))
+    decodes = {p: trace("decode", p[0], 1, p[1]) for p in (*points, *((b, k1) for b in batches))}
     verifies = {p: trace("prefill", p[0], 1 + speculative, p[1]) for p in points} if speculative else {}
     lengths = prompt_lengths(input_len, budget)
     prompts = [trace("prefill", 1, n, 0) for n in lengths]
@@ -225,7 +259,8 @@ def fitted(trace: Trace, input_len: int, output_len: int, budget: int, big: int,
         if any(x is None for x in (*d.values(), *v.values(), *p, *c.values())):
             costs.append(None)
             continue
-        decode = Affine.solve(k1, k2, big, d[1, k1] or 0.0, d[1, k2] or 0.0, d[big, k1] or 0.0)
+        d2 = ((d[1, k2] or 0.0) - (d[1, k1] or 0.0)) / (k2 - k1)
+        decode = Batched(tuple(batches), tuple(d[b, k1] or 0.0 for b in batches), k1, d2)
         verify = Affine.solve(k1, k2, big, v[1, k1] or 0.0, v[1, k2] or 0.0, v[big, k1] or 0.0) if v else None
         prompt = Prompt(tuple(lengths), tuple(x or 0.0 for x in p))
         prefix = Prefix.solve(k, n1, n2, (c[n1, k] or 0.0) - prompt(n1), (c[n2, k] or 0.0) - prompt(n2))
