@@ -108,3 +108,15 @@ def test_a_bad_trace_row_or_flag_is_one_line(tmp_path: Path, capsys: pytest.Capt
     long.write_text("arrival_s,input_tokens,output_tokens\n0,10,2\n0,5000,2\n")
     line = error_line(capsys, *BASE, "--hf-config=max_position_embeddings=4096", "--trace", str(long))
     assert "request 2 of the trace of 5000 + 2 tokens is longer than the model's context of 4096" in line
+
+
+def test_a_trace_refuses_what_it_decides_itself(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hashed = tmp_path / "t.jsonl"
+    hashed.write_text('{"timestamp": 0, "input_length": 100, "output_length": 3, "hash_ids": [0]}\n')
+    assert "--prefix-hit does not apply to --trace" in error_line(
+        capsys, *BASE, "--trace", str(hashed), "--prefix-hit", "0.5"
+    )
+    assert "--requests 5: the trace" in error_line(capsys, *BASE, "--trace", str(hashed), "--requests", "5")
+    assert "--seed 9223372036854775808: at most 2**63 - 1" in error_line(
+        capsys, *BASE, "--rate", "1", "--seed", str(2**63)
+    )

@@ -208,6 +208,8 @@ def parse(argv: Sequence[str]) -> SimulateOptions:
         raise UsageError("--arrivals applies to --rate")
     if ns.requests is not None and ns.requests > MAX_REQUESTS:
         raise UsageError(f"--requests {ns.requests}: at most {MAX_REQUESTS:,}")
+    if ns.seed is not None and ns.seed >= 2**63:
+        raise UsageError(f"--seed {ns.seed}: at most 2**63 - 1")
     if ns.trace_block_size is not None and ns.trace is None:
         raise UsageError("--trace-block-size applies to --trace")
     if ns.prefix_hit and not ns.enable_prefix_caching:
@@ -267,6 +269,10 @@ def _workload(ns: argparse.Namespace) -> Workload:
         trace = traces.read(ns.trace, ns.trace_block_size or traces.MOONCAKE_BLOCK)
     except OpcountError as e:
         raise UsageError(f"--trace {e}") from None
+    if ns.requests is not None and ns.requests > len(trace.rows):
+        raise UsageError(f"--requests {ns.requests}: the trace {ns.trace} has {len(trace.rows):,}")
+    if ns.prefix_hit and trace.hash_block:
+        raise UsageError(f"--prefix-hit does not apply to --trace {ns.trace}: its hash_ids say which blocks are shared")
     rows = trace.rows[: ns.requests] if ns.requests else trace.rows
     rate, concurrency = ns.rate, ns.concurrency
     if rate is None and concurrency is None:

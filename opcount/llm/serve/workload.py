@@ -177,7 +177,7 @@ class Workload:
             low, high = int(values.min()), int(values.max())
             return f"{low:,}" if low == high else f"{low:,}-{high:,} (mean {float(values.mean()):,.0f})"
 
-        what = f"{self.requests:,} requests{' from a trace' if self.trace is not None else ''} of {span(prompts)} prompt + {span(answers)} generated tokens"
+        what = f"{self.requests:,} request{'s' if self.requests != 1 else ''}{' from a trace' if self.trace is not None else ''} of {span(prompts)} prompt + {span(answers)} generated tokens"
         if not sent:
             return what
         if self.concurrency is not None:
