@@ -19,12 +19,12 @@ from ...hardware.lookup import hardware as lookup_hardware
 from ...llm.plan.bounds import MAX_DEVICES, MAX_SIMULATIONS, space
 from ...llm.serve.slo import Slo
 from ...llm.serve.slo import parse as parse_slo
-from ...llm.serve.workload import ARRIVALS, MAX_REQUESTS, Workload
-from ..args import UsageError, natural_int, positive_int
+from ...llm.serve.workload import MAX_REQUESTS, Workload
+from ..args import UsageError, positive_int
 from ..options import Options
 from ..parser import parse as parse_phase
 from .deploy import parse_price
-from .simulate import DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, parse_rate
+from .simulate import DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, add_workload
 from .simulate import REFUSED as SIMULATE_REFUSED
 
 # a search runs hundreds of simulations: fewer requests each than simulate's default of vllm bench serve's 1000
@@ -75,15 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-h", "--help", action="help", help="this help")
     g = p.add_argument_group("workload (as opcount simulate)")
-    g.add_argument("--rate", type=parse_rate, metavar="R", help="requests a second (open loop)")
-    g.add_argument("--arrivals", choices=ARRIVALS, help="with --rate: Poisson (default) or evenly spaced arrivals")
-    g.add_argument("--concurrency", type=positive_int, metavar="C", help="clients in a closed loop (instead of --rate)")
-    g.add_argument("--requests", type=positive_int, metavar="N", help=f"requests (default {DEFAULT_REQUESTS})")
-    g.add_argument("--input-len", type=positive_int, metavar="L", help=f"prompt tokens (default {DEFAULT_INPUT_LEN})")
-    g.add_argument(
-        "--output-len", type=positive_int, metavar="L", help=f"generated tokens (default {DEFAULT_OUTPUT_LEN})"
-    )
-    g.add_argument("--seed", type=natural_int, metavar="S", help="the Poisson arrivals' seed (default 0)")
+    add_workload(g, DEFAULT_REQUESTS)
     e = p.add_argument_group("engine (vLLM's names)")
     e.add_argument("--max-num-seqs", type=positive_int, metavar="N", help="as opcount simulate (default vLLM's)")
     e.add_argument("--block-size", type=positive_int, metavar="T", help="tokens a KV block holds (default 16, vLLM's)")

@@ -83,6 +83,24 @@ def _share(text: str) -> float:
     return value
 
 
+def add_workload(g: argparse._ArgumentGroup, requests: int) -> None:
+    """The workload's flags ``opcount simulate`` and ``opcount plan`` share: a rate (with its arrivals) or a
+    concurrency, the requests (``requests`` by default), their lengths and the seed."""
+    g.add_argument("--rate", type=parse_rate, metavar="R", help="requests a second (open loop)")
+    g.add_argument("--arrivals", choices=ARRIVALS, help="with --rate: Poisson (default) or evenly spaced arrivals")
+    g.add_argument("--concurrency", type=positive_int, metavar="C", help="clients in a closed loop (instead of --rate)")
+    g.add_argument("--requests", type=positive_int, metavar="N", help=f"requests (default {requests})")
+    g.add_argument(
+        "--input-len", "--seq-len", dest="input_len", type=positive_int, metavar="L",
+        help=f"prompt tokens (default {DEFAULT_INPUT_LEN})",
+    )  # fmt: skip
+    g.add_argument(
+        "--output-len", "--gen-len", dest="output_len", type=positive_int, metavar="L",
+        help=f"generated tokens (default {DEFAULT_OUTPUT_LEN})",
+    )  # fmt: skip
+    g.add_argument("--seed", type=natural_int, metavar="S", help="the arrivals' and lengths' seed (default 0)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="opcount simulate",
@@ -96,23 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-h", "--help", action="help", help="this help")
     g = p.add_argument_group("workload")
-    g.add_argument("--rate", type=parse_rate, metavar="R", help="requests a second (open loop)")
-    g.add_argument("--arrivals", choices=ARRIVALS, help="with --rate: Poisson (default) or evenly spaced arrivals")
-    g.add_argument("--concurrency", type=positive_int, metavar="C", help="clients in a closed loop (instead of --rate)")
-    g.add_argument("--requests", type=positive_int, metavar="N", help=f"requests (default {DEFAULT_REQUESTS})")
-    g.add_argument(
-        "--input-len", "--seq-len", dest="input_len", type=positive_int, metavar="L",
-        help=f"prompt tokens (default {DEFAULT_INPUT_LEN})",
-    )  # fmt: skip
-    g.add_argument(
-        "--output-len", "--gen-len", dest="output_len", type=positive_int, metavar="L",
-        help=f"generated tokens (default {DEFAULT_OUTPUT_LEN})",
-    )  # fmt: skip
+    add_workload(g, DEFAULT_REQUESTS)
     g.add_argument(
         "--random-range-ratio", type=_share, metavar="R",
         help="lengths drawn uniformly within R of --input-len and --output-len, as vllm bench serve's random dataset (0 <= R < 1)",
     )  # fmt: skip
-    g.add_argument("--seed", type=natural_int, metavar="S", help="the arrivals' and lengths' seed (default 0)")
     g.add_argument(
         "--trace", metavar="FILE",
         help="requests from a trace: Mooncake .jsonl, a .csv of arrival/input/output tokens, or vllm bench serve's .json",

@@ -117,6 +117,17 @@ def blocks_for(tokens: int, block_size: int) -> int:
     return -(-tokens // block_size)
 
 
+def release(r: Request, pool: BlockPool | None) -> int:
+    """``r`` gives back its blocks (finished or preempted): the blocks now free, its own and the cached ones no
+    other running request holds."""
+    freed = r.blocks - len(r.shared)
+    if r.shared:
+        assert pool is not None  # a request holds blocks by their hashes only under prefix caching
+        freed += pool.release(r.shared)
+    r.blocks, r.shared, r.hashed_upto = 0, [], 0
+    return freed
+
+
 def run(
     workload: Workload,
     engine: Engine,
@@ -193,13 +204,8 @@ def run(
                 # the newest running request: never one scheduled already this step, which all come before r
                 victim = running.pop()
                 preempted, preemptions, lost = True, preemptions + 1, victim is r
-                free += victim.blocks - len(victim.shared)
-                if victim.shared:
-                    assert pool is not None
-                    free += pool.release(victim.shared)
-                    victim.shared = []
-                victim.hashed_upto = 0
-                victim.blocks, victim.computed, victim.preempted = 0, 0, victim.preempted + 1
+                free += release(victim, pool)
+                victim.computed, victim.preempted = 0, victim.preempted + 1
                 waiting.appendleft(victim)
                 if lost:
                     break
@@ -280,12 +286,7 @@ def run(
             r.tokens += emitted
             if r.generated == r.output:
                 running.remove(r)
-                free += r.blocks - len(r.shared)
-                if r.shared:
-                    assert pool is not None
-                    free += pool.release(r.shared)
-                    r.shared = []
-                r.blocks = 0
+                free += release(r, pool)
                 done.append(r)
                 if workload.closed_loop and sent < workload.requests:
                     heapq.heappush(arrivals, (now, sent))
