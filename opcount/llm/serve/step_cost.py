@@ -93,24 +93,27 @@ class Batched:
     its tokens (and a mixture of experts reads more of its experts): the batches traced reach the engine's
     ``max_num_seqs``."""
 
-    batches: tuple[int, ...]  # ascending, at least two
-    times: tuple[float, ...]
+    base: Prompt  # A(b): the traced batches (ascending, at least two) and their times, linear between them
     k1: int
     d2: float
 
     def __call__(self, b: int, k: int) -> float:
-        return Prompt(self.batches, self.times)(b) + self.d2 * (k - b * self.k1)
+        return self.base(b) + self.d2 * (k - b * self.k1)
 
 
 def decode_batches(big: int, most: int) -> list[int]:
     """The decode batches to trace: 1, every fourfold from 16 below ``most`` (the engine's ``max_num_seqs``),
     ``big`` (the batch the fit is checked at) and ``most``."""
-    batches = {1, big, max(most, 2)}
-    n = 16
-    while n < most:
-        batches.add(n)
+    return sorted({1, big, max(most, 2), *fourfold(most)})
+
+
+def fourfold(below: int) -> set[int]:
+    """16, 64, 256, ... below ``below``: the sizes traced between 1 and the largest."""
+    sizes, n = set(), 16
+    while n < below:
+        sizes.add(n)
         n *= 4
-    return sorted(batches)
+    return sizes
 
 
 @dataclass(frozen=True)
@@ -192,12 +195,7 @@ def prompt_lengths(input_len: int, budget: int) -> list[int]:
     token budget where the prompt is longer), the longest chunk, and the budget: a step's tokens together,
     which a mixed step is priced at (no step holds more)."""
     longest = max(min(input_len, budget), 2)  # two lengths at least: a line through them
-    lengths = {1, longest, max(budget, 2)}
-    n = 16
-    while n < longest:
-        lengths.add(n)
-        n *= 4
-    return sorted(lengths)
+    return sorted({1, longest, max(budget, 2), *fourfold(longest)})
 
 
 def prefix_points(input_len: int, lengths: list[int]) -> tuple[int, int, int, tuple[int, int]]:
@@ -260,7 +258,7 @@ def fitted(
             costs.append(None)
             continue
         d2 = ((d[1, k2] or 0.0) - (d[1, k1] or 0.0)) / (k2 - k1)
-        decode = Batched(tuple(batches), tuple(d[b, k1] or 0.0 for b in batches), k1, d2)
+        decode = Batched(Prompt(tuple(batches), tuple(d[b, k1] or 0.0 for b in batches)), k1, d2)
         verify = Affine.solve(k1, k2, big, v[1, k1] or 0.0, v[1, k2] or 0.0, v[big, k1] or 0.0) if v else None
         prompt = Prompt(tuple(lengths), tuple(x or 0.0 for x in p))
         prefix = Prefix.solve(k, n1, n2, (c[n1, k] or 0.0) - prompt(n1), (c[n2, k] or 0.0) - prompt(n2))
