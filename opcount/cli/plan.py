@@ -14,9 +14,12 @@ import torch
 from .._version import __version__
 from ..errors import OpcountError
 from ..llm.causal_lm import CausalLM
+from ..llm.plan import frontier
 from ..llm.plan.planner import plan
+from ..llm.plan.points import Point
 from ..llm.plan.search import Plan, Result, Search
 from ..llm.precision.dtypes import Precision
+from .args import writing
 from .flags import deploy as deploy_flags
 from .flags import llm as llm_flags
 from .flags.plan import PlanOptions, parse
@@ -57,12 +60,16 @@ def run(argv: Sequence[str], stderr: TextIO) -> tuple[str, str | None]:
                 },
                 spinner.update,
             )  # fmt: skip
-            found = plan(search, models, disaggregate=options.disaggregate)
+            found = plan(search, models, disaggregate=options.disaggregate, concurrencies=options.concurrencies)
+            if options.frontier:
+                spinner.update(f"writing {options.frontier}")
+                tpot = next((s.seconds for s in options.slos if s.metric == "tpot"), None)
+                with writing("--frontier", options.frontier):
+                    frontier.write(points(found), options.frontier, title=f"{label}: {_sent(options)}", slo_tpot_s=tpot)
         finally:
             spinner.close()
     if not phase.quiet:
         stderr.writelines(f"opcount: {line}\n" for line in warning_lines(caught.take(), None, phase.verbose))
-    # --frontier FILE goes here: opcount.llm.plan.frontier.write(points(found), path), the frontier engineer's
     if phase.rendering.format == "json":
         out = {"opcount": __version__, "model": phase.model, "plan": as_dict(found, options)}
         return json.dumps(out, indent=2), phase.output
@@ -83,7 +90,7 @@ def _precisions(options: PlanOptions, wanted: LLMRun) -> list[tuple[str, Precisi
     return found
 
 
-def points(found: Plan) -> list[Any]:
+def points(found: Plan) -> list[Point]:
     """Every configuration that ran, as the frontier reads it (:class:`opcount.llm.plan.points.Point`)."""
     return [r.point for r in (*found.met, *found.missed) if r.point is not None]
 
@@ -100,7 +107,8 @@ def _row(r: Result) -> dict[str, Any]:
 def as_dict(found: Plan, options: PlanOptions) -> dict[str, Any]:
     closest = found.closest() if not found.met else None
     return {
-        "workload": options.workload.as_dict(),
+        "workload": options.workload.as_dict() | ({"concurrency": list(options.concurrencies)} if
+                                                    len(options.concurrencies) > 1 else {}),
         "targets": [{"metric": s.metric, "percentile": s.percentile, "seconds": s.seconds} for s in options.slos],
         "hardware": {h.name: options.prices.get(h.name) for h in options.hardware},
         "max_devices": options.max_devices,
@@ -117,13 +125,14 @@ def as_dict(found: Plan, options: PlanOptions) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _cells(r: Result, n: int) -> str:
+def _cells(r: Result, n: int, clients: bool) -> str:
     p = r.point
     assert p is not None
+    layout = f"{p.layout} @{p.concurrency}" if clients else p.layout
     cost = "-" if r.cost is None else f"{r.cost['output']:.3g}/{r.cost['input']:.3g}/{r.cost['blended']:.3g}"
     joules = "-" if p.joules_per_token is None else f"{p.joules_per_token:.3g}"
     return (
-        f"  {n:>3}  {p.hardware:<18} {p.layout:<30} {p.devices:>4} {r.config.precision:<7} "
+        f"  {n:>3}  {p.hardware:<18} {layout:<30} {p.devices:>4} {r.config.precision:<7} "
         f"{p.ttft_p50_s * 1e3:>8,.4g} {p.ttft_p90_s * 1e3:>8,.4g} {p.tpot_p50_s * 1e3:>7.3g} {p.tpot_p90_s * 1e3:>7.3g} "
         f"{p.tokens_per_s_per_device:>9,.4g} {cost:>20} {joules:>6}  {p.binds}"
     )
@@ -135,10 +144,18 @@ HEADER = (
 )
 
 
+def _sent(options: PlanOptions) -> str:
+    w, listed = options.workload, options.concurrencies
+    if len(listed) > 1:
+        return f"{', '.join(map(str, listed))} clients in a closed loop (each searched; layout @clients)"
+    return f"{w.concurrency} clients in a closed loop" if w.concurrency else f"{w.rate:g} requests/s ({w.arrivals})"
+
+
 def table(found: Plan, options: PlanOptions, label: str) -> str:
     """The ranking: a summary, the configurations meeting the targets cheapest first (or the closest miss)."""
     w = options.workload
-    sent = f"{w.concurrency} clients in a closed loop" if w.concurrency else f"{w.rate:g} requests/s ({w.arrivals})"
+    sent = _sent(options)
+    clients = len(options.concurrencies) > 1
     targets = ", ".join(str(s) for s in options.slos) or "none (every configuration that runs)"
     priced = "$ per device-hour " + ", ".join(f"{k} {v:g}" for k, v in options.prices.items()) if options.prices else (
         "no prices: ranked by device-hours per million output tokens"
@@ -157,7 +174,7 @@ def table(found: Plan, options: PlanOptions, label: str) -> str:
     ]
     if found.met:
         lines += [HEADER + "   (times in ms)"]
-        lines += [_cells(r, i + 1) for i, r in enumerate(found.met[:SHOWN])]
+        lines += [_cells(r, i + 1, clients) for i, r in enumerate(found.met[:SHOWN])]
         if len(found.met) > SHOWN:
             lines.append(f"  ... {len(found.met) - SHOWN} more meet the targets (--format json lists every one)")
         return "\n".join(lines)
@@ -170,5 +187,5 @@ def table(found: Plan, options: PlanOptions, label: str) -> str:
     missed = ", ".join(
         f"{s} (got {closest.observed[str(s)]:.3g} s)" for s in options.slos if not s.met(closest.observed[str(s)])
     )
-    lines += [f"  the closest misses {missed}:", HEADER + "   (times in ms)", _cells(closest, 1)]
+    lines += [f"  the closest misses {missed}:", HEADER + "   (times in ms)", _cells(closest, 1, clients)]
     return "\n".join(lines)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NoReturn
 
 from ...errors import OpcountError
 from ...hardware.lookup import Hardware
 from ...hardware.lookup import hardware as lookup_hardware
 from ...llm.plan.bounds import MAX_DEVICES, MAX_SIMULATIONS, space
+from ...llm.plan.frontier import kind as frontier_kind
 from ...llm.serve.slo import Slo
 from ...llm.serve.slo import parse as parse_slo
 from ...llm.serve.workload import MAX_REQUESTS, Workload
@@ -31,6 +33,7 @@ from .simulate import REFUSED as SIMULATE_REFUSED
 DEFAULT_REQUESTS = 200
 DEFAULT_MAX_DEVICES = 8  # one node of eight: the usual unit a deployment is bought in
 DEFAULT_HARDWARE = ("h100-sxm",)
+MAX_CONCURRENCIES = 32  # --concurrency values of one search: each multiplies the configurations simulated
 # the search decides the layout and the devices; the workload each step's lengths and batch
 REFUSED = (*SIMULATE_REFUSED, "--tp", "--pp", "--ep", "--ep-num-redundant-experts", "--profile")
 
@@ -39,7 +42,8 @@ REFUSED = (*SIMULATE_REFUSED, "--tp", "--pp", "--ep", "--ep-num-redundant-expert
 class PlanOptions:
     """``opcount plan``: the workload, the targets, the devices searched with their prices (dollars a
     device-hour, by the device's name), the bound on devices, the weight dtypes tried (empty: the phase's
-    ``--weight-dtype``), pools or not, the scheduler's knobs and the phase's options."""
+    ``--weight-dtype``), pools or not, the scheduler's knobs and the phase's options; ``workload`` is the first
+    of ``concurrencies`` where several are listed (each searched alike), ``frontier`` the file to write."""
 
     workload: Workload
     slos: tuple[Slo, ...]
@@ -51,6 +55,8 @@ class PlanOptions:
     max_num_seqs: int | None
     block_size: int
     phase: Options
+    concurrencies: tuple[int, ...] = ()  # every --concurrency listed, in rising order (empty under --rate)
+    frontier: str | None = None  # --frontier FILE
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-h", "--help", action="help", help="this help")
     g = p.add_argument_group("workload (as opcount simulate)")
-    add_workload(g, DEFAULT_REQUESTS)
+    add_workload(g, DEFAULT_REQUESTS, concurrencies, "C[,C...]")
     e = p.add_argument_group("engine (vLLM's names)")
     e.add_argument("--max-num-seqs", type=positive_int, metavar="N", help="as opcount simulate (default vLLM's)")
     e.add_argument("--block-size", type=positive_int, metavar="T", help="tokens a KV block holds (default 16, vLLM's)")
@@ -99,8 +105,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="the weight dtypes tried, each for the whole model (e.g. bf16,fp8); default: --weight-dtype's one",
     )  # fmt: skip
     s.add_argument("--disaggregate", action="store_true", help="also separate prefill and decode pools (needs --rate)")
-    # --frontier FILE: the frontier engineer's writer (opcount.llm.plan.frontier.write(points, path)) goes here
+    s.add_argument(
+        "--frontier", metavar="FILE",
+        help="write the throughput-interactivity frontier (tokens/s per device against tokens/s per user, each "
+        "device type's Pareto set marked) of every configuration run: .csv, .json, .png, .svg or an interactive "
+        ".html; list several --concurrency values to trace it across load",
+    )  # fmt: skip
     return p
+
+
+def concurrencies(text: str) -> tuple[int, ...]:
+    """argparse type of plan's ``--concurrency``: one count of clients or a list, ``1,4,16,64``."""
+    items = _items(text)
+    if not items:
+        raise argparse.ArgumentTypeError(f"expected clients, or a list of them (1,4,16), got {text!r}")
+    found = tuple(sorted({positive_int(t) for t in items}))
+    if len(found) > MAX_CONCURRENCIES:
+        raise argparse.ArgumentTypeError(f"at most {MAX_CONCURRENCIES} values, got {len(found)}")
+    return found
 
 
 def prices(text: str | None, hardware: Sequence[Hardware]) -> dict[str, float]:
@@ -178,12 +200,13 @@ def parse(argv: Sequence[str]) -> PlanOptions:
         raise UsageError("--arrivals applies to --rate")
     if ns.disaggregate and ns.rate is None:
         raise UsageError("--disaggregate simulates the two pools apart at a rate: give --rate, not --concurrency")
+    clients: tuple[int, ...] = ns.concurrency or ()
     requests = ns.requests or DEFAULT_REQUESTS
     if requests > MAX_REQUESTS:
         raise UsageError(f"--requests {requests}: at most {MAX_REQUESTS:,}")
     workload = Workload(
         requests=requests, input_len=ns.input_len or DEFAULT_INPUT_LEN, output_len=ns.output_len or DEFAULT_OUTPUT_LEN,
-        rate=ns.rate, concurrency=ns.concurrency, arrivals=ns.arrivals or "poisson", seed=ns.seed or 0,
+        rate=ns.rate, concurrency=clients[0] if clients else None, arrivals=ns.arrivals or "poisson", seed=ns.seed or 0,
     )  # fmt: skip
     slos = _slos(ns, workload)
     hardware = _hardware(ns.hardware)
@@ -193,11 +216,12 @@ def parse(argv: Sequence[str]) -> PlanOptions:
     dtypes = tuple(dict.fromkeys(_items(ns.weight_dtypes))) if ns.weight_dtypes is not None else ()
     if ns.weight_dtypes is not None and not dtypes:
         raise UsageError("--weight-dtypes: name one dtype at least (bf16,fp8)")
-    count = space(hardware, max(1, len(dtypes)), max_devices) * (2 if ns.disaggregate else 1)
+    count = space(hardware, max(1, len(dtypes)), max_devices) * (2 if ns.disaggregate else 1) * max(1, len(clients))
     if count > MAX_SIMULATIONS:
+        over = f" and {len(clients)} concurrencies" if len(clients) > 1 else ""
         raise UsageError(
-            f"--max-devices {max_devices}: {count:,} configurations over {len(hardware)} device types and "
-            f"{max(1, len(dtypes))} weight dtypes, more than the {MAX_SIMULATIONS:,} a search simulates; lower it"
+            f"--max-devices {max_devices}: {count:,} configurations over {len(hardware)} device types, "
+            f"{max(1, len(dtypes))} weight dtypes{over}, more than the {MAX_SIMULATIONS:,} a search simulates; lower it"
         )
     phase = parse_phase(rest)
     if not isinstance(phase, Options):  # parse() reads `compare` as a first word
@@ -210,7 +234,29 @@ def parse(argv: Sequence[str]) -> PlanOptions:
         raise UsageError("opcount plan serves inference: drop --train and --plot")
     if not phase.model.startswith(("llm:", "hf:")):
         raise OpcountError(f"opcount plan serves a causal LM (llm:NAME or hf:...), not {phase.model}")
+    _frontier(ns.frontier, phase)
     return PlanOptions(
         workload, slos, hardware, prices(ns.price, hardware), max_devices, dtypes, ns.disaggregate,
-        ns.max_num_seqs, ns.block_size or 16, phase,
+        ns.max_num_seqs, ns.block_size or 16, phase, clients, ns.frontier,
     )  # fmt: skip
+
+
+def _frontier(path: str | None, phase: Options) -> None:
+    """``--frontier FILE`` is written after the search: a wrong ending or folder should not cost one."""
+    if path is None:
+        return
+    if not path.strip() or Path(path).is_dir():
+        raise UsageError(f"--frontier needs a file name, got {path!r}")
+    try:
+        kind = frontier_kind(path)
+    except OpcountError as e:
+        raise UsageError(f"--frontier {e}") from None
+    if not Path(path).resolve().parent.is_dir():
+        raise UsageError(f"--frontier {path}: no folder {str(Path(path).parent)!r} to write it in")
+    if phase.output and Path(phase.output).resolve() == Path(path).resolve():
+        raise UsageError(f"--frontier {path}: -o writes the same file: give each output its own")
+    if kind in ("png", "svg"):
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError("--frontier as a chart needs matplotlib: pip install 'opcount[plot]'") from None

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ...errors import OpcountError
 from ...llm.serve import slo, traces
@@ -83,12 +83,17 @@ def _share(text: str) -> float:
     return value
 
 
-def add_workload(g: argparse._ArgumentGroup, requests: int) -> None:
+def add_workload(
+    g: argparse._ArgumentGroup, requests: int, concurrency: Callable[[str], Any] = positive_int, clients: str = "C"
+) -> None:
     """The workload's flags ``opcount simulate`` and ``opcount plan`` share: a rate (with its arrivals) or a
-    concurrency, the requests (``requests`` by default), their lengths and the seed."""
+    concurrency (read by ``concurrency``: plan takes a list), the requests (``requests`` by default), their
+    lengths and the seed."""
     g.add_argument("--rate", type=parse_rate, metavar="R", help="requests a second (open loop)")
     g.add_argument("--arrivals", choices=ARRIVALS, help="with --rate: Poisson (default) or evenly spaced arrivals")
-    g.add_argument("--concurrency", type=positive_int, metavar="C", help="clients in a closed loop (instead of --rate)")
+    g.add_argument(
+        "--concurrency", type=concurrency, metavar=clients, help="clients in a closed loop (instead of --rate)"
+    )
     g.add_argument("--requests", type=positive_int, metavar="N", help=f"requests (default {requests})")
     g.add_argument(
         "--input-len", "--seq-len", dest="input_len", type=positive_int, metavar="L",

@@ -31,6 +31,7 @@ from ...hardware.lookup import Hardware
 from ..causal_lm import CausalLM
 from ..serve.simulate import Simulation, replay, simulate
 from ..serve.step_cost import FittedStepCost, Step
+from .energy import joules_per_token
 from .points import Point
 from .search import Config, Result, Search, binding, costs, engine_layouts, latency, share, traced_once
 
@@ -171,8 +172,8 @@ def combine(search: Search, prefill: Pool, decode: Pool) -> Result:
         ttft_p50_s=ttft[50], ttft_p90_s=ttft[90],
         tpot_p50_s=latency(decode.sim, "tpot", 50), tpot_p90_s=latency(decode.sim, "tpot", 90),
         cost_per_m_tokens=None if cost is None else cost["output"],
-        joules_per_token=None if power is None else power * seconds / outputs,
-        meets_slo=all(s.met(observed[str(s)]) for s in search.slos),
+        joules_per_token=joules_per_token(power, seconds, outputs),
+        meets_slo=all(s.met(observed[str(s)]) for s in search.slos), precision=config.precision,
         binds="network" if sent > latency(prefill.sim, "ttft", 50) else decode.binds,
     )  # fmt: skip
     details: dict[str, Any] = {

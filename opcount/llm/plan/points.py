@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .energy import tokens_per_s_per_mw
+
 
 @dataclass(frozen=True, kw_only=True)
 class Point:
@@ -15,7 +17,8 @@ class Point:
     rate); throughput is output tokens a second, per device (every device of the configuration) and per
     user (1 / mean TPOT); latencies in seconds at the percentiles named; ``cost_per_m_tokens`` in the
     currency of the prices given, per million output tokens, None without a price; ``joules_per_token`` per
-    output token, None where a device states no power."""
+    output token at board power (:mod:`.energy`), None where a device states no power; ``precision`` the
+    weights' dtype as the search names it."""
 
     hardware: str
     layout: str
@@ -32,6 +35,12 @@ class Point:
     joules_per_token: float | None
     meets_slo: bool
     binds: str  # what limits it: compute, memory, capacity, network (the plan's reason)
+    precision: str | None = None
+
+    @property
+    def tokens_per_s_per_mw(self) -> float | None:
+        """Output tokens a second per megawatt of board power (:mod:`.energy`)."""
+        return tokens_per_s_per_mw(self.joules_per_token)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return asdict(self) | {"tokens_per_s_per_mw": self.tokens_per_s_per_mw}

@@ -41,6 +41,7 @@ from ..serve.slo import Slo
 from ..serve.workload import Workload
 from . import bounds
 from .bounds import MAX_DEVICES
+from .energy import joules_per_token
 from .points import Point
 
 FULL_CACHE = 0.98  # a peak KV use from which the cache, not the step, limits the engine
@@ -216,8 +217,8 @@ def judge(
         ttft_p50_s=latency(sim, "ttft", 50), ttft_p90_s=latency(sim, "ttft", 90),
         tpot_p50_s=latency(sim, "tpot", 50), tpot_p90_s=latency(sim, "tpot", 90),
         cost_per_m_tokens=None if cost is None else cost["output"],
-        joules_per_token=None if power_w is None else power_w * config.devices * seconds / outputs,
-        meets_slo=all(s.met(observed[str(s)]) for s in slos), binds=binds,
+        joules_per_token=joules_per_token(None if power_w is None else power_w * config.devices, seconds, outputs),
+        meets_slo=all(s.met(observed[str(s)]) for s in slos), binds=binds, precision=config.precision,
     )  # fmt: skip
     details = {"output_throughput": m["output_throughput"] * dp, "preemptions": m["preemptions"] * dp}
     return Result(config, point, cost, per_m, observed, details=details)
