@@ -147,7 +147,9 @@ def test_plan_writes_the_frontier_across_concurrencies(capsys: pytest.CaptureFix
     assert [float(r["tokens_per_s_per_user"]) for r in tp1] == sorted(
         (float(r["tokens_per_s_per_user"]) for r in tp1), reverse=True
     )
-    assert [float(r["tokens_per_s_per_device"]) for r in tp1] == sorted(float(r["tokens_per_s_per_device"]) for r in tp1)
+    assert [float(r["tokens_per_s_per_device"]) for r in tp1] == sorted(
+        float(r["tokens_per_s_per_device"]) for r in tp1
+    )
 
 
 @pytest.mark.parametrize(
