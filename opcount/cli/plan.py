@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, TextIO
 
 import torch
@@ -49,6 +50,10 @@ def run(argv: Sequence[str], stderr: TextIO) -> tuple[str, str | None]:
             label = phase.model
             for name, precision in _precisions(options, wanted):
                 models[name], label = build(phase, LLMRun(flags, precision), spinner.update)
+            draft = None
+            if options.draft is not None:  # built as simulate builds it: the dtypes, none of the --hf-config
+                bare = replace(phase, model=options.draft, inputs=replace(phase.inputs, hf_config=()))
+                draft = build(bare, wanted, spinner.update)[0]
             torch.manual_seed(0)
             search = Search(
                 options.workload, options.slos, options.hardware, options.prices, options.max_devices,
@@ -58,7 +63,7 @@ def run(argv: Sequence[str], stderr: TextIO) -> tuple[str, str | None]:
                     "kernels": flags.kernels, "flops_per_mac": phase.analysis.flops_per_mac,
                     "dispatch": deploy_flags.dispatch(flags.deploy),
                 },
-                spinner.update,
+                spinner.update, options.speculation, draft,
             )  # fmt: skip
             found = plan(search, models, disaggregate=options.disaggregate, concurrencies=options.concurrencies)
             if options.frontier:

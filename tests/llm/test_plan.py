@@ -17,6 +17,7 @@ from opcount.llm.plan.planner import plan
 from opcount.llm.plan.search import Config, Search, latency, share
 from opcount.llm.serve.simulate import simulate
 from opcount.llm.serve.slo import parse
+from opcount.llm.serve.speculative import Speculation
 from opcount.llm.serve.workload import Workload
 from tests.fixtures.command import error_line
 
@@ -82,7 +83,46 @@ FLAGS = [f"--hf-config={k}={v}" for k, v in SMALL.items()]
         (["--price", "b200=5"], "--price"),
         (["--slo-ttft", "0s"], "--slo-ttft"),
         (["--max-devices", "1024", "--hardware", "h100-sxm,h200-sxm,b200"], "--max-devices"),
+        (["--acceptance", "0.8"], "--acceptance"),
+        (["--speculative-tokens", "2", "--acceptance", "0.8", "--disaggregate"], "--speculative-tokens"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str], args: list[str], flag: str) -> None:
     assert flag in error_line(capsys, "plan", "llm:llama-3-8b", *FLAGS, "--rate", "1", *args)
+
+
+CLOSED = Workload(requests=96, input_len=200, output_len=20, concurrency=48)
+
+
+def test_a_batch_cap_is_searched_where_vllms_misses_the_tpot_target() -> None:
+    llm = CausalLM(LlamaConfig(**SMALL))
+    h = hardware("h100-sxm")
+    wide, narrow = simulate(llm, CLOSED, h), simulate(llm, CLOSED, h, max_num_seqs=8)
+    slow, fast = latency(wide, "tpot", 50), latency(narrow, "tpot", 50)
+    assert fast < slow  # eight sequences a step step faster than 48
+    target = parse("tpot", f"{(slow * fast) ** 0.5 * 1e3:.6f}ms")  # between the two
+    found = plan(Search(CLOSED, (target,), (h,), {}, max_devices=1), {"bf16": llm})
+    labels = [r.config.label() for r in found.met]
+    assert labels and all("seqs" in label for label in labels), labels
+    assert [r.config.label() for r in found.missed if r.point is not None][0] == "tp1"  # vLLM's cap missed
+    for r in found.met:  # each capped configuration meets the target when simulated with that cap
+        assert r.config.max_num_seqs is not None
+        sim = simulate(llm, CLOSED, h, max_num_seqs=r.config.max_num_seqs)
+        assert target.met(latency(sim, "tpot", 50))
+
+
+def test_speculation_is_searched_beside_none_and_each_returned_one_meets() -> None:
+    llm = CausalLM(LlamaConfig(**SMALL))
+    draft = CausalLM(LlamaConfig(**(SMALL | {"num_hidden_layers": 1})))
+    spec = Speculation.of(2, 0.8, "draft")
+    h = hardware("h100-sxm")
+    found = plan(Search(WORKLOAD, SLOS, (h,), {}, max_devices=2, speculation=spec, draft=draft), {"bf16": llm})
+    ran = [r for r in (*found.met, *found.missed) if r.point is not None]
+    assert {r.config.speculative for r in ran} == {0, 2}
+    for r in found.met:
+        part = share(WORKLOAD, r.config.dp)
+        assert part is not None
+        with_spec = r.config.speculative > 0
+        sim = simulate(llm, part, h, r.config.parallel, speculation=spec if with_spec else None,
+                       draft=draft if with_spec else None)  # fmt: skip
+        assert all(s.met(latency(sim, s.metric, s.percentile)) for s in SLOS)

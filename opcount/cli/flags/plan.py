@@ -21,12 +21,13 @@ from ...llm.plan.bounds import MAX_DEVICES, MAX_SIMULATIONS, space
 from ...llm.plan.frontier import kind as frontier_kind
 from ...llm.serve.slo import Slo
 from ...llm.serve.slo import parse as parse_slo
+from ...llm.serve.speculative import Speculation
 from ...llm.serve.workload import MAX_REQUESTS, Workload
 from ..args import UsageError, positive_int
 from ..options import Options
 from ..parser import parse as parse_phase
 from .deploy import parse_price
-from .simulate import DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, add_workload
+from .simulate import DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, add_speculation, add_workload, speculative
 from .simulate import REFUSED as SIMULATE_REFUSED
 
 # a search runs hundreds of simulations: fewer requests each than simulate's default of vllm bench serve's 1000
@@ -57,6 +58,8 @@ class PlanOptions:
     phase: Options
     concurrencies: tuple[int, ...] = ()  # every --concurrency listed, in rising order (empty under --rate)
     frontier: str | None = None  # --frontier FILE
+    speculation: Speculation | None = None  # tried beside none, drafted by `draft` (None: the model's MTP head)
+    draft: str | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -111,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         "device type's Pareto set marked) of every configuration run: .csv, .json, .png, .svg or an interactive "
         ".html; list several --concurrency values to trace it across load",
     )  # fmt: skip
+    add_speculation(p)
     return p
 
 
@@ -235,9 +239,12 @@ def parse(argv: Sequence[str]) -> PlanOptions:
     if not phase.model.startswith(("llm:", "hf:")):
         raise OpcountError(f"opcount plan serves a causal LM (llm:NAME or hf:...), not {phase.model}")
     _frontier(ns.frontier, phase)
+    speculation = speculative(ns.speculative_tokens, ns.acceptance, ns.draft)
+    if speculation is not None and ns.disaggregate:
+        raise UsageError("--speculative-tokens: disaggregated pools are searched without speculation; drop one")
     return PlanOptions(
         workload, slos, hardware, prices(ns.price, hardware), max_devices, dtypes, ns.disaggregate,
-        ns.max_num_seqs, ns.block_size or 16, phase, clients, ns.frontier,
+        ns.max_num_seqs, ns.block_size or 16, phase, clients, ns.frontier, speculation, ns.draft,
     )  # fmt: skip
 
 

@@ -158,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--schedule-trace", metavar="FILE",
         help="the schedule as a Chrome/Perfetto trace: a track of engine steps, a track a request (first 100k steps)",
     )  # fmt: skip
+    add_speculation(p)
+    return p
+
+
+def add_speculation(p: argparse.ArgumentParser) -> None:
+    """Speculative decoding's flags, ``opcount simulate``'s and ``opcount plan``'s (read by :func:`speculative`)."""
     s = p.add_argument_group("speculative decoding (vLLM's --speculative-config)")
     s.add_argument(
         "--speculative-tokens", type=positive_int, metavar="K",
@@ -171,7 +177,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--draft", metavar="MODEL",
         help="the draft model (llm:NAME or hf:...), on the same devices and layout; default the model's MTP head",
     )  # fmt: skip
-    return p
 
 
 def _targets(ns: argparse.Namespace) -> tuple[slo.Slo, ...]:

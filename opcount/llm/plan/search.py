@@ -12,6 +12,9 @@ the targets.
   ``rate / dp`` (``concurrency / dp`` clients, only where ``dp`` divides them); the copies are alike, so one
   copy's latencies are the fleet's. More copies of an engine only add devices, so the search stops adding them
   at the first ``dp`` that meets the targets (the cheapest of that engine).
+- Batch caps and speculation: where vLLM's ``max_num_seqs`` misses a TPOT target (and the user set none), the
+  same engine is replayed at the tighter caps of :data:`BATCH_CAPS` (a smaller batch steps faster, queueing
+  longer); where the search is given a speculation, every engine is simulated without and with it.
 - Cost (:func:`costs`): the run's device-hours times the price a device-hour, over its tokens: per million
   output tokens (the ranking), per million input tokens and per million tokens of both (blended), each the whole
   bill over those tokens. Energy: each device at its board power (``power_w``, TDP-based: an upper figure, not a
@@ -38,6 +41,7 @@ from ..deploy.placement import Placement
 from ..phases import PhaseCost, PhaseRequest
 from ..serve.simulate import DECODE_FIT_BATCH, Simulation, replay, simulate
 from ..serve.slo import Slo
+from ..serve.speculative import Speculation
 from ..serve.workload import Workload
 from . import bounds
 from .bounds import MAX_DEVICES
@@ -45,16 +49,21 @@ from .energy import joules_per_token
 from .points import Point
 
 FULL_CACHE = 0.98  # a peak KV use from which the cache, not the step, limits the engine
+# max_num_seqs tried, largest first, where vLLM's default misses a TPOT target: a smaller batch steps faster
+BATCH_CAPS = (128, 32, 8)
 
 
 @dataclass(frozen=True)
 class Config:
-    """One configuration: ``dp`` copies of an engine of ``parallel`` on ``hardware`` at ``precision``."""
+    """One configuration: ``dp`` copies of an engine of ``parallel`` on ``hardware`` at ``precision``, drafting
+    ``speculative`` tokens a step (0: none), its batch capped at ``max_num_seqs`` (None: the search's)."""
 
     hardware: str
     precision: str
     parallel: Parallel
     dp: int
+    speculative: int = 0
+    max_num_seqs: int | None = None
 
     @property
     def devices(self) -> int:
@@ -64,6 +73,8 @@ class Config:
         """The layout as the command line writes it: ``tp4``, ``tp2 pp2 x2`` (two copies)."""
         p = self.parallel
         parts = [f"{k}{v}" for k, v in (("tp", p.tp), ("pp", p.pp), ("ep", p.ep)) if v > 1] or ["tp1"]
+        parts += [f"spec{self.speculative}"] if self.speculative else []
+        parts += [f"seqs{self.max_num_seqs}"] if self.max_num_seqs is not None else []
         return " ".join(parts) + (f" x{self.dp}" if self.dp > 1 else "")
 
 
@@ -236,6 +247,8 @@ class Search:
     max_devices: int = 8
     options: Mapping[str, Any] = field(default_factory=dict)  # simulate's keyword arguments
     status: Callable[[str], None] | None = None
+    speculation: Speculation | None = None  # tried beside no speculation, drafted by ``draft`` (None: MTP)
+    draft: CausalLM | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_devices, int) or not 1 <= self.max_devices <= MAX_DEVICES:
@@ -250,37 +263,75 @@ class Search:
 
 
 def engines(search: Search, llm: CausalLM, precision: str, hardware: Hardware) -> tuple[list[Result], int]:
-    """Every engine of ``llm`` on ``hardware`` and its copies, as :func:`search` searches them; the results and
-    the simulations run."""
+    """Every engine of ``llm`` on ``hardware``, without and with speculative decoding where the search drafts,
+    and its copies, as :func:`search` searches them; the results and the simulations run."""
+    results: list[Result] = []
+    runs = 0
+    for parallel in engine_layouts(llm, hardware, search.max_devices):
+        for speculation in (None, search.speculation) if search.speculation is not None else (None,):
+            found, n = _copies(search, llm, precision, hardware, parallel, speculation)
+            results += found
+            runs += n
+    return results, runs
+
+
+def _copies(
+    search: Search, llm: CausalLM, precision: str, hardware: Hardware, parallel: Parallel, spec: Speculation | None
+) -> tuple[list[Result], int]:
+    """One engine and its copies, each copy count at vLLM's batch cap and, where that misses a TPOT target, at
+    the tighter caps of :data:`BATCH_CAPS`; up to the first copy count meeting the targets."""
     results: list[Result] = []
     runs = 0
     price, kernels = search.prices.get(hardware.name), search.options.get("kernels", "fused")
-    for parallel in engine_layouts(llm, hardware, search.max_devices):
-        base: Simulation | None = None
-        binds = ""
-        for dp in range(1, search.max_devices // parallel.devices + 1):
-            config = Config(hardware.name, precision, parallel, dp)
-            part = share(search.workload, dp)
-            if part is None:
-                continue
-            if search.status is not None:
-                search.status(f"simulating {precision} on {config.devices} x {hardware.name}: {config.label()}")
-            try:
-                if base is None:
-                    base = simulate(llm, part, hardware, parallel, **search.options)
-                    binds = binding(llm, base, hardware, parallel, kernels)
-                    sim = base
-                else:
-                    assert base.fit is not None  # simulate fits its step costs
-                    sim = replay(part, base.engine, base.fit.estimate, base.fit.bound, parallel.devices)
-            except OpcountError as e:  # it does not fit, or a request outgrows its cache
-                results.append(Result(config, None, rejected=str(e)))
-                break
+    base: Simulation | None = None
+    binds = ""
+    tokens = spec.tokens if spec is not None else 0
+    for dp in range(1, search.max_devices // parallel.devices + 1):
+        config = Config(hardware.name, precision, parallel, dp, tokens)
+        part = share(search.workload, dp)
+        if part is None:
+            continue
+        if search.status is not None:
+            search.status(f"simulating {precision} on {config.devices} x {hardware.name}: {config.label()}")
+        try:
+            if base is None:
+                draft = search.draft if spec is not None else None
+                base = simulate(llm, part, hardware, parallel, **search.options, speculation=spec, draft=draft)
+                binds = binding(llm, base, hardware, parallel, kernels)
+                sim = base
+            else:
+                sim = _replay(base, part, parallel, base.engine)
+        except OpcountError as e:  # it does not fit, or a request outgrows its cache
+            results.append(Result(config, None, rejected=str(e)))
+            break
+        runs += 1
+        results.append(judge(config, sim, search.slos, price, hardware.power_w, binds, part))
+        for cap in _caps(search, sim, part) if not results[-1].meets else ():
+            capped = _replay(base, part, parallel, replace(base.engine, max_num_seqs=cap))
             runs += 1
-            results.append(judge(config, sim, search.slos, price, hardware.power_w, binds, part))
+            results.append(judge(replace(config, max_num_seqs=cap), capped, search.slos, price, hardware.power_w,
+                                 binds, part))  # fmt: skip
             if results[-1].meets:
-                break  # more copies of this engine only cost more
+                break
+        if results[-1].meets:
+            break  # more copies of this engine only cost more
     return results, runs
+
+
+def _replay(base: Simulation, workload: Workload, parallel: Parallel, engine: Any) -> Simulation:
+    """``base``'s engine (or ``engine``, its settings changed) under other traffic, over its own step costs."""
+    assert base.costs is not None  # simulate keeps the step costs it priced with
+    estimate, bound = base.costs
+    return replay(workload, engine, estimate, bound, parallel.devices, speculation=base.speculation)
+
+
+def _caps(search: Search, sim: Simulation, workload: Workload) -> list[int]:
+    """The tighter batch caps worth a replay: where a TPOT target is missed and the user set no cap, each of
+    :data:`BATCH_CAPS` below the engine's and below the clients of a closed loop (a cap above them caps nothing)."""
+    if search.options.get("max_num_seqs") is not None or not any(s.metric == "tpot" for s in search.slos):
+        return []
+    most = min(sim.engine.max_num_seqs, workload.concurrency or sim.engine.max_num_seqs)
+    return [c for c in BATCH_CAPS if c < most]
 
 
 def ranked(results: Sequence[Result], slos: tuple[Slo, ...], runs: int) -> Plan:

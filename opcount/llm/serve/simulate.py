@@ -66,6 +66,9 @@ class Simulation:
     kv_bytes_per_sequence: float = 0.0  # per device, what a running request holds whatever its length
     speculation: Speculation | None = None
     draft_fit: Fitted | None = None  # the draft's (or MTP head's) step cost, fitted as the target's
+    # the step costs the run priced with (the estimate's, the bound's): the fit's, with the draft's added where
+    # one drafts; what a replay of the same engine under other traffic takes (:func:`replay`)
+    costs: tuple[StepCost, StepCost | None] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         e = self.engine
@@ -331,8 +334,9 @@ def simulate(
         speculation=speculation,
     )  # fmt: skip
     return replace(
-        found, kv_bytes_per_token=per_token, fit=fit, kv_bytes_per_sequence=per_sequence, draft_fit=draft_fit
-    )
+        found, kv_bytes_per_token=per_token, fit=fit, kv_bytes_per_sequence=per_sequence, draft_fit=draft_fit,
+        costs=(estimate, bound),
+    )  # fmt: skip
 
 
 def kv_layout(llm: CausalLM, kv_len: int, held: float) -> tuple[float, float]:
