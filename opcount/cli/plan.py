@@ -153,7 +153,9 @@ def _sent(options: PlanOptions) -> str:
     w, listed = options.workload, options.concurrencies
     if len(listed) > 1:
         return f"{', '.join(map(str, listed))} clients in a closed loop (each searched; layout @clients)"
-    return f"{w.concurrency} clients in a closed loop" if w.concurrency else f"{w.rate:g} requests/s ({w.arrivals})"
+    if w.concurrency:
+        return f"{w.concurrency} clients in a closed loop"
+    return f"{w.rate:g} requests/s ({w.arrivals})" if w.rate else "at the trace's own times"
 
 
 def table(found: Plan, options: PlanOptions, label: str) -> str:
@@ -167,7 +169,7 @@ def table(found: Plan, options: PlanOptions, label: str) -> str:
     )  # fmt: skip
     rejected = [r for r in found.missed if r.point is None]
     lines = [
-        f"{label}: {w.requests:,} requests of {w.input_len:,} prompt + {w.output_len:,} generated tokens, {sent}",
+        f"{label}: {w.describe(sent=False)}, {sent}",
         f"  targets: {targets}",
         f"  searched: {', '.join(h.name for h in options.hardware)} up to {options.max_devices} devices"
         + (", prefill/decode pools" if options.disaggregate else "")

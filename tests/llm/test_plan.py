@@ -3,6 +3,8 @@ returned re-run through simulate, the KV transfer worked by hand, and bad input 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("transformers")
@@ -19,7 +21,7 @@ from opcount.llm.serve.simulate import simulate
 from opcount.llm.serve.slo import parse
 from opcount.llm.serve.speculative import Speculation
 from opcount.llm.serve.workload import Workload
-from tests.fixtures.command import error_line
+from tests.fixtures.command import error_line, run
 
 SMALL = {
     "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -104,7 +106,7 @@ def test_a_batch_cap_is_searched_where_vllms_misses_the_tpot_target() -> None:
     found = plan(Search(CLOSED, (target,), (h,), {}, max_devices=1), {"bf16": llm})
     labels = [r.config.label() for r in found.met]
     assert labels and all("seqs" in label for label in labels), labels
-    assert [r.config.label() for r in found.missed if r.point is not None][0] == "tp1"  # vLLM's cap missed
+    assert next(r.config.label() for r in found.missed if r.point is not None) == "tp1"  # vLLM's cap missed
     for r in found.met:  # each capped configuration meets the target when simulated with that cap
         assert r.config.max_num_seqs is not None
         sim = simulate(llm, CLOSED, h, max_num_seqs=r.config.max_num_seqs)
@@ -126,3 +128,24 @@ def test_speculation_is_searched_beside_none_and_each_returned_one_meets() -> No
         sim = simulate(llm, part, h, r.config.parallel, speculation=spec if with_spec else None,
                        draft=draft if with_spec else None)  # fmt: skip
         assert all(s.met(latency(sim, s.metric, s.percentile)) for s in SLOS)
+
+
+def test_a_trace_is_dealt_round_robin_over_copies(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from opcount.llm.serve.workload import Sent
+
+    rows = tuple(Sent(0.01 * i, 100 + i, 10 + i) for i in range(6))
+    traced = Workload.replay(rows)
+    half = share(traced, 2)
+    assert half is not None and half.trace is not None
+    assert [s.prompt for s in half.trace] == [100, 102, 104] and half.requests == 3  # the first copy's: every 2nd
+    assert share(Workload.replay(rows, concurrency=3), 2) is None  # 3 clients do not split over 2 copies
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "arrival_s,input_tokens,output_tokens\n" + "".join(f"{0.01 * i},{100 + i},{10 + i}\n" for i in range(6))
+    )
+    status, out, err = run(capsys, "plan", "llm:llama-3-8b", *FLAGS, "--trace", str(path), "--max-devices", "1")
+    assert status == 0, err
+    assert "6 requests from a trace of 100-105" in out and "at the trace's own times" in out
+    assert "--trace" in error_line(
+        capsys, "plan", "llm:llama-3-8b", *FLAGS, "--trace", str(path), "--disaggregate", "--rate", "1"
+    )

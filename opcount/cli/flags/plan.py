@@ -27,8 +27,8 @@ from ..args import UsageError, positive_int
 from ..options import Options
 from ..parser import parse as parse_phase
 from .deploy import parse_price
-from .simulate import DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, add_speculation, add_workload, speculative
 from .simulate import REFUSED as SIMULATE_REFUSED
+from .simulate import add_speculation, add_workload, speculative, workload_of
 
 # a search runs hundreds of simulations: fewer requests each than simulate's default of vllm bench serve's 1000
 DEFAULT_REQUESTS = 200
@@ -196,22 +196,22 @@ def parse(argv: Sequence[str]) -> PlanOptions:
             raise UsageError(
                 f"opcount plan: {name} does not apply (the search sets the layout, the workload the steps)"
             )
-    if ns.rate is None and ns.concurrency is None:
-        raise UsageError("opcount plan needs --rate R (requests a second) or --concurrency C (clients)")
     if ns.rate is not None and ns.concurrency is not None:
         raise UsageError("--rate and --concurrency are two workloads: give one of them")
     if ns.arrivals is not None and ns.rate is None:
         raise UsageError("--arrivals applies to --rate")
-    if ns.disaggregate and ns.rate is None:
-        raise UsageError("--disaggregate simulates the two pools apart at a rate: give --rate, not --concurrency")
+    if ns.disaggregate and (ns.rate is None or ns.trace is not None):
+        raise UsageError(
+            "--disaggregate simulates the two pools apart at a rate of drawn requests: give --rate, not "
+            + ("--trace" if ns.trace is not None else "--concurrency")
+        )
     clients: tuple[int, ...] = ns.concurrency or ()
-    requests = ns.requests or DEFAULT_REQUESTS
-    if requests > MAX_REQUESTS:
-        raise UsageError(f"--requests {requests}: at most {MAX_REQUESTS:,}")
-    workload = Workload(
-        requests=requests, input_len=ns.input_len or DEFAULT_INPUT_LEN, output_len=ns.output_len or DEFAULT_OUTPUT_LEN,
-        rate=ns.rate, concurrency=clients[0] if clients else None, arrivals=ns.arrivals or "poisson", seed=ns.seed or 0,
-    )  # fmt: skip
+    if ns.requests is not None and ns.requests > MAX_REQUESTS:
+        raise UsageError(f"--requests {ns.requests}: at most {MAX_REQUESTS:,}")
+    if ns.seed is not None and ns.seed >= 2**63:
+        raise UsageError(f"--seed {ns.seed}: at most 2**63 - 1")
+    one = argparse.Namespace(**vars(ns) | {"concurrency": clients[0] if clients else None})
+    workload = workload_of(one, "opcount plan", DEFAULT_REQUESTS)
     slos = _slos(ns, workload)
     hardware = _hardware(ns.hardware)
     max_devices = ns.max_devices or DEFAULT_MAX_DEVICES

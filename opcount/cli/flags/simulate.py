@@ -104,22 +104,6 @@ def add_workload(
         help=f"generated tokens (default {DEFAULT_OUTPUT_LEN})",
     )  # fmt: skip
     g.add_argument("--seed", type=natural_int, metavar="S", help="the arrivals' and lengths' seed (default 0)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="opcount simulate",
-        allow_abbrev=False,  # the rest of the line is the phase's: no prefix of its flags taken here
-        add_help=False,
-        description="Served traffic on one deployment: requests through vLLM v1's scheduler over the model's "
-        "traced step costs; TTFT, TPOT, ITL and end-to-end latency, throughput (simulate.md). The model, "
-        "--hardware, the dtypes, --tp/--pp/--ep, --max-batched-tokens, --gpu-memory-utilization, -o, --format "
-        "(table, json, or csv: the run's one row) and --plot (TTFT and TPOT percentiles over time) are as for "
-        "`opcount MODEL`; goodput under the --slo-* targets.",
-    )
-    p.add_argument("-h", "--help", action="help", help="this help")
-    g = p.add_argument_group("workload")
-    add_workload(g, DEFAULT_REQUESTS)
     g.add_argument(
         "--random-range-ratio", type=_share, metavar="R",
         help="lengths drawn uniformly within R of --input-len and --output-len, as vllm bench serve's random dataset (0 <= R < 1)",
@@ -136,6 +120,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--prefix-hit", type=_share, metavar="H",
         help="the first H of every prompt is one prefix all requests share (a system prompt; 0 <= H < 1)",
     )  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="opcount simulate",
+        allow_abbrev=False,  # the rest of the line is the phase's: no prefix of its flags taken here
+        add_help=False,
+        description="Served traffic on one deployment: requests through vLLM v1's scheduler over the model's "
+        "traced step costs; TTFT, TPOT, ITL and end-to-end latency, throughput (simulate.md). The model, "
+        "--hardware, the dtypes, --tp/--pp/--ep, --max-batched-tokens, --gpu-memory-utilization, -o, --format "
+        "(table, json, or csv: the run's one row) and --plot (TTFT and TPOT percentiles over time) are as for "
+        "`opcount MODEL`; goodput under the --slo-* targets.",
+    )
+    p.add_argument("-h", "--help", action="help", help="this help")
+    g = p.add_argument_group("workload")
+    add_workload(g, DEFAULT_REQUESTS)
     e = p.add_argument_group("engine (vLLM's names)")
     e.add_argument(
         "--max-num-seqs", type=positive_int, metavar="N",
@@ -226,11 +226,9 @@ def parse(argv: Sequence[str]) -> SimulateOptions:
         raise UsageError(f"--requests {ns.requests}: at most {MAX_REQUESTS:,}")
     if ns.seed is not None and ns.seed >= 2**63:
         raise UsageError(f"--seed {ns.seed}: at most 2**63 - 1")
-    if ns.trace_block_size is not None and ns.trace is None:
-        raise UsageError("--trace-block-size applies to --trace")
     if ns.prefix_hit and not ns.enable_prefix_caching:
         raise UsageError("--prefix-hit shares a prefix that --no-enable-prefix-caching would not reuse: drop one")
-    workload = _workload(ns)
+    workload = workload_of(ns)
     slos = _targets(ns)
     speculation = speculative(ns.speculative_tokens, ns.acceptance, ns.draft)
     phase = parse_phase(rest)
@@ -259,18 +257,20 @@ def parse(argv: Sequence[str]) -> SimulateOptions:
     )
 
 
-def _workload(ns: argparse.Namespace) -> Workload:
+def workload_of(
+    ns: argparse.Namespace, command: str = "opcount simulate", requests: int = DEFAULT_REQUESTS
+) -> Workload:
     """The workload the flags give: drawn (lengths, a rate or a concurrency), or a trace's requests (the first
     ``--requests`` of them), sent at the trace's own times unless a rate or a concurrency is given (a vllm bench
     serve result's own, where neither is)."""
     arrivals, seed, prefix_hit = ns.arrivals or "poisson", ns.seed or 0, ns.prefix_hit or 0.0
+    if ns.trace_block_size is not None and ns.trace is None:
+        raise UsageError("--trace-block-size applies to --trace")
     if ns.trace is None:
         if ns.rate is None and ns.concurrency is None:
-            raise UsageError(
-                "opcount simulate needs --rate R (requests a second), --concurrency C (clients) or --trace FILE"
-            )
+            raise UsageError(f"{command} needs --rate R (requests a second), --concurrency C (clients) or --trace FILE")
         return Workload(
-            requests=ns.requests or DEFAULT_REQUESTS, input_len=ns.input_len or DEFAULT_INPUT_LEN,
+            requests=ns.requests or requests, input_len=ns.input_len or DEFAULT_INPUT_LEN,
             output_len=ns.output_len or DEFAULT_OUTPUT_LEN, rate=ns.rate, concurrency=ns.concurrency,
             range_ratio=ns.random_range_ratio or 0.0, arrivals=arrivals, seed=seed, prefix_hit=prefix_hit,
         )  # fmt: skip

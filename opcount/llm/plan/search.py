@@ -156,9 +156,18 @@ def engine_layouts(llm: CausalLM, hardware: Hardware, max_devices: int) -> list[
 
 
 def share(workload: Workload, dp: int) -> Workload | None:
-    """One copy's share of ``workload`` over ``dp`` copies (None: ``dp`` does not divide the clients)."""
+    """One copy's share of ``workload`` over ``dp`` copies (None: ``dp`` does not divide the clients); a trace's
+    requests dealt round-robin, as a load balancer deals them, the first copy's every ``dp``-th."""
     if dp == 1:
         return workload
+    if workload.trace is not None:
+        if workload.concurrency is not None and workload.concurrency % dp:
+            return None
+        rows = workload.trace[::dp]
+        return replace(
+            workload, trace=rows, requests=len(rows), rate=None if workload.rate is None else workload.rate / dp,
+            concurrency=None if workload.concurrency is None else workload.concurrency // dp,
+        )  # fmt: skip
     if workload.concurrency is not None:
         if workload.concurrency % dp:
             return None
