@@ -20,7 +20,7 @@ On one device (every share 1, one stage) these are the phase's own figures.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -39,8 +39,6 @@ class Share(NamedTuple):
     held: float
     padded: float
 
-
-Shares = Callable[[OpCall], Share]
 
 
 @dataclass
@@ -66,39 +64,55 @@ class StageTimes:
         ]
 
 
-def stage_times(
-    schedule: KernelSchedule,
-    report: RooflineReport,
-    calls: Sequence[OpCall],
-    stage: Callable[[OpCall], int],
-    shares: Shares,
-    stages: int,
-) -> StageTimes:
-    """The figures of each of ``stages`` stages of the phase whose trace holds ``calls``."""
-    layer = {id(t.layer.call): t.layer for t in report.layers if t.layer.call is not None}
-    share = [shares(c) for c in calls]
+class KernelCalls:
+    """A priced phase's kernels with their calls' roofline figures (FLOPs, activation and weight bytes), read
+    once for every layout it is deployed on: each kernel's members, its FLOPs and bytes in all, the member its
+    time is charged to (the one doing the most FLOPs), and the schedule's per-kernel and per-call figures as
+    plain floats."""
+
+    def __init__(self, schedule: KernelSchedule, report: RooflineReport, calls: Sequence[OpCall]) -> None:
+        self.schedule, self.report = schedule, report
+        layer = {id(t.layer.call): t.layer for t in report.layers if t.layer.call is not None}
+        self.kernels: list[tuple[list[tuple[int, float, float, float]], float, float, int]] = []
+        for kernel in schedule.kernels:
+            members = []
+            flops = moved = 0.0
+            anchor, most = kernel.calls[0], -1.0
+            for i in kernel.calls:
+                lt = layer.get(id(calls[i]))
+                if lt is None:
+                    continue
+                io, w = lt.ifmap_bytes + lt.ofmap_bytes, lt.weight_bytes
+                members.append((i, lt.flops, io, w))
+                flops += lt.flops
+                moved += io + w
+                if lt.flops > most:
+                    anchor, most = i, lt.flops
+            self.kernels.append((members, flops, moved, anchor))
+        compute, memory = schedule.compute_memory()
+        self.compute, self.memory = compute.tolist(), memory.tolist()
+        self.call_flops = schedule.call_flops.tolist()
+        self.call_weight_bytes = schedule.call_weight_bytes.tolist()
+        self.call_io_bytes = schedule.call_io_bytes.tolist()
+
+
+def stage_times(kernels: KernelCalls, stage: Sequence[int], share: Sequence[Share], stages: int) -> StageTimes:
+    """The figures of each of ``stages`` stages of the phase whose kernels are ``kernels``, its calls on the stages
+    ``stage`` at the shares ``share`` (one each, in the trace's order)."""
     out = StageTimes([0.0] * stages, [0.0] * stages, [0.0] * stages)
-    compute, memory = schedule.compute_memory()
-    for k, kernel in enumerate(schedule.kernels):
-        flops = padded = moved = moved_share = 0.0
-        anchor, most = kernel.calls[0], -1.0
-        for i in kernel.calls:
-            lt = layer.get(id(calls[i]))
-            if lt is None:
-                continue
-            io, w = lt.ifmap_bytes + lt.ofmap_bytes, lt.weight_bytes
-            flops += lt.flops
-            padded += lt.flops * share[i].padded
-            moved += io + w
-            moved_share += io * share[i].work + w * share[i].held
-            if lt.flops > most:
-                anchor, most = i, lt.flops
+    launch = kernels.schedule.hardware.efficiency.launch_s
+    for k, (members, flops, moved, anchor) in enumerate(kernels.kernels):
+        padded = moved_share = 0.0
+        for i, f, io, w in members:
+            part = share[i]
+            padded += f * part.padded
+            moved_share += io * part.work + w * part.held
         bytes_share = moved_share / moved if moved else share[anchor].held
         flops_share = padded / flops if flops else bytes_share
-        out.estimate[stage(calls[anchor])] += float(max(compute[k] * flops_share, memory[k] * bytes_share))
-        out.estimate[stage(calls[anchor])] += schedule.hardware.efficiency.launch_s
-    for i, call in enumerate(calls):
-        s = stage(call)
-        out.flops[s] += schedule.call_flops[i] * share[i].work
-        out.compulsory[s] += schedule.call_weight_bytes[i] * share[i].held + schedule.call_io_bytes[i] * share[i].work
+        out.estimate[stage[anchor]] += max(kernels.compute[k] * flops_share, kernels.memory[k] * bytes_share)
+        out.estimate[stage[anchor]] += launch
+    call_flops, weights, io_bytes = kernels.call_flops, kernels.call_weight_bytes, kernels.call_io_bytes
+    for i, s in enumerate(stage):
+        out.flops[s] += call_flops[i] * share[i].work
+        out.compulsory[s] += weights[i] * share[i].held + io_bytes[i] * share[i].work
     return out

@@ -136,7 +136,7 @@ def engine_layouts(llm: CausalLM, hardware: Hardware, max_devices: int) -> list[
         for ep in (1, tp) if llm.experts and tp > 1 else (1,):
             p = Parallel(tp=tp, pp=pp, ep=ep)
             try:
-                Placement(llm, p)
+                Placement.of(llm, p)
             except OpcountError:
                 continue  # the model cannot run it (heads, layers, experts)
             found.append(p)
