@@ -21,18 +21,26 @@ from ..phases import PhaseCost
 from . import cache_shares as device_cache
 from .activations import Lifetimes
 from .placement import Placement, share_of
-from .times import KernelCalls, Share
+from .times import KernelCalls
 
 T = TypeVar("T")
 PerCall = Sequence[tuple[OpCall, Traffic | None]]
 
 
 class TracedCalls:
-    """What one trace says whatever the layout: its calls, those touching the cache with the cache tensors each
-    moves, and (once asked) the lifetimes of its activations at ``itemsize``."""
+    """What one trace says whatever the layout: its calls, the distinct scopes they run in (``scopes``, and each
+    call's index into them), the last call each module runs (modules in the order they first run), the calls
+    touching the cache with the cache tensors each moves, and (once asked) its activations' lifetimes."""
 
     def __init__(self, calls: Sequence[OpCall]) -> None:
         self.calls = calls
+        index: dict[tuple[str, ...], int] = {}
+        self.scope_of = [index.setdefault(call.scope, len(index)) for call in calls]
+        self.scopes = list(index)
+        self.last: dict[str, int] = {}  # a module -> its last call; ordered by each module's first call
+        for i, call in enumerate(calls):
+            for owner in call.scope:
+                self.last[owner] = i
         self.cached = [(i, names) for i, call in enumerate(calls) if (names := device_cache.buffers(call))]
         self._lifetimes: tuple[PerCall, Any, Lifetimes] | None = None
 
@@ -44,6 +52,10 @@ class TracedCalls:
             kept = self._lifetimes = (per_call, itemsize, Lifetimes(per_call, itemsize))
         return kept[2]
 
+    def runs(self, per_call: PerCall) -> bool:
+        """Whether ``per_call`` holds this trace's calls, in order (a traffic analysis of this trace)."""
+        return len(per_call) == len(self.calls) and all(c is d for (c, _), d in zip(per_call, self.calls, strict=True))
+
 
 class CallShares:
     """One trace (:class:`TracedCalls`) on one ``placement``, at ``tokens`` tokens a step: each call's stage and
@@ -54,30 +66,16 @@ class CallShares:
         self.placement, self.traced, self.tokens = placement, traced, tokens
         s = placement.sharding
         self.kv = placement.kv_shares([traced.calls[i] for i, _ in traced.cached])  # the calls moving the cache
-        # a scope's share and stage, worked out once for the calls it runs (a layer's dozen operators)
-        self._by_scope: dict[tuple[str, ...], tuple[int, Share]] = {}
-        self.stages: list[int] = []
-        self.shares: list[Share] = []
-        for call in traced.calls:
-            stage, share = self.of_scope(call.scope)
-            self.stages.append(stage)
-            self.shares.append(share)
+        # each scope's stage and share worked out once for the calls it runs (a layer's dozen operators)
+        scope_stage = [placement.stage(scope) for scope in traced.scopes]
+        scope_share = [share_of(placement, scope, tokens) for scope in traced.scopes]
+        self.stages = [scope_stage[j] for j in traced.scope_of]
+        self.shares = [scope_share[j] for j in traced.scope_of]
         for i, names in traced.cached:
             share = self.shares[i]
             self.shares[i] = share._replace(held=device_cache.call_share(traced.calls[i], self.kv, names))
-        self.last: dict[str, OpCall] = {}
-        for call in traced.calls:
-            for owner in call.scope:
-                if owner in s.reduced or owner in s.experts:
-                    self.last[owner] = call
+        self.last = {o: traced.calls[i] for o, i in traced.last.items() if o in s.reduced or o in s.experts}
         self._peaks: tuple[PerCall, list[float]] | None = None
-
-    def of_scope(self, scope: tuple[str, ...]) -> tuple[int, Share]:
-        """The stage running ``scope`` and the share of its work a device runs."""
-        found = self._by_scope.get(scope)
-        if found is None:
-            found = self._by_scope[scope] = (self.placement.stage(scope), share_of(self.placement, scope, self.tokens))
-        return found
 
     def peaks(self, per_call: PerCall) -> list[float]:
         """The most bytes of activations alive at once on a device of each stage (:mod:`.activations`), for
@@ -85,9 +83,13 @@ class CallShares:
         kept = self._peaks
         if kept is None or kept[0] is not per_call:  # kept for the last asked: a phase has one
             lifetimes = self.traced.lifetimes(per_call, self.placement.pricing)
-            where = [self.of_scope(call.scope) for call, _ in per_call]
-            peaks = lifetimes.peaks([w[0] for w in where], [w[1].work for w in where], self.placement.parallel.pp)
-            kept = self._peaks = (per_call, peaks)
+            if self.traced.runs(per_call):
+                stages, works = self.stages, [share.work for share in self.shares]
+            else:  # another trace's calls: each at its own scope's
+                p, tokens = self.placement, self.tokens
+                stages = [p.stage(call.scope) for call, _ in per_call]
+                works = [share_of(p, call.scope, tokens).work for call, _ in per_call]
+            kept = self._peaks = (per_call, lifetimes.peaks(stages, works, self.placement.parallel.pp))
         return kept[1]
 
 

@@ -191,7 +191,8 @@ class _Sizing:
         shares = call_shares(self.steps[-1], placement).kv
         kv_cache = device_cache.held(self.memory.kv_cache_by_type, self.memory.kv_cache, shares)
         peaks = [
-            call_shares(step, placement).peaks(per_call) for per_call, step in zip(self.traffic, self.steps, strict=True)
+            call_shares(step, placement).peaks(per_call)
+            for per_call, step in zip(self.traffic, self.steps, strict=True)
         ]
         return [
             fitting.Holding(

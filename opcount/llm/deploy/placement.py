@@ -47,6 +47,7 @@ class Placement:
         count = experts_of(model, self.sharding) if parallel.ep > 1 else None
         self.expert_weights = (count + parallel.redundant_experts) / (count * parallel.ep) if count else 1.0
         self._routes: dict[tuple[str, int], ExpertShare] = {}
+        self._weights: list[float] | None = None
         self.kv_heads = _kv_heads(config, llm.caches.kv_shapes)
         # the key, value and fused projections a device holds more of than 1 / tp (KV heads copied)
         self.kv_projections = kv_projection_shares(
@@ -89,7 +90,12 @@ class Placement:
         return self.parallel.pp - 1 if any(o in self._after for o in owners) else 0
 
     def weights_per_stage(self) -> list[float]:
-        """Bytes of weights a device of each stage holds."""
+        """Bytes of weights a device of each stage holds (worked out once: every phase deployed reads them)."""
+        if self._weights is None:
+            self._weights = self._stage_weights()
+        return list(self._weights)
+
+    def _stage_weights(self) -> list[float]:
         p, s = self.parallel, self.sharding
         out = [0.0] * p.pp
         for name, nbytes in self.param_bytes.items():
@@ -160,4 +166,3 @@ def share_of(placement: Placement, owners: Sequence[str], tokens: int) -> Share:
         share = 1 / p.tp if copied is None else copied
         return Share(share, share, share)
     return Share(1.0, 1.0, 1.0)
-

@@ -40,7 +40,6 @@ class Share(NamedTuple):
     padded: float
 
 
-
 @dataclass
 class StageTimes:
     """Per pipeline stage: ``estimate`` seconds, matrix-product ``flops`` and ``compulsory`` bytes."""

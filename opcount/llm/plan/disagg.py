@@ -195,8 +195,8 @@ def pools(search: Search, models: dict[str, CausalLM]) -> tuple[list[Result], in
     for precision, llm in models.items():
         prefill: list[Pool] = []
         decode: list[Pool] = []
+        traced = traced_once(llm)  # each phase traced once for every device searched
         for hardware in search.hardware:
-            traced = traced_once(llm)
             for role, kept in (("prefill", prefill), ("decode", decode)):
                 for found in _pool(search, traced, precision, hardware, role):
                     runs += 1

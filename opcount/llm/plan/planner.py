@@ -16,8 +16,9 @@ def plan(search: Search, models: Mapping[str, CausalLM], *, disaggregate: bool =
     results = []
     runs = 0
     for precision, llm in models.items():
+        traced = traced_once(llm)  # each phase traced once for every device searched
         for hardware in search.hardware:
-            found, n = engines(search, traced_once(llm), precision, hardware)
+            found, n = engines(search, traced, precision, hardware)
             results += found
             runs += n
     if disaggregate:

@@ -16,8 +16,9 @@ the targets.
   output tokens (the ranking), per million input tokens and per million tokens of both (blended), each the whole
   bill over those tokens. Energy: each device at its board power (``power_w``, TDP-based: an upper figure, not a
   measurement) for the run, per output token.
-- Step costs: each (model, precision, device) traced once (:func:`traced_once`): every layout and copy reads the
-  same phase costs, since a phase's cost does not depend on the layout (the deployment splits it).
+- Step costs: each (model, precision) phase traced once (:func:`traced_once`) and priced once per device: every
+  layout and copy reads the same phase costs, since a phase's cost does not depend on the layout (the deployment
+  splits it), nor its trace on the device (only its roofline and kernels do).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 
 from ...errors import OpcountError, OpcountValueError
 from ...hardware.lookup import Hardware
-from ..causal_lm import CausalLM
+from ..causal_lm import CausalLM, TracedPhase
 from ..deploy.layout import Parallel
 from ..deploy.placement import Placement
 from ..phases import PhaseCost, PhaseRequest
@@ -110,16 +111,21 @@ class Plan:
 
 
 def traced_once(llm: CausalLM) -> CausalLM:
-    """``llm`` whose phase costs are traced once each: a shallow copy (the user's object untouched) whose
-    ``cost`` keeps every phase it priced, keyed by the request (the device by identity: one object a search)."""
-    original = llm.cost
+    """``llm`` whose phases are traced once each, whatever the device: a shallow copy (the user's object
+    untouched) whose ``cost`` keeps every phase it traced, keyed by the request less its device and kernels
+    (which the trace does not read: :meth:`.CausalLM.traced`), and every phase it priced, keyed by the whole
+    request (the device by identity: one object a search)."""
+    traces: dict[tuple[Any, ...], TracedPhase] = {}
     kept: dict[tuple[Any, ...], PhaseCost] = {}
 
     def cost(request: PhaseRequest) -> PhaseCost:
         r = request
-        key = (r.phase, r.seq_len, r.kv_len, r.batch, id(r.hardware), r.flops_per_mac, r.preset, r.kernels)
+        key = (r.phase, r.seq_len, r.kv_len, r.batch, r.flops_per_mac, r.preset, id(r.hardware), r.kernels)
         if key not in kept:
-            kept[key] = original(request)
+            checked = llm.check_phase(request)
+            if key[:6] not in traces:
+                traces[key[:6]] = llm.traced(checked)
+            kept[key] = llm.priced(traces[key[:6]], checked)
         return kept[key]
 
     traced = copy.copy(llm)
