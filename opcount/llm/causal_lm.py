@@ -39,6 +39,7 @@ from .decoder import Decoder
 from .deploy.deployment import Deployment, on_layout
 from .deploy.layout import Parallel
 from .kernels.estimate import MODES, schedule_kernels
+from .kernels.groups import KernelGroups
 from .models.limits import check_sizes
 from .phases import GenerationFigures, Memory, PhaseCost, PhaseRequest, Schedules, peak_activations, resolved
 
@@ -47,8 +48,8 @@ logger = logging.getLogger(__name__)
 
 class TracedPhase(NamedTuple):
     """A phase traced, before any device prices it (:meth:`CausalLM.traced`): the analyses of its one forward,
-    its calls with their traffic, the experts blocks routed, its memory, and what deploying it works out per
-    layout (:attr:`.phases.PhaseCost.layouts`, shared by every device's pricing of it)."""
+    its calls with their traffic, the experts blocks routed, its memory, and what every device's pricing of it
+    shares: what deploying it works out per layout (:attr:`.phases.PhaseCost.layouts`), its kernels' grouping."""
 
     flops: FlopCountAnalysis
     traffic: MemoryTrafficAnalysis
@@ -56,6 +57,8 @@ class TracedPhase(NamedTuple):
     blocks: tuple[str, ...]
     memory: Memory
     layouts: dict[Any, Any]
+    # its kernels grouped once for every device (:func:`.kernels.estimate.schedule_kernels`)
+    grouped: dict[Any, KernelGroups]
 
 
 class CausalLM(Decoder):
@@ -166,7 +169,7 @@ class CausalLM(Decoder):
         per_call = traffic.traffic_per_call()
         activations = peak_activations(per_call, self.pricing)
         memory = Memory(self.weights.total, sum(by_type.values()), activations, by_type)
-        return TracedPhase(flops, traffic, per_call, tuple(blocks), memory, {})
+        return TracedPhase(flops, traffic, per_call, tuple(blocks), memory, {}, {})
 
     def priced(self, traced: TracedPhase, request: PhaseRequest) -> PhaseCost:
         """``traced`` (the phase ``request`` asks for, its trace) on ``request``'s hardware: its roofline and
@@ -179,7 +182,7 @@ class CausalLM(Decoder):
                 MODES,
                 functools.partial(
                     schedule_kernels, traced.traffic, report, dtype=self.precision.act, itemsize=self.pricing,
-                    moe_blocks=traced.blocks, chains=self.indexers,
+                    moe_blocks=traced.blocks, chains=self.indexers, grouped=traced.grouped,
                 ),
             )  # fmt: skip
         return PhaseCost(

@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -217,15 +218,24 @@ def schedule_kernels(
     itemsize: Callable[[TensorSpec], float | None] | None = None,
     moe_blocks: Sequence[str] = (),
     chains: Sequence[str] = (),
+    grouped: dict[Any, KernelGroups] | None = None,
 ) -> KernelSchedule:
     """The kernels of the phase whose trace ``traffic`` holds and whose eager roofline is ``report``;
     in each module of ``chains`` the products of two activations run as one kernel (a DSA indexer's
-    scores and their weighted sum: DeepGEMM's ``fp8_mqa_logits``), a prompt's causally (its kept pairs)."""
+    scores and their weighted sum: DeepGEMM's ``fp8_mqa_logits``), a prompt's causally (its kept pairs).
+    ``grouped``: the trace's kernels kept by what groups them (the mode, the calls the roofline times), for the
+    trace priced on another device: the grouping reads the data flow, not the device."""
     per_call = traffic.traffic_per_call()
     calls = [c for c, _ in per_call]
     moved = [t for _, t in per_call]
     prices = call_prices(calls, moved, report, mode, dtype=dtype, itemsize=itemsize, chains=chains)
-    kernels = group_kernels(calls, moved, traffic.trace().outputs, list(prices.timed[:, 0]), mode, moe_blocks, chains)
+    timed = [bool(t) for t in prices.timed[:, 0]]
+    key = (mode, tuple(timed), tuple(moe_blocks), tuple(chains))
+    kernels = None if grouped is None else grouped.get(key)
+    if kernels is None:
+        kernels = group_kernels(calls, moved, traffic.trace().outputs, timed, mode, moe_blocks, chains)
+        if grouped is not None:
+            grouped[key] = kernels
     return priced(kernels, prices, report.hardware)[0]
 
 

@@ -113,8 +113,8 @@ def _pool(search: Search, llm: CausalLM, precision: str, hardware: Hardware, rol
             if search.status is not None:
                 search.status(f"simulating a {role} pool of {config.devices} x {hardware.name}: {config.label()}")
             try:
-                if base is None:
-                    base = simulate(llm, part, hardware, parallel, **search.options)
+                if base is None:  # judged on the estimate's run alone
+                    base = simulate(llm, part, hardware, parallel, **search.options, with_bound=False)
                 assert base.fit is not None  # simulate fits its step costs
                 cost = base.fit.estimate if role == "prefill" else Admitted(base.fit.estimate)
                 sim = base if dp == 1 and role == "prefill" else replay(part, base.engine, cost, None, parallel.devices)

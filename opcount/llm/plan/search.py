@@ -271,13 +271,14 @@ def engines(search: Search, llm: CausalLM, precision: str, hardware: Hardware) -
             if search.status is not None:
                 search.status(f"simulating {precision} on {config.devices} x {hardware.name}: {config.label()}")
             try:
+                # the estimate's run alone: a configuration is judged on it, never on the bound's
                 if base is None:
-                    base = simulate(llm, part, hardware, parallel, **search.options)
+                    base = simulate(llm, part, hardware, parallel, **search.options, with_bound=False)
                     binds = binding(llm, base, hardware, parallel, kernels)
                     sim = base
                 else:
                     assert base.fit is not None  # simulate fits its step costs
-                    sim = replay(part, base.engine, base.fit.estimate, base.fit.bound, parallel.devices)
+                    sim = replay(part, base.engine, base.fit.estimate, None, parallel.devices)
             except OpcountError as e:  # it does not fit, or a request outgrows its cache
                 results.append(Result(config, None, rejected=str(e)))
                 break
