@@ -21,7 +21,7 @@ from ..phases import PhaseCost
 from . import cache_shares as device_cache
 from .activations import Lifetimes
 from .placement import Placement, share_of
-from .times import KernelCalls
+from .times import KernelCalls, Shares
 
 T = TypeVar("T")
 PerCall = Sequence[tuple[OpCall, Traffic | None]]
@@ -74,6 +74,7 @@ class CallShares:
         for i, names in traced.cached:
             share = self.shares[i]
             self.shares[i] = share._replace(held=device_cache.call_share(traced.calls[i], self.kv, names))
+        self.arrays = Shares.of(self.stages, self.shares)  # as the kernels' figures read them (:mod:`.times`)
         self.last = {o: traced.calls[i] for o, i in traced.last.items() if o in s.reduced or o in s.experts}
         self._peaks: tuple[PerCall, list[float]] | None = None
 

@@ -81,7 +81,7 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None, disp
     compute = bound = flops = [0.0] * p.pp
     limited_by = ["memory"] * p.pp
     if cost.roofline is not None and cost.schedule is not None:
-        times = stage_times(kernel_calls(cost), on.stages, on.shares, p.pp)
+        times = stage_times(kernel_calls(cost), on.arrays, p.pp)
         compute, bound, flops = times.estimate, times.bounds(cost.schedule), times.flops
         limited_by = times.limited_by(cost.schedule)
     link = hardware.interconnect if hardware is not None else None
