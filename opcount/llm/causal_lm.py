@@ -39,7 +39,6 @@ from .decoder import Decoder
 from .deploy.deployment import Deployment, on_layout
 from .deploy.layout import Parallel
 from .kernels.estimate import MODES, schedule_kernels
-from .kernels.groups import KernelGroups
 from .models.limits import check_sizes
 from .phases import GenerationFigures, Memory, PhaseCost, PhaseRequest, Schedules, peak_activations, resolved
 
@@ -49,7 +48,7 @@ logger = logging.getLogger(__name__)
 class TracedPhase(NamedTuple):
     """A phase traced, before any device prices it (:meth:`CausalLM.traced`): the analyses of its one forward,
     its calls with their traffic, the experts blocks routed, its memory, and what every device's pricing of it
-    shares: what deploying it works out per layout (:attr:`.phases.PhaseCost.layouts`), its kernels' grouping."""
+    shares: what deploying it works out per layout (:attr:`.phases.PhaseCost.layouts`), its calls' bytes and kernels."""
 
     flops: FlopCountAnalysis
     traffic: MemoryTrafficAnalysis
@@ -57,8 +56,8 @@ class TracedPhase(NamedTuple):
     blocks: tuple[str, ...]
     memory: Memory
     layouts: dict[Any, Any]
-    # its kernels grouped once for every device (:func:`.kernels.estimate.schedule_kernels`)
-    grouped: dict[Any, KernelGroups]
+    # what scheduling its kernels reads the same on every device (:func:`.kernels.estimate.schedule_kernels`)
+    kernels: dict[Any, Any]
 
 
 class CausalLM(Decoder):
@@ -182,7 +181,7 @@ class CausalLM(Decoder):
                 MODES,
                 functools.partial(
                     schedule_kernels, traced.traffic, report, dtype=self.precision.act, itemsize=self.pricing,
-                    moe_blocks=traced.blocks, chains=self.indexers, grouped=traced.grouped,
+                    moe_blocks=traced.blocks, chains=self.indexers, kept=traced.kernels,
                 ),
             )  # fmt: skip
         return PhaseCost(
