@@ -214,8 +214,9 @@ def simulate(
     ``phases``: the traced phases to reuse and to add to, one dict passed to every call that prices the
     same model (keyed by the phase, its sizes, the hardware's name, the kernels and the FLOP convention). A
     phase's cost is priced on one hardware (its roofline and kernels), so another layout on the same hardware
-    retraces nothing and deploys the phases kept (:meth:`CausalLM.deploy`, about half a traced phase's time),
-    while another hardware traces its own.
+    retraces nothing and deploys the phases kept (:meth:`CausalLM.deploy`, a small part of a traced phase's time:
+    what it works out per layout is kept with the phase), while another hardware prices its own (a plan prices
+    one trace per device: :func:`opcount.llm.plan.search.traced_once`).
 
     ``speculation``: speculative decoding, drafted by ``draft`` (a second model on the same devices and layout)
     or, without it, by the model's own multi-token prediction head (:mod:`.speculative`); the draft's phases
