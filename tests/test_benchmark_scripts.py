@@ -44,3 +44,15 @@ def test_llm_sweep_times_the_api_and_the_cli():
     assert re.search(r"API grid: 1000 points in [0-9.]+ s", out), out
     assert "figures equal: True" in out
     assert re.search(r"CLI, one point \(llm:llama-3-70b --meta .*\): [0-9.]+ s wall, [0-9.]+ s CPU, peak RSS", out), out
+
+
+@pytest.mark.slow  # two fresh interpreters importing transformers and a plan of one configuration: ~30 s of CPU
+def test_plan_70b_reports_the_plan_against_its_floor():
+    out = run(
+        "plan_70b.py", "--model", "llm:llama-3-8b", "--hardware", "h100-sxm", "--prices", "h100-sxm=2",
+        "--max-devices", "1",
+    )  # fmt: skip
+    assert re.search(r"floor \(import torch, transformers, LlamaForCausalLM\): [0-9.]+ s, [0-9]+ MB", out), out
+    assert re.search(r"plan: [0-9.]+ s wall, [0-9.]+ s CPU .* 1 configurations searched, 1 simulated", out), out
+    assert "cheapest meeting the targets: 1 x h100-sxm tp1" in out
+    assert re.search(r"ratio to the target: [0-9.]+ x 60 s wall", out), out

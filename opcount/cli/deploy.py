@@ -28,7 +28,7 @@ def check_model(llm: CausalLM, flags: LLMOptions) -> None:
     if not d.given and not any(k in SWEEPABLE for k, _ in flags.sweep):
         return
     for values in swept_layouts(flags):
-        Placement(llm, layout(d, values))
+        Placement.of(llm, layout(d, values))
 
 
 def deployment(

@@ -13,14 +13,15 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from ..analysis import FlopCountAnalysis
 from ..errors import OpcountError, OpcountValueError
+from ..handles.memory import Traffic
 from ..hardware.lookup import Hardware
-from ..ir import DTYPE_BYTES
+from ..ir import DTYPE_BYTES, OpCall
 from ..memory import MemoryTrafficAnalysis
 from ..roofline import roofline
 from ..tracers.meta import TensorShape
@@ -42,6 +43,21 @@ from .models.limits import check_sizes
 from .phases import GenerationFigures, Memory, PhaseCost, PhaseRequest, Schedules, peak_activations, resolved
 
 logger = logging.getLogger(__name__)
+
+
+class TracedPhase(NamedTuple):
+    """A phase traced, before any device prices it (:meth:`CausalLM.traced`): the analyses of its one forward,
+    its calls with their traffic, the experts blocks routed, its memory, and what every device's pricing of it
+    shares: what deploying it works out per layout (:attr:`.phases.PhaseCost.layouts`), its calls' bytes and kernels."""
+
+    flops: FlopCountAnalysis
+    traffic: MemoryTrafficAnalysis
+    per_call: list[tuple[OpCall, Traffic | None]]
+    blocks: tuple[str, ...]
+    memory: Memory
+    layouts: dict[Any, Any]
+    # what scheduling its kernels reads the same on every device (:func:`.kernels.estimate.schedule_kernels`)
+    kernels: dict[Any, Any]
 
 
 class CausalLM(Decoder):
@@ -142,25 +158,35 @@ class CausalLM(Decoder):
     def cost(self, request: PhaseRequest) -> PhaseCost:
         """The cost of the phase ``request`` asks for (:meth:`phase`, its fields as one record)."""
         request = self.check_phase(request)
+        return self.priced(self.traced(request), request)
+
+    def traced(self, request: PhaseRequest) -> TracedPhase:
+        """The phase ``request`` asks for (checked: :meth:`check_phase`) traced, whatever the device: what
+        :meth:`priced` prices on each device asked (the trace reads neither ``hardware`` nor ``kernels``)."""
         flops, traffic, blocks = self._trace(request)
         by_type = self.kv_bytes_by_type(request.kv_len, request.new_tokens, request.batch)
         per_call = traffic.traffic_per_call()
         activations = peak_activations(per_call, self.pricing)
         memory = Memory(self.weights.total, sum(by_type.values()), activations, by_type)
+        return TracedPhase(flops, traffic, per_call, tuple(blocks), memory, {}, {})
+
+    def priced(self, traced: TracedPhase, request: PhaseRequest) -> PhaseCost:
+        """``traced`` (the phase ``request`` asks for, its trace) on ``request``'s hardware: its roofline and
+        kernels; the phases priced from one trace share it, and what deploying it works out per layout."""
         report = plans = None
         hw = request.hardware
         if hw is not None:
-            report = roofline(traffic, hardware=hw, dtype=self.precision.act, itemsize=self.pricing)
+            report = roofline(traced.traffic, hardware=hw, dtype=self.precision.act, itemsize=self.pricing)
             plans = Schedules(
                 MODES,
                 functools.partial(
-                    schedule_kernels, traffic, report, dtype=self.precision.act, itemsize=self.pricing,
-                    moe_blocks=tuple(blocks), chains=self.indexers,
+                    schedule_kernels, traced.traffic, report, dtype=self.precision.act, itemsize=self.pricing,
+                    moe_blocks=traced.blocks, chains=self.indexers, kept=traced.kernels,
                 ),
             )  # fmt: skip
         return PhaseCost(
-            request=request, precision=self.precision, flops=flops, memory=memory, roofline=report,
-            moe_blocks=tuple(blocks), schedules=plans, traffic=per_call,
+            request=request, precision=self.precision, flops=traced.flops, memory=traced.memory, roofline=report,
+            moe_blocks=traced.blocks, schedules=plans, traffic=traced.per_call, layouts=traced.layouts,
         )  # fmt: skip
 
     def records(self, request: PhaseRequest) -> FlopCountAnalysis:

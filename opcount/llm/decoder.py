@@ -73,6 +73,10 @@ class Decoder:
         self.learned_positions: tuple[str, int] | None = learned_positions(model, self.config)
         self.prefix = prompt_length(model)  # positions run in front of every sequence (CPM-Ant)
         self.indexers = indexer_scopes(model)  # DSA indexers: their scores run as one kernel
+        # what a deployment works out once for this model and reuses for every phase it puts on a layout: the
+        # tensor-parallel plan and each layout's placement (:func:`.deploy.placement.Placement.of` keeps them,
+        # typed loosely here as the deployment is a layer below); the model and config they read never change
+        self.placements: dict[object, Any] = {}
 
     @property
     def pricing(self) -> Pricing:

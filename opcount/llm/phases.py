@@ -137,6 +137,10 @@ class PhaseCost(PhaseFigures):
     # the trace's calls with the tensors each reads and writes, as the phase's analysis found them: a
     # deployment sizes its devices from them without analyzing the trace again (None: analyze it)
     traffic: Sequence[tuple[OpCall, Traffic | None]] | None = field(default=None, repr=False, compare=False)
+    # what deploying the phase works out once and every deployment of it reads (per layout, each call's stage
+    # and share, each stage's working set; per device, its kernels' figures: :mod:`.deploy.call_shares`);
+    # shared with the phase priced on other devices, whose trace it is too
+    layouts: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def phase(self) -> str:

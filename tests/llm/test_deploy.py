@@ -11,6 +11,8 @@ all-reduce) and lm_head by columns with its output gathered; the norms are repli
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 transformers = pytest.importorskip("transformers")
@@ -23,6 +25,7 @@ from opcount.llm.causal_lm import CausalLM  # noqa: E402
 from opcount.llm.deploy import DEFAULT_GPU_MEMORY_UTILIZATION  # noqa: E402
 from opcount.llm.deploy.layout import Parallel  # noqa: E402
 from opcount.llm.deploy.placement import Placement  # noqa: E402
+from opcount.llm.phases import PhaseRequest  # noqa: E402
 from tests.llm.small_configs import small  # noqa: E402
 
 D, F, N, H, G, V = 256, 512, 2, 8, 2, 1000
@@ -296,3 +299,21 @@ def test_attention_set_per_layer_is_refused_in_one_line(capsys: pytest.CaptureFi
     err = capsys.readouterr().err
     assert err.startswith("opcount: error: --tp 2: Dots3NoteForCausalLM's attention heads are set per layer")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_layout_is_placed_once_and_a_phase_priced_from_one_trace_on_each_device(llm: CausalLM) -> None:
+    # the placement (and its tensor-parallel plan) is the model's: the same object for every phase on a layout
+    assert Placement.of(llm, Parallel(tp=2)) is Placement.of(llm, Parallel(tp=2))
+    assert Placement.of(llm, Parallel(tp=2)).sharding is Placement.of(llm, Parallel(pp=2)).sharding
+    # the trace reads no device: one trace priced on another device deploys as that device's own trace does
+    other = Hardware("other-gpu", {"tensor": {"bfloat16": 2e15}, "vector": {"bfloat16": 1e14}}, 3e12, interconnect=LINK)
+    asked = llm.check_phase(PhaseRequest(phase="decode", kv_len=7, batch=2, hardware=DEVICE))
+    traced = llm.traced(asked)
+    here, there = llm.priced(traced, asked), llm.priced(traced, replace(asked, hardware=other))
+    assert here.flops is there.flops and here.layouts is there.layouts  # what every layout reads, shared
+    for layout in (Parallel(), Parallel(tp=2), Parallel(tp=2, pp=2)):
+        for cost, device in ((here, DEVICE), (there, other)):
+            shared = llm.deploy(cost, layout, hardware=device)
+            own = llm.deploy(llm.cost(replace(asked, hardware=device)), layout, hardware=device)
+            assert (shared.time, shared.time_bound, shared.per_device) == (own.time, own.time_bound, own.per_device)
+            assert shared.communication_time == own.communication_time

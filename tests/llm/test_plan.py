@@ -1,5 +1,6 @@
 """opcount plan on a small Llama: the best configuration against a brute-force enumeration, each configuration
-returned re-run through simulate, the KV transfer worked by hand, and bad input refused naming its flag."""
+returned re-run through simulate, each phase traced once for every device, the KV transfer worked by hand, and
+bad input refused naming its flag."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from transformers import LlamaConfig
 
 from opcount.errors import OpcountError
 from opcount.hardware.lookup import hardware
-from opcount.llm.causal_lm import CausalLM
+from opcount.llm.causal_lm import CausalLM, TracedPhase
 from opcount.llm.deploy.layout import Parallel
+from opcount.llm.phases import PhaseRequest
 from opcount.llm.plan.disagg import Pool, transfer
 from opcount.llm.plan.planner import plan
 from opcount.llm.plan.search import Config, Search, latency, share
@@ -149,3 +151,24 @@ def test_a_trace_is_dealt_round_robin_over_copies(capsys: pytest.CaptureFixture[
     assert "--trace" in error_line(
         capsys, "plan", "llm:llama-3-8b", *FLAGS, "--trace", str(path), "--disaggregate", "--rate", "1"
     )
+
+
+def test_each_phase_is_traced_once_for_every_device_and_the_estimate_alone_is_run() -> None:
+    llm = CausalLM(LlamaConfig(**SMALL))
+    traced: list[tuple[object, ...]] = []
+    trace = llm.traced
+
+    def counted(request: PhaseRequest) -> TracedPhase:
+        traced.append((request.phase, request.new_tokens, request.kv_len, request.batch))
+        return trace(request)
+
+    llm.traced = counted  # type: ignore[method-assign]  # the instance's, which the search's copy calls
+    devices = (hardware("h100-sxm"), hardware("b200"))
+    found = plan(Search(WORKLOAD, SLOS, devices, PRICES, max_devices=2), {"bf16": llm})
+    assert found.simulations > 0 and traced
+    assert len(traced) == len(set(traced))  # a phase both devices price is traced once
+    # a plan judges the estimate's run: without the bound's run beside it, the estimate's figures are the same
+    alone = simulate(llm, WORKLOAD, "b200", Parallel(tp=2), with_bound=False)
+    both = simulate(llm, WORKLOAD, "b200", Parallel(tp=2))
+    assert alone.bound is None and both.bound is not None
+    assert alone.metrics == both.metrics and alone.per_request == both.per_request

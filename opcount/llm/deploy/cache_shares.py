@@ -70,9 +70,9 @@ def _share(part: str, split: bool, tp: int, kv_heads_share: float) -> float:
     return kv_heads_share if part == ATTENTION else 1 / tp
 
 
-def call_share(call: OpCall, shares: Mapping[str, float]) -> float:
-    """The share of its cache bytes a device moves for ``call``."""
-    found = {shares.get(part_of(b), 1.0) for b in buffers(call)}
+def call_share(call: OpCall, shares: Mapping[str, float], names: Iterable[str] | None = None) -> float:
+    """The share of its cache bytes a device moves for ``call`` (``names``: its :func:`buffers`, where known)."""
+    found = {shares.get(part_of(b), 1.0) for b in (buffers(call) if names is None else names)}
     if len(found) > 1:
         raise OpcountError(f"{call.kind} in {call.scope[-1]}: touches cache parts split differently")
     return found.pop() if found else 1.0

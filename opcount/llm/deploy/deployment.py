@@ -44,13 +44,13 @@ from ..phases import GenerationFigures, Memory, PhaseCost
 from . import DEFAULT_GPU_MEMORY_UTILIZATION, MAX_PRICE
 from . import cache_shares as device_cache
 from . import fit as fitting
-from .activations import peaks_per_stage
+from .call_shares import call_shares, kernel_calls
 from .expert_routes import Dispatch
 from .figures import Deployment as Deployment  # where callers have always found it
 from .figures import Fit
 from .layout import Parallel
-from .placement import Placement, share_of, work_share
-from .times import Share, stage_times
+from .placement import Placement
+from .times import stage_times
 
 
 # ------------------------------------------------------------------------------------------------
@@ -77,19 +77,11 @@ class _Step:
 
 def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None, dispatch: Dispatch) -> _Step:
     p, s = placement.parallel, placement.sharding
-    calls = cost.flops.trace().calls
-    kv_shares = placement.kv_shares(calls)
+    on = call_shares(cost, placement)
     compute = bound = flops = [0.0] * p.pp
     limited_by = ["memory"] * p.pp
     if cost.roofline is not None and cost.schedule is not None:
-
-        def shares(call: OpCall) -> Share:
-            share = share_of(placement, call.scope, cost.tokens)
-            return (
-                share._replace(held=device_cache.call_share(call, kv_shares)) if device_cache.buffers(call) else share
-            )
-
-        times = stage_times(cost.schedule, cost.roofline, calls, lambda c: placement.stage(c.scope), shares, p.pp)
+        times = stage_times(kernel_calls(cost), on.arrays, p.pp)
         compute, bound, flops = times.estimate, times.bounds(cost.schedule), times.flops
         limited_by = times.limited_by(cost.schedule)
     link = hardware.interconnect if hardware is not None else None
@@ -97,18 +89,13 @@ def _step(placement: Placement, cost: PhaseCost, hardware: Hardware | None, disp
     # the residual stream is communicated in the dtype the model computes it in (bfloat16 under
     # 8-bit activations: NCCL reduces no 8-bit floats), the traced one
     act = float(DTYPE_BYTES[str(cost.precision.traced).removeprefix("torch.")])
-    last: dict[str, OpCall] = {}
-    for call in calls:
-        for owner in call.scope:
-            if owner in s.reduced or owner in s.experts:
-                last[owner] = call
     hidden = getattr(placement.config, "hidden_size", None)
     if (p.pp > 1 or p.ep > 1) and not (isinstance(hidden, int) and hidden > 0):
         raise OpcountError(
             f"{type(placement.config).__name__} does not say its hidden size: the stages' and experts' traffic"
         )
     hidden = hidden or 0
-    for module, call in last.items():
+    for module, call in on.last.items():
         payload = _numel(call) * act
         stage = placement.stage(call.scope)
         if module in s.experts and p.ep > 1:
@@ -201,16 +188,10 @@ class _Sizing:
     def holdings(self, placement: Placement) -> list[fitting.Holding]:
         """Each stage's device: its weights, its layers' share of the cache (at the last step), the largest
         working set of its share of each step's operators, with that step's tokens."""
-        shares = placement.kv_shares(self.steps[-1].flops.trace().calls)
+        shares = call_shares(self.steps[-1], placement).kv
         kv_cache = device_cache.held(self.memory.kv_cache_by_type, self.memory.kv_cache, shares)
         peaks = [
-            peaks_per_stage(
-                per_call,
-                placement.pricing,
-                lambda call: placement.stage(call.scope),
-                work_share(placement, step.tokens),
-                placement.parallel.pp,
-            )
+            call_shares(step, placement).peaks(per_call)
             for per_call, step in zip(self.traffic, self.steps, strict=True)
         ]
         return [
@@ -251,7 +232,7 @@ class _Sizing:
 
     def _holdings_of(self, layout: Parallel) -> list[fitting.Holding] | None:
         try:  # a layout the model cannot run (heads, layers, a cache split both ways) is no candidate
-            return self.holdings(Placement(self.llm, layout))
+            return self.holdings(Placement.of(self.llm, layout))
         except OpcountError:
             return None
 
@@ -304,7 +285,7 @@ def deploy(
     is_generation = generation is not None
     if generation is not None and generation.first_step is None:  # --gen-len 0: no decode step, its prefill alone
         generation = None
-    placement = Placement(llm, parallel)
+    placement = Placement.of(llm, parallel)
     steps = [cost] if generation is None else [s for s in (generation.first_step, generation.last_step) if s]
     held, memory_of = _held(cost, generation, micro)
     sizing = _Sizing(llm, held, memory_of, max_batched_tokens or fitting.default_max_batched_tokens(hardware))
@@ -374,7 +355,7 @@ def fit(
         hardware = phase.roofline.hardware
     held, memory_of = _held(phase, generation, None)
     sizing = _Sizing(llm, held, memory_of, max_batched_tokens or fitting.default_max_batched_tokens(hardware))
-    return sizing.fit(sizing.holdings(Placement(llm, parallel or Parallel())), hardware, gpu_memory_utilization)
+    return sizing.fit(sizing.holdings(Placement.of(llm, parallel or Parallel())), hardware, gpu_memory_utilization)
 
 
 def _check_dispatch(

@@ -5,7 +5,7 @@ tensor-parallel split, a key or value projection copied where ``tp`` exceeds the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from torch import nn
@@ -29,7 +29,7 @@ class Placement:
     def __init__(self, llm: Decoder, parallel: Parallel) -> None:
         model, config = llm.model, llm.config
         self.parallel, self.config = parallel, config
-        self.sharding = Sharding.of(model, config)
+        self.sharding = sharding_of(llm)
         check_layout(model, config, parallel, self.sharding)
         self.layers = int(getattr(config, "num_hidden_layers", 1))
         self.stage_of: dict[str, int] = {}  # module -> stage, for the modules of a decoder layer
@@ -47,11 +47,21 @@ class Placement:
         count = experts_of(model, self.sharding) if parallel.ep > 1 else None
         self.expert_weights = (count + parallel.redundant_experts) / (count * parallel.ep) if count else 1.0
         self._routes: dict[tuple[str, int], ExpertShare] = {}
+        self._weights: list[float] | None = None
         self.kv_heads = _kv_heads(config, llm.caches.kv_shapes)
         # the key, value and fused projections a device holds more of than 1 / tp (KV heads copied)
         self.kv_projections = kv_projection_shares(
             model, self.sharding, llm.caches.kv_shapes, parallel.tp, lambda: _decoder_layers(model, self.layers)[1]
         )
+
+    @classmethod
+    def of(cls, llm: Decoder, parallel: Parallel) -> Placement:
+        """The placement of ``llm`` on ``parallel``, built once per model and layout (kept by the model:
+        every phase deployed on the layout reads the same one); a layout the model cannot run raises each time."""
+        kept = llm.placements.get(parallel)
+        if not isinstance(kept, Placement):
+            kept = llm.placements[parallel] = cls(llm, parallel)
+        return kept
 
     def experts_record(self, module: str) -> Experts:
         """The recognised experts of the experts module ``module`` the tensor-parallel plan names."""
@@ -80,7 +90,12 @@ class Placement:
         return self.parallel.pp - 1 if any(o in self._after for o in owners) else 0
 
     def weights_per_stage(self) -> list[float]:
-        """Bytes of weights a device of each stage holds."""
+        """Bytes of weights a device of each stage holds (worked out once: every phase deployed reads them)."""
+        if self._weights is None:
+            self._weights = self._stage_weights()
+        return list(self._weights)
+
+    def _stage_weights(self) -> list[float]:
         p, s = self.parallel, self.sharding
         out = [0.0] * p.pp
         for name, nbytes in self.param_bytes.items():
@@ -105,6 +120,18 @@ class Placement:
         for i in range(self.layers):
             counts[i * self.parallel.pp // self.layers] += 1
         return counts
+
+
+_SHARDING = "sharding"  # the key of the plan among a model's placements (keyed by layout)
+
+
+def sharding_of(llm: Decoder) -> Sharding:
+    """The model's tensor-parallel plan (:meth:`.layout.Sharding.of`), resolved once per model: it reads the model
+    and its config alone, whatever the layout."""
+    kept = llm.placements.get(_SHARDING)
+    if not isinstance(kept, Sharding):
+        kept = llm.placements[_SHARDING] = Sharding.of(llm.model, llm.config)
+    return kept
 
 
 def _kv_heads(config: Any, kv_shapes: Sequence[KVShape | None]) -> int:
@@ -139,8 +166,3 @@ def share_of(placement: Placement, owners: Sequence[str], tokens: int) -> Share:
         share = 1 / p.tp if copied is None else copied
         return Share(share, share, share)
     return Share(1.0, 1.0, 1.0)
-
-
-def work_share(placement: Placement, tokens: int) -> Callable[[OpCall], float]:
-    """The share of an operator's working set a device holds, in a phase traced at ``tokens`` tokens."""
-    return lambda call: share_of(placement, call.scope, tokens).work

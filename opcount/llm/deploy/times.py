@@ -20,9 +20,11 @@ On one device (every share 1, one stage) these are the phase's own figures.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
+
+import numpy as np
 
 from ...ir import OpCall
 from ...roofline import RooflineReport
@@ -38,9 +40,6 @@ class Share(NamedTuple):
     work: float
     held: float
     padded: float
-
-
-Shares = Callable[[OpCall], Share]
 
 
 @dataclass
@@ -66,39 +65,79 @@ class StageTimes:
         ]
 
 
-def stage_times(
-    schedule: KernelSchedule,
-    report: RooflineReport,
-    calls: Sequence[OpCall],
-    stage: Callable[[OpCall], int],
-    shares: Shares,
-    stages: int,
-) -> StageTimes:
-    """The figures of each of ``stages`` stages of the phase whose trace holds ``calls``."""
-    layer = {id(t.layer.call): t.layer for t in report.layers if t.layer.call is not None}
-    share = [shares(c) for c in calls]
-    out = StageTimes([0.0] * stages, [0.0] * stages, [0.0] * stages)
-    compute, memory = schedule.compute_memory()
-    for k, kernel in enumerate(schedule.kernels):
-        flops = padded = moved = moved_share = 0.0
-        anchor, most = kernel.calls[0], -1.0
-        for i in kernel.calls:
-            lt = layer.get(id(calls[i]))
-            if lt is None:
-                continue
-            io, w = lt.ifmap_bytes + lt.ofmap_bytes, lt.weight_bytes
-            flops += lt.flops
-            padded += lt.flops * share[i].padded
-            moved += io + w
-            moved_share += io * share[i].work + w * share[i].held
-            if lt.flops > most:
-                anchor, most = i, lt.flops
-        bytes_share = moved_share / moved if moved else share[anchor].held
-        flops_share = padded / flops if flops else bytes_share
-        out.estimate[stage(calls[anchor])] += float(max(compute[k] * flops_share, memory[k] * bytes_share))
-        out.estimate[stage(calls[anchor])] += schedule.hardware.efficiency.launch_s
-    for i, call in enumerate(calls):
-        s = stage(call)
-        out.flops[s] += schedule.call_flops[i] * share[i].work
-        out.compulsory[s] += schedule.call_weight_bytes[i] * share[i].held + schedule.call_io_bytes[i] * share[i].work
-    return out
+class Shares(NamedTuple):
+    """Each call's stage and :class:`Share` as arrays (one entry a call, in the trace's order)."""
+
+    stage: np.ndarray
+    work: np.ndarray
+    held: np.ndarray
+    padded: np.ndarray
+
+    @classmethod
+    def of(cls, stage: Sequence[int], share: Sequence[Share]) -> Shares:
+        columns = np.array(share, dtype=np.float64).reshape(-1, 3)
+        return cls(np.array(stage, dtype=np.int64), columns[:, 0].copy(), columns[:, 1].copy(), columns[:, 2].copy())
+
+
+class KernelCalls:
+    """A priced phase's kernels with their calls' roofline figures (FLOPs, activation and weight bytes), read
+    once for every layout it is deployed on: each kernel's members (flat, kernel by kernel), its FLOPs and bytes
+    in all, the member its time is charged to (the one doing the most FLOPs), the schedule's per-kernel seconds."""
+
+    def __init__(self, schedule: KernelSchedule, report: RooflineReport, calls: Sequence[OpCall]) -> None:
+        self.schedule, self.report = schedule, report
+        layer = {id(t.layer.call): t.layer for t in report.layers if t.layer.call is not None}
+        members: list[tuple[int, int, float, float, float]] = []  # kernel, call, its FLOPs, io and weight bytes
+        flops_in, moved_in, anchors = [], [], []
+        for k, kernel in enumerate(schedule.kernels):
+            flops = moved = 0.0
+            anchor, most = kernel.calls[0], -1.0
+            for i in kernel.calls:
+                lt = layer.get(id(calls[i]))
+                if lt is None:
+                    continue
+                io, w = lt.ifmap_bytes + lt.ofmap_bytes, lt.weight_bytes
+                members.append((k, i, lt.flops, io, w))
+                flops += lt.flops
+                moved += io + w
+                if lt.flops > most:
+                    anchor, most = i, lt.flops
+            flops_in.append(flops)
+            moved_in.append(moved)
+            anchors.append(anchor)
+        table = np.array(members, dtype=np.float64).reshape(-1, 5)
+        self.kernel, self.call = table[:, 0].astype(np.int64), table[:, 1].astype(np.int64)
+        self.flops, self.io, self.weights = table[:, 2].copy(), table[:, 3].copy(), table[:, 4].copy()
+        self.kernel_flops, self.kernel_moved = (
+            np.array(flops_in, dtype=np.float64),
+            np.array(moved_in, dtype=np.float64),
+        )
+        self.anchor = np.array(anchors, dtype=np.int64)
+        self.compute, self.memory = schedule.compute_memory()
+
+
+def stage_times(kernels: KernelCalls, shares: Shares, stages: int) -> StageTimes:
+    """The figures of each of ``stages`` stages of the phase whose kernels are ``kernels``, its calls on the stages
+    and at the shares ``shares`` says.
+
+    Every sum runs in the calls' order, one term at a time (``np.add.at`` is unbuffered and sequential), as a
+    loop over the kernels and their calls adds them: the figures do not depend on how they are computed."""
+    count = len(kernels.anchor)
+    call = kernels.call
+    padded, moved_share = np.zeros(count), np.zeros(count)
+    np.add.at(padded, kernels.kernel, kernels.flops * shares.padded[call])
+    np.add.at(moved_share, kernels.kernel, kernels.io * shares.work[call] + kernels.weights * shares.held[call])
+    moved, flops = kernels.kernel_moved, kernels.kernel_flops
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bytes_share = np.where(moved != 0, moved_share / np.where(moved != 0, moved, 1.0), shares.held[kernels.anchor])
+        flops_share = np.where(flops != 0, padded / np.where(flops != 0, flops, 1.0), bytes_share)
+    seconds = np.maximum(kernels.compute * flops_share, kernels.memory * bytes_share)
+    # each kernel's seconds, then its launch, onto its anchor's stage: the order a loop over the kernels adds them
+    terms = np.empty(2 * count)
+    terms[0::2], terms[1::2] = seconds, kernels.schedule.hardware.efficiency.launch_s
+    estimate, matmul, compulsory = np.zeros(stages), np.zeros(stages), np.zeros(stages)
+    np.add.at(estimate, np.repeat(shares.stage[kernels.anchor], 2), terms)
+    s = kernels.schedule
+    np.add.at(matmul, shares.stage, s.call_flops * shares.work)
+    np.add.at(compulsory, shares.stage, s.call_weight_bytes * shares.held + s.call_io_bytes * shares.work)
+    return StageTimes(estimate.tolist(), matmul.tolist(), compulsory.tolist())

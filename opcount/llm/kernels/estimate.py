@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -217,15 +218,25 @@ def schedule_kernels(
     itemsize: Callable[[TensorSpec], float | None] | None = None,
     moe_blocks: Sequence[str] = (),
     chains: Sequence[str] = (),
+    kept: dict[Any, Any] | None = None,
 ) -> KernelSchedule:
     """The kernels of the phase whose trace ``traffic`` holds and whose eager roofline is ``report``;
     in each module of ``chains`` the products of two activations run as one kernel (a DSA indexer's
-    scores and their weighted sum: DeepGEMM's ``fp8_mqa_logits``), a prompt's causally (its kept pairs)."""
+    scores and their weighted sum: DeepGEMM's ``fp8_mqa_logits``), a prompt's causally (its kept pairs).
+    ``kept``: what scheduling this trace on any device reads the same, kept for the next device (the calls'
+    bytes, :func:`call_prices`; the kernels, keyed by what groups them: the mode and the calls the roofline
+    times, as the grouping reads the data flow, not the device)."""
     per_call = traffic.traffic_per_call()
     calls = [c for c, _ in per_call]
     moved = [t for _, t in per_call]
-    prices = call_prices(calls, moved, report, mode, dtype=dtype, itemsize=itemsize, chains=chains)
-    kernels = group_kernels(calls, moved, traffic.trace().outputs, list(prices.timed[:, 0]), mode, moe_blocks, chains)
+    prices = call_prices(calls, moved, report, mode, dtype=dtype, itemsize=itemsize, chains=chains, kept=kept)
+    timed = [bool(t) for t in prices.timed[:, 0]]
+    key = (mode, tuple(timed), tuple(moe_blocks), tuple(chains))
+    kernels = None if kept is None else kept.get(key)
+    if not isinstance(kernels, KernelGroups):
+        kernels = group_kernels(calls, moved, traffic.trace().outputs, timed, mode, moe_blocks, chains)
+        if kept is not None:
+            kept[key] = kernels
     return priced(kernels, prices, report.hardware)[0]
 
 
@@ -239,9 +250,11 @@ def call_prices(
     itemsize: Callable[[TensorSpec], float | None] | None = None,
     traced: str | None = None,
     chains: Sequence[str] = (),
+    kept: dict[Any, Any] | None = None,
 ) -> CallPrices:
     """The figures of each call as one point (``report``: the calls' eager roofline; ``traced``: the
-    dtype the model was traced in, by default read from ``calls``)."""
+    dtype the model was traced in, by default read from ``calls``; ``kept``: the calls' bytes, which read
+    no device, kept from an earlier pricing of the same calls or for the next)."""
     hw = report.hardware
     traced = traced or traced_dtype(calls)
 
@@ -261,16 +274,14 @@ def call_prices(
     # Per call: (matmul seconds at peak, at the efficiency reached, other seconds, the bound's matmul seconds
     # and flops, K and V passes)
     work: list[tuple[float, float, float, float, float, float]] = []
-    reads: list[np.ndarray] = []
-    writes: list[np.ndarray] = []
-    held: list[np.ndarray] = []
-    for call, t in zip(calls, moved, strict=True):
-        tensors = (*flat_tensors(call.inputs), *flat_tensors(call.outputs))
-        whole = [[price(Access(s, s.nbytes)) if s.param is not None else 0.0] for s in tensors]
-        held.append(np.array(whole, dtype=np.float64).reshape(-1, 1))
-        m = moved_by(call, t)
-        reads.append(np.array([[0.0 if m.alias else price(a)] for a in m.read], dtype=np.float64).reshape(-1, 1))
-        writes.append(np.array([[0.0 if m.alias else price(a)] for a in m.write], dtype=np.float64).reshape(-1, 1))
+    key = ("bytes", dtype, traced)
+    found = None if kept is None else kept.get(key)
+    if not (isinstance(found, tuple) and found[0] is itemsize):  # the bytes at another itemsize are not these
+        found = (itemsize, _call_bytes(calls, moved, price))
+        if kept is not None:
+            kept[key] = found
+    reads, writes, held = found[1]
+    for call in calls:
         lt = timed.get(id(call))
         passes = _kv_passes(call, hw, stored) if call.kind in ATTENTION_KINDS else 1.0
         if lt is None:
@@ -279,9 +290,9 @@ def call_prices(
             macs, softmax = attention_work(call, causal=fused)  # the eager kernel computes the whole square
             vector = hw.peak_of("vector", lt.layer.precision) or hw.peak_of("vector", "float32") or lt.peak
             flops = FLOPS_PER_MAC * macs
-            kept = FLOPS_PER_MAC * attention_work(call, causal=True)[0]
+            pairs = FLOPS_PER_MAC * attention_work(call, causal=True)[0]  # the causal pairs kept
             work.append(
-                (flops / lt.peak, flops / (lt.peak * eff.attention), softmax / vector, kept / lt.peak, kept, passes)
+                (flops / lt.peak, flops / (lt.peak * eff.attention), softmax / vector, pairs / lt.peak, pairs, passes)
             )
         elif lt.layer.unit == TENSOR:
             ck = gemm_channels(call)
@@ -304,6 +315,23 @@ def call_prices(
         timed=is_timed, tensor_s=tensor_s, tensor_eff_s=tensor_eff_s, vector_s=vector_s, bound_s=bound_s,
         flops=matmul, passes=kv_passes, reads=reads, writes=writes, held=held,
     )  # fmt: skip
+
+
+def _call_bytes(
+    calls: Sequence[OpCall], moved: Sequence[Traffic | None], price: Callable[[Access], float]
+) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """Each call's bytes at ``price``: of its reads, of its writes, of its tensors whole where a weight or cache."""
+    reads: list[np.ndarray] = []
+    writes: list[np.ndarray] = []
+    held: list[np.ndarray] = []
+    for call, t in zip(calls, moved, strict=True):
+        tensors = (*flat_tensors(call.inputs), *flat_tensors(call.outputs))
+        whole = [[price(Access(s, s.nbytes)) if s.param is not None else 0.0] for s in tensors]
+        held.append(np.array(whole, dtype=np.float64).reshape(-1, 1))
+        m = moved_by(call, t)
+        reads.append(np.array([[0.0 if m.alias else price(a)] for a in m.read], dtype=np.float64).reshape(-1, 1))
+        writes.append(np.array([[0.0 if m.alias else price(a)] for a in m.write], dtype=np.float64).reshape(-1, 1))
+    return reads, writes, held
 
 
 def priced(kernels: KernelGroups, prices: CallPrices, hw: Hardware) -> list[KernelSchedule]:

@@ -114,8 +114,8 @@ def _pool(search: Search, llm: CausalLM, precision: str, hardware: Hardware, rol
             if search.status is not None:
                 search.status(f"simulating a {role} pool of {config.devices} x {hardware.name}: {config.label()}")
             try:
-                if base is None:
-                    base = simulate(llm, part, hardware, parallel, **search.options)
+                if base is None:  # judged on the estimate's run alone
+                    base = simulate(llm, part, hardware, parallel, **search.options, with_bound=False)
                 assert base.fit is not None  # simulate fits its step costs
                 cost = base.fit.estimate if role == "prefill" else Admitted(base.fit.estimate)
                 sim = base if dp == 1 and role == "prefill" else replay(part, base.engine, cost, None, parallel.devices)
@@ -196,8 +196,8 @@ def pools(search: Search, models: dict[str, CausalLM]) -> tuple[list[Result], in
     for precision, llm in models.items():
         prefill: list[Pool] = []
         decode: list[Pool] = []
+        traced = traced_once(llm)  # each phase traced once for every device searched
         for hardware in search.hardware:
-            traced = traced_once(llm)
             for role, kept in (("prefill", prefill), ("decode", decode)):
                 for found in _pool(search, traced, precision, hardware, role):
                     runs += 1

@@ -19,8 +19,9 @@ the targets.
   output tokens (the ranking), per million input tokens and per million tokens of both (blended), each the whole
   bill over those tokens. Energy: each device at its board power (``power_w``, TDP-based: an upper figure, not a
   measurement) for the run, per output token.
-- Step costs: each (model, precision, device) traced once (:func:`traced_once`): every layout and copy reads the
-  same phase costs, since a phase's cost does not depend on the layout (the deployment splits it).
+- Step costs: each (model, precision) phase traced once (:func:`traced_once`) and priced once per device: every
+  layout and copy reads the same phase costs, since a phase's cost does not depend on the layout (the deployment
+  splits it), nor its trace on the device (only its roofline and kernels do).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import numpy as np
 
 from ...errors import OpcountError, OpcountValueError
 from ...hardware.lookup import Hardware
-from ..causal_lm import CausalLM
+from ..causal_lm import CausalLM, TracedPhase
 from ..deploy.layout import Parallel
 from ..deploy.placement import Placement
 from ..phases import PhaseCost, PhaseRequest
@@ -122,16 +123,21 @@ class Plan:
 
 
 def traced_once(llm: CausalLM) -> CausalLM:
-    """``llm`` whose phase costs are traced once each: a shallow copy (the user's object untouched) whose
-    ``cost`` keeps every phase it priced, keyed by the request (the device by identity: one object a search)."""
-    original = llm.cost
+    """``llm`` whose phases are traced once each, whatever the device: a shallow copy (the user's object
+    untouched) whose ``cost`` keeps every phase it traced, keyed by the request less its device and kernels
+    (which the trace does not read: :meth:`.CausalLM.traced`), and every phase it priced, keyed by the whole
+    request (the device by identity: one object a search)."""
+    traces: dict[tuple[Any, ...], TracedPhase] = {}
     kept: dict[tuple[Any, ...], PhaseCost] = {}
 
     def cost(request: PhaseRequest) -> PhaseCost:
         r = request
-        key = (r.phase, r.seq_len, r.kv_len, r.batch, id(r.hardware), r.flops_per_mac, r.preset, r.kernels)
+        key = (r.phase, r.seq_len, r.kv_len, r.batch, r.flops_per_mac, r.preset, id(r.hardware), r.kernels)
         if key not in kept:
-            kept[key] = original(request)
+            checked = llm.check_phase(request)
+            if key[:6] not in traces:
+                traces[key[:6]] = llm.traced(checked)
+            kept[key] = llm.priced(traces[key[:6]], checked)
         return kept[key]
 
     traced = copy.copy(llm)
@@ -148,7 +154,7 @@ def engine_layouts(llm: CausalLM, hardware: Hardware, max_devices: int) -> list[
         for ep in (1, tp) if llm.experts and tp > 1 else (1,):
             p = Parallel(tp=tp, pp=pp, ep=ep)
             try:
-                Placement(llm, p)
+                Placement.of(llm, p)
             except OpcountError:
                 continue  # the model cannot run it (heads, layers, experts)
             found.append(p)
@@ -305,7 +311,10 @@ def _copies(
         try:
             if base is None:
                 draft = search.draft if spec is not None else None
-                base = simulate(llm, part, hardware, parallel, **search.options, speculation=spec, draft=draft)
+                # the estimate's run alone: a configuration is judged on it, never on the bound's
+                base = simulate(
+                    llm, part, hardware, parallel, **search.options, speculation=spec, draft=draft, with_bound=False
+                )
                 binds = binding(llm, base, hardware, parallel, kernels)
                 sim = base
             else:
@@ -330,8 +339,8 @@ def _copies(
 def _replay(base: Simulation, workload: Workload, parallel: Parallel, engine: Any) -> Simulation:
     """``base``'s engine (or ``engine``, its settings changed) under other traffic, over its own step costs."""
     assert base.costs is not None  # simulate keeps the step costs it priced with
-    estimate, bound = base.costs
-    return replay(workload, engine, estimate, bound, parallel.devices, speculation=base.speculation)
+    estimate = base.costs[0]  # the estimate's run alone, as the base's
+    return replay(workload, engine, estimate, None, parallel.devices, speculation=base.speculation)
 
 
 def _caps(search: Search, sim: Simulation, workload: Workload) -> list[int]:

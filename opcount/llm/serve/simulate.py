@@ -208,6 +208,7 @@ def simulate(
     phases: dict[tuple[object, ...], PhaseCost] | None = None,
     speculation: Speculation | None = None,
     draft: CausalLM | None = None,
+    with_bound: bool = True,
 ) -> Simulation:
     """``workload`` served by ``llm`` on ``parallel`` (one device by default) of ``hardware``: the engine's
     knobs under vLLM's names, each default vLLM's for the device; the KV cache's blocks from the fit; goodput
@@ -216,12 +217,16 @@ def simulate(
     ``phases``: the traced phases to reuse and to add to, one dict passed to every call that prices the
     same model (keyed by the phase, its sizes, the hardware's name, the kernels and the FLOP convention). A
     phase's cost is priced on one hardware (its roofline and kernels), so another layout on the same hardware
-    retraces nothing and deploys the phases kept (:meth:`CausalLM.deploy`, about half a traced phase's time),
-    while another hardware traces its own.
+    retraces nothing and deploys the phases kept (:meth:`CausalLM.deploy`, a small part of a traced phase's time:
+    what it works out per layout is kept with the phase), while another hardware prices its own (a plan prices
+    one trace per device: :func:`opcount.llm.plan.search.traced_once`).
 
     ``speculation``: speculative decoding, drafted by ``draft`` (a second model on the same devices and layout)
     or, without it, by the model's own multi-token prediction head (:mod:`.speculative`); the draft's phases
-    are traced apart from ``phases``."""
+    are traced apart from ``phases``.
+
+    ``with_bound``: run the bound's step costs through the scheduler too, beside the estimate's (its figures are
+    :attr:`Simulation.bound`); a caller reading the estimate's alone (a plan) saves that run, the fit unchanged."""
     hardware = lookup_hardware(hardware) if isinstance(hardware, str) else hardware
     parallel = parallel or Parallel()
     if parallel.dp > 1 or parallel.micro_batches > 1:
@@ -330,8 +335,8 @@ def simulate(
     if status is not None:
         status(f"simulating {workload.requests} requests")
     found = replay(
-        workload, engine, estimate, bound, parallel.devices, slos=slos, on_step=on_step, progress=progress,
-        speculation=speculation,
+        workload, engine, estimate, bound if with_bound else None, parallel.devices, slos=slos, on_step=on_step,
+        progress=progress, speculation=speculation,
     )  # fmt: skip
     return replace(
         found, kv_bytes_per_token=per_token, fit=fit, kv_bytes_per_sequence=per_sequence, draft_fit=draft_fit,
