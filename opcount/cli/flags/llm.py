@@ -211,7 +211,8 @@ def check(flags: LLMOptions, options: Options) -> Precision:
     if rendering.by_operator and flags.sweep:
         raise OpcountError("--by-operator shapes one point's table, not a --sweep's rows")
     _check_columns(rendering, options.hardware is not None, bool(flags.sweep))
-    deploy.check(flags, options.hardware is not None, options.hardware.spec if options.hardware else None)
+    if analysis.mode != "train":  # a training layout is checked by opcount.cli.flags.training
+        deploy.check(flags, options.hardware is not None, options.hardware.spec if options.hardware else None)
     for flag, value, allowed, role in (
         ("--act-dtype", flags.act_dtype, ACT_DTYPES, "activation"),
         ("--kv-dtype", flags.kv_dtype, KV_DTYPES, "KV cache"),

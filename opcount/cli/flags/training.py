@@ -1,5 +1,6 @@
-"""The training flags (``--optimizer``, ``--recompute``, ``--zero``, ``--tokens``, with ``--mode train``): their
-arguments, their :class:`~opcount.cli.options.TrainingOptions` with the defaults resolved, and the checks
+"""The training flags (``--optimizer``, ``--recompute``, ``--zero``, ``--tokens``, and the training layout's
+``--cp``, ``--sequence-parallel``, ``--global-batch``, ``--virtual-stages`` beside the deployment's ``--tp --pp --ep
+--dp --micro-batches``, and ``--max-micro-batch``, with ``--mode train``): their arguments, their :class:`~opcount.cli.options.TrainingOptions` with the defaults resolved, and the checks
 before anything is built, for a whole model and for an LLM's training step (:mod:`opcount.cli.training`
 prices and renders the step)."""
 
@@ -11,12 +12,20 @@ from typing import Any
 
 from ...errors import OpcountError
 from ...llm.precision.formats import ALIASES, TRAINABLE
+from ...training.layout import TrainLayout
 from ...training.saved import RECOMPUTE
 from ...training.states import OPTIMIZERS
+from ..args import positive_int
 from ..options import LLMOptions, Options, TrainingOptions
 
 # The flags by their argparse names (opcount compare's help hides them, as the LLM flags).
-FLAGS = ("optimizer", "recompute", "zero", "tokens")
+FLAGS = (
+    "optimizer", "recompute", "zero", "tokens", "cp", "sequence_parallel", "global_batch", "virtual_stages",
+    "max_micro_batch",
+)  # fmt: skip
+SWITCHES = ("sequence_parallel", "max_micro_batch")  # store_true: given when set
+# the deployment's flags a training layout reads
+LAYOUT = ("--tp", "--pp", "--ep", "--dp", "--micro-batches")
 DEFAULT_OPTIMIZER = "adamw"
 DEFAULT_RECOMPUTE = "none"
 MAX_TOKENS = 10**16  # tokens of a run: far above any published one (Llama 3: 15T)
@@ -35,6 +44,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage over the --dp devices (default 0: none)")
     g.add_argument(
         "--tokens", type=_tokens, metavar="N", help="llm: tokens to train on: the run's time (and cost with --price)"
+    )
+    g.add_argument(
+        "--cp", type=positive_int, metavar="N", help="llm: context-parallel devices splitting each sequence (default 1)"
+    )
+    g.add_argument(
+        "--sequence-parallel",
+        action="store_true",
+        help="llm: with --tp, the norms' and dropouts' activations split over the sequence (Megatron-LM's name)",
+    )
+    g.add_argument(
+        "--global-batch",
+        type=positive_int,
+        metavar="N",
+        help="llm: sequences a step over every replica: --batch (the micro-batch) x --micro-batches x --dp",
+    )
+    g.add_argument(
+        "--virtual-stages",
+        type=positive_int,
+        metavar="V",
+        help="llm: with --pp, model chunks per device: the interleaved 1F1B schedule (default 1)",
+    )
+    g.add_argument(
+        "--max-micro-batch",
+        action="store_true",
+        help="llm: the most sequences a micro-batch may hold with every device's memory within its capacity",
     )
 
 
@@ -57,12 +91,18 @@ def options(ns: Mapping[str, Any]) -> TrainingOptions:
     """The training flags of the parsed command line (argparse's names -> values), each default resolved:
     :data:`DEFAULT_OPTIMIZER`, no recomputation, no ZeRO, no run's tokens."""
     optimizer, recompute, zero = ns.get("optimizer"), ns.get("recompute"), ns.get("zero")
+    given = [n for n in FLAGS if (ns.get(n) if n in SWITCHES else ns.get(n) is not None)]
     return TrainingOptions(
         optimizer=DEFAULT_OPTIMIZER if optimizer is None else optimizer,
         recompute=DEFAULT_RECOMPUTE if recompute is None else recompute,
         zero=0 if zero is None else zero,
         tokens=ns.get("tokens"),
-        given=tuple(f"--{name}" for name in FLAGS if ns.get(name) is not None),
+        given=tuple(f"--{name.replace('_', '-')}" for name in given),
+        cp=ns.get("cp") or 1,
+        sequence_parallel=bool(ns.get("sequence_parallel")),
+        global_batch=ns.get("global_batch"),
+        virtual_stages=ns.get("virtual_stages") or 1,
+        max_micro_batch=bool(ns.get("max_micro_batch")),
     )
 
 
@@ -82,6 +122,21 @@ def check(options: Options) -> None:
         raise OpcountError("--tokens needs --hardware (the step's time)")
     if price is not None and flags.tokens is None:
         raise OpcountError("--price with --mode train prices a run: give --tokens")
+    llm_only = [f for f in flags.given if f in ("--cp", "--sequence-parallel", "--global-batch", "--virtual-stages",
+                                                 "--max-micro-batch")]  # fmt: skip
+    if llm_only and options.llm is None:
+        raise OpcountError(f"{llm_only[0]}: a training layout is an LLM's (llm: and causal hf: models)")
+    if flags.max_micro_batch and options.hardware is None:
+        raise OpcountError("--max-micro-batch needs --hardware (the device's memory)")
+    if options.llm is not None:
+        train = layout(options.llm.flags, flags)  # each misfit named by its flag, before anything is built
+        dp *= train.cp
+        spec = options.hardware.spec if options.hardware is not None else None
+        if train.devices > train.dp and spec is not None and spec.interconnect is None:
+            raise OpcountError(
+                f"{spec.name} has no interconnect figures to price a training layout's communication "
+                "(a hardware file can give them: hardware.md)"
+            )
     if flags.zero and dp == 1:
         raise OpcountError(
             f"--zero {flags.zero} partitions the model states over data-parallel devices: give --dp N with N > 1"
@@ -96,6 +151,43 @@ def check(options: Options) -> None:
 
 # A serving engine's figures: a training step's capacity is the device's whole memory.
 SERVING = ("--max-batch", "--gpu-memory-utilization", "--reserve", "--max-batched-tokens")
+
+
+def layout(flags: LLMOptions, training: TrainingOptions) -> TrainLayout:
+    """The training layout the flags give, ``--micro-batches`` from ``--global-batch`` where that is given
+    (Megatron-LM's ``global batch = micro-batch x micro-batches x dp``); each misfit names its flag."""
+    d = flags.deploy
+    micro = d.micro_batches
+    if training.global_batch is not None:
+        per_replica, left = divmod(training.global_batch, d.dp)
+        if left:
+            raise OpcountError(f"--global-batch {training.global_batch}: does not divide over --dp {d.dp}")
+        if "--micro-batches" in d.given:
+            if per_replica % micro:
+                raise OpcountError(
+                    f"--micro-batches {micro}: does not divide --global-batch {training.global_batch} "
+                    f"({per_replica} sequences per replica over --dp {d.dp})"
+                )
+            if per_replica // micro != flags.batch:
+                raise OpcountError(
+                    f"--global-batch {training.global_batch} over --dp {d.dp} in --micro-batches {micro} is a "
+                    f"micro-batch of {per_replica // micro} sequences, not --batch {flags.batch}"
+                )
+        elif per_replica % flags.batch:
+            raise OpcountError(
+                f"--global-batch {training.global_batch}: not a whole number of micro-batches of --batch "
+                f"{flags.batch} on each of --dp {d.dp} replicas"
+            )
+        micro = per_replica // flags.batch
+    if training.sequence_parallel and d.tp == 1:
+        raise OpcountError("--sequence-parallel splits what tensor parallelism keeps whole: give --tp")
+    try:
+        return TrainLayout(
+            tp=d.tp, pp=d.pp, cp=training.cp, ep=d.ep, dp=d.dp, sequence_parallel=training.sequence_parallel,
+            micro_batches=micro, virtual_stages=training.virtual_stages,
+        )  # fmt: skip
+    except OpcountError as e:
+        raise OpcountError(str(e)) from None
 
 
 def check_llm(flags: LLMOptions) -> None:
@@ -113,12 +205,10 @@ def check_llm(flags: LLMOptions) -> None:
             f"{serving[0]} applies to inference (a serving engine's batch and workspace): --mode train fits the "
             "device's whole memory"
         )
-    layout = [f for f in flags.deploy.given if f in ("--tp", "--pp", "--ep", "--micro-batches")]
-    if layout:
-        raise OpcountError(
-            f"{layout[0]}: --mode train prices data parallelism (--dp, --zero); tensor, pipeline and expert "
-            "parallel training are not modelled"
-        )
+    other = [f for f in flags.deploy.given if f in ("--ep-num-redundant-experts", "--dispatch-dtype",
+                                                     "--enable-two-batch-overlap")]  # fmt: skip
+    if other:
+        raise OpcountError(f"{other[0]} applies to serving: --mode train's experts run over --ep as Megatron-LM's do")
     # --weight-dtype may be repeated, per module: one plain dtype here
     names: dict[str, str] = {}
     for flag, dtype in (("--weight-dtype", ",".join(flags.weight_dtype)), ("--act-dtype", flags.act_dtype)):
