@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from ..errors import OpcountError
 from ..hardware.interconnect import Collective, Interconnect
 
+
 def _ring(kind: str, n: int) -> tuple[float, int]:
     """The ring algorithms' bytes sent per device (a fraction of the payload) and latency steps, for ``n`` devices."""
     if kind == "all_reduce":
