@@ -12,14 +12,14 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from opcount.cli.main import main  # noqa: E402
-from opcount.llm.causal_lm import CausalLM  # noqa: E402
-from opcount.llm.deploy.layout import Sharding  # noqa: E402
-from opcount.llm.models.catalogue import config  # noqa: E402
-from opcount.llm.training import train_step  # noqa: E402
-from opcount.llm.training.stages import activations  # noqa: E402
-from opcount.training.layout import TrainLayout  # noqa: E402
-from opcount.training.saved import Saved, SavedActivations  # noqa: E402
+from opcount.cli.main import main
+from opcount.llm.causal_lm import CausalLM
+from opcount.llm.deploy.layout import Sharding
+from opcount.llm.models.catalogue import config
+from opcount.llm.training import train_step
+from opcount.llm.training.stages import activations
+from opcount.training.layout import TrainLayout
+from opcount.training.saved import Saved, SavedActivations
 
 S, B, H, A = 512, 2, 64, 4  # sequence, micro-batch, hidden, heads
 SBH = S * B * H
