@@ -89,11 +89,11 @@ class ParallelStep:
 
 
 def _seconds(collectives: list[Collective]) -> float:
-    return sum(c.time for c in collectives)
+    return sum((c.time for c in collectives), 0.0)
 
 
 def _sent(collectives: list[Collective]) -> float:
-    return sum(c.sent for c in collectives)
+    return sum((c.sent for c in collectives), 0.0)
 
 
 def price(
