@@ -44,6 +44,46 @@ from .schedule import ParallelStep, price
 from .stages import StageShare, activations, layer_of, parameters_by_stage, shares, stage_states
 
 
+@dataclass
+class Traced:
+    """One micro-batch's training step traced (its FLOPs and the activations it saves), kept to price many
+    layouts, optimizers, ZeRO stages and recomputations from one trace; ``priced``: its roofline and kernels
+    per hardware, worked out once."""
+
+    batch: int
+    seq_len: int
+    flops: FlopCountAnalysis
+    saved: SavedActivations
+    priced: dict[str, tuple[RooflineReport, Any]] = field(default_factory=dict)
+
+
+def trace_step(
+    llm: CausalLM, *, seq_len: int, batch: int = 1, flops_per_mac: int = 1, preset: str = "default"
+) -> Traced:
+    """One micro-batch of ``batch`` sequences of ``seq_len`` tokens traced on meta: forward, loss, backward, and
+    the activations saved for backward measured on fake tensors."""
+    for name, value in (("seq_len", seq_len), ("batch", batch)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise OpcountValueError(f"{name} must be an integer >= 1, got {value!r}")
+    llm.check_sizes(batch, seq_len)
+    positions = llm.learned_positions
+    if positions is not None and seq_len > positions[1]:
+        raise OpcountValueError(
+            f"seq_len {seq_len} exceeds the {positions[1]} rows of the learned position table '{positions[0]}'"
+        )
+    model = llm.model
+    ids = TensorShape((batch, seq_len), dtype=torch.long)
+    kwargs: dict[str, Any] = {"input_ids": ids, "labels": ids}
+    with llm.routing(), dynamic_rope(model, seq_len):
+        flops = FlopCountAnalysis(
+            model, (), kwargs, tracer="dispatch", mode="train", flops_per_mac=flops_per_mac, preset=preset
+        )
+        flops.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+        flops.total()
+        saved = measure(model, (), kwargs, seq_len=seq_len)
+    return Traced(batch, seq_len, flops, saved)
+
+
 @dataclass(kw_only=True)
 class TrainingCost:
     """What one training step costs per device (see the module's docstring): ``stages`` per pipeline stage,
@@ -141,23 +181,16 @@ def train_step(
     flops_per_mac: int = 1,
     preset: str = "default",
     layout: TrainLayout | None = None,
+    traced: Traced | None = None,
 ) -> TrainingCost:
     """One training step of ``llm``: micro-batches of ``batch`` sequences of ``seq_len`` tokens on ``layout``
-    (None: ``dp`` data-parallel replicas, one micro-batch each)."""
+    (None: ``dp`` data-parallel replicas, one micro-batch each); ``traced``: the micro-batch's trace
+    (:func:`trace_step`) when it is already at hand, traced here when None."""
     if layout is None:
         layout = TrainLayout(dp=dp)
     elif dp not in (1, layout.dp):
         raise OpcountValueError(f"dp {dp} with a layout of dp {layout.dp}: give it in the layout")
     check_training(llm.precision, optimizer, zero, layout.dp, recompute)
-    for name, value in (("seq_len", seq_len), ("batch", batch)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise OpcountValueError(f"{name} must be an integer >= 1, got {value!r}")
-    llm.check_sizes(batch, seq_len)
-    positions = llm.learned_positions
-    if positions is not None and seq_len > positions[1]:
-        raise OpcountValueError(
-            f"seq_len {seq_len} exceeds the {positions[1]} rows of the learned position table '{positions[0]}'"
-        )
     model, config = llm.model, llm.config
     found = layers_of(model)
     prefix = found[0] if found is not None else None
@@ -175,15 +208,9 @@ def train_step(
             f"--tp {layout.tp}: {type(model).__name__} has no tensor-parallel plan (tp_plan) splitting its attention "
             "and MLP: opcount does not guess which weights to split"
         )
-    ids = TensorShape((batch, seq_len), dtype=torch.long)
-    kwargs: dict[str, Any] = {"input_ids": ids, "labels": ids}
-    with llm.routing(), dynamic_rope(model, seq_len):
-        flops = FlopCountAnalysis(
-            model, (), kwargs, tracer="dispatch", mode="train", flops_per_mac=flops_per_mac, preset=preset
-        )
-        flops.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
-        flops.total()
-        saved = measure(model, (), kwargs, seq_len=seq_len)
+    if traced is None or (traced.batch, traced.seq_len) != (batch, seq_len):
+        traced = trace_step(llm, seq_len=seq_len, batch=batch, flops_per_mac=flops_per_mac, preset=preset)
+    flops, saved = traced.flops, traced.saved
     saved.kept(recompute)  # refuses full recomputation of a model without layers
     itemsize = int(DTYPE_BYTES[llm.precision.stored])
     shapes = [tuple(p.shape) for p in model.parameters()]
@@ -221,14 +248,16 @@ def train_step(
     if hardware is None:
         return cost
     hw = lookup_hardware(hardware)
-    traffic = MemoryTrafficAnalysis(trace)
-    traffic.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
-    report = roofline(traffic, hardware=hw, dtype=llm.precision.act)
+    if hw.name not in traced.priced:
+        traffic = MemoryTrafficAnalysis(trace)
+        traffic.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+        report = roofline(traffic, hardware=hw, dtype=llm.precision.act)
+        # one kernel a call, as eager training runs
+        traced.priced[hw.name] = report, schedule_kernels(traffic, report, "eager", dtype=llm.precision.act)
+    report, kernels = traced.priced[hw.name]
     names = [f"{prefix}.{i}" for i in range(count)] if prefix is not None else []
     again = recomputed(trace.calls, forward, names, effective(saved, recompute), seq_len)
     whole = model_states(shapes, llm.weights.total, optimizer=optimizer, weight_itemsize=itemsize)
-    # one kernel a call, as eager training runs
-    kernels = schedule_kernels(traffic, report, "eager", dtype=llm.precision.act)
     compute, memory = kernels.compute_memory()
     seconds = np.maximum(compute, memory) + hw.efficiency.launch_s
     per_call = [float(seconds[kernels.kernel_of[i]]) if i in kernels.kernel_of else 0.0 for i in range(forward)]
