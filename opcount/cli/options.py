@@ -153,6 +153,7 @@ class TrainingOptions:
     global_batch: int | None = None  # sequences a step over every replica (None: --micro-batches decides)
     virtual_stages: int = 1
     max_micro_batch: bool = False
+    sweep: tuple[tuple[str, tuple[int | str, ...]], ...] = ()  # --sweep's keys under --mode train
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -25,6 +25,7 @@ from ..training.saved import SavedActivations, effective, layers_of, measure
 from ..training.states import ModelStates, states_of
 from ..training.step import Throughput, forward_calls, recompute_time
 from ..units import seconds, si, size
+from . import training_sweep
 from .deploy import cost_json
 from .flags.training import layout as training_layout
 from .options import LLMOptions, Options
@@ -41,6 +42,11 @@ def run(
 ) -> str:
     """One training step of ``llm`` as the flags say, rendered."""
     train, deploy = options.training, flags.deploy
+    if train.sweep:  # many points from one trace (opcount.cli.training_sweep)
+        return training_sweep.run(
+            llm, options, flags, label, hardware, status,
+            lambda c: training_json(c, train.tokens, deploy.price, _max_micro_batch(c, options)),
+        )  # fmt: skip
     status(f"tracing {label}: training step, batch {flags.batch}, {flags.seq_len} tokens")
     cost = train_step(
         llm,

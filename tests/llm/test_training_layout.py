@@ -170,3 +170,42 @@ def test_cli_json_on_a_layout(capsys: pytest.CaptureFixture[str]) -> None:
         {k: v for k, v in s.items() if k not in ("stage", "layers")} for s in stages
     ]
     assert data["llm"]["parallel"]["devices"] == 8
+
+
+def test_a_sweep_prices_each_point_as_its_own_run(capsys: pytest.CaptureFixture[str]) -> None:
+    base = [*SMALL, "--mode", "train", "--seq-len", "64", "--hardware", "h100-sxm", "--dp", "2", "--format", "json"]
+    status, out, _ = _run([*base, "--sweep", "tp=1,2", "--sweep", "zero=0,3", "--sweep", "recompute=none,full"], capsys)
+    assert status == 0
+    points = json.loads(out)["points"]
+    assert [(p["tp"], p["zero"], p["recompute"]) for p in points][:3] == [
+        (1, 0, "none"),
+        (1, 0, "full"),
+        (1, 3, "none"),
+    ]
+    assert len(points) == 8
+    # the point tp=2, zero=3, recompute=full is what that run alone gives: one trace serves them all
+    status, out, _ = _run([*base, "--tp", "2", "--zero", "3", "--recompute", "full"], capsys)
+    alone = json.loads(out)
+    point = next(p for p in points if (p["tp"], p["zero"], p["recompute"]) == (2, 3, "full"))
+    assert point["training"]["step_time"] == pytest.approx(alone["training"]["step_time"])
+    assert point["memory"] == alone["memory"]["per_device"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--sweep", "tp=1,3"], "--tp 3: does not divide the model's 4 attention heads (--sweep point tp=3)"),
+        (["--sweep", "batch=1,2"], "--sweep batch=...: --mode train sweeps tp, pp, cp"),
+        (["--sweep", "zero=0,1"], "--sweep zero=1: ZeRO partitions over data-parallel devices"),
+    ],
+)
+def test_bad_sweeps_are_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = _run([*SMALL, "--mode", "train", "--seq-len", "64", "--hardware", "h100-sxm", *argv], capsys)
+    assert status == 2 and not out
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"opcount: error: {message}"), err
+
+
+def test_a_training_sweep_key_needs_mode_train(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = _run([*SMALL, "--seq-len", "64", "--sweep", "zero=1,2"], capsys)
+    assert status == 2 and not out and "--sweep zero=... applies to a training step: add --mode train" in err

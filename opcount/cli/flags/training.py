@@ -7,6 +7,7 @@ prices and renders the step)."""
 from __future__ import annotations
 
 import argparse
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +25,10 @@ FLAGS = (
     "max_micro_batch",
 )  # fmt: skip
 SWITCHES = ("sequence_parallel", "max_micro_batch")  # store_true: given when set
+# --sweep keys only a training step has
+TRAIN_ONLY = ("cp", "micro-batches", "virtual-stages", "zero", "recompute")
+TRAIN_SWEEPABLE = ("tp", "pp", "cp", "ep", "dp", "micro-batches", "virtual-stages", "zero", "recompute")
+MAX_POINTS = 1000  # each point is arithmetic on one trace
 # the deployment's flags a training layout reads
 LAYOUT = ("--tp", "--pp", "--ep", "--dp", "--micro-batches")
 DEFAULT_OPTIMIZER = "adamw"
@@ -92,6 +97,9 @@ def options(ns: Mapping[str, Any]) -> TrainingOptions:
     :data:`DEFAULT_OPTIMIZER`, no recomputation, no ZeRO, no run's tokens."""
     optimizer, recompute, zero = ns.get("optimizer"), ns.get("recompute"), ns.get("zero")
     given = [n for n in FLAGS if (ns.get(n) if n in SWITCHES else ns.get(n) is not None)]
+    sweep = tuple(ns.get("sweep") or ())
+    # a key only a training step sweeps, given without --mode train, is refused by check()
+    given += [f"sweep {k}=..." for k, _ in sweep if k in TRAIN_ONLY]
     return TrainingOptions(
         optimizer=DEFAULT_OPTIMIZER if optimizer is None else optimizer,
         recompute=DEFAULT_RECOMPUTE if recompute is None else recompute,
@@ -103,6 +111,7 @@ def options(ns: Mapping[str, Any]) -> TrainingOptions:
         global_batch=ns.get("global_batch"),
         virtual_stages=ns.get("virtual_stages") or 1,
         max_micro_batch=bool(ns.get("max_micro_batch")),
+        sweep=sweep if ns.get("mode") == "train" else (),
     )
 
 
@@ -129,6 +138,7 @@ def check(options: Options) -> None:
     if flags.max_micro_batch and options.hardware is None:
         raise OpcountError("--max-micro-batch needs --hardware (the device's memory)")
     if options.llm is not None:
+        _check_sweep(options.llm.flags, flags)
         train = layout(options.llm.flags, flags)  # each misfit named by its flag, before anything is built
         dp *= train.cp
         spec = options.hardware.spec if options.hardware is not None else None
@@ -137,7 +147,8 @@ def check(options: Options) -> None:
                 f"{spec.name} has no interconnect figures to price a training layout's communication "
                 "(a hardware file can give them: hardware.md)"
             )
-    if flags.zero and dp == 1:
+    swept = {k for k, _ in flags.sweep}
+    if flags.zero and dp == 1 and not swept & {"dp", "cp"}:  # a sweep's points are checked one by one
         raise OpcountError(
             f"--zero {flags.zero} partitions the model states over data-parallel devices: give --dp N with N > 1"
         )
@@ -153,48 +164,90 @@ def check(options: Options) -> None:
 SERVING = ("--max-batch", "--gpu-memory-utilization", "--reserve", "--max-batched-tokens")
 
 
-def layout(flags: LLMOptions, training: TrainingOptions) -> TrainLayout:
-    """The training layout the flags give, ``--micro-batches`` from ``--global-batch`` where that is given
-    (Megatron-LM's ``global batch = micro-batch x micro-batches x dp``); each misfit names its flag."""
+def layout(flags: LLMOptions, training: TrainingOptions, point: Mapping[str, int | str] | None = None) -> TrainLayout:
+    """The training layout the flags give (``point``: a sweep's values in their place), ``--micro-batches`` from
+    ``--global-batch`` where that is given (Megatron-LM's ``global batch = micro-batch x micro-batches x dp``);
+    each misfit names its flag."""
+    values = dict(point or {})
     d = flags.deploy
-    micro = d.micro_batches
+
+    def degree(key: str, given: int) -> int:
+        value = values.get(key, given)
+        assert isinstance(value, int)
+        return value
+
+    dp, micro = degree("dp", d.dp), degree("micro-batches", d.micro_batches)
+
+    def name(key: str) -> str:  # the flag, or the sweep key, that gave a value
+        return f"--sweep {key}={values[key]}" if key in values else f"--{key} {dp if key == 'dp' else micro}"
+
+    micro_given = "--micro-batches" in d.given or "micro-batches" in values
     if training.global_batch is not None:
-        per_replica, left = divmod(training.global_batch, d.dp)
+        per_replica, left = divmod(training.global_batch, dp)
         if left:
-            raise OpcountError(f"--global-batch {training.global_batch}: does not divide over --dp {d.dp}")
-        if "--micro-batches" in d.given:
+            raise OpcountError(f"--global-batch {training.global_batch}: does not divide over {name('dp')}")
+        if micro_given:
             if per_replica % micro:
                 raise OpcountError(
-                    f"--micro-batches {micro}: does not divide --global-batch {training.global_batch} "
-                    f"({per_replica} sequences per replica over --dp {d.dp})"
+                    f"{name('micro-batches')}: does not divide --global-batch {training.global_batch} "
+                    f"({per_replica} sequences per replica over {name('dp')})"
                 )
             if per_replica // micro != flags.batch:
                 raise OpcountError(
-                    f"--global-batch {training.global_batch} over --dp {d.dp} in --micro-batches {micro} is a "
+                    f"--global-batch {training.global_batch} over {name('dp')} in {name('micro-batches')} is a "
                     f"micro-batch of {per_replica // micro} sequences, not --batch {flags.batch}"
                 )
         elif per_replica % flags.batch:
             raise OpcountError(
                 f"--global-batch {training.global_batch}: not a whole number of micro-batches of --batch "
-                f"{flags.batch} on each of --dp {d.dp} replicas"
+                f"{flags.batch} on each of {name('dp')} replicas"
             )
         micro = per_replica // flags.batch
-    if training.sequence_parallel and d.tp == 1:
+    tp = degree("tp", d.tp)
+    if training.sequence_parallel and tp == 1:
         raise OpcountError("--sequence-parallel splits what tensor parallelism keeps whole: give --tp")
     try:
         return TrainLayout(
-            tp=d.tp, pp=d.pp, cp=training.cp, ep=d.ep, dp=d.dp, sequence_parallel=training.sequence_parallel,
-            micro_batches=micro, virtual_stages=training.virtual_stages,
+            tp=tp, pp=degree("pp", d.pp), cp=degree("cp", training.cp), ep=degree("ep", d.ep), dp=dp,
+            sequence_parallel=training.sequence_parallel, micro_batches=micro,
+            virtual_stages=degree("virtual-stages", training.virtual_stages),
         )  # fmt: skip
     except OpcountError as e:
-        raise OpcountError(str(e)) from None
+        where = ", ".join(f"{k}={v}" for k, v in values.items())
+        raise OpcountError(f"{e} (--sweep point {where})" if where else str(e)) from None
+
+
+def sweep_points(training: TrainingOptions) -> list[dict[str, int | str]]:
+    """Every combination of ``--sweep``'s values under ``--mode train`` (one empty point without a sweep)."""
+    keys = [k for k, _ in training.sweep]
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(v for _, v in training.sweep))]
+
+
+def _check_sweep(flags: LLMOptions, training: TrainingOptions) -> None:
+    keys = [k for k, _ in training.sweep]
+    other = [k for k in keys if k not in TRAIN_SWEEPABLE]
+    if other:
+        raise OpcountError(
+            f"--sweep {other[0]}=...: --mode train sweeps {', '.join(TRAIN_SWEEPABLE)} (one trace of --batch x "
+            "--seq-len prices them all)"
+        )
+    if len(set(keys)) != len(keys):
+        raise OpcountError("--sweep: each key once")
+    if not keys:
+        return
+    points = sweep_points(training)
+    if len(points) > MAX_POINTS:
+        raise OpcountError(f"--sweep: {len(points):,} points, more than {MAX_POINTS:,} (the limit)")
+    for point in points:
+        zero, here = point.get("zero", training.zero), layout(flags, training, point)
+        if zero and here.dp * here.cp == 1:
+            given = f"--sweep zero={zero}" if "zero" in point else f"--zero {zero}"
+            raise OpcountError(f"{given}: ZeRO partitions over data-parallel devices: give --dp N > 1 (or sweep it)")
 
 
 def check_llm(flags: LLMOptions) -> None:
     """``--mode train`` on the LLM path: one step of ``--batch`` x ``--seq-len`` tokens, no inference flag."""
-    inference = [
-        f for f in flags.given if f in ("--phase", "--kv-len", "--gen-len", "--kv-dtype", "--state-dtype", "--sweep")
-    ]
+    inference = [f for f in flags.given if f in ("--phase", "--kv-len", "--gen-len", "--kv-dtype", "--state-dtype")]
     if inference:
         raise OpcountError(
             f"{inference[0]} is for inference phases: --mode train traces one training step of --batch x --seq-len tokens"

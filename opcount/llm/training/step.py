@@ -168,6 +168,27 @@ def check_training(precision: Precision, optimizer: str, zero: int, dp: int, rec
         raise OpcountValueError(f"dp must be an integer >= 1, got {dp!r}")
 
 
+def check_layout(llm: CausalLM, layout: TrainLayout, seq_len: int) -> Sharding:
+    """``layout`` against the model, refused naming its flag (:meth:`TrainLayout.check_model`, and a model with
+    no tensor-parallel plan under ``--tp``), before anything is traced; returns what tensor parallelism splits."""
+    model, config = llm.model, llm.config
+    found = layers_of(model)
+    heads = getattr(config, "num_attention_heads", None)
+    experts = {e.count for e in llm.experts}
+    layout.check_model(
+        layers=max(len(found[1]) if found is not None else 0, 1), heads=heads,
+        kv_heads=getattr(config, "num_key_value_heads", None) or heads, seq_len=seq_len,
+        experts=min(experts) if experts else None,
+    )  # fmt: skip
+    sharding = Sharding.of(model) if layout.tp > 1 else Sharding({}, frozenset(), frozenset())
+    if layout.tp > 1 and not sharding.regions:
+        raise OpcountValueError(
+            f"--tp {layout.tp}: {type(model).__name__} has no tensor-parallel plan (tp_plan) splitting its attention "
+            "and MLP: opcount does not guess which weights to split"
+        )
+    return sharding
+
+
 def train_step(
     llm: CausalLM,
     *,
@@ -195,19 +216,9 @@ def train_step(
     found = layers_of(model)
     prefix = found[0] if found is not None else None
     count = len(found[1]) if found is not None else 0
+    sharding = check_layout(llm, layout, seq_len)
     heads = getattr(config, "num_attention_heads", None)
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    experts = {e.count for e in llm.experts}
-    layout.check_model(
-        layers=max(count, 1), heads=heads, kv_heads=kv_heads, seq_len=seq_len,
-        experts=min(experts) if experts else None,
-    )  # fmt: skip
-    sharding = Sharding.of(model) if layout.tp > 1 else Sharding({}, frozenset(), frozenset())
-    if layout.tp > 1 and not sharding.regions:
-        raise OpcountValueError(
-            f"--tp {layout.tp}: {type(model).__name__} has no tensor-parallel plan (tp_plan) splitting its attention "
-            "and MLP: opcount does not guess which weights to split"
-        )
     if traced is None or (traced.batch, traced.seq_len) != (batch, seq_len):
         traced = trace_step(llm, seq_len=seq_len, batch=batch, flops_per_mac=flops_per_mac, preset=preset)
     flops, saved = traced.flops, traced.saved
