@@ -154,6 +154,7 @@ class TrainingOptions:
     virtual_stages: int = 1
     max_micro_batch: bool = False
     sweep: tuple[tuple[str, tuple[int | str, ...]], ...] = ()  # --sweep's keys under --mode train
+    devices: int | None = None  # --devices N: the layouts of N devices searched
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

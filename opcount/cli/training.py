@@ -42,7 +42,7 @@ def run(
 ) -> str:
     """One training step of ``llm`` as the flags say, rendered."""
     train, deploy = options.training, flags.deploy
-    if train.sweep:  # many points from one trace (opcount.cli.training_sweep)
+    if train.sweep or train.devices is not None:  # many points from one trace (opcount.cli.training_sweep)
         return training_sweep.run(
             llm, options, flags, label, hardware, status,
             lambda c: training_json(c, train.tokens, deploy.price, _max_micro_batch(c, options)),

@@ -209,3 +209,29 @@ def test_bad_sweeps_are_one_line(argv: list[str], message: str, capsys: pytest.C
 def test_a_training_sweep_key_needs_mode_train(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = _run([*SMALL, "--seq-len", "64", "--sweep", "zero=1,2"], capsys)
     assert status == 2 and not out and "--sweep zero=... applies to a training step: add --mode train" in err
+
+
+def test_a_search_lists_the_layouts_that_fit_fastest_first(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*SMALL, "--mode", "train", "--seq-len", "64", "--hardware", "h100-sxm", "--devices", "8"]
+    status, out, _ = _run([*argv, "--global-batch", "16", "--format", "json"], capsys)
+    assert status == 0
+    points = json.loads(out)["points"]
+    assert 1 <= len(points) <= 10
+    for p in points:
+        # every layout fills the 8 devices, tensor parallelism within the 4 heads, its global batch whole
+        assert p["tp"] * p["pp"] * p["cp"] * p["dp"] == 8 and 4 % p["tp"] == 0 and 16 % p["dp"] == 0
+        assert p["fits"] and p["training"]["layout"]["sequence_parallel"] == (p["tp"] > 1)
+    times = [p["training"]["step_time"] for p in points]
+    assert times == sorted(times)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--devices", "8", "--tp", "2"], "--devices searches the layouts: drop --tp"),
+        (["--devices", "8", "--sweep", "zero=0,1"], "--devices searches the layouts: drop --sweep"),
+    ],
+)
+def test_bad_searches(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = _run([*SMALL, "--mode", "train", "--seq-len", "64", "--hardware", "h100-sxm", *argv], capsys)
+    assert status == 2 and not out and message in err, err

@@ -22,7 +22,7 @@ from ..options import LLMOptions, Options, TrainingOptions
 # The flags by their argparse names (opcount compare's help hides them, as the LLM flags).
 FLAGS = (
     "optimizer", "recompute", "zero", "tokens", "cp", "sequence_parallel", "global_batch", "virtual_stages",
-    "max_micro_batch",
+    "max_micro_batch", "devices",
 )  # fmt: skip
 SWITCHES = ("sequence_parallel", "max_micro_batch")  # store_true: given when set
 # --sweep keys only a training step has
@@ -71,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="llm: with --pp, model chunks per device: the interleaved 1F1B schedule (default 1)",
     )
     g.add_argument(
+        "--devices",
+        type=positive_int,
+        metavar="N",
+        help="llm: search the layouts of N devices (tp, pp, cp, dp, recomputation): those that fit, fastest first",
+    )
+    g.add_argument(
         "--max-micro-batch",
         action="store_true",
         help="llm: the most sequences a micro-batch may hold with every device's memory within its capacity",
@@ -112,6 +118,7 @@ def options(ns: Mapping[str, Any]) -> TrainingOptions:
         virtual_stages=ns.get("virtual_stages") or 1,
         max_micro_batch=bool(ns.get("max_micro_batch")),
         sweep=sweep if ns.get("mode") == "train" else (),
+        devices=ns.get("devices"),
     )
 
 
@@ -132,11 +139,18 @@ def check(options: Options) -> None:
     if price is not None and flags.tokens is None:
         raise OpcountError("--price with --mode train prices a run: give --tokens")
     llm_only = [f for f in flags.given if f in ("--cp", "--sequence-parallel", "--global-batch", "--virtual-stages",
-                                                 "--max-micro-batch")]  # fmt: skip
+                                                 "--max-micro-batch", "--devices")]  # fmt: skip
     if llm_only and options.llm is None:
         raise OpcountError(f"{llm_only[0]}: a training layout is an LLM's (llm: and causal hf: models)")
     if flags.max_micro_batch and options.hardware is None:
         raise OpcountError("--max-micro-batch needs --hardware (the device's memory)")
+    if flags.devices is not None and options.llm is not None:
+        fixed = [f for f in (*options.llm.flags.deploy.given, *flags.given) if f in (*LAYOUT, "--cp", "--virtual-stages",
+                                                                                    "--sequence-parallel")]  # fmt: skip
+        if fixed or flags.sweep:
+            raise OpcountError(f"--devices searches the layouts: drop {fixed[0] if fixed else '--sweep'}")
+        if options.hardware is None:
+            raise OpcountError("--devices needs --hardware (what fits, and how fast)")
     if options.llm is not None:
         _check_sweep(options.llm.flags, flags)
         train = layout(options.llm.flags, flags)  # each misfit named by its flag, before anything is built
@@ -148,7 +162,9 @@ def check(options: Options) -> None:
                 "(a hardware file can give them: hardware.md)"
             )
     swept = {k for k, _ in flags.sweep}
-    if flags.zero and dp == 1 and not swept & {"dp", "cp"}:  # a sweep's points are checked one by one
+    if (
+        flags.zero and dp == 1 and not swept & {"dp", "cp"} and flags.devices is None
+    ):  # a sweep's points are checked one by one
         raise OpcountError(
             f"--zero {flags.zero} partitions the model states over data-parallel devices: give --dp N with N > 1"
         )
