@@ -47,6 +47,8 @@ class StageTime:
     bound_memory: float
     bound_communication: float
     sent: float  # bytes a device of the stage sends in a step
+    # one micro-batch's collectives and sends (each layer's), then the step's data-parallel ones
+    collectives: tuple[Collective, ...] = ()
 
     @property
     def micro_batch(self) -> float:
@@ -145,6 +147,7 @@ def price(
                 sync_s, max(sync_s - compute - again_s, 0.0), max(b_compute, b_memory, comm_step),
                 b_compute, b_memory, comm_step,
                 m * (_sent(tensor) + _sent(ring) + _sent(experts) + _sent(sends)) + _sent(sync),
+                (*tensor, *ring, *experts, *sends, *sync),
             )
         )  # fmt: skip
     slowest = max(range(len(times)), key=lambda k: times[k].micro_batch)  # it paces the pipeline

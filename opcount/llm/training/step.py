@@ -320,6 +320,7 @@ def train_step(
         parallel.time_bound,
     )  # fmt: skip
     cost.roofline, cost.parallel = report, parallel
+    cost.collectives = list(slowest.collectives)
     return cost
 
 
