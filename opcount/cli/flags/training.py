@@ -138,15 +138,15 @@ def check(options: Options) -> None:
         raise OpcountError("--tokens needs --hardware (the step's time)")
     if price is not None and flags.tokens is None:
         raise OpcountError("--price with --mode train prices a run: give --tokens")
-    llm_only = [f for f in flags.given if f in ("--cp", "--sequence-parallel", "--global-batch", "--virtual-stages",
-                                                 "--max-micro-batch", "--devices")]  # fmt: skip
+    layout_flags = ("--cp", "--sequence-parallel", "--virtual-stages")
+    llm_only = [f for f in flags.given if f in (*layout_flags, "--global-batch", "--max-micro-batch", "--devices")]
     if llm_only and options.llm is None:
         raise OpcountError(f"{llm_only[0]}: a training layout is an LLM's (llm: and causal hf: models)")
     if flags.max_micro_batch and options.hardware is None:
         raise OpcountError("--max-micro-batch needs --hardware (the device's memory)")
     if flags.devices is not None and options.llm is not None:
-        fixed = [f for f in (*options.llm.flags.deploy.given, *flags.given) if f in (*LAYOUT, "--cp", "--virtual-stages",
-                                                                                    "--sequence-parallel")]  # fmt: skip
+        typed = (*options.llm.flags.deploy.given, *flags.given)
+        fixed = [f for f in typed if f in (*LAYOUT, *layout_flags)]
         if fixed or flags.sweep:
             raise OpcountError(f"--devices searches the layouts: drop {fixed[0] if fixed else '--sweep'}")
         if options.hardware is None:
@@ -161,10 +161,9 @@ def check(options: Options) -> None:
                 f"{spec.name} has no interconnect figures to price a training layout's communication "
                 "(a hardware file can give them: hardware.md)"
             )
-    swept = {k for k, _ in flags.sweep}
-    if (
-        flags.zero and dp == 1 and not swept & {"dp", "cp"} and flags.devices is None
-    ):  # a sweep's points are checked one by one
+    # a sweep's points, and a search's layouts, are checked one by one
+    searched = flags.devices is not None or {k for k, _ in flags.sweep} & {"dp", "cp"}
+    if flags.zero and dp == 1 and not searched:
         raise OpcountError(
             f"--zero {flags.zero} partitions the model states over data-parallel devices: give --dp N with N > 1"
         )
