@@ -235,3 +235,10 @@ def test_a_search_lists_the_layouts_that_fit_fastest_first(capsys: pytest.Captur
 def test_bad_searches(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = _run([*SMALL, "--mode", "train", "--seq-len", "64", "--hardware", "h100-sxm", *argv], capsys)
     assert status == 2 and not out and message in err, err
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_one_device_holds_what_autograd_saves(llama: CausalLM, recompute: str) -> None:
+    # no layout: the activations held are the measured ones under the recomputation, as before layouts
+    cost = train_step(llama, seq_len=64, batch=2, recompute=recompute)
+    assert cost.memory()["activations"] == cost.saved.kept(recompute)

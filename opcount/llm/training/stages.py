@@ -125,9 +125,8 @@ def activations(
                 outside += size
             continue
         if s.key in saved.input_keys:
-            whole[s.layer] += size
             if recompute == "full":
-                continue  # the checkpoint: the layer's input, counted below
+                continue  # the checkpoint: the layer's input, counted below, not again with the layer's own
         else:
             whole[s.layer] += size
         if recompute == "selective" and s.scores:
