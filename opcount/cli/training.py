@@ -301,6 +301,21 @@ def training_json(
             "step_time_bound": parallel.time_bound,
             "bound": parallel.limited_by,
             "terms": dict(terms),
+            "stages": [  # each stage's seconds for one micro-batch, its data-parallel collectives and bound a step
+                {
+                    "stage": st.stage,
+                    "micro_batch_time": st.micro_batch,
+                    "compute": st.compute,
+                    "recompute": st.recompute,
+                    "tensor_parallel": st.tensor_parallel,
+                    "context_parallel": st.context_parallel,
+                    "expert_parallel": st.expert_parallel,
+                    "pipeline": st.pipeline,
+                    "data_parallel": st.data_parallel,
+                    "step_time_bound": st.bound,
+                }
+                for st in parallel.stages
+            ],
             "compute_time": terms["compute"],
             "recompute_time": terms["recompute"],
             "bubble_time": terms["bubble"],

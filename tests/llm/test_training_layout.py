@@ -165,6 +165,10 @@ def test_cli_json_on_a_layout(capsys: pytest.CaptureFixture[str]) -> None:
     assert t["step_time"] == pytest.approx(sum(t["terms"].values()))
     assert 0 < t["step_time_bound"] <= t["step_time"] and 0 < t["mfu"] <= t["mfu_bound"] <= 1
     assert t["max_micro_batch"] >= 1
+    # the slowest stage paces the step: m + (p - 1) of its micro-batch times, then the exposed gradients' sync
+    pace = max(s["micro_batch_time"] for s in t["stages"])
+    assert t["step_time"] == pytest.approx(9 * pace + t["terms"]["data_parallel"])
+    assert t["step_time_bound"] == pytest.approx(max(s["step_time_bound"] for s in t["stages"]))
     stages = data["memory"]["per_stage"]
     assert [s["stage"] for s in stages] == [0, 1] and data["memory"]["per_device"] in [
         {k: v for k, v in s.items() if k not in ("stage", "layers")} for s in stages
