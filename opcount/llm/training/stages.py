@@ -143,17 +143,22 @@ def activations(
 def parameters_by_stage(
     model: nn.Module, prefix: str | None, layout: TrainLayout, sharding: Sharding, layers: int, experts: Sequence[str]
 ) -> list[tuple[list[tuple[int, ...]], list[tuple[int, ...]]]]:
-    """Per stage, the shapes of a device's share of the dense and the expert parameters (shared ones once):
-    those tensor parallelism splits ``1 / tp`` (their first size), the ``experts`` blocks' ``1 / (tp x ep)``
-    (Megatron-LM's expert tensor parallelism is tensor parallelism's by default)."""
+    """Per stage, the shapes of a device's share of the dense and the expert parameters (shared ones once a
+    stage: tied input and output embeddings are held by the first and the last stage, as Megatron-LM keeps a copy
+    on each): those tensor parallelism splits ``1 / tp`` (their first size), the ``experts`` blocks'
+    ``1 / (tp x ep)`` (Megatron-LM's expert tensor parallelism is tensor parallelism's by default)."""
     split = stage_layers(layers, layout.pp, layout.virtual_stages) if layers else [[] for _ in range(layout.pp)]
     owner = {layer: k for k, held in enumerate(split) for layer in held}
     out: list[tuple[list[tuple[int, ...]], list[tuple[int, ...]]]] = [([], []) for _ in range(layout.pp)]
+    held: set[tuple[int, int]] = set()  # (parameter, stage) pairs counted
     seen = False
-    for name, param in model.named_parameters():
+    for name, param in model.named_parameters(remove_duplicate=False):
         layer = layer_of((name,), prefix) if prefix is not None else None
         seen = seen or layer is not None
         stage = owner[layer] if layer is not None else (layout.pp - 1 if seen else 0)
+        if (id(param), stage) in held:
+            continue
+        held.add((id(param), stage))
         expert = any(name.startswith(f"{e}.") for e in experts)
         degree = (layout.tp if sharding.split(name) or expert else 1) * (layout.ep if expert else 1)
         shape = tuple(param.shape) or (1,)
