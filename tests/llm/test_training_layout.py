@@ -246,3 +246,13 @@ def test_one_device_holds_what_autograd_saves(llama: CausalLM, recompute: str) -
     # no layout: the activations held are the measured ones under the recomputation, as before layouts
     cost = train_step(llama, seq_len=64, batch=2, recompute=recompute)
     assert cost.memory()["activations"] == cost.saved.kept(recompute)
+
+
+def test_tied_embeddings_on_the_first_and_the_last_stage() -> None:
+    # GPT-2, h = 64, 4 layers over 2 stages, bfloat16: a layer 12 h^2 + 13 h = 49,984 parameters, the token
+    # embedding V h = 50,257 x 64 (tied to the output layer), positions 1024 h, the final norm 2 h
+    gpt2 = CausalLM(config("gpt2", n_layer=4, n_embd=64, n_head=4))
+    cost = train_step(gpt2, seq_len=64, layout=TrainLayout(pp=2))
+    layer, vocab = 12 * 64 * 64 + 13 * 64, 50257 * 64
+    assert cost.stages[0].states.weights == 2 * (vocab + 1024 * 64 + 2 * layer)
+    assert cost.stages[1].states.weights == 2 * (2 * layer + 2 * 64 + vocab)  # the output layer's copy
