@@ -119,7 +119,8 @@ def build(options: Options, wanted: LLMRun, status: Callable[[str], None]) -> tu
             f"--kv-dtype {flags.kv_dtype}: {options.model} holds no keys and values (no attention layer keeps a "
             "KV cache); its recurrent state's dtype is --state-dtype"
         )
-    deploy.check_model(llm, flags)  # a layout the model cannot run, before anything is traced
+    if options.analysis.mode != "train":  # a training layout is checked against the model before its trace
+        deploy.check_model(llm, flags)  # a layout the model cannot run, before anything is traced
     return llm, label
 
 

@@ -140,13 +140,21 @@ class DeployOptions:
 class TrainingOptions:
     """The training flags, each default resolved (:mod:`opcount.cli.flags.training`): ``optimizer``,
     ``recompute``, ``zero`` (0: none), ``tokens`` (None: no run's time asked for); ``given``: the flags
-    typed, for messages."""
+    typed, for messages; the training layout's own (``cp``, ``sequence_parallel``, ``global_batch``,
+    ``virtual_stages``) and ``max_micro_batch``."""
 
     optimizer: str
     recompute: str
     zero: int
     tokens: int | None
     given: tuple[str, ...]
+    cp: int = 1
+    sequence_parallel: bool = False
+    global_batch: int | None = None  # sequences a step over every replica (None: --micro-batches decides)
+    virtual_stages: int = 1
+    max_micro_batch: bool = False
+    sweep: tuple[tuple[str, tuple[int | str, ...]], ...] = ()  # --sweep's keys under --mode train
+    devices: int | None = None  # --devices N: the layouts of N devices searched
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

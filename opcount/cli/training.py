@@ -25,7 +25,9 @@ from ..training.saved import SavedActivations, effective, layers_of, measure
 from ..training.states import ModelStates, states_of
 from ..training.step import Throughput, forward_calls, recompute_time
 from ..units import seconds, si, size
+from . import training_sweep
 from .deploy import cost_json
+from .flags.training import layout as training_layout
 from .options import LLMOptions, Options
 from .render import write_csv_meta
 
@@ -40,6 +42,11 @@ def run(
 ) -> str:
     """One training step of ``llm`` as the flags say, rendered."""
     train, deploy = options.training, flags.deploy
+    if train.sweep or train.devices is not None:  # many points from one trace (opcount.cli.training_sweep)
+        return training_sweep.run(
+            llm, options, flags, label, hardware, status,
+            lambda c: training_json(c, train.tokens, deploy.price, _max_micro_batch(c, options)),
+        )  # fmt: skip
     status(f"tracing {label}: training step, batch {flags.batch}, {flags.seq_len} tokens")
     cost = train_step(
         llm,
@@ -47,15 +54,23 @@ def run(
         batch=flags.batch,
         optimizer=train.optimizer,
         zero=train.zero,
-        dp=deploy.dp,
         recompute=train.recompute,
         hardware=hardware,
         flops_per_mac=options.analysis.flops_per_mac,
         preset=options.analysis.preset,
+        layout=training_layout(flags, train),
     )
     if options.rendering.format == "json":
         return llm_json(cost, llm, options, label, train.tokens, deploy.price)
-    return llm_report(cost, options.rendering, label, options.model, llm.parameters, train.tokens, deploy.price)
+    return llm_report(
+        cost, options.rendering, label, options.model, llm.parameters, train.tokens, deploy.price,
+        _max_micro_batch(cost, options),
+    )  # fmt: skip
+
+
+def _max_micro_batch(cost: TrainingCost, options: Options) -> int | None:
+    capacity = _capacity(cost)
+    return None if not options.training.max_micro_batch or capacity is None else cost.max_micro_batch(capacity)
 
 
 def llm_json(
@@ -86,37 +101,47 @@ def llm_json(
             "kv_cache_by_type": {},
             "activations": cost.activations,
             "per_device": per_device,
+            "per_stage": [{"stage": st.stage, "layers": len(st.layers), **cost.stage_memory(st)} for st in cost.stages],
             "capacity": capacity,
             "fits": None if capacity is None else per_device["total"] <= capacity,
         },
     }
-    step, rate = cost.step, cost.throughput
-    if step is not None and rate is not None and cost.roofline is not None:  # the step on every device at once
+    rate, parallel = cost.throughput, cost.parallel
+    if parallel is not None and rate is not None and cost.roofline is not None:  # the step on every device at once
         out |= {
             "hardware": cost.roofline.hardware.name,
             "kernels": "eager",  # a training step runs one kernel a call (opcount.llm.training)
-            "time": step.time,
-            "time_bound": step.time_bound,
-            "bound": step.limited_by,
+            "time": parallel.time,
+            "time_bound": parallel.time_bound,
+            "bound": parallel.limited_by,
             "tokens_per_s": rate.tokens_per_s,
             "tokens_per_s_bound": rate.tokens_per_s_bound,
         }
-    out["parallel"] = {"tp": 1, "pp": 1, "ep": 1, "dp": cost.dp, "devices": cost.dp}
-    if step is not None:  # the data-parallel collectives of one step, as a deployment reports its own
-        out["communication"] = {"bytes_per_device": sum(c.sent for c in cost.collectives), "time": step.communication}
+    out["parallel"] = cost.layout.as_dict()
+    if parallel is not None:  # the collectives and sends of one step on the slowest stage, as a deployment's own
+        sent = parallel.stages[parallel.slowest].sent
+        out["communication"] = {"bytes_per_device": sent, "time": parallel.communication}
+    devices = cost.layout.devices
     if rate is not None and price is not None:
         per_million = {"trained": rate.cost(1e6, price)}
         bound = rate.tokens_per_s_bound
-        at_bound = {"trained": 1e6 / bound / 3600 * cost.dp * price} if bound else None
-        out["cost"] = cost_json(per_million, at_bound, price, cost.dp)
+        at_bound = {"trained": 1e6 / bound / 3600 * devices * price} if bound else None
+        out["cost"] = cost_json(per_million, at_bound, price, devices)
     data["llm"] = out
     data["memory"] = dict(out["memory"])  # the report's copy, as an inference point's
-    data["training"] = training_json(cost, tokens, price)
+    data["training"] = training_json(cost, tokens, price, _max_micro_batch(cost, options))
     return json.dumps(data, indent=2)
 
 
 def llm_report(
-    cost: TrainingCost, rendering: Any, label: str, model: str, parameters: int, tokens: int | None, price: float | None
+    cost: TrainingCost,
+    rendering: Any,
+    label: str,
+    model: str,
+    parameters: int,
+    tokens: int | None,
+    price: float | None,
+    max_micro_batch: int | None = None,
 ) -> str:
     """The step's module table and summary, or its CSV."""
     extra = {"roofline": cost.roofline} if cost.roofline is not None else None
@@ -132,7 +157,12 @@ def llm_report(
     table = report.module_table(
         cost.flops, columns=columns, max_depth=depth, extra=extra, show_param_shapes=rendering.param_shapes
     )
-    return table + "\n\n" + "\n".join(llm_summary(cost, label, parameters, tokens, price))
+    lines = llm_summary(cost, label, parameters, tokens, price)
+    if max_micro_batch is not None:
+        lines.append(
+            f"  max micro-batch: {max_micro_batch} sequence{'s' if max_micro_batch != 1 else ''} of {cost.seq_len} tokens"
+        )
+    return table + "\n\n" + "\n".join(lines)
 
 
 def llm_summary(cost: TrainingCost, label: str, parameters: int, tokens: int | None, price: float | None) -> list[str]:
@@ -140,15 +170,39 @@ def llm_summary(cost: TrainingCost, label: str, parameters: int, tokens: int | N
     lines = [
         f"{label}: training step, batch {cost.batch} x {cost.seq_len} tokens per device, {cost.precision.label(cache=False)}",
         f"  parameters {si(parameters)}, FLOPs {si(cost.flops.total())} per device (forward and backward; {convention})",
-        *memory_lines(cost.states, cost.saved, cost.recompute, cost.optimizer),
     ]
+    layout = cost.layout
+    if layout.devices > layout.dp or layout.micro_batches > 1:
+        lines[0] = (
+            f"{label}: training step, micro-batch {cost.batch} x {cost.seq_len} tokens, {layout.label()}, "
+            f"{cost.precision.label(cache=False)}"
+        )
+        lines[1] = (
+            f"  parameters {si(parameters)}, FLOPs {si(cost.flops.total())} per micro-batch of the whole model "
+            f"(forward and backward; {convention})"
+        )
+        memory = cost.memory()
+        lines.append(
+            f"  memory per device (the fullest stage): weights {size(memory['weights'])}, gradients "
+            f"{size(memory['gradients'])}, optimizer {size(memory['optimizer'])} ({cost.optimizer}"
+            f"{f', ZeRO-{cost.zero}' if cost.zero else ''}), activations {size(memory['activations'])} (recompute "
+            f"{cost.recompute}), backward's transient {size(memory['transient'])}, total {size(memory['total'])}"
+        )
+        if layout.pp > 1:
+            per = ", ".join(f"{size(cost.stage_memory(s)['total'])}" for s in cost.stages)
+            lines.append(f"  memory per stage: {per}")
+    else:
+        lines.extend(memory_lines(cost.states, cost.saved, cost.recompute, cost.optimizer))
+        transient = cost.memory()["transient"]
+        lines[-1] = lines[-1].replace(", total", f", backward's transient {size(transient)}, total")
+        lines[-1] = lines[-1].rsplit("total ", 1)[0] + f"total {size(cost.memory()['total'])}"
     capacity = _capacity(cost)
     if capacity is not None:
         total = cost.memory()["total"]
         verdict = "fits" if total <= capacity else f"does not fit ({size(total)} > {size(capacity)})"
         lines.append(f"  capacity: {size(capacity)} per device: {verdict}")
-    step, rate = cost.step, cost.throughput
-    if step is not None and rate is not None and cost.roofline is not None:
+    rate = cost.throughput
+    if cost.parallel is not None and rate is not None and cost.roofline is not None:
         lines.extend(_time_lines(cost, rate, tokens, price))
     return lines
 
@@ -176,18 +230,31 @@ def memory_lines(states: ModelStates, saved: SavedActivations, recompute: str, o
 
 
 def _time_lines(cost: TrainingCost, rate: Throughput, tokens: int | None, price: float | None) -> list[str]:
-    step = cost.step
-    assert step is not None and cost.roofline is not None
-    hw = cost.roofline.hardware.name
-    parts = f"kernels {seconds(step.compute)}"
-    if step.recompute:
-        parts += f" + recompute {seconds(step.recompute)}"
-    if cost.dp > 1:
-        parts += f" + exposed collectives {seconds(step.exposed)} (of {seconds(step.communication)}, overlapped)"
+    parallel = cost.parallel
+    assert parallel is not None and cost.roofline is not None
+    hw, terms, devices = cost.roofline.hardware.name, parallel.terms, cost.layout.devices
+    parts = f"kernels {seconds(terms['compute'])}"
+    if terms["recompute"]:
+        parts += f" + recompute {seconds(terms['recompute'])}"
+    names = {
+        "tensor_parallel": "tensor-parallel collectives",
+        "context_parallel": "exposed ring exchange",
+        "expert_parallel": "all-to-all",
+        "pipeline": "pipeline sends",
+        "bubble": f"bubble ({cost.layout.bubble_fraction():.1%})",
+    }
+    for key, name in names.items():
+        if terms[key]:
+            parts += f" + {name} {seconds(terms[key])}"
+    if cost.layout.dp * cost.layout.cp > 1:
+        sync = parallel.stages[parallel.slowest].data_parallel
+        parts += (
+            f" + exposed data-parallel collectives {seconds(terms['data_parallel'])} (of {seconds(sync)}, overlapped)"
+        )
     lines = [
-        f"  {hw}: step {seconds(step.time)} ({parts}), {rate.tokens_per_s:,.0f} tokens/s on {cost.dp} "
-        f"device{'s' if cost.dp > 1 else ''}, MFU {rate.mfu:.1%}",
-        f"  speed of light: step {seconds(step.time_bound)} ({step.limited_by}-bound), "
+        f"  {hw}: step {seconds(parallel.time)} ({parts}), {rate.tokens_per_s:,.0f} tokens/s on {devices} "
+        f"device{'s' if devices > 1 else ''} ({rate.tokens_per_s / devices:,.0f} per device), MFU {rate.mfu:.1%}",
+        f"  speed of light: step {seconds(parallel.time_bound)} ({parallel.limited_by}-bound), "
         f"{rate.tokens_per_s_bound or 0:,.0f} tokens/s, MFU at the bound {rate.mfu_bound or 0:.1%}",
     ]
     if tokens is not None:
@@ -206,28 +273,57 @@ def _duration(s: float) -> str:
     return f"{s / 86400:,.1f} days"
 
 
-def training_json(cost: TrainingCost, tokens: int | None, price: float | None) -> dict[str, Any]:
-    """``optimizer``, ``zero``, ``dp``, ``recompute``, and with hardware ``step_time``, ``tokens_per_s``,
-    ``mfu``, ``time_to_train`` and ``cost`` (None where not asked)."""
+def training_json(
+    cost: TrainingCost, tokens: int | None, price: float | None, max_micro_batch: int | None = None
+) -> dict[str, Any]:
+    """``optimizer``, ``zero``, ``dp``, ``recompute``, the layout and its batch, and with hardware ``step_time``,
+    ``step_time_bound``, ``bubble_fraction``, each term's seconds (``terms``), ``tokens_per_s``, ``mfu``,
+    ``mfu_bound``, ``time_to_train`` and ``cost`` (None where not asked)."""
+    layout = cost.layout
     out: dict[str, Any] = {
         "optimizer": cost.optimizer,
         "zero": cost.zero,
         "dp": cost.dp,
         "recompute": cost.recompute,
+        "layout": layout.as_dict(),
+        "micro_batch": cost.batch,
+        "global_batch": cost.batch * layout.micro_batches * layout.dp,
         "tokens_per_step": cost.tokens,
+        "bubble_fraction": layout.bubble_fraction(),
     }
-    step, rate = cost.step, cost.throughput
-    if step is not None and rate is not None:
+    if max_micro_batch is not None:
+        out["max_micro_batch"] = max_micro_batch
+    parallel, rate = cost.parallel, cost.throughput
+    if parallel is not None and rate is not None:
+        terms = parallel.terms
         out |= {
-            "step_time": step.time,
-            "step_time_bound": step.time_bound,
-            "bound": step.limited_by,
-            "compute_time": step.compute,
-            "recompute_time": step.recompute,
-            "communication_time": step.communication,
-            "exposed_communication_time": step.exposed,
+            "step_time": parallel.time,
+            "step_time_bound": parallel.time_bound,
+            "bound": parallel.limited_by,
+            "terms": dict(terms),
+            "stages": [  # each stage's seconds for one micro-batch, its data-parallel collectives and bound a step
+                {
+                    "stage": st.stage,
+                    "micro_batch_time": st.micro_batch,
+                    "compute": st.compute,
+                    "recompute": st.recompute,
+                    "tensor_parallel": st.tensor_parallel,
+                    "context_parallel": st.context_parallel,
+                    "expert_parallel": st.expert_parallel,
+                    "pipeline": st.pipeline,
+                    "data_parallel": st.data_parallel,
+                    "step_time_bound": st.bound,
+                }
+                for st in parallel.stages
+            ],
+            "compute_time": terms["compute"],
+            "recompute_time": terms["recompute"],
+            "bubble_time": terms["bubble"],
+            "communication_time": parallel.communication,
+            "exposed_communication_time": parallel.time - terms["compute"] - terms["recompute"] - terms["bubble"],
             "tokens_per_s": rate.tokens_per_s,
             "tokens_per_s_bound": rate.tokens_per_s_bound,
+            "tokens_per_s_per_device": rate.tokens_per_s / layout.devices,
             "mfu": rate.mfu,
             "mfu_bound": rate.mfu_bound,
             "tokens": tokens,

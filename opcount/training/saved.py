@@ -52,6 +52,9 @@ class Saved:
     layer: int | None
     scores: bool
     key: int = 0  # the storage's identity, while the measurement runs
+    module: str = ""  # the innermost module running when it was first saved (inside the layers)
+    width: int = 0  # the tensor's last size (a [batch, seq, hidden] tensor's hidden width), 0 for a scalar
+    dims: int = 0
 
 
 @dataclass
@@ -129,7 +132,7 @@ def measure(
     with contextlib.ExitStack() as stack:
         stack.enter_context(_training(model))
         if found is not None:
-            stack.enter_context(recorder.layers(found[1]))
+            stack.enter_context(recorder.layers(found[1], found[0]))
         stack.enter_context(fake)
         stack.enter_context(torch.enable_grad())
         stack.enter_context(torch.autograd.graph.saved_tensors_hooks(recorder.pack, _unpack))
@@ -178,6 +181,7 @@ class _Recorder:
         self._excluded: set[int] = set()
         self._keep: list[torch.Tensor] = []  # alive until the end: a storage's key is never reused
         self._layer: int | None = None
+        self._modules: list[str] = []  # the modules running inside a layer, innermost last
 
     def exclude(self, tensors: Any) -> None:
         for t in tensors:
@@ -192,16 +196,23 @@ class _Recorder:
             # [batch, heads, query, key]: four dimensions at least, so that a [batch, seq, hidden] tensor
             # whose hidden size equals the sequence length is not taken for one
             scores = s is not None and t.dim() >= 4 and tuple(t.shape[-2:]) == (s, s)
-            self.saved[key] = Saved(t.untyped_storage().nbytes(), self._layer, scores, key)
+            module = self._modules[-1] if self._modules else ""
+            width = int(t.shape[-1]) if t.dim() else 0
+            self.saved[key] = Saved(t.untyped_storage().nbytes(), self._layer, scores, key, module, width, t.dim())
         return t
 
     @contextlib.contextmanager
-    def layers(self, layers: nn.ModuleList) -> Iterator[None]:
+    def layers(self, layers: nn.ModuleList, prefix: str = "") -> Iterator[None]:
         handles = []
         for i, layer in enumerate(layers):
             self.inputs.append(0)
             handles.append(layer.register_forward_pre_hook(self._enter(i), with_kwargs=True))
             handles.append(layer.register_forward_hook(self._leave, with_kwargs=True))
+            # which module saves each tensor: tensor parallelism splits a row-parallel projection's input
+            for name, sub in layer.named_modules():
+                full = ".".join(p for p in (prefix, str(i), name) if p)
+                handles.append(sub.register_forward_pre_hook(self._push(full)))
+                handles.append(sub.register_forward_hook(self._pop))
         try:
             yield
         finally:
@@ -219,6 +230,16 @@ class _Recorder:
                 self._keep.append(first)
 
         return hook
+
+    def _push(self, name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            self._modules.append(name)
+
+        return hook
+
+    def _pop(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        if self._modules:
+            self._modules.pop()
 
     def _leave(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         self._layer = None

@@ -53,7 +53,9 @@ def test_json_per_device_and_training(capsys: pytest.CaptureFixture[str]) -> Non
     assert per["weights"] == -(-2 * params // 4)
     assert per["gradients"] == -(-2 * params // 4)
     assert per["optimizer"] == -(-12 * params // 4)
-    assert per["total"] == sum(per[k] for k in ("weights", "kv_cache", "activations", "gradients", "optimizer"))
+    assert per["total"] == sum(
+        per[k] for k in ("weights", "kv_cache", "activations", "gradients", "optimizer", "transient")
+    )
     t: dict[str, Any] = data["training"]
     assert (t["optimizer"], t["zero"], t["dp"], t["recompute"]) == ("adamw", 3, 4, "none")
     assert t["tokens_per_s"] == pytest.approx(4 * 64 / t["step_time"])
@@ -68,7 +70,10 @@ def test_json_per_device_and_training(capsys: pytest.CaptureFixture[str]) -> Non
     assert t["step_time_bound"] >= 2 * data["llm"]["flops"] / 989.4e12 and t["mfu_bound"] <= 1
     assert t["step_time"] == pytest.approx(t["compute_time"] + t["recompute_time"] + t["exposed_communication_time"])
     llm = data["llm"]
-    assert llm["parallel"] == {"tp": 1, "pp": 1, "ep": 1, "dp": 4, "devices": 4}
+    assert llm["parallel"] == {
+        "tp": 1, "pp": 1, "cp": 1, "ep": 1, "dp": 4, "devices": 4, "sequence_parallel": False, "micro_batches": 1,
+        "virtual_stages": 1,
+    }  # fmt: skip
     # ZeRO-3: a reduce-scatter of the gradients and two all-gathers of the weights, 3 x 3/4 x 2 bytes per parameter
     assert llm["communication"]["bytes_per_device"] == pytest.approx(3 * 3 / 4 * 2 * params)
     assert llm["communication"]["time"] == t["communication_time"]
@@ -108,7 +113,7 @@ def test_summary_and_recompute(capsys: pytest.CaptureFixture[str]) -> None:
         (["--mode", "train", "--optimizer", "rmsprop"], "argument --optimizer: invalid choice: 'rmsprop'"),
         (["--mode", "train", "--tokens", "1e20"], "argument --tokens: expected 1 to 1e+16 tokens"),
         (["--mode", "train", "--tokens", "1e9"], "--tokens needs --hardware"),
-        (["--mode", "train", "--tp", "2"], "--tp: --mode train prices data parallelism"),
+        (["--mode", "train", "--tp", "3"], "--tp 3: does not divide the model's 4 attention heads"),
         # --reserve was accepted and ignored (the capacity stayed the whole 80 GB): refused instead
         (["--mode", "train", "--reserve", "0.5", "--hardware", "h100-sxm"], "--reserve applies to inference"),
         (["--mode", "train", "--max-batch", "--hardware", "h100-sxm"], "--max-batch applies to inference"),

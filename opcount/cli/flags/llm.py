@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from ...errors import OpcountError
 from ...llm import PHASES
@@ -17,6 +17,7 @@ from ...llm.kernels import MODES
 from ...llm.models.limits import MAX_BATCH, MAX_POSITIONS
 from ...llm.precision.assignments import WeightAssignmentError
 from ...llm.precision.dtypes import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, Precision, canonical
+from ...training.saved import RECOMPUTE
 from ..args import check_counts, natural_int, positive_int
 from ..options import LLMOptions, Options, Rendering, columns_needing
 from . import deploy
@@ -36,6 +37,7 @@ FLAGS = (
     "kernels",
 )
 SWEEPABLE = {"batch": "batch", "seq-len": "seq_len", "kv-len": "kv_len", "gen-len": "gen_len", **deploy.SWEEPABLE}
+TRAIN_SWEEPABLE = training_flags.TRAIN_SWEEPABLE  # --mode train's: a layout, ZeRO, recomputation from one trace
 DEFAULT_PHASE = "prefill"
 DEFAULT_SEQ_LEN = 128  # prompt tokens of a prefill, or of a training step
 DEFAULT_DTYPE = "bfloat16"  # the weights' and the activations'
@@ -86,7 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="KEY=V1,V2,...",
         type=_sweep,
-        help=f"one row per point ({', '.join(SWEEPABLE)}); repeat for a grid",
+        help=f"one row per point ({', '.join(SWEEPABLE)}; with --mode train {', '.join(TRAIN_SWEEPABLE)}); "
+        "repeat for a grid",
     )
     g.add_argument(
         "--kernels",
@@ -103,22 +106,35 @@ class _Assignments(argparse.Action):
         setattr(namespace, self.dest, (*(getattr(namespace, self.dest) or ()), values))
 
 
-def _sweep(text: str) -> tuple[str, tuple[int, ...]]:
+def _sweep(text: str) -> tuple[str, tuple[int | str, ...]]:
     key, sep, values = text.partition("=")
     key = key.strip().replace("_", "-")
-    if not sep or key not in SWEEPABLE:
-        raise argparse.ArgumentTypeError(f"expected KEY=V1,V2 with KEY one of {', '.join(SWEEPABLE)}, got {text!r}")
+    keys = (*SWEEPABLE, *(k for k in TRAIN_SWEEPABLE if k not in SWEEPABLE))
+    if not sep or key not in keys:
+        raise argparse.ArgumentTypeError(f"expected KEY=V1,V2 with KEY one of {', '.join(keys)}, got {text!r}")
     parts = values.split(",")
     if len(parts) > 1 and not parts[-1].strip():
         parts = parts[:-1]  # a trailing comma, as in a Python tuple
+    if key == "recompute":
+        modes = tuple(v.strip() for v in parts)
+        if not modes or any(m not in RECOMPUTE for m in modes):
+            raise argparse.ArgumentTypeError(f"recompute: expected values among {', '.join(RECOMPUTE)}, got {values!r}")
+        return key, modes
     try:
         # An empty value ("1,,16") is a typo: int("") refuses it rather than the point being dropped.
         numbers = tuple(int(v) for v in parts)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{key}: expected whole numbers, got {values!r}") from None
-    if not numbers or min(numbers) < (0 if key in ("kv-len", "gen-len") else 1):
-        raise argparse.ArgumentTypeError(f"{key}: expected values >= {0 if key in ('kv-len', 'gen-len') else 1}")
+    low = 0 if key in ("kv-len", "gen-len", "zero") else 1
+    if not numbers or min(numbers) < low:
+        raise argparse.ArgumentTypeError(f"{key}: expected values >= {low}")
+    if key == "zero" and max(numbers) > 3:
+        raise argparse.ArgumentTypeError(f"zero: expected ZeRO stages 0 to 3, got {values!r}")
     return key, numbers
+
+
+def _numbers(values: tuple[int | str, ...]) -> TypeGuard[tuple[int, ...]]:
+    return all(isinstance(v, int) for v in values)
 
 
 def options(ns: Mapping[str, Any]) -> LLMOptions:
@@ -139,7 +155,10 @@ def options(ns: Mapping[str, Any]) -> LLMOptions:
         act_dtype=DEFAULT_DTYPE if ns.get("act_dtype") is None else ns["act_dtype"],
         kv_dtype=ns.get("kv_dtype"),
         state_dtype=ns.get("state_dtype"),
-        sweep=tuple(ns.get("sweep") or ()),
+        # the inference sweep's keys; --mode train's are the training options' (opcount.cli.flags.training)
+        sweep=tuple(
+            (k, v) for k, v in ns.get("sweep") or () if ns.get("mode") != "train" and k in SWEEPABLE and _numbers(v)
+        ),
         kernels=ns.get("kernels") or DEFAULT_KERNELS,
         deploy=deployment,
         given=(*given, *deployment.given),
@@ -211,7 +230,8 @@ def check(flags: LLMOptions, options: Options) -> Precision:
     if rendering.by_operator and flags.sweep:
         raise OpcountError("--by-operator shapes one point's table, not a --sweep's rows")
     _check_columns(rendering, options.hardware is not None, bool(flags.sweep))
-    deploy.check(flags, options.hardware is not None, options.hardware.spec if options.hardware else None)
+    if analysis.mode != "train":  # a training layout is checked by opcount.cli.flags.training
+        deploy.check(flags, options.hardware is not None, options.hardware.spec if options.hardware else None)
     for flag, value, allowed, role in (
         ("--act-dtype", flags.act_dtype, ACT_DTYPES, "activation"),
         ("--kv-dtype", flags.kv_dtype, KV_DTYPES, "KV cache"),
