@@ -4,6 +4,7 @@ bad input refused naming its flag."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,18 @@ def test_each_phase_is_traced_once_for_every_device_and_the_estimate_alone_is_ru
     both = simulate(llm, WORKLOAD, "b200", Parallel(tp=2))
     assert alone.bound is None and both.bound is not None
     assert alone.metrics == both.metrics and alone.per_request == both.per_request
+
+
+def test_a_pool_that_cannot_hold_its_share_is_rejected_with_the_reason() -> None:
+    from opcount.llm.plan.disagg import holds
+    from opcount.llm.serve.scheduler import Engine
+    from opcount.llm.serve.simulate import replay
+
+    # one sequence at a time, each request one step of 0.1 s (its prompt gives its only token): 10 requests/s
+    # served, against 50 arriving evenly at 100/s (49 gaps over 0.49 s)
+    offered = Workload(requests=50, input_len=16, output_len=1, rate=100.0, arrivals="constant")
+    engine = Engine(max_num_seqs=1, max_num_batched_tokens=16, block_size=16, num_blocks=100)
+    sim = replay(offered, engine, lambda step: 0.1)
+    assert holds(sim) == "serves 10 requests/s of its share of 100/s: its queue grows"
+    kept = replay(replace(offered, rate=5.0), engine, lambda step: 0.1)  # 5/s offered: it keeps up
+    assert holds(kept) == ""
