@@ -244,6 +244,7 @@ LLM_LAYERS: tuple[tuple[str, ...], ...] = (
     ("plan",),
     ("report",),
     ("training", "validation"),
+    ("calibration",),
 )
 
 

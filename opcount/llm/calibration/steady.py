@@ -1,0 +1,94 @@
+"""A measured row's estimate and bound in a steady-state closed form (:func:`predict`), from two deployed steps
+of the row's model on its layout and hardware (:class:`Priced`): a decode step of the batch the workload keeps
+running, at the mean context, and a prompt's prefill.
+
+Notation: ``I`` and ``O`` the mean prompt and answer tokens; ``b`` the sequences a replica runs, ``r`` the
+replicas (``dp_attention``); ``D`` the decode step's estimate and ``P`` the prompt's, each with an engine
+profile's step terms (:mod:`opcount.llm.engines.terms`), ``s`` the profile's server time to first token.
+
+- **closed loop** (``concurrency`` clients, ``b = concurrency / r``): each request's prompt runs while the other
+  ``b - 1`` decode, and each of theirs once in ``O`` of its steps: ``TTFT = P + s``, ``TPOT = D + (b - 1) P / O``;
+- **all at once** (``rate`` inf, ``N`` requests; ``b`` the slots a replica runs: ``N / r``, at most
+  ``max_num_seqs`` and what the KV cache holds): with one wave (``N <= r b``) the prompts run first, one after
+  another, ``TTFT = (b + 1) P / 2 + s`` and ``TPOT = D``; with ``w = N / (r b)`` waves a request waits for
+  ``(w - 1) / 2`` others on its slot, each ``P + (O - 1) TPOT``, with ``TPOT`` as in a closed loop;
+- ``E2EL = TTFT + (O - 1) TPOT``; output tokens a second ``r b O / E2EL`` in a closed loop, ``N O`` over the
+  waves' time all at once; per GPU over the row's devices; total tokens ``(I + O) / O`` times output tokens.
+
+The bound is the same workload at the speed of light (``D`` and ``P`` the steps' bounds, no profile, no
+waiting, no prompt stalling a decode): ``TTFT >= P``, ``TPOT >= D``, tokens a second at most ``r b / D``.
+Percentiles beyond the median are not modelled (a row asking for one is reported so, not priced).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..engines.profile import EngineProfile
+from ..engines.terms import StepShape, step_seconds
+from .rows import Row
+
+
+@dataclass(frozen=True)
+class Step:
+    """A deployed step: its estimate without a profile, its bound, and its shape for the profile's terms."""
+
+    estimate: float
+    bound: float
+    shape: StepShape
+
+    def priced(self, profile: EngineProfile | None) -> float:
+        return self.estimate + step_seconds(profile, self.shape)
+
+
+@dataclass(frozen=True)
+class Priced:
+    """A row with its steps: ``batch`` sequences a replica, ``replicas``, ``burst`` (all requests at once)."""
+
+    row: Row
+    batch: int
+    replicas: int
+    burst: bool
+    decode: Step
+    prefill: Step
+
+
+def predict(p: Priced, profile: EngineProfile | None) -> float:
+    """The estimate of ``p``'s metric, as seconds (:attr:`.rows.Row.seconds`), under ``profile``."""
+    row, b, r = p.row, p.batch, p.replicas
+    d, pre = p.decode.priced(profile), p.prefill.priced(profile)
+    server = profile.ttft_overhead_s if profile is not None else 0.0
+    o = row.output
+    waves = row.requests / (r * b) if p.burst else 0.0
+    if p.burst and waves <= 1:
+        tpot = d
+        ttft = (b + 1) * pre / 2 + server
+        slot = b * pre + (o - 1) * tpot
+    else:
+        tpot = d + (b - 1) * pre / o
+        slot = pre + (o - 1) * tpot
+        ttft = pre + server + (max(waves, 1) - 1) / 2 * slot
+    e2el = ttft + (o - 1) * tpot
+    if p.burst:
+        rate = row.requests * o / (max(waves, 1) * slot)
+    else:
+        rate = r * b * o / e2el
+    return _metric(row, ttft, tpot, e2el, rate)
+
+
+def bound(p: Priced) -> float:
+    """The bound of ``p``'s metric, as seconds: no engine runs the workload faster."""
+    d, pre = p.decode.bound, p.prefill.bound
+    return _metric(p.row, pre, d, pre + (p.row.output - 1) * d, p.replicas * p.batch / d)
+
+
+def _metric(row: Row, ttft: float, tpot: float, e2el: float, rate: float) -> float:
+    """The row's metric from the four figures (``rate``: output tokens a second over every replica)."""
+    per_token = {
+        "out_tok_s": 1 / rate,
+        "out_tok_s_per_gpu": row.devices / rate,
+        "total_tok_s_per_gpu": row.devices / rate * row.output / (row.input + row.output),
+        "req_s": row.output / rate,
+    }
+    latency = {"tpot_ms": tpot, "itl_ms": tpot, "ttft_ms": ttft, "e2el_ms": e2el}
+    return latency.get(row.metric, per_token.get(row.metric, 0.0))
