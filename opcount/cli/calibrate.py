@@ -87,15 +87,15 @@ def report(
     written: str | None,
 ) -> str:
     """The rows, the estimate before and after, the parameters and the errors."""
-    lines = [f"{'case':44} {'measured':>12} {'bound':>11} {'start':>11} {'fitted':>11}"]
+    lines = [f"{'case':60} {'measured':>12} {'bound':>11} {'start':>11} {'fitted':>11}"]
     for p in found:
         if isinstance(p, evaluate.Unmodelled):
-            lines.append(f"{p.row.case[:44]:44} not modelled: {p.reason}")
+            lines.append(f"{p.row.case[:60]:60} not modelled: {p.reason}")
             continue
         m, metric = p.row.measured, p.row.metric
         values = (rows.value(metric, steady.bound(p)), rows.value(metric, steady.predict(p, start)))
         fitted = rows.value(metric, steady.predict(p, profile))
-        lines.append(f"{p.row.case[:44]:44} {m:12.4g} {values[0]:11.4g} {values[1]:11.4g} {fitted:11.4g}  {metric}")
+        lines.append(f"{p.row.case[:60]:60} {m:12.4g} {values[0]:11.4g} {values[1]:11.4g} {fitted:11.4g}  {metric}")
     lines.append("")
     lines.append(f"profile {profile.name}:")
     lines += [f"  {k} = {v:.6g}" for k, v in profile.parameters().items()]

@@ -22,7 +22,9 @@ Percentiles beyond the median are not modelled (a row asking for one is reported
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..engines.profile import EngineProfile
 from ..engines.terms import StepShape, step_seconds
@@ -92,3 +94,29 @@ def _metric(row: Row, ttft: float, tpot: float, e2el: float, rate: float) -> flo
     }
     latency = {"tpot_ms": tpot, "itl_ms": tpot, "ttft_ms": ttft, "e2el_ms": e2el}
     return latency.get(row.metric, per_token.get(row.metric, 0.0))
+
+
+def as_dict(p: Priced) -> dict[str, object]:
+    """``p``'s steps and workload as plain values (its row is the measurement's: joined again by its case)."""
+
+    def step(s: Step) -> dict[str, object]:
+        return {"estimate": s.estimate, "bound": s.bound, "shape": vars(s.shape)}
+
+    return {
+        "batch": p.batch,
+        "replicas": p.replicas,
+        "burst": p.burst,
+        "decode": step(p.decode),
+        "prefill": step(p.prefill),
+    }
+
+
+def from_dict(row: Row, data: Mapping[str, Any]) -> Priced:
+    """The inverse of :func:`as_dict`, for ``row``."""
+
+    def step(s: Mapping[str, Any]) -> Step:
+        return Step(float(s["estimate"]), float(s["bound"]), StepShape(**s["shape"]))
+
+    return Priced(
+        row, int(data["batch"]), int(data["replicas"]), bool(data["burst"]), step(data["decode"]), step(data["prefill"])
+    )
