@@ -34,13 +34,17 @@ SHAPE = StepShape("decode", 4, 0.0, 0.0, 0, 0, 0.0)
 
 
 def test_a_closed_loop_by_hand() -> None:
-    # 4 clients, D = 10 ms, P = 100 ms, O = 101: TPOT = 10 + 3 x 100 / 101 ms; TTFT = 100 ms + the server's 20
+    # 4 clients, D = 10 ms, P = 100 ms, O = 101: TPOT = 10 + 3 x 100 / 101 ms
     decode, prefill = Step(0.01, 0.005, SHAPE), Step(0.1, 0.05, SHAPE)
     profile = EngineProfile("t", ttft_overhead_s=0.02)
     tpot = 0.01 + 3 * 0.1 / 101
     assert predict(Priced(measured(), 4, 1, False, decode, prefill), profile) == pytest.approx(tpot)
-    assert predict(Priced(measured("ttft_ms"), 4, 1, False, decode, prefill), profile) == pytest.approx(0.12)
-    e2el = 0.12 + 100 * tpot
+    # TTFT: P, the server's 20 ms, half a decode step, and M/D/1's wait behind the 3 others' prompts, which hold
+    # the engine rho = 3 P / (P + 100 TPOT) of the time
+    rho = 3 * 0.1 / (0.1 + 100 * tpot)
+    ttft = 0.1 + 0.02 + 0.005 + rho / (1 - rho) * 0.05
+    assert predict(Priced(measured("ttft_ms"), 4, 1, False, decode, prefill), profile) == pytest.approx(ttft)
+    e2el = ttft + 100 * tpot
     out = predict(Priced(measured("out_tok_s"), 4, 1, False, decode, prefill), profile)
     assert out == pytest.approx(e2el / (4 * 101))  # seconds per output token: 4 clients of 101 tokens each E2EL
     # the bound: TPOT at least the decode step's bound, tokens a second at most 4 / 5 ms
@@ -87,6 +91,7 @@ def synthetic(truth: EngineProfile, count: int = 24) -> list[Priced]:
 def test_calibrate_recovers_known_parameters_within_1_percent() -> None:
     truth = EngineProfile(
         "truth", step_overhead_s=7e-4, collective_latency_s=1.2e-5, gemm_small_m_efficiency=0.6, moe_routing_s=4e-5,
+        prefill_efficiency=0.75,
         attention_decode_efficiency=0.55, software_dequant=0.8, ttft_overhead_s=0.03,
     )  # fmt: skip
     found = fit(synthetic(truth), BUILTIN["vllm"], FITTED)

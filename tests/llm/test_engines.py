@@ -54,6 +54,9 @@ def test_a_full_tile_and_a_prompt_pay_no_small_m_or_decode_attention() -> None:
     shape = StepShape("prefill", 64, 4e-3, 0.0, 0, 0, 2e-4)
     found = terms(PROFILE, shape)
     assert found["small_m"] == 0.0 and found["attention"] == 0.0 and found["dequant"] == 0.0
+    assert found["prefill"] == 0.0  # PROFILE keeps the estimate's prompt speed
+    # a prompt at 0.8 of the estimate's speed: 4 ms x (1 / 0.8 - 1) = 1 ms more
+    assert terms(EngineProfile("p", prefill_efficiency=0.8), shape)["prefill"] == pytest.approx(1e-3)
 
 
 def test_a_deployment_adds_exactly_the_terms_and_leaves_the_bound() -> None:

@@ -48,6 +48,11 @@ def refusal(row: Row) -> str | None:
     """Why a row is not priced, before anything is built (None: it is)."""
     if row.stat in ("p90", "p99"):
         return f"{row.stat} of {row.metric}: the steady-state form gives means, not the tail"
+    if row.metric in ("ttft_ms", "e2el_ms") and row.concurrency is None and math.isinf(row.rate):
+        return (
+            "TTFT of requests sent all at once: their queue follows the engine's admission and chunk order, "
+            "which the steady-state form does not model"
+        )
     text = " ".join((row.case, row.text.get("note", ""))).lower()
     if "mtp" in text or "speculative" in text or "eagle" in text:
         return "speculative decoding (MTP): its acceptance is not published with the row"

@@ -7,7 +7,9 @@ replicas (``dp_attention``); ``D`` the decode step's estimate and ``P`` the prom
 profile's step terms (:mod:`opcount.llm.engines.terms`), ``s`` the profile's server time to first token.
 
 - **closed loop** (``concurrency`` clients, ``b = concurrency / r``): each request's prompt runs while the other
-  ``b - 1`` decode, and each of theirs once in ``O`` of its steps: ``TTFT = P + s``, ``TPOT = D + (b - 1) P / O``;
+  ``b - 1`` decode, and each of theirs once in ``O`` of its steps: ``TPOT = D + (b - 1) P / O``; ``TTFT = P + s``
+  alone, and with others half a decode step more and the wait behind their prompts, which hold the engine a
+  share ``rho = (b - 1) P / (P + (O - 1) TPOT)`` of the time (at most 0.9): M/D/1's ``rho / (1 - rho) x P / 2``;
 - **all at once** (``rate`` inf, ``N`` requests; ``b`` the slots a replica runs: ``N / r``, at most
   ``max_num_seqs`` and what the KV cache holds): with one wave (``N <= r b``) the prompts run first, one after
   another, ``TTFT = (b + 1) P / 2 + s`` and ``TPOT = D``; with ``w = N / (r b)`` waves a request waits for
@@ -17,7 +19,8 @@ profile's step terms (:mod:`opcount.llm.engines.terms`), ``s`` the profile's ser
 
 The bound is the same workload at the speed of light (``D`` and ``P`` the steps' bounds, no profile, no
 waiting, no prompt stalling a decode): ``TTFT >= P``, ``TPOT >= D``, tokens a second at most ``r b / D``.
-Percentiles beyond the median are not modelled (a row asking for one is reported so, not priced).
+Percentiles beyond the median, and the TTFT and end-to-end latency of requests sent all at once (their queue),
+are not modelled: a row asking for one is reported so, not priced (:func:`.evaluate.refusal`).
 """
 
 from __future__ import annotations
@@ -70,6 +73,11 @@ def predict(p: Priced, profile: EngineProfile | None) -> float:
         tpot = d + (b - 1) * pre / o
         slot = pre + (o - 1) * tpot
         ttft = pre + server + (max(waves, 1) - 1) / 2 * slot
+        if not p.burst and b > 1:
+            # a prompt arrives during a step (half of one to wait) and queues behind the others' prompts, which
+            # take a share rho of the engine's time: M/D/1's mean wait, rho / (1 - rho) x P / 2
+            rho = min((b - 1) * pre / slot, 0.9)
+            ttft += d / 2 + rho / (1 - rho) * pre / 2
     e2el = ttft + (o - 1) * tpot
     if p.burst:
         rate = row.requests * o / (max(waves, 1) * slot)

@@ -13,6 +13,9 @@ The parameters (how each becomes seconds is :mod:`.terms`):
   a single row per sequence: a decode GEMM of ``M`` rows is padded to the kernel's 64-row tile and streams
   its weights through fewer thread blocks than the bandwidth needs; linear in ``M`` up to the tile, where
   it reaches 1 (:data:`opcount.hardware.efficiency.TILE_ROWS`);
+- ``prefill_efficiency``: the share of the estimate's speed a prompt's kernels keep at the engine's own GEMM
+  shapes and attention kernels (the estimate's factors are the best of a microbenchmark's sweep of shapes:
+  :mod:`opcount.hardware.efficiency`);
 - ``moe_routing_s``: the router's top-k, and the permutation of tokens to their experts and back, per
   mixture-of-experts block a step (the fused-MoE kernels' align-and-sort and unpermute passes);
 - ``attention_decode_efficiency``: the share of the streaming bandwidth a decode step's attention reaches
@@ -43,11 +46,13 @@ RANGES: dict[str, tuple[float, float]] = {
     "step_overhead_s": (0.0, 0.05),
     "collective_latency_s": (0.0, 1e-3),
     "gemm_small_m_efficiency": (0.1, 1.0),
+    "prefill_efficiency": (0.3, 1.0),
     "moe_routing_s": (0.0, 1e-3),
     "attention_decode_efficiency": (0.1, 1.0),
     "overlap": (0.0, 1.0),
     "software_dequant": (0.0, 4.0),
-    "ttft_overhead_s": (0.0, 1.0),
+    # a server's own time to first token (HTTP, tokenisation) is tens of milliseconds: more would be a queue
+    "ttft_overhead_s": (0.0, 0.25),
 }
 ENGINES = ("vllm", "sglang", "trtllm")
 
@@ -61,6 +66,7 @@ class EngineProfile:
     step_overhead_s: float = 0.0
     collective_latency_s: float = 0.0
     gemm_small_m_efficiency: float = 1.0
+    prefill_efficiency: float = 1.0
     moe_routing_s: float = 0.0
     attention_decode_efficiency: float = 1.0
     overlap: float = 0.0
@@ -142,6 +148,11 @@ _SMALL_M = (
     "opcount.hardware.efficiency) and streams its weights through few thread blocks: below the tile it reaches "
     "a fraction of the bandwidth a large GEMM does"
 )
+_PREFILL = (
+    "the estimate's GEMM factors are the best shapes of Stas Bekman's mamf-finder sweep "
+    "(opcount.hardware.efficiency); a prompt's GEMMs and attention at the engine's own shapes reach at most that: "
+    "1 until calibrated"
+)
 _ATTENTION = (
     "paged decode attention reads its KV blocks through a page table and reduces split-KV partials "
     "(FlashDecoding, Dao et al. 2023; FlashInfer, Ye et al. 2025): below the streaming bandwidth"
@@ -172,6 +183,7 @@ BUILTIN: dict[str, EngineProfile] = {
             "a host-side step costs, for opcount calibrate to refit",
             "collective_latency_s": _NCCL,
             "gemm_small_m_efficiency": _SMALL_M,
+            "prefill_efficiency": _PREFILL,
             "moe_routing_s": _FUSED_MOE,
             "attention_decode_efficiency": _ATTENTION,
             "overlap": "vLLM runs its collectives after the kernels they reduce: none hidden",
@@ -195,6 +207,7 @@ BUILTIN: dict[str, EngineProfile] = {
             "starting point)",
             "collective_latency_s": _NCCL,
             "gemm_small_m_efficiency": _SMALL_M,
+            "prefill_efficiency": _PREFILL,
             "moe_routing_s": _FUSED_MOE,
             "attention_decode_efficiency": _ATTENTION,
             "overlap": "two-batch overlap is a flag (--enable-two-batch-overlap), priced by the deployment itself",
@@ -218,6 +231,7 @@ BUILTIN: dict[str, EngineProfile] = {
             "point)",
             "collective_latency_s": _NCCL,
             "gemm_small_m_efficiency": _SMALL_M,
+            "prefill_efficiency": _PREFILL,
             "moe_routing_s": _FUSED_MOE,
             "attention_decode_efficiency": _ATTENTION,
             "overlap": "collectives run after the GEMMs they reduce (AllReduce fused with the next RMSNorm): none hidden",

@@ -9,6 +9,7 @@ Each term is a closed form in the step's own figures, never a fit of the step's 
 - ``small_m``: the kernels' seconds x ``(1 / gemm_small_m_efficiency - 1) x max(0, 1 - M / 64)``, with ``M``
   the step's tokens on a device (a decode step's sequences): a batch of one pays the whole factor, a step of a
   full 64-row tile or more none;
+- ``prefill``: a prompt's kernels' seconds x ``(1 / prefill_efficiency - 1)``;
 - ``moe``: ``moe_routing_s`` x the experts blocks a step runs;
 - ``attention``: a decode step's KV read at the streaming bandwidth x ``(1 / attention_decode_efficiency - 1)``;
 - ``overlap``: minus ``overlap`` x the smaller of the collectives' and the kernels' seconds;
@@ -49,6 +50,7 @@ def terms(profile: EngineProfile, shape: StepShape) -> dict[str, float]:
         "step": profile.step_overhead_s,
         "collectives": profile.collective_latency_s * shape.collectives,
         "small_m": shape.kernels_s * (1 / profile.gemm_small_m_efficiency - 1) * small,
+        "prefill": shape.kernels_s * (1 / profile.prefill_efficiency - 1) if shape.phase == "prefill" else 0.0,
         "moe": profile.moe_routing_s * shape.moe_blocks,
         "attention": shape.kv_read_s * (1 / profile.attention_decode_efficiency - 1)
         if shape.phase == "decode"

@@ -271,7 +271,11 @@ def engines(search: Search, llm: CausalLM, precision: str, hardware: Hardware) -
                     sim = base
                 else:
                     assert base.fit is not None  # simulate fits its step costs
-                    sim = replay(part, base.engine, base.fit.estimate, base.fit.bound, parallel.devices)
+                    profile = search.options.get("engine_profile")  # its server's TTFT, as simulate adds it
+                    server = 0.0 if profile is None else profile.ttft_overhead_s
+                    sim = replay(
+                        part, base.engine, base.fit.estimate, base.fit.bound, parallel.devices, server_s=server
+                    )
             except OpcountError as e:  # it does not fit, or a request outgrows its cache
                 results.append(Result(config, None, rejected=str(e)))
                 break
