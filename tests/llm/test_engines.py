@@ -17,6 +17,8 @@ from opcount.llm.deploy.layout import Parallel  # noqa: E402
 from opcount.llm.engines.profile import BUILTIN, RANGES, EngineProfile, dumps, load, resolve  # noqa: E402
 from opcount.llm.engines.terms import StepShape, step_seconds, terms  # noqa: E402
 from opcount.llm.generation import generation  # noqa: E402
+from opcount.llm.serve.simulate import simulate  # noqa: E402
+from opcount.llm.serve.workload import Workload  # noqa: E402
 from tests.llm.test_deploy import DEVICE, N, llama  # noqa: E402
 
 PROFILE = EngineProfile(
@@ -119,3 +121,16 @@ def test_engine_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["llm:llama-3-8b", "--engine", "nope"]) == 2
     assert main(["llm:llama-3-8b", "--hardware", "h100-sxm", "--engine-profile", "/no/such/file.json"]) == 2
     assert "/no/such/file.json" in capsys.readouterr().err
+
+
+def test_simulate_adds_the_step_terms_and_the_server_time_to_first_token() -> None:
+    # one client: every step is its own, so each decode step gains the 1 ms step cost and the TTFT the prompt's
+    # step cost and the server's 20 ms; the bound is the same run without them
+    llm = CausalLM(llama())
+    workload = Workload(requests=2, input_len=64, output_len=5, concurrency=1)
+    profile = EngineProfile("t", step_overhead_s=1e-3, ttft_overhead_s=0.02)
+    plain = simulate(llm, workload, "h100-sxm")
+    engine = simulate(llm, workload, "h100-sxm", engine_profile=profile)
+    assert engine.metrics["mean_tpot_ms"] == pytest.approx(plain.metrics["mean_tpot_ms"] + 1.0, rel=1e-6)
+    assert engine.metrics["mean_ttft_ms"] == pytest.approx(plain.metrics["mean_ttft_ms"] + 21.0, rel=1e-6)
+    assert engine.bound == plain.bound
