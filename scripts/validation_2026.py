@@ -71,7 +71,8 @@ def price_into_store(status: Callable[[str], None]) -> None:
     kept = {case: data for case, data in kept.items() if case in {r.case for r in measured}}
     tracer = evaluate.Tracer(status)
     # the models whose experts make a trace slow (a phase of DeepSeek-R1 at a large batch: minutes) last
-    for row in sorted(measured, key=lambda r: r.model in SLOW):
+    # and of theirs, the closed loops first, smallest batch first (a burst runs the engine's largest batch)
+    for row in sorted(measured, key=lambda r: (r.model in SLOW, r.concurrency is None, r.concurrency or 0)):
         if row.case in kept:
             continue
         status(f"pricing {row.case}")
