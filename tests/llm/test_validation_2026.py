@@ -22,7 +22,7 @@ def test_no_measurement_beats_its_bound() -> None:
 
 def test_the_held_out_error_is_within_the_documented_figures() -> None:
     held = RUN.held
-    assert len(held) >= 30
+    assert len(held) >= loop.HELD_OUT_ROWS
     assert RUN.error(held) <= loop.HELD_OUT_ERROR
     for name, group in loop.groups(RUN):
         if len(group) >= loop.MIN_GROUP:
@@ -51,12 +51,18 @@ def _same(a: steady.Priced, b: steady.Priced) -> None:
     for x, y in ((a.decode, b.decode), (a.prefill, b.prefill)):
         assert x.estimate == pytest.approx(y.estimate, rel=1e-6) and x.bound == pytest.approx(y.bound, rel=1e-6)
         for key, value in vars(x.shape).items():
-            assert value == pytest.approx(getattr(y.shape, key), rel=1e-6), (a.row.case, key)
+            expected = getattr(y.shape, key)
+            assert value == (expected if isinstance(value, str) else pytest.approx(expected, rel=1e-6)), (
+                a.row.case,
+                key,
+            )
 
 
 def check_priced_again(cases: set[str] | None) -> None:
-    rows = [p.row for p in STORED if cases is None or p.row.case in cases]
-    for now, kept in zip(evaluate.price(rows), [p for p in STORED if p.row in rows], strict=True):
+    # a row --price has not reached yet is not compared (the page says it is not priced)
+    done = [p for p in STORED if not (isinstance(p, evaluate.Unmodelled) and p.reason == loop.NOT_PRICED)]
+    rows = [p.row for p in done if cases is None or p.row.case in cases]
+    for now, kept in zip(evaluate.price(rows), [p for p in done if p.row in rows], strict=True):
         assert type(now) is type(kept), now.row.case
         if isinstance(now, steady.Priced) and isinstance(kept, steady.Priced):
             _same(now, kept)

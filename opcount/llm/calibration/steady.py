@@ -11,8 +11,9 @@ profile's step terms (:mod:`opcount.llm.engines.terms`), ``s`` the profile's ser
   alone, and with others half a decode step more and the wait behind their prompts, which hold the engine a
   share ``rho = (b - 1) P / (P + (O - 1) TPOT)`` of the time (at most 0.9): M/D/1's ``rho / (1 - rho) x P / 2``;
 - **all at once** (``rate`` inf, ``N`` requests; ``b`` the slots a replica runs: ``N / r``, at most
-  ``max_num_seqs`` and what the KV cache holds): with one wave (``N <= r b``) the prompts run first, one after
-  another, ``TTFT = (b + 1) P / 2 + s`` and ``TPOT = D``; with ``w = N / (r b)`` waves a request waits for
+  ``max_num_seqs`` and what the KV cache holds): with one wave (``N <= r b``) the prompts run one after another
+  beside the decodes (the engine runs the decodes first, the prompts in the step's remaining budget), so that
+  ``TTFT = (b + 1) P / 2 + s`` and a request decodes beside half the others' prompts, ``TPOT = D + (b - 1) P / 2O``; with ``w = N / (r b)`` waves a request waits for
   ``(w - 1) / 2`` others on its slot, each ``P + (O - 1) TPOT``, with ``TPOT`` as in a closed loop;
 - ``E2EL = TTFT + (O - 1) TPOT``; output tokens a second ``r b O / E2EL`` in a closed loop, ``N O`` over the
   waves' time all at once; per GPU over the row's devices; total tokens ``(I + O) / O`` times output tokens.
@@ -66,7 +67,9 @@ def predict(p: Priced, profile: EngineProfile | None) -> float:
     o = row.output
     waves = row.requests / (r * b) if p.burst else 0.0
     if p.burst and waves <= 1:
-        tpot = d
+        # the engine runs the decodes first and the waiting prompts in the step's remaining budget (vLLM's
+        # scheduler): a request decodes while the prompts admitted after it, half of the others on average, run
+        tpot = d + (b - 1) / 2 * pre / o
         ttft = (b + 1) * pre / 2 + server
         slot = b * pre + (o - 1) * tpot
     else:
