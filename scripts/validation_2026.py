@@ -167,8 +167,18 @@ def _figure(metric: str, secs: float) -> str:
 def block(run: Loop) -> str:
     """The markers, the held-out error by group, the profiles, the table of every row."""
     held = run.held
+    judged = [run.error(g) for _, g in groups(run) if len(g) >= MIN_GROUP]
+    priced, rows_in = len(run.priced), len(run.found)
+    summary = (
+        f"{rows_in} rows, {priced} priced ({len(held)} held out, {priced - len(held)} training). Held-out geometric-mean "
+        f"error of the fitted profiles: **{run.error(held):.0%}** over {len(held)} rows (issue 40's target: 20% over 30 "
+        f"or more); the worst group of {MIN_GROUP} or more: **{max(judged):.0%}** (target: 30%). Without a profile: "
+        f"{run.error(held, lambda p: None):.0%}; the built-in profiles: {run.error(held, lambda p: BUILTIN[p.row.engine]):.0%}."
+    )
     lines = [
         BEGIN,
+        "",
+        summary,
         "",
         "| held-out rows | count | no profile | built-in profile | fitted profile |",
         "|---|---|---|---|---|",
