@@ -60,9 +60,21 @@ def fit(rows: Sequence[Priced], start: EngineProfile, names: Sequence[str] = FIT
     unknown = [n for n in names if n not in RANGES]
     if unknown:
         raise OpcountValueError(f"unknown profile parameters {unknown}; known: {', '.join(RANGES)}")
-    x = np.array([(getattr(start, n) - RANGES[n][0]) / (RANGES[n][1] - RANGES[n][0]) for n in names])
+    first = np.array([(getattr(start, n) - RANGES[n][0]) / (RANGES[n][1] - RANGES[n][0]) for n in names])
+    # two starts, the profile's values and the middle of every range: the sum has valleys (a step's cost and the
+    # collectives' trade against each other), and the lower end is kept
+    best = min((_descend(rows, start, names, x0) for x0 in (first, np.full(len(names), 0.5))), key=lambda f: f[1])
+    profile = _profile(start, names, best[0])
+    error = geomean_error([predict(p, profile) for p in rows], [p.row.seconds for p in rows])
+    return Fitted(profile, error, len(rows))
+
+
+def _descend(
+    rows: Sequence[Priced], start: EngineProfile, names: Sequence[str], x: np.ndarray
+) -> tuple[np.ndarray, float]:
+    """Levenberg-Marquardt from ``x`` (the module's docstring): the point reached and its sum of squares."""
     r = _residuals(rows, start, names, x)
-    cost, damping = float(r @ r), 1e-3
+    cost, damping, step = float(r @ r), 1e-3, 1.0
     for _ in range(_ITERATIONS):
         jacobian = np.empty((len(r), len(x)))
         for j in range(len(x)):
@@ -85,9 +97,7 @@ def fit(rows: Sequence[Priced], start: EngineProfile, names: Sequence[str] = FIT
             damping *= 4
         if not improved or step < 1e-12:
             break
-    profile = _profile(start, names, x)
-    error = geomean_error([predict(p, profile) for p in rows], [p.row.seconds for p in rows])
-    return Fitted(profile, error, len(rows))
+    return x, cost
 
 
 def leave_one_out(rows: Sequence[Priced], start: EngineProfile, names: Sequence[str] = FITTED) -> float:

@@ -46,7 +46,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "step_overhead_s": (0.0, 0.05),
     "collective_latency_s": (0.0, 1e-3),
     "gemm_small_m_efficiency": (0.1, 1.0),
-    "prefill_efficiency": (0.3, 1.0),
+    "prefill_efficiency": (0.02, 1.0),  # an unoptimised prompt path (early MLA on ROCm) runs far below the estimate
     "moe_routing_s": (0.0, 1e-3),
     "attention_decode_efficiency": (0.1, 1.0),
     "overlap": (0.0, 1.0),
