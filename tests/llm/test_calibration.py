@@ -138,3 +138,23 @@ def test_vllm_bench_serve_json_becomes_rows(tmp_path: Path) -> None:
     path.write_text(json.dumps({k: v for k, v in result.items() if k != "hardware"}), encoding="utf-8")
     with pytest.raises(OpcountValueError, match=r"bench.json:1: lacks 'hardware'"):
         rows.load(path)
+
+
+def test_calibrate_writes_a_profile_the_other_commands_take(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    body = [
+        "a,s,vLLM,1,llama-3-8b,h100-sxm,1,1,1,1,bfloat16,bfloat16,,1,inf,10,512,64,fixed,tpot_ms,mean,7.0,",
+        "b,s,vLLM,1,llama-3-8b,h100-sxm,1,1,1,1,bfloat16,bfloat16,,1,inf,10,512,64,fixed,ttft_ms,mean,60,",
+        "c,s,vLLM,1,llama-3-8b,h100-sxm,1,1,1,1,bfloat16,bfloat16,,1,inf,10,512,64,fixed,tpot_ms,p99,9.0,",
+    ]
+    path, profile = tmp_path / "m.csv", tmp_path / "vllm.json"
+    path.write_text("\n".join([HEADER, *body]) + "\n", encoding="utf-8")
+    fitted = "step_overhead_s,ttft_overhead_s"
+    assert main(["calibrate", str(path), "--fit", fitted, "--write", str(profile)]) == 0
+    out = capsys.readouterr().out
+    assert "not modelled: p99 of tpot_ms" in out and "leave-one-out error" in out
+    written = json.loads(profile.read_text(encoding="utf-8"))
+    assert written["engine"] == "vllm" and written["fit"]["rows"] == 2
+    # two parameters, two rows: the fit meets both
+    assert written["fit"]["error"] < 1e-3
+    assert main(["llm:llama-3-8b", "--hardware", "h100-sxm", "--engine-profile", str(profile)]) == 0
+    assert "engine profile:" in capsys.readouterr().out
