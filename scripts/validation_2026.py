@@ -7,7 +7,8 @@
 2. The split: a row is held out when the SHA-256 of its case, read as a number, is divisible by 3 (a third of the
    rows, whatever order the file is in); the others train.
 3. A profile per engine fitted on that engine's training rows only, from its built-in profile
-   (opcount.llm.calibration.fit); each held-out row's estimate under its engine's fitted profile.
+   (opcount.llm.calibration.fit), and one per engine and GPU family with at least MIN_OWN training rows of its
+   own; each held-out row's estimate under the most specific fitted profile.
 4. The table and the held-out error overall and by GPU family, engine, dense or MoE, concurrency band and
    metric, printed, or with ``--write`` put in docs/llm.md between the markers; ``--check`` exits 1 when the
    page is stale.
@@ -37,6 +38,7 @@ MIN_GROUP = 5  # a group of fewer held-out rows is shown, not judged
 # error, the worst group's of MIN_GROUP rows or more (issue 40's targets: 30 rows, 20%, 30%)
 HELD_OUT_ROWS, HELD_OUT_ERROR, GROUP_ERROR = 30, 0.20, 0.30
 SLOW = ("deepseek-r1",)
+MIN_OWN = 6  # training rows of one engine on one GPU family that earn it its own profile
 NOT_PRICED = "not priced yet: python scripts/validation_2026.py --price stopped before this row"
 
 
@@ -134,12 +136,24 @@ class Loop:
 
 def loop(found: list[steady.Priced | evaluate.Unmodelled]) -> Loop:
     priced = [p for p in found if isinstance(p, steady.Priced)]
-    profiles = {}
+    training = [p for p in priced if not held_out(p.row.case)]
+    profiles: dict[str, EngineProfile] = {}
     for engine in sorted({p.row.engine for p in priced}):
-        training = [p for p in priced if p.row.engine == engine and not held_out(p.row.case)]
-        profiles[engine] = fit.fit(training, BUILTIN[engine]).profile if training else BUILTIN[engine]
-    estimates = {p.row.case: steady.predict(p, profiles[p.row.engine]) for p in priced}
+        mine = [p for p in training if p.row.engine == engine]
+        profiles[engine] = fit.fit(mine, BUILTIN[engine]).profile if mine else BUILTIN[engine]
+        # an engine on one GPU family with enough training rows of its own gets its own profile, as a user
+        # calibrating their own deployment would (an engine's kernels differ by vendor: ROCm's from CUDA's)
+        for gpu in sorted({family(p.row) for p in priced if p.row.engine == engine}):
+            theirs = [p for p in mine if family(p.row) == gpu]
+            if len(theirs) >= MIN_OWN:
+                profiles[f"{engine} on {gpu}"] = fit.fit(theirs, BUILTIN[engine]).profile
+    estimates = {p.row.case: steady.predict(p, profile_of(profiles, p)) for p in priced}
     return Loop(found, profiles, estimates)
+
+
+def profile_of(profiles: dict[str, EngineProfile], p: steady.Priced) -> EngineProfile:
+    """The fitted profile of ``p``'s engine on its GPU family, else of its engine."""
+    return profiles.get(f"{p.row.engine} on {family(p.row)}", profiles[p.row.engine])
 
 
 def groups(run: Loop) -> list[tuple[str, list[steady.Priced]]]:

@@ -63,7 +63,15 @@ def fit(rows: Sequence[Priced], start: EngineProfile, names: Sequence[str] = FIT
     first = np.array([(getattr(start, n) - RANGES[n][0]) / (RANGES[n][1] - RANGES[n][0]) for n in names])
     # two starts, the profile's values and the middle of every range: the sum has valleys (a step's cost and the
     # collectives' trade against each other), and the lower end is kept
-    best = min((_descend(rows, start, names, x0) for x0 in (first, np.full(len(names), 0.5))), key=lambda f: f[1])
+    # a parameter no row depends on keeps its starting value in both
+    base = _residuals(rows, start, names, first)
+    middle = first.copy()
+    for j in range(len(names)):
+        moved = first.copy()
+        moved[j] = 0.5 if abs(first[j] - 0.5) > 0.1 else 0.9
+        if np.any(_residuals(rows, start, names, moved) != base):
+            middle[j] = 0.5
+    best = min((_descend(rows, start, names, x0) for x0 in (first, middle)), key=lambda f: f[1])
     profile = _profile(start, names, best[0])
     error = geomean_error([predict(p, profile) for p in rows], [p.row.seconds for p in rows])
     return Fitted(profile, error, len(rows))
