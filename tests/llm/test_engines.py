@@ -134,3 +134,4 @@ def test_simulate_adds_the_step_terms_and_the_server_time_to_first_token() -> No
     assert engine.metrics["mean_tpot_ms"] == pytest.approx(plain.metrics["mean_tpot_ms"] + 1.0, rel=1e-6)
     assert engine.metrics["mean_ttft_ms"] == pytest.approx(plain.metrics["mean_ttft_ms"] + 21.0, rel=1e-6)
     assert engine.bound == plain.bound
+    assert engine.as_dict()["engine_profile"]["engine"] == "t" and plain.as_dict()["engine_profile"] is None

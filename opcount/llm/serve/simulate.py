@@ -67,6 +67,7 @@ class Simulation:
     kv_bytes_per_sequence: float = 0.0  # per device, what a running request holds whatever its length
     speculation: Speculation | None = None
     draft_fit: Fitted | None = None  # the draft's (or MTP head's) step cost, fitted as the target's
+    engine_profile: EngineProfile | None = None  # whose terms joined every step's estimate (None: none)
 
     def as_dict(self) -> dict[str, Any]:
         e = self.engine
@@ -90,6 +91,7 @@ class Simulation:
                 "draft_traced_phases": None if self.draft_fit is None else self.draft_fit.traces,
                 "verify": "a prefill of 1 + k tokens over the cache, traced and fitted as the decode step is",
             },
+            "engine_profile": None if self.engine_profile is None else self.engine_profile.as_dict(),
             "metrics": self.metrics,
             "bound": self.bound,
         } | outputs.summary(self.metrics, self.devices, self.goodput)  # fmt: skip
@@ -342,8 +344,9 @@ def simulate(
         speculation=speculation, server_s=0.0 if engine_profile is None else engine_profile.ttft_overhead_s,
     )  # fmt: skip
     return replace(
-        found, kv_bytes_per_token=per_token, fit=fit, kv_bytes_per_sequence=per_sequence, draft_fit=draft_fit
-    )
+        found, kv_bytes_per_token=per_token, fit=fit, kv_bytes_per_sequence=per_sequence, draft_fit=draft_fit,
+        engine_profile=engine_profile,
+    )  # fmt: skip
 
 
 def kv_layout(llm: CausalLM, kv_len: int, held: float) -> tuple[float, float]:
