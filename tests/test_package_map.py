@@ -235,6 +235,7 @@ LLM_LAYERS: tuple[tuple[str, ...], ...] = (
     ("decoder",),
     ("kernels",),
     ("phases",),
+    ("engines",),
     ("deploy",),
     ("causal_lm",),
     ("generation",),
@@ -243,6 +244,7 @@ LLM_LAYERS: tuple[tuple[str, ...], ...] = (
     ("plan",),
     ("report",),
     ("training", "validation"),
+    ("calibration",),
 )
 
 

@@ -54,6 +54,7 @@ def deployment(
         max_batch=d.max_batch,
         generation=generation,
         dispatch=dispatch(d),
+        engine=d.engine,
     )
 
 
@@ -119,6 +120,9 @@ def summary_lines(d: Deployment) -> list[str]:
             timed += f" ({seconds(d.overlapped_time)} of it overlapped with the kernels: two-batch overlap)"
         step = "output token" if d.generation else "step"
         lines.append(f"  communication: {size(d.communication_bytes)} sent per device per {step}{timed}")
+    if d.engine_terms:
+        parts = ", ".join(f"{k} {seconds(v)}" for k, v in d.engine_terms.items() if v)
+        lines.append(f"  engine profile: {seconds(d.engine_time)} a step in the estimate ({parts or 'none'})")
     if d.cost is not None:
         bound = d.cost_bound or {}
         lines.append(
@@ -137,6 +141,8 @@ def add_json(out: dict[str, Any], d: Deployment | None) -> None:
     if d is None:
         return
     out["parallel"] = d.parallel.as_dict()
+    if d.engine_terms:  # seconds a step, each term of the engine profile (opcount.llm.engines.terms)
+        out["engine_terms"] = dict(d.engine_terms)
     memory = out.setdefault("memory", {})
     memory |= {"per_device": d.per_device.as_dict(), "capacity": d.capacity, "fits": d.fits}
     if d.fit is not None:

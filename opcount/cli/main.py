@@ -16,7 +16,7 @@ the flags are parsed once into frozen typed options (:func:`opcount.cli.parser.p
 rendered as ``options.rendering`` says (:mod:`opcount.cli.render`) and printed with the warnings
 (:mod:`opcount.cli.warning_capture`); ``opcount llm:NAME`` goes to :mod:`opcount.cli.llm`,
 ``opcount compare`` to :mod:`opcount.cli.compare`, ``opcount simulate`` to :mod:`opcount.cli.simulate`,
-``opcount plan`` to :mod:`opcount.cli.plan`.
+``opcount plan`` to :mod:`opcount.cli.plan`, ``opcount calibrate`` to :mod:`opcount.cli.calibrate`.
 """
 
 from __future__ import annotations
@@ -68,6 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import plan as plan_command
 
             text, output = plan_command.run(argv[1:], stderr)
+        elif argv[:1] == ["calibrate"]:  # a first word too: its own flags
+            from . import calibrate as calibrate_command
+
+            text, output = calibrate_command.run(argv[1:], stderr)
         else:
             options = parse(argv)
             if isinstance(options, CompareOptions):

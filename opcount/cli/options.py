@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from ..hardware.lookup import Hardware
+from ..llm.engines.profile import EngineProfile
 from ..llm.precision.dtypes import Precision
 from ..report.columns import COLUMNS
 
@@ -133,6 +134,7 @@ class DeployOptions:
     max_batch: bool
     gpu_memory_utilization: float  # of a device's reported memory, taken by the engine
     max_batched_tokens: int | None  # tokens a step at most (chunked prefill)
+    engine: EngineProfile | None  # --engine's built-in profile or --engine-profile's file (None: neither)
     given: tuple[str, ...]
 
 

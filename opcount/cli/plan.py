@@ -61,7 +61,7 @@ def run(argv: Sequence[str], stderr: TextIO) -> tuple[str, str | None]:
                     "max_num_seqs": options.max_num_seqs, "max_num_batched_tokens": flags.deploy.max_batched_tokens,
                     "block_size": options.block_size, "gpu_memory_utilization": flags.deploy.gpu_memory_utilization,
                     "kernels": flags.kernels, "flops_per_mac": phase.analysis.flops_per_mac,
-                    "dispatch": deploy_flags.dispatch(flags.deploy),
+                    "dispatch": deploy_flags.dispatch(flags.deploy), "engine_profile": flags.deploy.engine,
                 },
                 spinner.update, options.speculation, draft,
             )  # fmt: skip

@@ -60,7 +60,7 @@ def run(argv: Sequence[str], stderr: TextIO) -> tuple[str, str | None]:
                 kernels=flags.kernels, flops_per_mac=phase.analysis.flops_per_mac,
                 dispatch=deploy_flags.dispatch(flags.deploy), status=spinner.update, slos=options.slos,
                 on_step=schedule, progress=_bar(spinner.update) if spinner.enabled else None,
-                speculation=options.speculation, draft=draft,
+                speculation=options.speculation, draft=draft, engine_profile=flags.deploy.engine,
             )  # fmt: skip
             _files(options, result, schedule, label, hardware.name, spinner.update)
         finally:

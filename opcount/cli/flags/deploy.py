@@ -18,13 +18,14 @@ from ...hardware.lookup import Hardware
 from ...llm.deploy import DEFAULT_GPU_MEMORY_UTILIZATION, MAX_PRICE
 from ...llm.deploy.expert_routes import DISPATCH_DTYPES, Dispatch
 from ...llm.deploy.layout import Parallel
+from ...llm.engines.profile import ENGINES, resolve
 from ..args import natural_int, positive_int
 from ..options import DeployOptions, LLMOptions
 
 # The flags by their argparse names (opcount compare's help hides them, as the other LLM flags).
 FLAGS = (
     "tp", "pp", "ep", "dp", "micro_batches", "ep_num_redundant_experts", "dispatch_dtype", "enable_two_batch_overlap",
-    "price", "max_batch", "gpu_memory_utilization", "reserve", "max_batched_tokens",
+    "price", "max_batch", "gpu_memory_utilization", "reserve", "max_batched_tokens", "engine", "engine_profile",
 )  # fmt: skip
 SWITCHES = ("enable_two_batch_overlap", "max_batch")  # store_true: given when set
 # --sweep keys: a layout per point
@@ -98,6 +99,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "default vLLM's: 8192 on a device of 70 GiB or more but an A100, else 2048): the activations of fit and "
         "--max-batch",
     )
+    g.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="an engine's built-in profile: its per-step, collective, small-GEMM, MoE-routing, decode-attention and "
+        "software-dequantisation terms added to the estimate, its server's time to first token to TTFT; the bound "
+        "is unchanged (default: none, the kernels' and collectives' estimate alone; llm.md)",
+    )
+    g.add_argument(
+        "--engine-profile",
+        metavar="FILE",
+        help="an engine profile's JSON, as opcount calibrate writes it (instead of --engine's built-in)",
+    )
 
 
 def parse_price(text: str) -> float:
@@ -154,6 +167,7 @@ def options(ns: Mapping[str, Any]) -> DeployOptions:
         max_batch=bool(ns.get("max_batch")),
         gpu_memory_utilization=utilization,
         max_batched_tokens=ns.get("max_batched_tokens"),
+        engine=resolve(ns.get("engine"), ns.get("engine_profile")),
         given=tuple(given),
     )
 
@@ -190,7 +204,9 @@ def check(flags: LLMOptions, hardware_given: bool, hardware: Hardware | None) ->
         raise OpcountError(f"--micro-batches {d.micro_batches}: does not divide --batch {flags.batch}")
     if "--gpu-memory-utilization" in d.given and "--reserve" in d.given:
         raise OpcountError("--reserve F is --gpu-memory-utilization 1 - F: give one of them")
-    for name, value in (("price", d.price), ("max-batch", d.max_batch or None)):
+    if "--engine" in d.given and "--engine-profile" in d.given:
+        raise OpcountError("--engine-profile FILE replaces --engine's built-in profile: give one of them")
+    for name, value in (("price", d.price), ("max-batch", d.max_batch or None), ("engine", d.engine)):
         if value is not None and not hardware_given:
             raise OpcountError(f"--{name} needs --hardware (the time per step, the device's memory)")
     if d.max_batch and hardware is not None and hardware.memory_bytes is None:

@@ -227,7 +227,9 @@ def parse(argv: Sequence[str]) -> PlanOptions:
             f"--max-devices {max_devices}: {count:,} configurations over {len(hardware)} device types, "
             f"{max(1, len(dtypes))} weight dtypes{over}, more than the {MAX_SIMULATIONS:,} a search simulates; lower it"
         )
-    phase = parse_phase(rest)
+    engine = any(t.split("=", 1)[0] in ("--engine", "--engine-profile") for t in rest)
+    # an engine profile prices time on hardware: the phase's flags are checked on the first device searched
+    phase = parse_phase([*rest, "--hardware", hardware[0].name] if engine else rest)
     if not isinstance(phase, Options):  # parse() reads `compare` as a first word
         raise UsageError("opcount plan takes one model")
     if dtypes and any(t.split("=", 1)[0] == "--weight-dtype" for t in rest):

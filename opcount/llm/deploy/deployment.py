@@ -36,10 +36,13 @@ from typing import Any
 from ...errors import OpcountError, OpcountValueError
 from ...hardware.interconnect import Collective, all_gather, all_reduce, all_to_all, send_recv
 from ...hardware.lookup import Hardware
+from ...hardware.spec import TENSOR
 from ...ir import DTYPE_BYTES, OpCall
 from ...memory import MemoryTrafficAnalysis
 from ..cache.names import CACHE_NAMES
 from ..decoder import Decoder
+from ..engines.profile import EngineProfile
+from ..engines.terms import StepShape, terms
 from ..phases import GenerationFigures, Memory, PhaseCost
 from . import DEFAULT_GPU_MEMORY_UTILIZATION, MAX_PRICE
 from . import cache_shares as device_cache
@@ -261,6 +264,7 @@ def deploy(
     micro: PhaseCost | None = None,
     dispatch: Dispatch | None = None,
     halves: PhaseCost | None = None,
+    engine: EngineProfile | None = None,
 ) -> Deployment:
     """``cost`` (a phase, or with ``generation`` its prefill) on ``parallel``; with micro-batches,
     ``micro`` is the phase traced at one micro-batch with every setting it was
@@ -269,7 +273,8 @@ def deploy(
     step's activations those of at most ``max_batched_tokens`` tokens (None: vLLM's default for the
     device, :func:`.fit.default_max_batched_tokens`). ``dispatch``: how the experts' all-to-all runs
     (:class:`.expert_routes.Dispatch`); under two-batch overlap, ``halves`` is the phase traced at half its
-    batch, as a micro-batch is."""
+    batch, as a micro-batch is. ``engine``: an engine profile whose terms join the estimate
+    (:mod:`opcount.llm.engines.terms`), a step's and the server's time to first token."""
     fitting.check(gpu_memory_utilization, max_batched_tokens)
     dispatch = dispatch or Dispatch()
     _check_dispatch(dispatch, parallel, cost, generation, halves)
@@ -320,12 +325,23 @@ def deploy(
     if halves is not None and timed_ok:
         d.overlapped_time, d.communication_time_bound = overlapped, communication_bound
     d.matmul_flops = max(traced[-1].flops) * parallel.micro_batches if timed_ok else None
+    if timed_ok:
+        assert hardware is not None
+        d.shape = _shape(placement, steps[-1], traced[-1], d, hardware)
+        d.engine_terms = {} if engine is None else terms(engine, d.shape)
+    server = engine.ttft_overhead_s if engine is not None else 0.0
     if generation is not None and timed_ok:
-        prefill = _timing(_step(placement, cost, hardware, dispatch), 1)
-        d.time_to_first_token = prefill.compute + prefill.communication
+        assert hardware is not None
+        step = _step(placement, cost, hardware, dispatch)
+        prefill = _timing(step, 1)
+        d.time_to_first_token = prefill.compute + prefill.communication + server
+        if engine is not None:
+            d.time_to_first_token += sum(terms(engine, _shape(placement, cost, step, d, hardware, prefill)).values())
         d.time_to_first_token_bound = max(prefill.compute_time_bound, prefill.communication)
     elif is_generation:  # no decode step: the prompt is the whole generation
         d.time_to_first_token, d.time_to_first_token_bound = d.step_time, d.step_time_bound
+        if d.time_to_first_token is not None:
+            d.time_to_first_token += server
     if price is not None and d.step_time:
         per_second = parallel.tp * parallel.pp * price / 3600  # one replica's devices, dollars a second
         prompt = (d.time_to_first_token, d.time_to_first_token_bound) if generation is not None else (None, None)
@@ -334,6 +350,29 @@ def deploy(
     if max_batch and sized is not None:
         d.max_batch = fitting.largest_batch(stages, steps[-1].batch, sized.capacity, sizing.budget)
     return d
+
+
+def _shape(
+    placement: Placement, cost: PhaseCost, step: _Step, d: Deployment, hardware: Hardware, timing: _Timing | None = None
+) -> StepShape:
+    """What an engine profile's terms read of a deployed step (:class:`.engines.terms.StepShape`): the
+    deployment's kernels and collectives (``timing``'s for a generation's prompt), the calls of the last
+    step, the experts blocks, the KV cache a device streams at decode."""
+    kernels = d.compute_time if timing is None else timing.compute
+    communication = d.communication_time if timing is None else timing.communication
+    weights = cost.precision.weights.text()
+    scaled = [f for f in ("mxfp4", "nvfp4") if f in weights]
+    stream = hardware.bandwidth * hardware.efficiency.stream
+    return StepShape(
+        phase=cost.phase,
+        tokens=cost.tokens,
+        kernels_s=kernels or 0.0,
+        communication_s=communication or 0.0,
+        collectives=sum(len(c) for c in step.collectives),
+        moe_blocks=len(placement.sharding.experts),
+        kv_read_s=d.per_device.kv_cache / stream if cost.phase == "decode" else 0.0,
+        software_dequant=any(hardware.precision_of(TENSOR, f) is None for f in scaled),
+    )
 
 
 def fit(

@@ -14,8 +14,9 @@ does where it does not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..engines.terms import StepShape
 from .layout import Parallel
 
 
@@ -113,14 +114,22 @@ class Deployment:
     # whole batch's, which no split beats)
     overlapped_time: float | None = None
     communication_time_bound: float | None = None
+    # an engine profile's terms, each in seconds a step (opcount.llm.engines.terms; empty: no profile), their
+    # sum in the estimate, and the step's shape they were priced from, kept to price it again under another profile
+    engine_terms: dict[str, float] = field(default_factory=dict)
+    shape: StepShape | None = None
+
+    @property
+    def engine_time(self) -> float:
+        return sum(self.engine_terms.values())
 
     @property
     def step_time(self) -> float | None:
         """The estimate of one step (a generation's: a decode step): its kernels, then its collectives
-        (less those two-batch overlap hides under the kernels)."""
+        (less those two-batch overlap hides under the kernels), then the engine profile's terms."""
         if self.compute_time is None:
             return None
-        return self.compute_time + (self.communication_time or 0.0) - (self.overlapped_time or 0.0)
+        return self.compute_time + (self.communication_time or 0.0) - (self.overlapped_time or 0.0) + self.engine_time
 
     @property
     def step_time_bound(self) -> float | None:

@@ -340,7 +340,9 @@ def _replay(base: Simulation, workload: Workload, parallel: Parallel, engine: An
     """``base``'s engine (or ``engine``, its settings changed) under other traffic, over its own step costs."""
     assert base.costs is not None  # simulate keeps the step costs it priced with
     estimate = base.costs[0]  # the estimate's run alone, as the base's
-    return replay(workload, engine, estimate, None, parallel.devices, speculation=base.speculation)
+    profile = base.engine_profile  # its server's time to first token, as simulate adds it
+    server = 0.0 if profile is None else profile.ttft_overhead_s
+    return replay(workload, engine, estimate, None, parallel.devices, speculation=base.speculation, server_s=server)
 
 
 def _caps(search: Search, sim: Simulation, workload: Workload) -> list[int]:

@@ -24,6 +24,7 @@ from ..deploy import DEFAULT_GPU_MEMORY_UTILIZATION
 from ..deploy.expert_routes import Dispatch
 from ..deploy.fit import LARGE_DEFAULT, default_max_batched_tokens
 from ..deploy.layout import Parallel
+from ..engines.profile import EngineProfile
 from ..phases import PhaseCost, PhaseRequest
 from . import outputs, scheduler
 from .drafting import Drafter, WithDraft, mtp_head, projection, shared_share
@@ -69,6 +70,7 @@ class Simulation:
     # the step costs the run priced with (the estimate's, the bound's): the fit's, with the draft's added where
     # one drafts; what a replay of the same engine under other traffic takes (:func:`replay`)
     costs: tuple[StepCost, StepCost | None] | None = None
+    engine_profile: EngineProfile | None = None  # whose terms joined every step's estimate (None: none)
 
     def as_dict(self) -> dict[str, Any]:
         e = self.engine
@@ -92,15 +94,19 @@ class Simulation:
                 "draft_traced_phases": None if self.draft_fit is None else self.draft_fit.traces,
                 "verify": "a prefill of 1 + k tokens over the cache, traced and fitted as the decode step is",
             },
+            "engine_profile": None if self.engine_profile is None else self.engine_profile.as_dict(),
             "metrics": self.metrics,
             "bound": self.bound,
         } | outputs.summary(self.metrics, self.devices, self.goodput)  # fmt: skip
 
 
-def metrics(run: scheduler.Run, workload: Workload, devices: int, num_blocks: int) -> dict[str, float]:
+def metrics(
+    run: scheduler.Run, workload: Workload, devices: int, num_blocks: int, server_s: float = 0.0
+) -> dict[str, float]:
     """The run's figures as ``vllm bench serve`` names them, milliseconds for latencies; throughput per
-    second of the run (its first arrival to its last token), also per device; the cache's use."""
-    done, rows = run.requests, per_request(run)
+    second of the run (its first arrival to its last token), also per device; the cache's use; ``server_s``
+    the server's own time to first token (:func:`per_request`)."""
+    done, rows = run.requests, per_request(run, server_s)
     duration = max(r.token_times[-1] for r in done)
     ttft = [row["ttft"] * 1e3 for row in rows]
     e2el = [row["e2el"] * 1e3 for row in rows]
@@ -141,13 +147,15 @@ def metrics(run: scheduler.Run, workload: Workload, devices: int, num_blocks: in
     return out
 
 
-def per_request(run: scheduler.Run) -> list[dict[str, float]]:
+def per_request(run: scheduler.Run, server_s: float = 0.0) -> list[dict[str, float]]:
     """One row a request: its index, arrival, lengths and the latencies of :func:`metrics`, in seconds; TPOT as
     vLLM's benchmark counts it, the time after the first token over the tokens after it (0 for an answer of one
-    token)."""
+    token). ``server_s``, an engine profile's server time to first token (HTTP, tokenisation), is added to each
+    request's TTFT and end-to-end latency as a separate term: the schedule itself is not delayed by it."""
     return [
         {
-            "index": r.index, "arrival": r.arrival, "prompt": r.prompt, "output": r.output, "ttft": r.token_times[0] - r.arrival, "e2el": r.token_times[-1] - r.arrival,
+            "index": r.index, "arrival": r.arrival, "prompt": r.prompt, "output": r.output,
+            "ttft": r.token_times[0] - r.arrival + server_s, "e2el": r.token_times[-1] - r.arrival + server_s,
             "tpot": (r.token_times[-1] - r.token_times[0]) / (r.output - 1) if r.output > 1 else 0.0,
             "preempted": r.preempted,
         }
@@ -166,24 +174,25 @@ def replay(
     on_step: scheduler.OnStep | None = None,
     progress: scheduler.OnProgress | None = None,
     speculation: Speculation | None = None,
+    server_s: float = 0.0,
 ) -> Simulation:
     """``workload`` through ``engine`` with a step cost given (and the bound's, run again beside it); goodput
     under ``slos``; ``on_step`` and ``progress`` observe the estimate's run (:func:`scheduler.run`); each decode
-    speculating as ``speculation`` says."""
+    speculating as ``speculation`` says; ``server_s`` the server's time to first token (the estimate's alone)."""
     with gc_paused():  # the run makes a million small objects and no cycle: collections would find nothing
         run = scheduler.run(workload, engine, cost, on_step=on_step, progress=progress, speculation=speculation)
         other = None if bound is None else scheduler.run(workload, engine, bound, speculation=speculation)
     bounded = None if other is None else metrics(other, workload, devices, engine.num_blocks)
     if bounded is not None and isinstance(bound, WithDraft):
         bounded["draft_time_share"] = bound.draft_share
-    found = metrics(run, workload, devices, engine.num_blocks)
+    found = metrics(run, workload, devices, engine.num_blocks, server_s)
     if isinstance(cost, WithDraft):  # the draft's share of the seconds the engine ran steps
         found["draft_time_share"] = cost.draft_share
     good = outputs.goodput(run, found["duration"], slos) if slos else None
     if good is not None:
         found["request_goodput"] = good.requests_per_s  # vLLM's name (BenchmarkMetrics), with --goodput given
     return Simulation(
-        workload, engine, devices, found, bounded, None, None, per_request(run), good, speculation=speculation
+        workload, engine, devices, found, bounded, None, None, per_request(run, server_s), good, speculation=speculation
     )
 
 
@@ -209,6 +218,7 @@ def simulate(
     speculation: Speculation | None = None,
     draft: CausalLM | None = None,
     with_bound: bool = True,
+    engine_profile: EngineProfile | None = None,
 ) -> Simulation:
     """``workload`` served by ``llm`` on ``parallel`` (one device by default) of ``hardware``: the engine's
     knobs under vLLM's names, each default vLLM's for the device; the KV cache's blocks from the fit; goodput
@@ -226,7 +236,11 @@ def simulate(
     are traced apart from ``phases``.
 
     ``with_bound``: run the bound's step costs through the scheduler too, beside the estimate's (its figures are
-    :attr:`Simulation.bound`); a caller reading the estimate's alone (a plan) saves that run, the fit unchanged."""
+    :attr:`Simulation.bound`); a caller reading the estimate's alone (a plan) saves that run, the fit unchanged.
+
+
+    ``engine_profile``: an engine's terms added to every traced step's estimate and its server's time to first
+    token to every request's (:mod:`opcount.llm.engines`); the bound is untouched."""
     hardware = lookup_hardware(hardware) if isinstance(hardware, str) else hardware
     parallel = parallel or Parallel()
     if parallel.dp > 1 or parallel.micro_batches > 1:
@@ -278,7 +292,7 @@ def simulate(
                 cost = costs[key] = model.cost(request)
             d = model.deploy(
                 cost, parallel, hardware=hardware, gpu_memory_utilization=gpu_memory_utilization,
-                max_batched_tokens=budget, dispatch=dispatch,
+                max_batched_tokens=budget, dispatch=dispatch, engine=engine_profile,
             )  # fmt: skip
             deployed[phase, batch, new, cached] = d
             assert d.step_time is not None  # priced on hardware
@@ -337,10 +351,11 @@ def simulate(
     found = replay(
         workload, engine, estimate, bound if with_bound else None, parallel.devices, slos=slos, on_step=on_step,
         progress=progress, speculation=speculation,
+        server_s=0.0 if engine_profile is None else engine_profile.ttft_overhead_s,
     )  # fmt: skip
     return replace(
         found, kv_bytes_per_token=per_token, fit=fit, kv_bytes_per_sequence=per_sequence, draft_fit=draft_fit,
-        costs=(estimate, bound),
+        costs=(estimate, bound), engine_profile=engine_profile,
     )  # fmt: skip
 
 

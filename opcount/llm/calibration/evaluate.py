@@ -1,0 +1,133 @@
+"""Measured rows priced (:func:`price`): each row's model built at its precision, its two steps traced on meta
+and deployed on its layout and hardware (:mod:`.steady`), the traced phases reused across the rows of one
+model, precision and hardware (:class:`Tracer`). A row opcount cannot model (a percentile beyond the median,
+speculative decoding, a layout or precision it lacks) is :class:`Unmodelled`, with the reason, not priced.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ...errors import OpcountError
+from ...hardware.lookup import Hardware
+from ...hardware.lookup import hardware as lookup_hardware
+from ..causal_lm import CausalLM
+from ..deploy.figures import Deployment
+from ..deploy.layout import Parallel
+from ..models.catalogue import config
+from ..phases import PhaseCost, PhaseRequest
+from ..precision.dtypes import Precision
+from ..serve.simulate import default_max_num_seqs
+from .rows import Row
+from .steady import Priced, Step
+
+
+@dataclass(frozen=True)
+class Unmodelled:
+    """A row opcount does not price, and why."""
+
+    row: Row
+    reason: str
+
+
+def layout(row: Row) -> Parallel:
+    """The row's layout as opcount's: attention data-parallel over ``dp_attention`` replicas of ``tp /
+    dp_attention`` devices each (SGLang's and TensorRT-LLM's DP attention), the experts over ``ep`` devices."""
+    if row.tp % row.dp:
+        raise OpcountError(f"tp {row.tp} is not a multiple of dp_attention {row.dp}")
+    parallel = Parallel(tp=row.tp // row.dp, dp=row.dp, ep=row.ep)
+    if parallel.devices != row.devices:
+        raise OpcountError(f"the layout's {parallel.devices} devices are not the row's {row.devices}")
+    return parallel
+
+
+def refusal(row: Row) -> str | None:
+    """Why a row is not priced, before anything is built (None: it is)."""
+    if row.stat in ("p90", "p99"):
+        return f"{row.stat} of {row.metric}: the steady-state form gives means, not the tail"
+    if row.metric in ("ttft_ms", "e2el_ms") and row.concurrency is None and math.isinf(row.rate):
+        return (
+            "TTFT of requests sent all at once: their queue follows the engine's admission and chunk order, "
+            "which the steady-state form does not model"
+        )
+    text = " ".join((row.case, row.text.get("note", ""))).lower()
+    if "mtp" in text or "speculative" in text or "eagle" in text:
+        return "speculative decoding (MTP): its acceptance is not published with the row"
+    return None
+
+
+class Tracer:
+    """Models, hardware and traced phases kept across rows: a phase is traced once per model, precision,
+    hardware and point, whatever the layout (a deployment splits it)."""
+
+    def __init__(self, status: Callable[[str], None] | None = None) -> None:
+        self.models: dict[tuple[str, str, str, str], CausalLM] = {}
+        self.phases: dict[tuple[object, ...], PhaseCost] = {}
+        self.status = status
+
+    def model(self, row: Row) -> CausalLM:
+        key = (row.model, row.weight, row.act, row.kv)
+        if key not in self.models:
+            self.models[key] = CausalLM(config(row.model), Precision(row.weight, row.act, row.kv or None))
+        return self.models[key]
+
+    def deploy(self, row: Row, hardware: Hardware, phase: str, batch: int, new: int, cached: int) -> Deployment:
+        llm = self.model(row)
+        key = (row.model, row.weight, row.act, row.kv, hardware.name, phase, batch, new, cached)
+        if key not in self.phases:
+            if self.status is not None:
+                self.status(f"{row.model} on {hardware.name}: {phase} of {batch} x {new} over {cached}")
+            request = PhaseRequest(phase=phase, seq_len=new, kv_len=cached, batch=batch, hardware=hardware)
+            self.phases[key] = llm.cost(request)
+        return llm.deploy(self.phases[key], layout(row), hardware=hardware)
+
+
+def _step(d: Deployment) -> Step:
+    assert d.step_time is not None and d.step_time_bound is not None and d.shape is not None  # on hardware
+    return Step(d.step_time, d.step_time_bound, d.shape)
+
+
+def priced(row: Row, tracer: Tracer) -> Priced:
+    """``row``'s two steps on its layout: the prompt, then a decode step of the batch its workload keeps running
+    (a closed loop's clients, or all at once the slots the engine and the KV cache hold) at the mean context."""
+    hardware = lookup_hardware(row.hardware)
+    parallel = layout(row)
+    prompt, answer = max(round(row.input), 1), max(round(row.output), 1)
+    prefill = tracer.deploy(row, hardware, "prefill", 1, prompt, 0)
+    burst = row.concurrency is None and math.isinf(row.rate)
+    if row.concurrency is not None:
+        batch = math.ceil(row.concurrency / parallel.dp)
+    elif burst:
+        # vLLM's max_num_seqs for the device, and the sequences of prompt + answer the KV cache holds
+        capacity = prefill.capacity or 0.0
+        free = capacity - prefill.per_device.weights - prefill.per_device.activations
+        per_sequence = prefill.per_device.kv_cache / prompt * (prompt + answer)
+        held = math.floor(free / per_sequence) if per_sequence > 0 else row.requests
+        if held < 1:
+            raise OpcountError(f"{row.model} leaves no room for a sequence's KV cache on {hardware.name}")
+        batch = min(math.ceil(row.requests / parallel.dp), default_max_num_seqs(hardware), held)
+    else:
+        raise OpcountError("a Poisson rate below the engine's capacity is not in the steady-state form")
+    decode = tracer.deploy(row, hardware, "decode", batch, 1, prompt + answer // 2)
+    return Priced(row, batch, parallel.dp, burst, _step(decode), _step(prefill))
+
+
+def price(rows: Iterable[Row], tracer: Tracer | None = None) -> list[Priced | Unmodelled]:
+    """Every row priced, or unmodelled with its reason (an error building or deploying it is the reason)."""
+    tracer = tracer or Tracer()
+    out: list[Priced | Unmodelled] = []
+    for row in rows:
+        reason = refusal(row)
+        if reason is not None:
+            out.append(Unmodelled(row, reason))
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # transformers' deprecation notices
+                out.append(priced(row, tracer))
+        except OpcountError as e:
+            out.append(Unmodelled(row, str(e).splitlines()[0]))
+    return out
