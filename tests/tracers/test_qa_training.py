@@ -326,6 +326,8 @@ def test_a_model_built_under_inference_mode_is_analyzed(device: str | None) -> N
     assert FlopCountAnalysis(model, torch.randn(2, 4), tracer="dispatch", device=device).total() == 24 + 12
 
 
+# transformers 5 deprecates the name (activation_checkpointing_enable); this test is of the reentrant path it takes
+@pytest.mark.filterwarnings("ignore:`gradient_checkpointing_enable` is deprecated:FutureWarning")
 def test_transformers_gradient_checkpointing_prices_the_recomputation() -> None:
     # gradient_checkpointing_enable() checkpoints each block with use_reentrant=True: the step
     # costs at least one more forward of the blocks, the same on real and meta tensors, and
