@@ -166,6 +166,16 @@ _TTFT = (
     "detokenisation, measured by vllm bench serve from the client"
 )
 
+
+def _sources(step_overhead: str, overlap: str) -> dict[str, str]:
+    """A built-in profile's sources: its engine's own for the per-step cost and the overlap, the rest shared."""
+    return {
+        "step_overhead_s": step_overhead, "collective_latency_s": _NCCL, "gemm_small_m_efficiency": _SMALL_M,
+        "prefill_efficiency": _PREFILL, "moe_routing_s": _FUSED_MOE, "attention_decode_efficiency": _ATTENTION,
+        "overlap": overlap, "software_dequant": _DEQUANT, "ttft_overhead_s": _TTFT,
+    }  # fmt: skip
+
+
 BUILTIN: dict[str, EngineProfile] = {
     "vllm": EngineProfile(
         "vllm",
@@ -177,19 +187,12 @@ BUILTIN: dict[str, EngineProfile] = {
         overlap=0.0,
         software_dequant=1.0,
         ttft_overhead_s=15e-3,
-        sources={
-            "step_overhead_s": "vLLM V1 (blog 'vLLM V1', January 2025): the scheduler and the API server run in "
+        sources=_sources(
+            "vLLM V1 (blog 'vLLM V1', January 2025): the scheduler and the API server run in "
             "their own processes beside the model's step under CUDA graphs; the value is a starting point of the order "
             "a host-side step costs, for opcount calibrate to refit",
-            "collective_latency_s": _NCCL,
-            "gemm_small_m_efficiency": _SMALL_M,
-            "prefill_efficiency": _PREFILL,
-            "moe_routing_s": _FUSED_MOE,
-            "attention_decode_efficiency": _ATTENTION,
-            "overlap": "vLLM runs its collectives after the kernels they reduce: none hidden",
-            "software_dequant": _DEQUANT,
-            "ttft_overhead_s": _TTFT,
-        },
+            "vLLM runs its collectives after the kernels they reduce: none hidden",
+        ),
     ),
     "sglang": EngineProfile(
         "sglang",
@@ -201,19 +204,12 @@ BUILTIN: dict[str, EngineProfile] = {
         overlap=0.0,
         software_dequant=1.0,
         ttft_overhead_s=15e-3,
-        sources={
-            "step_overhead_s": "SGLang v0.4 (blog, December 2024): the zero-overhead batch scheduler prepares the "
+        sources=_sources(
+            "SGLang v0.4 (blog, December 2024): the zero-overhead batch scheduler prepares the "
             "next batch while the GPU runs the current one; a sampling and graph-launch cost remains (half vLLM's "
             "starting point)",
-            "collective_latency_s": _NCCL,
-            "gemm_small_m_efficiency": _SMALL_M,
-            "prefill_efficiency": _PREFILL,
-            "moe_routing_s": _FUSED_MOE,
-            "attention_decode_efficiency": _ATTENTION,
-            "overlap": "two-batch overlap is a flag (--enable-two-batch-overlap), priced by the deployment itself",
-            "software_dequant": _DEQUANT,
-            "ttft_overhead_s": _TTFT,
-        },
+            "two-batch overlap is a flag (--enable-two-batch-overlap), priced by the deployment itself",
+        ),
     ),
     "trtllm": EngineProfile(
         "trtllm",
@@ -225,19 +221,12 @@ BUILTIN: dict[str, EngineProfile] = {
         overlap=0.0,
         software_dequant=1.0,
         ttft_overhead_s=10e-3,
-        sources={
-            "step_overhead_s": "TensorRT-LLM's C++ executor (batch manager) schedules in-flight batches without "
+        sources=_sources(
+            "TensorRT-LLM's C++ executor (batch manager) schedules in-flight batches without "
             "a Python step; its overlap scheduler hides the host's work behind the GPU's (less than SGLang's starting "
             "point)",
-            "collective_latency_s": _NCCL,
-            "gemm_small_m_efficiency": _SMALL_M,
-            "prefill_efficiency": _PREFILL,
-            "moe_routing_s": _FUSED_MOE,
-            "attention_decode_efficiency": _ATTENTION,
-            "overlap": "collectives run after the GEMMs they reduce (AllReduce fused with the next RMSNorm): none hidden",
-            "software_dequant": _DEQUANT,
-            "ttft_overhead_s": _TTFT,
-        },
+            "collectives run after the GEMMs they reduce (AllReduce fused with the next RMSNorm): none hidden",
+        ),
     ),
 }
 
