@@ -177,6 +177,7 @@ def test_each_phase_is_traced_once_for_every_device_and_the_estimate_alone_is_ru
 
 def test_a_pool_that_cannot_hold_its_share_is_rejected_with_the_reason() -> None:
     from opcount.llm.plan.disagg import holds
+    from opcount.llm.plan.search import in_system
     from opcount.llm.serve.scheduler import Engine
     from opcount.llm.serve.simulate import replay
 
@@ -188,3 +189,6 @@ def test_a_pool_that_cannot_hold_its_share_is_rejected_with_the_reason() -> None
     assert holds(sim) == "serves 10 requests/s of its share of 100/s: its queue grows"
     kept = replay(replace(offered, rate=5.0), engine, lambda step: 0.1)  # 5/s offered: it keeps up
     assert holds(kept) == ""
+    # the most held at once: at the last arrival (0.49 s) 50 have come and 4 left (at 0.1, 0.2, 0.3, 0.4 s);
+    # at 5/s each leaves (0.1 s) before the next comes (0.2 s): a batch cap of 46 or more would cap nothing
+    assert (in_system(sim), in_system(kept)) == (46, 1)

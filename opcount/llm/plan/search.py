@@ -347,11 +347,25 @@ def _replay(base: Simulation, workload: Workload, parallel: Parallel, engine: An
 
 def _caps(search: Search, sim: Simulation, workload: Workload) -> list[int]:
     """The tighter batch caps worth a replay: where a TPOT target is missed and the user set no cap, each of
-    :data:`BATCH_CAPS` below the engine's and below the clients of a closed loop (a cap above them caps nothing)."""
+    :data:`BATCH_CAPS` below the engine's, the clients of a closed loop and the most requests the run held at once
+    (a cap at or above them caps nothing)."""
     if search.options.get("max_num_seqs") is not None or not any(s.metric == "tpot" for s in search.slos):
         return []
-    most = min(sim.engine.max_num_seqs, workload.concurrency or sim.engine.max_num_seqs)
+    most = min(sim.engine.max_num_seqs, workload.concurrency or sim.engine.max_num_seqs, in_system(sim))
     return [c for c in BATCH_CAPS if c < most]
+
+
+def in_system(sim: Simulation) -> int:
+    """The most requests the run held at once (arrived and not finished): no batch can be larger, so a cap at or
+    above it caps nothing."""
+    events = sorted(
+        [(r["arrival"], 1) for r in sim.per_request] + [(r["arrival"] + r["e2el"], -1) for r in sim.per_request]
+    )  # an end before an arrival at the same instant: -1 sorts first
+    held = most = 0
+    for _, change in events:
+        held += change
+        most = max(most, held)
+    return most
 
 
 def ranked(results: Sequence[Result], slos: tuple[Slo, ...], runs: int) -> Plan:
