@@ -234,11 +234,14 @@ def test_a_search_lists_the_layouts_that_fit_fastest_first(capsys: pytest.Captur
     [
         (["--devices", "8", "--tp", "2"], "--devices searches the layouts: drop --tp"),
         (["--devices", "8", "--sweep", "zero=0,1"], "--devices searches the layouts: drop --sweep"),
+        # a billion devices is refused by its own flag, before any layout of them is built
+        (["--devices", "1000000000"], "--devices 1000000000: at most 65,536"),
     ],
 )
 def test_bad_searches(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = _run([*SMALL, "--mode", "train", "--seq-len", "64", "--hardware", "h100-sxm", *argv], capsys)
     assert status == 2 and not out and message in err, err
+    assert err.count("\n") == 1, err
 
 
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
