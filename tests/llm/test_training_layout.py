@@ -141,6 +141,8 @@ SMALL = ["llm:gpt2", "--hf-config", "n_layer=4", "--hf-config", "n_embd=64", "--
         (["--cp", "3"], "--cp 3: does not divide the sequence of 64 tokens"),
         (["--global-batch", "8", "--micro-batches", "3"], "--micro-batches 3: does not divide --global-batch 8"),
         (["--global-batch", "7", "--dp", "2"], "--global-batch 7: does not divide over --dp 2"),
+        # 10**12 sequences in micro-batches of --batch 1 on one replica: 10**12 micro-batches, over 65,536
+        (["--global-batch", "1000000000000"], "--global-batch 1000000000000: 1,000,000,000,000 micro-batches"),
         (["--virtual-stages", "2"], "--virtual-stages 2: interleaves a pipeline: give --pp"),
         (["--sequence-parallel"], "--sequence-parallel splits what tensor parallelism keeps whole: give --tp"),
         (["--max-micro-batch"], "--max-micro-batch needs --hardware"),

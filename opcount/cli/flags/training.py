@@ -221,6 +221,11 @@ def layout(flags: LLMOptions, training: TrainingOptions, point: Mapping[str, int
                 f"{flags.batch} on each of {name('dp')} replicas"
             )
         micro = per_replica // flags.batch
+        if micro > MAX_DEGREE:  # the layout would name --micro-batches, which the user did not type
+            raise OpcountError(
+                f"--global-batch {training.global_batch}: {micro:,} micro-batches of --batch {flags.batch} on each "
+                f"of {name('dp')} replicas, more than {MAX_DEGREE:,}"
+            )
     tp = degree("tp", d.tp)
     if training.sequence_parallel and tp == 1:
         raise OpcountError("--sequence-parallel splits what tensor parallelism keeps whole: give --tp")
