@@ -90,6 +90,8 @@ FLAGS = [f"--hf-config={k}={v}" for k, v in SMALL.items()]
         (["--max-devices", "1024", "--hardware", "h100-sxm,h200-sxm,b200"], "--max-devices"),
         (["--acceptance", "0.8"], "--acceptance"),
         (["--speculative-tokens", "2", "--acceptance", "0.8", "--disaggregate"], "--speculative-tokens"),
+        # a step is traced at most at 2**20 = 1,048,576 sequences: a cap above it is refused by its flag
+        (["--max-num-seqs", "1048577"], "--max-num-seqs"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str], args: list[str], flag: str) -> None:

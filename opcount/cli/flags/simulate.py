@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ...errors import OpcountError
+from ...llm.models.limits import MAX_BATCH
 from ...llm.serve import slo, traces
 from ...llm.serve.speculative import MAX_TOKENS, Speculation, parse_acceptance
 from ...llm.serve.workload import ARRIVALS, MAX_REQUESTS, Workload
@@ -70,6 +71,15 @@ def parse_rate(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected requests a second, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected requests a second above 0, got {text}")
+    return value
+
+
+def max_num_seqs(text: str) -> int:
+    """argparse type of ``--max-num-seqs`` (simulate's and plan's): decode steps are traced at batches up to it,
+    so it is bounded by the most sequences a step is built with, here rather than after a trace."""
+    value = positive_int(text)
+    if value > MAX_BATCH:
+        raise argparse.ArgumentTypeError(f"at most {MAX_BATCH:,} sequences (the most a step is traced at), got {text}")
     return value
 
 
@@ -138,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_workload(g, DEFAULT_REQUESTS)
     e = p.add_argument_group("engine (vLLM's names)")
     e.add_argument(
-        "--max-num-seqs", type=positive_int, metavar="N",
+        "--max-num-seqs", type=max_num_seqs, metavar="N",
         help="the most requests running at once (default vLLM's: 1024 on a device of 70 GiB or more but an A100, else 256)",
     )  # fmt: skip
     e.add_argument("--block-size", type=positive_int, metavar="T", help="tokens a KV block holds (default 16, vLLM's)")
