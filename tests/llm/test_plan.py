@@ -92,6 +92,8 @@ FLAGS = [f"--hf-config={k}={v}" for k, v in SMALL.items()]
         (["--speculative-tokens", "2", "--acceptance", "0.8", "--disaggregate"], "--speculative-tokens"),
         # a step is traced at most at 2**20 = 1,048,576 sequences: a cap above it is refused by its flag
         (["--max-num-seqs", "1048577"], "--max-num-seqs"),
+        # a block of more than the 2**24 = 16,777,216 positions a sequence may hold
+        (["--block-size", "16777217"], "--block-size"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str], args: list[str], flag: str) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ...errors import OpcountError
-from ...llm.models.limits import MAX_BATCH
+from ...llm.models.limits import MAX_BATCH, MAX_POSITIONS
 from ...llm.serve import slo, traces
 from ...llm.serve.speculative import MAX_TOKENS, Speculation, parse_acceptance
 from ...llm.serve.workload import ARRIVALS, MAX_REQUESTS, Workload
@@ -80,6 +80,15 @@ def max_num_seqs(text: str) -> int:
     value = positive_int(text)
     if value > MAX_BATCH:
         raise argparse.ArgumentTypeError(f"at most {MAX_BATCH:,} sequences (the most a step is traced at), got {text}")
+    return value
+
+
+def block_size(text: str) -> int:
+    """argparse type of ``--block-size``: tokens a KV block holds, at most the positions one sequence may have
+    (a larger block holds nothing more, and its bytes would be priced before anything said so)."""
+    value = positive_int(text)
+    if value > MAX_POSITIONS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_POSITIONS:,} tokens (a sequence's most positions), got {text}")
     return value
 
 
@@ -151,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-num-seqs", type=max_num_seqs, metavar="N",
         help="the most requests running at once (default vLLM's: 1024 on a device of 70 GiB or more but an A100, else 256)",
     )  # fmt: skip
-    e.add_argument("--block-size", type=positive_int, metavar="T", help="tokens a KV block holds (default 16, vLLM's)")
+    e.add_argument("--block-size", type=block_size, metavar="T", help="tokens a KV block holds (default 16, vLLM's)")
     e.add_argument(
         "--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
         help="reuse the cached blocks of prompts' shared prefixes (default on, as in vLLM v1)",
