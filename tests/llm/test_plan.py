@@ -94,6 +94,8 @@ FLAGS = [f"--hf-config={k}={v}" for k, v in SMALL.items()]
         (["--max-num-seqs", "1048577"], "--max-num-seqs"),
         # a block of more than the 2**24 = 16,777,216 positions a sequence may hold
         (["--block-size", "16777217"], "--block-size"),
+        # more clients than the 10,000,000 requests a run may hold
+        (["--concurrency", "10000001"], "argument --concurrency: at most"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str], args: list[str], flag: str) -> None:

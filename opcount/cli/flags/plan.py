@@ -28,7 +28,7 @@ from ..options import Options
 from ..parser import parse as parse_phase
 from .deploy import parse_price
 from .simulate import REFUSED as SIMULATE_REFUSED
-from .simulate import add_speculation, add_workload, block_size, max_num_seqs, speculative, workload_of
+from .simulate import add_speculation, add_workload, block_size, clients, max_num_seqs, speculative, workload_of
 
 # a search runs hundreds of simulations: fewer requests each than simulate's default of vllm bench serve's 1000
 DEFAULT_REQUESTS = 200
@@ -123,7 +123,7 @@ def concurrencies(text: str) -> tuple[int, ...]:
     items = _items(text)
     if not items:
         raise argparse.ArgumentTypeError(f"expected clients, or a list of them (1,4,16), got {text!r}")
-    found = tuple(sorted({positive_int(t) for t in items}))
+    found = tuple(sorted({clients(t) for t in items}))
     if len(found) > MAX_CONCURRENCIES:
         raise argparse.ArgumentTypeError(f"at most {MAX_CONCURRENCIES} values, got {len(found)}")
     return found

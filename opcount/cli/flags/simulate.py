@@ -83,6 +83,15 @@ def max_num_seqs(text: str) -> int:
     return value
 
 
+def clients(text: str) -> int:
+    """argparse type of one ``--concurrency``: clients in a closed loop, at most the requests a run may hold
+    (each client holds one request; more of them send nothing)."""
+    value = positive_int(text)
+    if value > MAX_REQUESTS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_REQUESTS:,} clients (a run's most requests), got {text}")
+    return value
+
+
 def block_size(text: str) -> int:
     """argparse type of ``--block-size``: tokens a KV block holds, at most the positions one sequence may have
     (a larger block holds nothing more, and its bytes would be priced before anything said so)."""
@@ -103,7 +112,7 @@ def _share(text: str) -> float:
 
 
 def add_workload(
-    g: argparse._ArgumentGroup, requests: int, concurrency: Callable[[str], Any] = positive_int, clients: str = "C"
+    g: argparse._ArgumentGroup, requests: int, concurrency: Callable[[str], Any] = clients, metavar: str = "C"
 ) -> None:
     """The workload's flags ``opcount simulate`` and ``opcount plan`` share: a rate (with its arrivals) or a
     concurrency (read by ``concurrency``: plan takes a list), the requests (``requests`` by default), their
@@ -111,7 +120,7 @@ def add_workload(
     g.add_argument("--rate", type=parse_rate, metavar="R", help="requests a second (open loop)")
     g.add_argument("--arrivals", choices=ARRIVALS, help="with --rate: Poisson (default) or evenly spaced arrivals")
     g.add_argument(
-        "--concurrency", type=concurrency, metavar=clients, help="clients in a closed loop (instead of --rate)"
+        "--concurrency", type=concurrency, metavar=metavar, help="clients in a closed loop (instead of --rate)"
     )
     g.add_argument("--requests", type=positive_int, metavar="N", help=f"requests (default {requests})")
     g.add_argument(
