@@ -122,6 +122,10 @@ def test_a_bad_row_is_one_line_naming_the_file_and_row(tmp_path: Path, capsys: p
     path.write_text("case,engine\n", encoding="utf-8")
     assert main(["calibrate", str(path)]) == 2
     assert f"{path}:1: the header lacks" in capsys.readouterr().err
+    # a rate is requests a second or inf (all at once); nan is neither
+    path.write_text("\n".join([HEADER, good.replace(",inf,", ",nan,")]) + "\n", encoding="utf-8")
+    with pytest.raises(OpcountValueError, match=r"m.csv:2: rate: expected a number from 0, got 'nan'"):
+        rows.load(path)
 
 
 def test_vllm_bench_serve_json_becomes_rows(tmp_path: Path) -> None:
