@@ -60,8 +60,11 @@ def run(argv: Sequence[str], stderr: TextIO) -> tuple[str, str | None]:
     finally:
         spinner.close()
     priced = [p for p in found if isinstance(p, steady.Priced)]
-    if not priced:
-        raise OpcountValueError(f"{args.measurements}: no row opcount can price to fit a profile to")
+    if not priced:  # every row unmodelled: the first reason is the user's answer, as the report would show it
+        first = next(p for p in found if isinstance(p, evaluate.Unmodelled))
+        raise OpcountValueError(
+            f"{args.measurements}: no row opcount can price to fit a profile to ({first.row.case}: {first.reason})"
+        )
     start = BUILTIN[engine]
     fitted = fit.fit(priced, start, names)
     loo = fit.leave_one_out(priced, start, names) if len(priced) >= 2 else None

@@ -128,6 +128,17 @@ def test_a_bad_row_is_one_line_naming_the_file_and_row(tmp_path: Path, capsys: p
         rows.load(path)
 
 
+def test_no_row_priced_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # tp 1 on a row of 10**9 devices: no layout of the row's is priced, and the reason is the answer
+    row = "a,s,vLLM,1,llama-3-8b,h100-sxm,1000000000,1,1,1,bfloat16,bfloat16,,4,inf,10,100,10,fixed,tpot_ms,mean,5,"
+    path = tmp_path / "m.csv"
+    path.write_text("\n".join([HEADER, row]) + "\n", encoding="utf-8")
+    assert main(["calibrate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "no row opcount can price" in err, err
+    assert "(a: " in err and "1000000000" in err, err
+
+
 def test_vllm_bench_serve_json_becomes_rows(tmp_path: Path) -> None:
     result = {
         "completed": 10, "total_input_tokens": 10240, "total_output_tokens": 1280, "max_concurrency": 4,
