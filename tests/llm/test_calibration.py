@@ -139,6 +139,27 @@ def test_no_row_priced_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "(a: " in err and "1000000000" in err, err
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--write", "{tmp}"], "--write {tmp}: a folder, not a file"),
+        (["--write", "{tmp}/none/p.json"], "--write {tmp}/none/p.json: no folder"),
+        (["-o", "{tmp}"], "-o {tmp}: a folder, not a file"),
+        (["--write", "{tmp}/p.json", "-o", "{tmp}/p.json"], "--write {tmp}/p.json: -o writes the same file"),
+    ],
+)
+def test_output_files_are_checked_before_any_row_is_priced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    # a file with no row to price: a check made after pricing would report that instead of the flag
+    row = "a,s,vLLM,1,llama-3-8b,h100-sxm,1000000000,1,1,1,bfloat16,bfloat16,,4,inf,10,100,10,fixed,tpot_ms,mean,5,"
+    path = tmp_path / "m.csv"
+    path.write_text("\n".join([HEADER, row]) + "\n", encoding="utf-8")
+    assert main(["calibrate", str(path), *(f.format(tmp=tmp_path) for f in flags)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and message.format(tmp=tmp_path) in err, err
+
+
 def test_vllm_bench_serve_json_becomes_rows(tmp_path: Path) -> None:
     result = {
         "completed": 10, "total_input_tokens": 10240, "total_output_tokens": 1280, "max_concurrency": 4,
