@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 from ..errors import OpcountValueError
@@ -49,6 +50,7 @@ def run(argv: Sequence[str], stderr: TextIO) -> tuple[str, str | None]:
     unknown = [n for n in names if n not in RANGES]
     if unknown:
         raise UsageError(f"--fit: unknown parameters {', '.join(unknown)}; known: {', '.join(RANGES)}")
+    _check_outputs(args.write, args.output)
     measured = rows.load(args.measurements)
     engines = sorted({r.engine for r in measured})
     engine = args.engine or engines[0]
@@ -60,8 +62,11 @@ def run(argv: Sequence[str], stderr: TextIO) -> tuple[str, str | None]:
     finally:
         spinner.close()
     priced = [p for p in found if isinstance(p, steady.Priced)]
-    if not priced:
-        raise OpcountValueError(f"{args.measurements}: no row opcount can price to fit a profile to")
+    if not priced:  # every row unmodelled: the first reason is the user's answer, as the report would show it
+        first = next(p for p in found if isinstance(p, evaluate.Unmodelled))
+        raise OpcountValueError(
+            f"{args.measurements}: no row opcount can price to fit a profile to ({first.row.case}: {first.reason})"
+        )
     start = BUILTIN[engine]
     fitted = fit.fit(priced, start, names)
     loo = fit.leave_one_out(priced, start, names) if len(priced) >= 2 else None
@@ -76,6 +81,22 @@ def run(argv: Sequence[str], stderr: TextIO) -> tuple[str, str | None]:
     if args.write:
         write_text(args.write, dumps(profile))
     return report(found, profile, start, fitted.error, loo, args.write), args.output
+
+
+def _check_outputs(write: str | None, output: str | None) -> None:
+    """``--write`` and ``-o`` are written after every row is traced: a folder, a missing folder or one file for
+    both is refused before that work, not after it."""
+    for flag, value in (("--write", write), ("-o", output)):
+        if value is None:
+            continue
+        if not value.strip():
+            raise UsageError(f"{flag} needs a file name, got {value!r}")
+        if Path(value).is_dir():
+            raise UsageError(f"{flag} {value}: a folder, not a file: name a file in it")
+        if not Path(value).resolve().parent.is_dir():
+            raise UsageError(f"{flag} {value}: no folder {str(Path(value).parent)!r} to write it in")
+    if write and output and Path(write).resolve() == Path(output).resolve():
+        raise UsageError(f"--write {write}: -o writes the same file: give each output its own")
 
 
 def report(

@@ -122,6 +122,42 @@ def test_a_bad_row_is_one_line_naming_the_file_and_row(tmp_path: Path, capsys: p
     path.write_text("case,engine\n", encoding="utf-8")
     assert main(["calibrate", str(path)]) == 2
     assert f"{path}:1: the header lacks" in capsys.readouterr().err
+    # a rate is requests a second or inf (all at once); nan is neither
+    path.write_text("\n".join([HEADER, good.replace(",inf,", ",nan,")]) + "\n", encoding="utf-8")
+    with pytest.raises(OpcountValueError, match=r"m.csv:2: rate: expected a number from 0, got 'nan'"):
+        rows.load(path)
+
+
+def test_no_row_priced_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # tp 1 on a row of 10**9 devices: no layout of the row's is priced, and the reason is the answer
+    row = "a,s,vLLM,1,llama-3-8b,h100-sxm,1000000000,1,1,1,bfloat16,bfloat16,,4,inf,10,100,10,fixed,tpot_ms,mean,5,"
+    path = tmp_path / "m.csv"
+    path.write_text("\n".join([HEADER, row]) + "\n", encoding="utf-8")
+    assert main(["calibrate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "no row opcount can price" in err, err
+    assert "(a: " in err and "1000000000" in err, err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--write", "{tmp}"], "--write {tmp}: a folder, not a file"),
+        (["--write", "{tmp}/none/p.json"], "--write {tmp}/none/p.json: no folder"),
+        (["-o", "{tmp}"], "-o {tmp}: a folder, not a file"),
+        (["--write", "{tmp}/p.json", "-o", "{tmp}/p.json"], "--write {tmp}/p.json: -o writes the same file"),
+    ],
+)
+def test_output_files_are_checked_before_any_row_is_priced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    # a file with no row to price: a check made after pricing would report that instead of the flag
+    row = "a,s,vLLM,1,llama-3-8b,h100-sxm,1000000000,1,1,1,bfloat16,bfloat16,,4,inf,10,100,10,fixed,tpot_ms,mean,5,"
+    path = tmp_path / "m.csv"
+    path.write_text("\n".join([HEADER, row]) + "\n", encoding="utf-8")
+    assert main(["calibrate", str(path), *(f.format(tmp=tmp_path) for f in flags)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and message.format(tmp=tmp_path) in err, err
 
 
 def test_vllm_bench_serve_json_becomes_rows(tmp_path: Path) -> None:

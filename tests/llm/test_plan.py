@@ -90,6 +90,12 @@ FLAGS = [f"--hf-config={k}={v}" for k, v in SMALL.items()]
         (["--max-devices", "1024", "--hardware", "h100-sxm,h200-sxm,b200"], "--max-devices"),
         (["--acceptance", "0.8"], "--acceptance"),
         (["--speculative-tokens", "2", "--acceptance", "0.8", "--disaggregate"], "--speculative-tokens"),
+        # a step is traced at most at 2**20 = 1,048,576 sequences: a cap above it is refused by its flag
+        (["--max-num-seqs", "1048577"], "--max-num-seqs"),
+        # a block of more than the 2**24 = 16,777,216 positions a sequence may hold
+        (["--block-size", "16777217"], "--block-size"),
+        # more clients than the 10,000,000 requests a run may hold
+        (["--concurrency", "10000001"], "argument --concurrency: at most"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str], args: list[str], flag: str) -> None:

@@ -129,6 +129,9 @@ def test_opcount_simulate_end_to_end(tmp_path: pytest.TempPathFactory, capsys: p
     [
         (["--rate", "-1"], "--rate"),
         (["--rate", "1", "--block-size", "0"], "--block-size"),
+        (["--rate", "1", "--max-num-seqs", "1048577"], "--max-num-seqs"),  # above 2**20, the most traced
+        (["--rate", "1", "--block-size", "16777217"], "--block-size"),  # above 2**24 positions a sequence
+        (["--concurrency", "10000001"], "argument --concurrency: at most"),  # more clients than a run's most requests
         (["--rate", "1", "--batch", "4"], "--batch does not apply"),
         (["--rate", "1", "--concurrency", "2"], "give one of them"),
         ([], "needs --rate"),

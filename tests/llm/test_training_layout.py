@@ -141,6 +141,8 @@ SMALL = ["llm:gpt2", "--hf-config", "n_layer=4", "--hf-config", "n_embd=64", "--
         (["--cp", "3"], "--cp 3: does not divide the sequence of 64 tokens"),
         (["--global-batch", "8", "--micro-batches", "3"], "--micro-batches 3: does not divide --global-batch 8"),
         (["--global-batch", "7", "--dp", "2"], "--global-batch 7: does not divide over --dp 2"),
+        # 10**12 sequences in micro-batches of --batch 1 on one replica: 10**12 micro-batches, over 65,536
+        (["--global-batch", "1000000000000"], "--global-batch 1000000000000: 1,000,000,000,000 micro-batches"),
         (["--virtual-stages", "2"], "--virtual-stages 2: interleaves a pipeline: give --pp"),
         (["--sequence-parallel"], "--sequence-parallel splits what tensor parallelism keeps whole: give --tp"),
         (["--max-micro-batch"], "--max-micro-batch needs --hardware"),
@@ -234,11 +236,14 @@ def test_a_search_lists_the_layouts_that_fit_fastest_first(capsys: pytest.Captur
     [
         (["--devices", "8", "--tp", "2"], "--devices searches the layouts: drop --tp"),
         (["--devices", "8", "--sweep", "zero=0,1"], "--devices searches the layouts: drop --sweep"),
+        # a billion devices is refused by its own flag, before any layout of them is built
+        (["--devices", "1000000000"], "--devices 1000000000: at most 65,536"),
     ],
 )
 def test_bad_searches(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = _run([*SMALL, "--mode", "train", "--seq-len", "64", "--hardware", "h100-sxm", *argv], capsys)
     assert status == 2 and not out and message in err, err
+    assert err.count("\n") == 1, err
 
 
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])

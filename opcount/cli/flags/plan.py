@@ -28,7 +28,7 @@ from ..options import Options
 from ..parser import parse as parse_phase
 from .deploy import parse_price
 from .simulate import REFUSED as SIMULATE_REFUSED
-from .simulate import add_speculation, add_workload, speculative, workload_of
+from .simulate import add_speculation, add_workload, block_size, clients, max_num_seqs, speculative, workload_of
 
 # a search runs hundreds of simulations: fewer requests each than simulate's default of vllm bench serve's 1000
 DEFAULT_REQUESTS = 200
@@ -86,8 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("workload (as opcount simulate)")
     add_workload(g, DEFAULT_REQUESTS, concurrencies, "C[,C...]")
     e = p.add_argument_group("engine (vLLM's names)")
-    e.add_argument("--max-num-seqs", type=positive_int, metavar="N", help="as opcount simulate (default vLLM's)")
-    e.add_argument("--block-size", type=positive_int, metavar="T", help="tokens a KV block holds (default 16, vLLM's)")
+    e.add_argument("--max-num-seqs", type=max_num_seqs, metavar="N", help="as opcount simulate (default vLLM's)")
+    e.add_argument("--block-size", type=block_size, metavar="T", help="tokens a KV block holds (default 16, vLLM's)")
     s = p.add_argument_group("targets and search")
     s.add_argument("--slo-ttft", metavar="[pNN:]TIME", help="time to first token, e.g. 2s or p90:2s (p50 unless given)")
     s.add_argument("--slo-tpot", metavar="[pNN:]TIME", help="time per output token after the first, e.g. p90:50ms")
@@ -123,7 +123,7 @@ def concurrencies(text: str) -> tuple[int, ...]:
     items = _items(text)
     if not items:
         raise argparse.ArgumentTypeError(f"expected clients, or a list of them (1,4,16), got {text!r}")
-    found = tuple(sorted({positive_int(t) for t in items}))
+    found = tuple(sorted({clients(t) for t in items}))
     if len(found) > MAX_CONCURRENCIES:
         raise argparse.ArgumentTypeError(f"at most {MAX_CONCURRENCIES} values, got {len(found)}")
     return found

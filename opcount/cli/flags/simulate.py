@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ...errors import OpcountError
+from ...llm.models.limits import MAX_BATCH, MAX_POSITIONS
 from ...llm.serve import slo, traces
 from ...llm.serve.speculative import MAX_TOKENS, Speculation, parse_acceptance
 from ...llm.serve.workload import ARRIVALS, MAX_REQUESTS, Workload
@@ -73,6 +74,33 @@ def parse_rate(text: str) -> float:
     return value
 
 
+def max_num_seqs(text: str) -> int:
+    """argparse type of ``--max-num-seqs`` (simulate's and plan's): decode steps are traced at batches up to it,
+    so it is bounded by the most sequences a step is built with, here rather than after a trace."""
+    value = positive_int(text)
+    if value > MAX_BATCH:
+        raise argparse.ArgumentTypeError(f"at most {MAX_BATCH:,} sequences (the most a step is traced at), got {text}")
+    return value
+
+
+def clients(text: str) -> int:
+    """argparse type of one ``--concurrency``: clients in a closed loop, at most the requests a run may hold
+    (each client holds one request; more of them send nothing)."""
+    value = positive_int(text)
+    if value > MAX_REQUESTS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_REQUESTS:,} clients (a run's most requests), got {text}")
+    return value
+
+
+def block_size(text: str) -> int:
+    """argparse type of ``--block-size``: tokens a KV block holds, at most the positions one sequence may have
+    (a larger block holds nothing more, and its bytes would be priced before anything said so)."""
+    value = positive_int(text)
+    if value > MAX_POSITIONS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_POSITIONS:,} tokens (a sequence's most positions), got {text}")
+    return value
+
+
 def _share(text: str) -> float:
     try:
         value = float(text)
@@ -84,7 +112,7 @@ def _share(text: str) -> float:
 
 
 def add_workload(
-    g: argparse._ArgumentGroup, requests: int, concurrency: Callable[[str], Any] = positive_int, clients: str = "C"
+    g: argparse._ArgumentGroup, requests: int, concurrency: Callable[[str], Any] = clients, metavar: str = "C"
 ) -> None:
     """The workload's flags ``opcount simulate`` and ``opcount plan`` share: a rate (with its arrivals) or a
     concurrency (read by ``concurrency``: plan takes a list), the requests (``requests`` by default), their
@@ -92,7 +120,7 @@ def add_workload(
     g.add_argument("--rate", type=parse_rate, metavar="R", help="requests a second (open loop)")
     g.add_argument("--arrivals", choices=ARRIVALS, help="with --rate: Poisson (default) or evenly spaced arrivals")
     g.add_argument(
-        "--concurrency", type=concurrency, metavar=clients, help="clients in a closed loop (instead of --rate)"
+        "--concurrency", type=concurrency, metavar=metavar, help="clients in a closed loop (instead of --rate)"
     )
     g.add_argument("--requests", type=positive_int, metavar="N", help=f"requests (default {requests})")
     g.add_argument(
@@ -138,10 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_workload(g, DEFAULT_REQUESTS)
     e = p.add_argument_group("engine (vLLM's names)")
     e.add_argument(
-        "--max-num-seqs", type=positive_int, metavar="N",
+        "--max-num-seqs", type=max_num_seqs, metavar="N",
         help="the most requests running at once (default vLLM's: 1024 on a device of 70 GiB or more but an A100, else 256)",
     )  # fmt: skip
-    e.add_argument("--block-size", type=positive_int, metavar="T", help="tokens a KV block holds (default 16, vLLM's)")
+    e.add_argument("--block-size", type=block_size, metavar="T", help="tokens a KV block holds (default 16, vLLM's)")
     e.add_argument(
         "--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
         help="reuse the cached blocks of prompts' shared prefixes (default on, as in vLLM v1)",

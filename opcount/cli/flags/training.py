@@ -13,7 +13,7 @@ from typing import Any
 
 from ...errors import OpcountError
 from ...llm.precision.formats import ALIASES, TRAINABLE
-from ...training.layout import TrainLayout
+from ...training.layout import MAX_DEGREE, TrainLayout
 from ...training.saved import RECOMPUTE
 from ...training.states import OPTIMIZERS
 from ..args import positive_int
@@ -144,6 +144,9 @@ def check(options: Options) -> None:
         raise OpcountError(f"{llm_only[0]}: a training layout is an LLM's (llm: and causal hf: models)")
     if flags.max_micro_batch and options.hardware is None:
         raise OpcountError("--max-micro-batch needs --hardware (the device's memory)")
+    if flags.devices is not None and flags.devices > MAX_DEGREE:
+        # the search enumerates the divisors of N: bounded here, before one layout of them is built
+        raise OpcountError(f"--devices {flags.devices}: at most {MAX_DEGREE:,}")
     if flags.devices is not None and options.llm is not None:
         typed = (*options.llm.flags.deploy.given, *flags.given)
         fixed = [f for f in typed if f in (*LAYOUT, *layout_flags)]
@@ -218,6 +221,11 @@ def layout(flags: LLMOptions, training: TrainingOptions, point: Mapping[str, int
                 f"{flags.batch} on each of {name('dp')} replicas"
             )
         micro = per_replica // flags.batch
+        if micro > MAX_DEGREE:  # the layout would name --micro-batches, which the user did not type
+            raise OpcountError(
+                f"--global-batch {training.global_batch}: {micro:,} micro-batches of --batch {flags.batch} on each "
+                f"of {name('dp')} replicas, more than {MAX_DEGREE:,}"
+            )
     tp = degree("tp", d.tp)
     if training.sequence_parallel and tp == 1:
         raise OpcountError("--sequence-parallel splits what tensor parallelism keeps whole: give --tp")

@@ -82,7 +82,8 @@ def _number(text: str, what: str, whole: bool = False, low: float = 0.0) -> Any:
         number = int(text) if whole else float(text)
     except ValueError:
         raise OpcountValueError(f"{what}: expected a {'whole ' if whole else ''}number, got {text!r}") from None
-    if not (math.isfinite(number) or what.endswith("rate")) or number < low:
+    # a rate may be inf (all at once); NaN is no number of anything, a rate's included
+    if math.isnan(number) or not (math.isfinite(number) or what.endswith("rate")) or number < low:
         raise OpcountValueError(f"{what}: expected a number from {low:g}, got {text!r}")
     return number
 
