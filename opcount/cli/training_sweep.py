@@ -41,7 +41,8 @@ def run(
             check_layout(llm, layout(flags, _options(train, point), point), flags.seq_len)
         except OpcountError as e:
             where = ", ".join(f"{k}={v}" for k, v in point.items())
-            raise OpcountError(f"{e} (--sweep point {where})") from None
+            named = f"--devices {train.devices}: the layout {where}" if search else f"--sweep point {where}"
+            raise OpcountError(f"{e} ({named})") from None
     status(f"tracing {label}: training step, batch {flags.batch}, {flags.seq_len} tokens")
     traced = trace_step(
         llm,
