@@ -33,7 +33,7 @@ from ..serve.simulate import Simulation, replay, simulate
 from ..serve.step_cost import FittedStepCost, Step
 from .energy import joules_per_token
 from .points import Point
-from .search import Config, Result, Search, binding, costs, engine_layouts, latency, share, traced_once
+from .search import Config, Result, Search, binding, costs, engine_layouts, latency, share
 
 HELD = 0.9  # a pool's run may last at most 1 / HELD of its last arrival plus a typical request's latency
 
@@ -188,7 +188,9 @@ def combine(search: Search, prefill: Pool, decode: Pool) -> Result:
 
 def pools(search: Search, models: dict[str, CausalLM]) -> tuple[list[Result], int]:
     """Every pair of a prefill pool and a decode pool (each engine with its fewest copies that hold their share,
-    on any device searched, at one precision) within the bound on devices; the results and the pools simulated."""
+    on any device searched, at one precision) within the bound on devices; the results and the pools simulated.
+    ``models``: each precision's model as :func:`.search.traced_once` wraps it, the one-pool search's own, so
+    the pools price the phases it traced."""
     if search.workload.rate is None:
         raise OpcountError("disaggregated pools are simulated apart and need a rate: give --rate, not --concurrency")
     results: list[Result] = []
@@ -196,10 +198,9 @@ def pools(search: Search, models: dict[str, CausalLM]) -> tuple[list[Result], in
     for precision, llm in models.items():
         prefill: list[Pool] = []
         decode: list[Pool] = []
-        traced = traced_once(llm)  # each phase traced once for every device searched
         for hardware in search.hardware:
             for role, kept in (("prefill", prefill), ("decode", decode)):
-                for found in _pool(search, traced, precision, hardware, role):
+                for found in _pool(search, llm, precision, hardware, role):
                     runs += 1
                     if isinstance(found, Pool):
                         kept.append(found)

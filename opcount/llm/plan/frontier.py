@@ -57,7 +57,8 @@ def rows(points: Sequence[Point]) -> list[dict[str, Any]]:
     """Every point as a row of :data:`COLUMNS`, by device type and rising speed per user."""
     front = {id(p) for p in pareto(points)}
     ordered = sorted(points, key=lambda p: (p.hardware, p.tokens_per_s_per_user, -p.tokens_per_s_per_device))
-    return [{k: (p.as_dict() | {"pareto": id(p) in front})[k] for k in COLUMNS} for p in ordered]
+    found = [p.as_dict() | {"pareto": id(p) in front} for p in ordered]
+    return [{k: row[k] for k in COLUMNS} for row in found]
 
 
 def as_csv(points: Sequence[Point]) -> str:

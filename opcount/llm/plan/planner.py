@@ -33,7 +33,7 @@ def plan(
                 results += found
                 runs += n
     if disaggregate:
-        found, n = pools(search, dict(models))
+        found, n = pools(search, traced)  # the pools price the phases the search traced
         results += found
         runs += n
     return ranked(results, search.slos, runs)
