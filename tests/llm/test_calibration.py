@@ -4,6 +4,7 @@ steady-state form worked by hand, a profile recovered from rows generated with k
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +15,7 @@ from opcount.cli import main
 from opcount.errors import OpcountValueError
 from opcount.llm.calibration import rows
 from opcount.llm.calibration.fit import FITTED, fit, geomean_error, leave_one_out
-from opcount.llm.calibration.steady import Priced, Step, bound, predict
+from opcount.llm.calibration.steady import Priced, Step, bound, floor_sum, predict, wave
 from opcount.llm.engines.profile import BUILTIN, EngineProfile
 from opcount.llm.engines.terms import StepShape
 
@@ -53,13 +54,79 @@ def test_a_closed_loop_by_hand() -> None:
 
 
 def test_all_at_once_in_one_wave_by_hand() -> None:
-    # 4 requests at once on 4 slots: the prompts one after another, mean TTFT (1 + 2 + 3 + 4) / 4 x P = 2.5 P
+    # 4 requests of 1,000 tokens at once on 4 slots: the 4,000 prompt tokens fit one step of the 8,192-token
+    # budget, so every first token comes at its end, 4 P = 400 ms, and the decodes follow together: TPOT = D
     decode, prefill = Step(0.01, 0.005, SHAPE), Step(0.1, 0.05, SHAPE)
     row = measured("ttft_ms", concurrency="", requests="4")
-    assert predict(Priced(row, 4, 1, True, decode, prefill), None) == pytest.approx(0.25)
-    # TPOT: D and, on average, half the 3 other prompts over the 101 tokens: 10 ms + 1.5 x 100 / 101 ms
+    assert predict(Priced(row, 4, 1, True, decode, prefill), None) == pytest.approx(0.4)
     tpot = predict(Priced(measured(concurrency="", requests="4"), 4, 1, True, decode, prefill), None)
-    assert tpot == pytest.approx(0.01 + 1.5 * 0.1 / 101)
+    assert tpot == pytest.approx(0.01)
+
+
+def test_a_wave_of_prompts_in_chunks_by_hand() -> None:
+    # 4 prompts of 3,000 tokens, 100 ms of work each and 10 ms a step: 12,000 tokens in two steps of the
+    # 8,192-token budget; the first two prompts end in step 1, at 8,192 / 3,000 x 100 + 10 ms, the last two
+    # in step 2, at 4 x 100 + 2 x 10 = 420 ms
+    step1 = 8192 / 3000 * 0.1 + 0.01
+    first, last = wave(4, 3000, 0.1, 0.01)
+    assert first == pytest.approx((2 * step1 + 2 * 0.42) / 4)
+    assert last == pytest.approx(0.42)
+
+
+def test_the_wave_closed_form_equals_its_definition() -> None:
+    # each prompt's end summed one by one (the definition) against the floor sum, over sizes around the budget
+    rng = random.Random(3)
+    for _ in range(300):
+        b, prompt = rng.randint(1, 1500), rng.choice((1, 128, 3000, 8192, 8193, 32000, rng.randint(1, 40000)))
+        total, steps = b * prompt, math.ceil(b * prompt / 8192)
+
+        def until(s: int, total: int = total, prompt: int = prompt) -> float:
+            return min(s * 8192, total) / prompt * 0.1 + s * 0.01
+
+        first = sum(until(math.ceil(i * prompt / 8192)) for i in range(1, b + 1)) / b
+        assert wave(b, prompt, 0.1, 0.01) == pytest.approx((first, until(steps)), rel=1e-12)
+    for n, m, a, c in ((0, 5, 3, 2), (7, 3, 5, 11), (100, 8192, 3000, 11191)):
+        assert floor_sum(n, m, a, c) == sum((a * i + c) // m for i in range(n))
+
+
+PER_STEP = StepShape("prefill", 3000, 0.0, 0.0, 10, 2, 0.0)  # 10 collective calls and 2 experts blocks a step
+
+
+def test_a_closed_loop_of_fixed_lengths_runs_in_waves_by_hand() -> None:
+    # 4 clients, fixed lengths (3,000 in, 101 out): every round's 4 prompts arrive together. Under a profile of
+    # 10 ms a step, 1 us a collective call and 0 routing: P = 100 + 10 + 0.01 ms, its tokens 100 ms, a step's own
+    # terms 10.01 ms; D = 10 ms + 10 ms of the profile's step
+    profile = EngineProfile("t", step_overhead_s=0.01, collective_latency_s=1e-6, ttft_overhead_s=0.02)
+    decode, prefill = Step(0.01, 0.005, SHAPE), Step(0.1, 0.05, PER_STEP)
+    d, own = 0.02, 0.01001
+    first, prompts = (2 * (8192 / 3000 * 0.1 + own) + 2 * (0.4 + 2 * own)) / 4, 0.4 + 2 * own
+
+    def priced(metric: str) -> float:
+        row = measured(metric, input="3000", lengths="fixed")
+        assert row.lockstep
+        return predict(Priced(row, 4, 1, False, decode, prefill), profile)
+
+    assert priced("ttft_ms") == pytest.approx(first + 0.02)
+    assert priced("tpot_ms") == pytest.approx(d + (prompts - first) / 100)
+    # 4 x 101 tokens every round: the server's 20 ms, the wave's prompts, 100 decode steps
+    assert priced("out_tok_s") == pytest.approx((0.02 + prompts + 100 * d) / (4 * 101))
+
+
+def test_a_prompt_beside_decodes_pays_its_tokens_not_another_step() -> None:
+    # a closed loop of varied lengths: each of the 3 other prompts adds its tokens' 100 ms to the decode steps,
+    # not the 10 ms step and 10 collective calls the decode step pays already
+    profile = EngineProfile("t", step_overhead_s=0.01, collective_latency_s=1e-6)
+    decode, prefill = Step(0.01, 0.005, SHAPE), Step(0.1, 0.05, PER_STEP)
+    tpot = predict(Priced(measured(input="3000"), 4, 1, False, decode, prefill), profile)
+    assert tpot == pytest.approx(0.02 + 3 * 0.1 / 101)
+
+
+def test_all_at_once_over_two_waves_mixes_the_wave_and_the_loop() -> None:
+    # 8 requests on 4 slots: the first 4 decode as a wave (TPOT = D: their prompts fit one step), the other 4
+    # beside the prompts that follow (TPOT = D + 3 P / O): the mean of the two
+    decode, prefill = Step(0.01, 0.005, SHAPE), Step(0.1, 0.05, SHAPE)
+    tpot = predict(Priced(measured(concurrency="", requests="8"), 4, 1, True, decode, prefill), None)
+    assert tpot == pytest.approx((0.01 + (0.01 + 3 * 0.1 / 101)) / 2)
 
 
 def test_seconds_and_back() -> None:

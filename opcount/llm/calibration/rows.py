@@ -66,6 +66,13 @@ class Row:
         """The measurement as seconds of something (the module's docstring)."""
         return seconds(self.metric, self.measured)
 
+    @property
+    def lockstep(self) -> bool:
+        """Requests of one fixed length (``vllm bench serve --random-range-ratio 0``, trtllm-bench's synthetic
+        sets): those that start together end in the same step, so the prompts keep arriving in waves, each
+        round of a closed loop and each batch of slots all at once."""
+        return self.text.get("lengths", "") == "fixed"
+
 
 def seconds(metric: str, value: float) -> float:
     """``value`` of ``metric`` as seconds (a latency) or seconds per unit (a rate's inverse)."""

@@ -4,35 +4,53 @@ running, at the mean context, and a prompt's prefill.
 
 Notation: ``I`` and ``O`` the mean prompt and answer tokens; ``b`` the sequences a replica runs, ``r`` the
 replicas (``dp_attention``); ``D`` the decode step's estimate and ``P`` the prompt's, each with an engine
-profile's step terms (:mod:`opcount.llm.engines.terms`), ``s`` the profile's server time to first token.
+profile's step terms (:mod:`opcount.llm.engines.terms`), ``s`` the profile's server time to first token. A
+prompt that rides in a step the engine runs anyway (beside decodes, or beside other prompts in one chunk) adds
+``P'``, its tokens' part of ``P``: the terms a step pays once (its overhead, the collectives' latency, the MoE
+router's kernels: :data:`.terms.PER_STEP`) are paid by that step, not again by each prompt in it.
 
-- **closed loop** (``concurrency`` clients, ``b = concurrency / r``): each request's prompt runs while the other
-  ``b - 1`` decode, and each of theirs once in ``O`` of its steps: ``TPOT = D + (b - 1) P / O``; ``TTFT = P + s``
-  alone, and with others half a decode step more and the wait behind their prompts, which hold the engine a
-  share ``rho = (b - 1) P / (P + (O - 1) TPOT)`` of the time (at most 0.9): M/D/1's ``rho / (1 - rho) x P / 2``;
-- **all at once** (``rate`` inf, ``N`` requests; ``b`` the slots a replica runs: ``N / r``, at most
-  ``max_num_seqs`` and what the KV cache holds): with one wave (``N <= r b``) the prompts run one after another
-  beside the decodes (the engine runs the decodes first, the prompts in the step's remaining budget), so that
-  ``TTFT = (b + 1) P / 2 + s`` and a request decodes beside half the others' prompts, ``TPOT = D + (b - 1) P / 2O``; with ``w = N / (r b)`` waves a request waits for
-  ``(w - 1) / 2`` others on its slot, each ``P + (O - 1) TPOT``, with ``TPOT`` as in a closed loop;
+- **a wave** (:func:`wave`): ``b`` prompts that arrive together run in order in steps of ``C`` =
+  :data:`CHUNK_TOKENS` tokens (vLLM's, SGLang's and TensorRT-LLM's default token budget a step), each step their
+  tokens' share of ``P'`` and once the step's own terms; a prompt's first token comes at the end of the step its
+  last token is in, the decodes after the wave's last prompt: ``TTFT`` the mean of those ends plus ``s``,
+  ``TPOT = D + (W - TTFT') / (O - 1)`` with ``W`` the wave's prompts' time and ``TTFT'`` the mean first token.
+  A closed loop of fixed lengths (:attr:`.rows.Row.lockstep`: ``vllm bench serve --max-concurrency`` with
+  ``--random-range-ratio 0``) is a wave every round (its clients start together and their requests end in the
+  same step), ``r b O`` tokens every ``s + W + (O - 1) D``; all requests at once in one wave likewise;
+- **closed loop** of varied lengths (``concurrency`` clients, ``b = concurrency / r``): each request's prompt
+  runs while the other ``b - 1`` decode, and each of theirs once in ``O`` of its steps:
+  ``TPOT = D + (b - 1) P' / O``; ``TTFT = P + s`` alone, and with others half a decode step more and the wait
+  behind their prompts, which hold the engine a share ``rho = (b - 1) P' / (P + (O - 1) TPOT)`` of the time (at
+  most 0.9): M/D/1's ``rho / (1 - rho) x P' / 2``;
+- **all at once** in ``w = N / (r b)`` waves (``rate`` inf, ``N`` requests; ``b`` the slots a replica runs:
+  ``N / r``, at most ``max_num_seqs`` and what the KV cache holds): a request waits for ``(w - 1) / 2`` others on
+  its slot, each ``P + (O - 1) TPOT``; the first wave's share ``1 / w`` of the requests decodes as a wave, the
+  rest beside the later prompts as a closed loop: ``TPOT`` the mean of the two;
 - ``E2EL = TTFT + (O - 1) TPOT``; output tokens a second ``r b O / E2EL`` in a closed loop, ``N O`` over the
   waves' time all at once; per GPU over the row's devices; total tokens ``(I + O) / O`` times output tokens.
 
 The bound is the same workload at the speed of light (``D`` and ``P`` the steps' bounds, no profile, no
 waiting, no prompt stalling a decode): ``TTFT >= P``, ``TPOT >= D``, tokens a second at most ``r b / D``.
-Percentiles beyond the median, and the TTFT and end-to-end latency of requests sent all at once (their queue),
-are not modelled: a row asking for one is reported so, not priced (:func:`.evaluate.refusal`).
+Percentiles beyond the median, and the TTFT and end-to-end latency of requests sent all at once (their queue
+over many waves), are not modelled: a row asking for one is reported so, not priced (:func:`.evaluate.refusal`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..deploy.fit import LARGE_DEFAULT
 from ..engines.profile import EngineProfile
-from ..engines.terms import StepShape, step_seconds
+from ..engines.terms import StepShape, per_step_seconds, step_seconds
 from .rows import Row
+
+# the tokens an engine step takes of waiting prompts on the rows' devices (70 GiB or more): vLLM V1's
+# max_num_batched_tokens for its server there; TensorRT-LLM's max_num_tokens defaults to the same 8192 and
+# SGLang's --chunked-prefill-size to 8192 or 16384 by the device's memory: one budget for all three
+CHUNK_TOKENS = LARGE_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -45,6 +63,10 @@ class Step:
 
     def priced(self, profile: EngineProfile | None) -> float:
         return self.estimate + step_seconds(profile, self.shape)
+
+    def tokens(self, profile: EngineProfile | None) -> float:
+        """What the step's tokens cost under ``profile`` when they ride in a step that is paid for anyway."""
+        return self.priced(profile) - per_step_seconds(profile, self.shape)
 
 
 @dataclass(frozen=True)
@@ -63,30 +85,79 @@ def predict(p: Priced, profile: EngineProfile | None) -> float:
     """The estimate of ``p``'s metric, as seconds (:attr:`.rows.Row.seconds`), under ``profile``."""
     row, b, r = p.row, p.batch, p.replicas
     d, pre = p.decode.priced(profile), p.prefill.priced(profile)
+    # a prompt beside the decodes adds its tokens, not another step: the step's own costs are in d already
+    ride = p.prefill.tokens(profile)
     server = profile.ttft_overhead_s if profile is not None else 0.0
     o = row.output
     waves = row.requests / (r * b) if p.burst else 0.0
-    if p.burst and waves <= 1:
-        # the engine runs the decodes first and the waiting prompts in the step's remaining budget (vLLM's
-        # scheduler): a request decodes while the prompts admitted after it, half of the others on average, run
-        tpot = d + (b - 1) / 2 * pre / o
-        ttft = (b + 1) * pre / 2 + server
-        slot = b * pre + (o - 1) * tpot
+    if (p.burst and waves <= 1) or row.lockstep:
+        # waves: each one's prompts arrive together and run in steps of the engine's token budget, its decodes
+        # after them; all at once, a request waits for the waves before its own
+        first, prompts = wave(b, row.input, ride, pre - ride)
+        tpot = d + (prompts - first) / max(o - 1, 1)
+        slot = prompts + (o - 1) * d
+        ttft = first + server
+        if p.burst:
+            full, rest = divmod(row.requests, r * b)
+            last = wave(math.ceil(rest / r), row.input, ride, pre - ride)[1] + (o - 1) * d if rest else 0.0
+            span = full * slot + last
+            ttft += (max(waves, 1) - 1) / 2 * slot
+        else:
+            span = (server + slot) * row.requests / (r * b)  # a round: the server's time, the wave's engine time
     else:
-        tpot = d + (b - 1) * pre / o
+        tpot = d + (b - 1) * ride / o
         slot = pre + (o - 1) * tpot
         ttft = pre + server + (max(waves, 1) - 1) / 2 * slot
-        if not p.burst and b > 1:
+        if p.burst:
+            # the first of the waves starts together: its share 1 / waves of the requests decode after the wave's
+            # prompts, not beside the later ones'
+            first, prompts = wave(b, row.input, ride, pre - ride)
+            tpot += (d + (prompts - first) / max(o - 1, 1) - tpot) / waves
+            span = max(waves, 1) * slot
+        else:
             # a prompt arrives during a step (half of one to wait) and queues behind the others' prompts, which
             # take a share rho of the engine's time: M/D/1's mean wait, rho / (1 - rho) x P / 2
-            rho = min((b - 1) * pre / slot, 0.9)
-            ttft += d / 2 + rho / (1 - rho) * pre / 2
+            if b > 1:
+                rho = min((b - 1) * ride / slot, 0.9)
+                ttft += d / 2 + rho / (1 - rho) * ride / 2
+            span = (ttft + (o - 1) * tpot) * row.requests / (r * b)
     e2el = ttft + (o - 1) * tpot
-    if p.burst:
-        rate = row.requests * o / (max(waves, 1) * slot)
-    else:
-        rate = r * b * o / e2el
+    rate = row.requests * o / span
     return _metric(row, ttft, tpot, e2el, rate)
+
+
+def wave(b: int, prompt: float, tokens: float, step: float) -> tuple[float, float]:
+    """``b`` prompts of ``prompt`` tokens that arrive together, each ``tokens`` seconds of work, run in order in
+    steps of :data:`CHUNK_TOKENS` that cost ``step`` each beside their tokens' share: the mean time to a prompt's
+    first token (the end of the step its last token is in) and the time until the last one's.
+
+    Prompt ``i`` ends in step ``s_i = ceil(i I / C)``, at ``min(s_i C, b I) / I x tokens + s_i x step``; the sum
+    of the ``s_i`` is a floor sum (:func:`floor_sum`), so a wave of thousands costs no loop."""
+    size, chunk = max(round(prompt), 1), CHUNK_TOKENS
+    total = b * size
+    steps = -(-total // chunk)
+    ends = floor_sum(b, chunk, size, size + chunk - 1)  # sum of ceil((i + 1) I / C) over i < b
+    last = b - (steps - 1) * chunk // size  # the prompts that end in the last, partial step
+    first = (tokens / size * (chunk * ends - last * (steps * chunk - total)) + step * ends) / b
+    return first, total / size * tokens + steps * step
+
+
+def floor_sum(n: int, m: int, a: int, b: int) -> int:
+    """``sum(floor((a i + b) / m) for i in range(n))`` for whole numbers ``a, b >= 0``, ``m >= 1``, in
+    ``O(log m)`` steps (the Euclid-like reduction of the AtCoder Library's ``floor_sum``)."""
+    total = 0
+    while True:
+        if a >= m:
+            total += n * (n - 1) // 2 * (a // m)
+            a %= m
+        if b >= m:
+            total += n * (b // m)
+            b %= m
+        top = a * n + b
+        if top < m:
+            return total
+        n, b = divmod(top, m)
+        m, a = a, m
 
 
 def bound(p: Priced) -> float:
