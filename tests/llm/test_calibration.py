@@ -8,14 +8,16 @@ import math
 import random
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from opcount.cli import main
 from opcount.errors import OpcountValueError
 from opcount.llm.calibration import rows
+from opcount.llm.calibration.evaluate import prompt_budget
 from opcount.llm.calibration.fit import FITTED, fit, geomean_error, leave_one_out
-from opcount.llm.calibration.steady import Priced, Step, bound, floor_sum, predict, wave
+from opcount.llm.calibration.steady import Priced, Step, as_dict, bound, floor_sum, from_dict, predict, wave
 from opcount.llm.engines.profile import BUILTIN, EngineProfile
 from opcount.llm.engines.terms import StepShape
 
@@ -119,6 +121,27 @@ def test_a_prompt_beside_decodes_pays_its_tokens_not_another_step() -> None:
     decode, prefill = Step(0.01, 0.005, SHAPE), Step(0.1, 0.05, PER_STEP)
     tpot = predict(Priced(measured(input="3000"), 4, 1, False, decode, prefill), profile)
     assert tpot == pytest.approx(0.02 + 3 * 0.1 / 101)
+
+
+def test_vllm_v0_runs_whole_prompts_alone_on_a_latent_attention_model() -> None:
+    # vLLM 0.7 turned chunked prefill off for MLA and took whole prompts up to max(max_model_len, 2048) tokens
+    mla = SimpleNamespace(kv_lora_rank=512, max_position_embeddings=163840)
+    gqa = SimpleNamespace(max_position_embeddings=131072)
+    v0, v1 = measured(version="0.7.3.dev138+g21f6ca217"), measured(version="v0.11.0")
+    assert prompt_budget(v0, mla) == (163840, True)
+    assert prompt_budget(v1, mla) == (8192, False)
+    assert prompt_budget(v0, gqa) == (8192, False)
+    assert prompt_budget(measured(engine="SGLang", version="0.4.2"), mla) == (8192, False)
+    # a closed loop of varied lengths: each of the 3 other prompts takes a step of its own, P whole
+    profile = EngineProfile("t", step_overhead_s=0.01, collective_latency_s=1e-6)
+    decode, prefill = Step(0.01, 0.005, SHAPE), Step(0.1, 0.05, PER_STEP)
+    alone = Priced(measured(input="3000"), 4, 1, False, decode, prefill, 163840, True)
+    assert predict(alone, profile) == pytest.approx(0.02 + 3 * (0.1 + 0.01001) / 101)
+    # a wave of 4 x 3,000 tokens in one step of 163,840: every first token at 4 x 100 ms + one step's 10.01 ms
+    wave_row = measured("ttft_ms", input="3000", lengths="fixed")
+    assert predict(replace(alone, row=wave_row), None) == pytest.approx(0.4)
+    assert predict(replace(alone, row=wave_row), profile) == pytest.approx(0.4 + 0.01001)
+    assert from_dict(alone.row, as_dict(alone)) == alone  # kept with the priced steps
 
 
 def test_all_at_once_over_two_waves_mixes_the_wave_and_the_loop() -> None:

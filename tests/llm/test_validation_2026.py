@@ -58,7 +58,9 @@ def test_the_page_shows_the_current_loop() -> None:
 
 
 def _same(a: steady.Priced, b: steady.Priced) -> None:
-    assert (a.batch, a.replicas, a.burst) == (b.batch, b.replicas, b.burst), a.row.case
+    assert (a.batch, a.replicas, a.burst, a.chunk, a.prompts_alone) == (
+        b.batch, b.replicas, b.burst, b.chunk, b.prompts_alone,
+    ), a.row.case  # fmt: skip
     for x, y in ((a.decode, b.decode), (a.prefill, b.prefill)):
         assert x.estimate == pytest.approx(y.estimate, rel=1e-6) and x.bound == pytest.approx(y.bound, rel=1e-6)
         for key, value in vars(x.shape).items():

@@ -22,7 +22,7 @@ from ..phases import PhaseCost, PhaseRequest
 from ..precision.dtypes import Precision
 from ..serve.simulate import default_max_num_seqs
 from .rows import Row
-from .steady import Priced, Step
+from .steady import CHUNK_TOKENS, Priced, Step
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,24 @@ class Tracer:
         return llm.deploy(self.phases[key], layout(row), hardware=hardware)
 
 
+# vLLM before 0.8 (its V0 engine) turned chunked prefill off for a model with multi-head latent attention (its
+# config's log: "MLA is enabled; forcing chunked prefill and prefix caching to be disabled", v0.7.1 and v0.7.3),
+# and without chunking took whole prompts a step up to max(max_model_len, 2048) tokens (V0's SchedulerConfig)
+V0_BEFORE, V0_LEAST_TOKENS = (0, 8), 2048
+
+
+def prompt_budget(row: Row, hf_config: object) -> tuple[int, bool]:
+    """The prompt tokens ``row``'s engine takes a step, and whether prompts run in steps of their own: the
+    chunked default (:data:`.steady.CHUNK_TOKENS`) beside decodes, except vLLM's V0 engine on a model with latent
+    attention (whole prompts, alone)."""
+    latent = isinstance(getattr(hf_config, "kv_lora_rank", None), int)
+    release = row.release
+    if row.engine == "vllm" and release is not None and release < V0_BEFORE and latent:
+        context = getattr(hf_config, "max_position_embeddings", None)
+        return max(context if isinstance(context, int) else 0, V0_LEAST_TOKENS), True
+    return CHUNK_TOKENS, False
+
+
 def _step(d: Deployment) -> Step:
     assert d.step_time is not None and d.step_time_bound is not None and d.shape is not None  # on hardware
     return Step(d.step_time, d.step_time_bound, d.shape)
@@ -112,7 +130,8 @@ def priced(row: Row, tracer: Tracer) -> Priced:
     else:
         raise OpcountError("a Poisson rate below the engine's capacity is not in the steady-state form")
     decode = tracer.deploy(row, hardware, "decode", batch, 1, prompt + answer // 2)
-    return Priced(row, batch, parallel.dp, burst, _step(decode), _step(prefill))
+    chunk, alone = prompt_budget(row, tracer.model(row).config)
+    return Priced(row, batch, parallel.dp, burst, _step(decode), _step(prefill), chunk, alone)
 
 
 def price(rows: Iterable[Row], tracer: Tracer | None = None) -> list[Priced | Unmodelled]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,13 @@ class Row:
         sets): those that start together end in the same step, so the prompts keep arriving in waves, each
         round of a closed loop and each batch of slots all at once."""
         return self.text.get("lengths", "") == "fixed"
+
+    @property
+    def release(self) -> tuple[int, int] | None:
+        """The engine's major and minor version as the row's ``version`` starts (``v0.11.0``, ``0.7.3.dev138``,
+        ``1.0 (...)``); None where it names none (``NIM 1.8.0``, ``not stated``)."""
+        found = re.match(r"v?(\d+)\.(\d+)", self.text.get("version", ""))
+        return None if found is None else (int(found[1]), int(found[2]))
 
 
 def seconds(metric: str, value: float) -> float:

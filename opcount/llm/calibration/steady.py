@@ -9,8 +9,9 @@ prompt that rides in a step the engine runs anyway (beside decodes, or beside ot
 ``P'``, its tokens' part of ``P``: the terms a step pays once (its overhead, the collectives' latency, the MoE
 router's kernels: :data:`.terms.PER_STEP`) are paid by that step, not again by each prompt in it.
 
-- **a wave** (:func:`wave`): ``b`` prompts that arrive together run in order in steps of ``C`` =
-  :data:`CHUNK_TOKENS` tokens (vLLM's, SGLang's and TensorRT-LLM's default token budget a step), each step their
+- **a wave** (:func:`wave`): ``b`` prompts that arrive together run in order in steps of ``C`` tokens (the
+  engine's budget a step, :data:`CHUNK_TOKENS` by default; whole prompts up to the model's context where the
+  engine does not chunk them: :func:`.evaluate.prompt_budget`), each step their
   tokens' share of ``P'`` and once the step's own terms; a prompt's first token comes at the end of the step its
   last token is in, the decodes after the wave's last prompt: ``TTFT`` the mean of those ends plus ``s``,
   ``TPOT = D + (W - TTFT') / (O - 1)`` with ``W`` the wave's prompts' time and ``TTFT'`` the mean first token.
@@ -19,7 +20,7 @@ router's kernels: :data:`.terms.PER_STEP`) are paid by that step, not again by e
   same step), ``r b O`` tokens every ``s + W + (O - 1) D``; all requests at once in one wave likewise;
 - **closed loop** of varied lengths (``concurrency`` clients, ``b = concurrency / r``): each request's prompt
   runs while the other ``b - 1`` decode, and each of theirs once in ``O`` of its steps:
-  ``TPOT = D + (b - 1) P' / O``; ``TTFT = P + s`` alone, and with others half a decode step more and the wait
+  ``TPOT = D + (b - 1) P' / O`` (``P`` whole where prompts run in steps of their own); ``TTFT = P + s`` alone, and with others half a decode step more and the wait
   behind their prompts, which hold the engine a share ``rho = (b - 1) P' / (P + (O - 1) TPOT)`` of the time (at
   most 0.9): M/D/1's ``rho / (1 - rho) x P' / 2``;
 - **all at once** in ``w = N / (r b)`` waves (``rate`` inf, ``N`` requests; ``b`` the slots a replica runs:
@@ -71,7 +72,9 @@ class Step:
 
 @dataclass(frozen=True)
 class Priced:
-    """A row with its steps: ``batch`` sequences a replica, ``replicas``, ``burst`` (all requests at once)."""
+    """A row with its steps: ``batch`` sequences a replica, ``replicas``, ``burst`` (all requests at once), and
+    the engine's prompt tokens a step (``chunk``) and whether prompts run in steps of their own
+    (``prompts_alone``: no chunked prefill)."""
 
     row: Row
     batch: int
@@ -79,61 +82,65 @@ class Priced:
     burst: bool
     decode: Step
     prefill: Step
+    chunk: int = CHUNK_TOKENS
+    prompts_alone: bool = False
 
 
 def predict(p: Priced, profile: EngineProfile | None) -> float:
     """The estimate of ``p``'s metric, as seconds (:attr:`.rows.Row.seconds`), under ``profile``."""
     row, b, r = p.row, p.batch, p.replicas
     d, pre = p.decode.priced(profile), p.prefill.priced(profile)
-    # a prompt beside the decodes adds its tokens, not another step: the step's own costs are in d already
+    # a prompt beside the decodes adds its tokens, not another step: the step's own costs are in d already;
+    # prompts in steps of their own (no chunked prefill) pay a step each, a wave's a step per chunk
     ride = p.prefill.tokens(profile)
+    beside = pre if p.prompts_alone else ride
     server = profile.ttft_overhead_s if profile is not None else 0.0
     o = row.output
     waves = row.requests / (r * b) if p.burst else 0.0
     if (p.burst and waves <= 1) or row.lockstep:
         # waves: each one's prompts arrive together and run in steps of the engine's token budget, its decodes
         # after them; all at once, a request waits for the waves before its own
-        first, prompts = wave(b, row.input, ride, pre - ride)
+        first, prompts = wave(b, row.input, ride, pre - ride, p.chunk)
         tpot = d + (prompts - first) / max(o - 1, 1)
         slot = prompts + (o - 1) * d
         ttft = first + server
         if p.burst:
             full, rest = divmod(row.requests, r * b)
-            last = wave(math.ceil(rest / r), row.input, ride, pre - ride)[1] + (o - 1) * d if rest else 0.0
+            last = wave(math.ceil(rest / r), row.input, ride, pre - ride, p.chunk)[1] + (o - 1) * d if rest else 0.0
             span = full * slot + last
             ttft += (max(waves, 1) - 1) / 2 * slot
         else:
             span = (server + slot) * row.requests / (r * b)  # a round: the server's time, the wave's engine time
     else:
-        tpot = d + (b - 1) * ride / o
+        tpot = d + (b - 1) * beside / o
         slot = pre + (o - 1) * tpot
         ttft = pre + server + (max(waves, 1) - 1) / 2 * slot
         if p.burst:
             # the first of the waves starts together: its share 1 / waves of the requests decode after the wave's
             # prompts, not beside the later ones'
-            first, prompts = wave(b, row.input, ride, pre - ride)
+            first, prompts = wave(b, row.input, ride, pre - ride, p.chunk)
             tpot += (d + (prompts - first) / max(o - 1, 1) - tpot) / waves
             span = max(waves, 1) * slot
         else:
             # a prompt arrives during a step (half of one to wait) and queues behind the others' prompts, which
             # take a share rho of the engine's time: M/D/1's mean wait, rho / (1 - rho) x P / 2
             if b > 1:
-                rho = min((b - 1) * ride / slot, 0.9)
-                ttft += d / 2 + rho / (1 - rho) * ride / 2
+                rho = min((b - 1) * beside / slot, 0.9)
+                ttft += d / 2 + rho / (1 - rho) * beside / 2
             span = (ttft + (o - 1) * tpot) * row.requests / (r * b)
     e2el = ttft + (o - 1) * tpot
     rate = row.requests * o / span
     return _metric(row, ttft, tpot, e2el, rate)
 
 
-def wave(b: int, prompt: float, tokens: float, step: float) -> tuple[float, float]:
+def wave(b: int, prompt: float, tokens: float, step: float, chunk: int = CHUNK_TOKENS) -> tuple[float, float]:
     """``b`` prompts of ``prompt`` tokens that arrive together, each ``tokens`` seconds of work, run in order in
-    steps of :data:`CHUNK_TOKENS` that cost ``step`` each beside their tokens' share: the mean time to a prompt's
+    steps of ``chunk`` tokens that cost ``step`` each beside their tokens' share: the mean time to a prompt's
     first token (the end of the step its last token is in) and the time until the last one's.
 
     Prompt ``i`` ends in step ``s_i = ceil(i I / C)``, at ``min(s_i C, b I) / I x tokens + s_i x step``; the sum
     of the ``s_i`` is a floor sum (:func:`floor_sum`), so a wave of thousands costs no loop."""
-    size, chunk = max(round(prompt), 1), CHUNK_TOKENS
+    size = max(round(prompt), 1)
     total = b * size
     steps = -(-total // chunk)
     ends = floor_sum(b, chunk, size, size + chunk - 1)  # sum of ceil((i + 1) I / C) over i < b
@@ -190,6 +197,8 @@ def as_dict(p: Priced) -> dict[str, object]:
         "burst": p.burst,
         "decode": step(p.decode),
         "prefill": step(p.prefill),
+        "chunk": p.chunk,
+        "prompts_alone": p.prompts_alone,
     }
 
 
@@ -200,5 +209,6 @@ def from_dict(row: Row, data: Mapping[str, Any]) -> Priced:
         return Step(float(s["estimate"]), float(s["bound"]), StepShape(**s["shape"]))
 
     return Priced(
-        row, int(data["batch"]), int(data["replicas"]), bool(data["burst"]), step(data["decode"]), step(data["prefill"])
-    )
+        row, int(data["batch"]), int(data["replicas"]), bool(data["burst"]), step(data["decode"]), step(data["prefill"]),
+        int(data.get("chunk", CHUNK_TOKENS)), bool(data.get("prompts_alone", False)),
+    )  # fmt: skip
