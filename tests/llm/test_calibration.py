@@ -14,6 +14,7 @@ import pytest
 
 from opcount.cli import main
 from opcount.errors import OpcountValueError
+from opcount.hardware.lookup import hardware
 from opcount.llm.calibration import rows
 from opcount.llm.calibration.evaluate import prompt_budget
 from opcount.llm.calibration.fit import FITTED, fit, geomean_error, leave_one_out
@@ -128,10 +129,12 @@ def test_vllm_v0_runs_whole_prompts_alone_on_a_latent_attention_model() -> None:
     mla = SimpleNamespace(kv_lora_rank=512, max_position_embeddings=163840)
     gqa = SimpleNamespace(max_position_embeddings=131072)
     v0, v1 = measured(version="0.7.3.dev138+g21f6ca217"), measured(version="v0.11.0")
-    assert prompt_budget(v0, mla) == (163840, True)
-    assert prompt_budget(v1, mla) == (8192, False)
-    assert prompt_budget(v0, gqa) == (8192, False)
-    assert prompt_budget(measured(engine="SGLang", version="0.4.2"), mla) == (8192, False)
+    h100, a100 = hardware("h100-sxm"), hardware("a100-sxm")
+    assert prompt_budget(v0, mla, h100) == (163840, True)
+    assert prompt_budget(v1, mla, h100) == (8192, False)
+    assert prompt_budget(v0, gqa, h100) == (8192, False)
+    assert prompt_budget(v1, gqa, a100) == (2048, False)  # vLLM V1's budget on an A100 (EngineArgs)
+    assert prompt_budget(measured(engine="SGLang", version="0.4.2"), mla, a100) == (8192, False)
     # a closed loop of varied lengths: each of the 3 other prompts takes a step of its own, P whole
     profile = EngineProfile("t", step_overhead_s=0.01, collective_latency_s=1e-6)
     decode, prefill = Step(0.01, 0.005, SHAPE), Step(0.1, 0.05, PER_STEP)
@@ -261,6 +264,10 @@ def test_vllm_bench_serve_json_becomes_rows(tmp_path: Path) -> None:
     found = {r.metric: r for r in rows.load(path)}
     assert set(found) == {"tpot_ms", "ttft_ms", "out_tok_s"}
     assert found["tpot_ms"].input == 1024 and found["tpot_ms"].output == 128 and found["tpot_ms"].concurrency == 4
+    assert not found["tpot_ms"].lockstep and found["tpot_ms"].release is None
+    path.write_text(json.dumps(result | {"lengths": "fixed", "version": "0.7.3"}), encoding="utf-8")
+    fixed = rows.load(path)[0]
+    assert fixed.lockstep and fixed.release == (0, 7)
     path.write_text(json.dumps({k: v for k, v in result.items() if k != "hardware"}), encoding="utf-8")
     with pytest.raises(OpcountValueError, match=r"bench.json:1: lacks 'hardware'"):
         rows.load(path)

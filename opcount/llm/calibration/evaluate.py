@@ -16,6 +16,7 @@ from ...hardware.lookup import Hardware
 from ...hardware.lookup import hardware as lookup_hardware
 from ..causal_lm import CausalLM
 from ..deploy.figures import Deployment
+from ..deploy.fit import default_max_batched_tokens
 from ..deploy.layout import Parallel
 from ..models.catalogue import config
 from ..phases import PhaseCost, PhaseRequest
@@ -91,16 +92,16 @@ class Tracer:
 V0_BEFORE, V0_LEAST_TOKENS = (0, 8), 2048
 
 
-def prompt_budget(row: Row, hf_config: object) -> tuple[int, bool]:
-    """The prompt tokens ``row``'s engine takes a step, and whether prompts run in steps of their own: the
-    chunked default (:data:`.steady.CHUNK_TOKENS`) beside decodes, except vLLM's V0 engine on a model with latent
-    attention (whole prompts, alone)."""
+def prompt_budget(row: Row, hf_config: object, hardware: Hardware) -> tuple[int, bool]:
+    """The prompt tokens ``row``'s engine takes a step, and whether prompts run in steps of their own: vLLM V1's
+    ``max_num_batched_tokens`` on ``hardware``, the others' 8,192 (:data:`.steady.CHUNK_TOKENS`), beside decodes;
+    vLLM's V0 engine on a model with latent attention takes whole prompts, alone."""
     latent = isinstance(getattr(hf_config, "kv_lora_rank", None), int)
     release = row.release
     if row.engine == "vllm" and release is not None and release < V0_BEFORE and latent:
         context = getattr(hf_config, "max_position_embeddings", None)
         return max(context if isinstance(context, int) else 0, V0_LEAST_TOKENS), True
-    return CHUNK_TOKENS, False
+    return (default_max_batched_tokens(hardware) if row.engine == "vllm" else CHUNK_TOKENS), False
 
 
 def _step(d: Deployment) -> Step:
@@ -130,7 +131,7 @@ def priced(row: Row, tracer: Tracer) -> Priced:
     else:
         raise OpcountError("a Poisson rate below the engine's capacity is not in the steady-state form")
     decode = tracer.deploy(row, hardware, "decode", batch, 1, prompt + answer // 2)
-    chunk, alone = prompt_budget(row, tracer.model(row).config)
+    chunk, alone = prompt_budget(row, tracer.model(row).config, hardware)
     return Priced(row, batch, parallel.dp, burst, _step(decode), _step(prefill), chunk, alone)
 
 

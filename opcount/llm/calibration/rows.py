@@ -183,7 +183,9 @@ _BENCH = {
 def from_bench(data: Any, path: str) -> list[Row]:
     """The figures of one ``vllm bench serve`` result (``--save-result``), with the run's own settings:
     ``model``, ``hardware``, ``engine`` and the layout (``tp``...) are not in vLLM's JSON and must be added
-    to it as keys of the same names (the CSV's columns); the lengths are the run's means."""
+    to it as keys of the same names (the CSV's columns), and may be ``version`` (the engine's) and ``lengths``
+    (``fixed`` for ``--random-range-ratio 0``: the prompts then arrive in waves); the lengths are the run's
+    means."""
     where = f"{path}:1"
     if not isinstance(data, Mapping):
         raise OpcountValueError(f"{where}: expected vllm bench serve's result object")
@@ -203,6 +205,7 @@ def from_bench(data: Any, path: str) -> list[Row]:
         "concurrency": "" if concurrency is None else str(concurrency), "rate": str(rate),
         "requests": str(completed), "input": str(data["total_input_tokens"] / completed),
         "output": str(data["total_output_tokens"] / completed), "source": path,
+        "lengths": str(data.get("lengths", "")), "version": str(data.get("version", "")),
     }  # fmt: skip
     rows = []
     for key, (metric, stat) in _BENCH.items():

@@ -20,8 +20,8 @@ router's kernels: :data:`.terms.PER_STEP`) are paid by that step, not again by e
   same step), ``r b O`` tokens every ``s + W + (O - 1) D``; all requests at once in one wave likewise;
 - **closed loop** of varied lengths (``concurrency`` clients, ``b = concurrency / r``): each request's prompt
   runs while the other ``b - 1`` decode, and each of theirs once in ``O`` of its steps:
-  ``TPOT = D + (b - 1) P' / O`` (``P`` whole where prompts run in steps of their own); ``TTFT = P + s`` alone, and with others half a decode step more and the wait
-  behind their prompts, which hold the engine a share ``rho = (b - 1) P' / (P + (O - 1) TPOT)`` of the time (at
+  ``TPOT = D + (b - 1) P' / O`` (``P`` whole where prompts run in steps of their own); ``TTFT = P + s``
+  alone, and with others half a decode step more and the wait behind their prompts, which hold the engine a share ``rho = (b - 1) P' / (P + (O - 1) TPOT)`` of the time (at
   most 0.9): M/D/1's ``rho / (1 - rho) x P' / 2``;
 - **all at once** in ``w = N / (r b)`` waves (``rate`` inf, ``N`` requests; ``b`` the slots a replica runs:
   ``N / r``, at most ``max_num_seqs`` and what the KV cache holds): a request waits for ``(w - 1) / 2`` others on
@@ -48,9 +48,9 @@ from ..engines.profile import EngineProfile
 from ..engines.terms import StepShape, per_step_seconds, step_seconds
 from .rows import Row
 
-# the tokens an engine step takes of waiting prompts on the rows' devices (70 GiB or more): vLLM V1's
-# max_num_batched_tokens for its server there; TensorRT-LLM's max_num_tokens defaults to the same 8192 and
-# SGLang's --chunked-prefill-size to 8192 or 16384 by the device's memory: one budget for all three
+# the tokens an engine step takes of waiting prompts: TensorRT-LLM's max_num_tokens by default, vLLM V1's
+# max_num_batched_tokens for its server on a device of 70 GiB or more, SGLang's --chunked-prefill-size there
+# (8192, or 16384 on the largest devices); vLLM's on a smaller device is its own (.evaluate.prompt_budget)
 CHUNK_TOKENS = LARGE_DEFAULT
 
 
