@@ -268,6 +268,9 @@ def test_vllm_bench_serve_json_becomes_rows(tmp_path: Path) -> None:
     path.write_text(json.dumps(result | {"lengths": "fixed", "version": "0.7.3"}), encoding="utf-8")
     fixed = rows.load(path)[0]
     assert fixed.lockstep and fixed.release == (0, 7)
+    assert [measured(lengths=text).lockstep for text in ("Fixed ", "random ratio 0", "random ratio 0.5", "sharegpt")] == [
+        True, True, False, False,
+    ]  # fmt: skip
     path.write_text(json.dumps({k: v for k, v in result.items() if k != "hardware"}), encoding="utf-8")
     with pytest.raises(OpcountValueError, match=r"bench.json:1: lacks 'hardware'"):
         rows.load(path)

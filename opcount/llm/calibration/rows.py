@@ -69,10 +69,12 @@ class Row:
 
     @property
     def lockstep(self) -> bool:
-        """Requests of one fixed length (``vllm bench serve --random-range-ratio 0``, trtllm-bench's synthetic
-        sets): those that start together end in the same step, so the prompts keep arriving in waves, each
-        round of a closed loop and each batch of slots all at once."""
-        return self.text.get("lengths", "") == "fixed"
+        """Requests of one fixed length (``lengths`` ``fixed`` or ``random ratio 0``: ``vllm bench serve
+        --random-range-ratio 0``, trtllm-bench's synthetic sets): those that start together end in the same
+        step, so the prompts keep arriving in waves, each round of a closed loop and each batch of slots all at
+        once."""
+        lengths = " ".join(self.text.get("lengths", "").lower().split())
+        return lengths == "fixed" or re.fullmatch(r"random ratio 0(\.0*)?", lengths) is not None
 
     @property
     def release(self) -> tuple[int, int] | None:
