@@ -116,7 +116,10 @@ def report(
         m, metric = p.row.measured, p.row.metric
         values = (rows.value(metric, steady.bound(p)), rows.value(metric, steady.predict(p, start)))
         fitted = rows.value(metric, steady.predict(p, profile))
-        lines.append(f"{p.row.case[:60]:60} {m:12.4g} {values[0]:11.4g} {values[1]:11.4g} {fitted:11.4g}  {metric}")
+        lines.append(
+            f"{p.row.case[:60]:60} {m:12.4g} {values[0]:11.4g} {values[1]:11.4g} {fitted:11.4g}  {metric}"
+            f"  {steady.workload(p)}"
+        )
     lines.append("")
     lines.append(f"profile {profile.name}:")
     lines += [f"  {k} = {v:.6g}" for k, v in profile.parameters().items()]

@@ -18,7 +18,17 @@ from opcount.hardware.lookup import hardware
 from opcount.llm.calibration import rows
 from opcount.llm.calibration.evaluate import prompt_budget
 from opcount.llm.calibration.fit import FITTED, fit, geomean_error, leave_one_out
-from opcount.llm.calibration.steady import Priced, Step, as_dict, bound, floor_sum, from_dict, predict, wave
+from opcount.llm.calibration.steady import (
+    Priced,
+    Step,
+    as_dict,
+    bound,
+    floor_sum,
+    from_dict,
+    predict,
+    wave,
+    workload,
+)
 from opcount.llm.engines.profile import BUILTIN, EngineProfile
 from opcount.llm.engines.terms import StepShape
 
@@ -145,6 +155,15 @@ def test_vllm_v0_runs_whole_prompts_alone_on_a_latent_attention_model() -> None:
     assert predict(replace(alone, row=wave_row), None) == pytest.approx(0.4)
     assert predict(replace(alone, row=wave_row), profile) == pytest.approx(0.4 + 0.01001)
     assert from_dict(alone.row, as_dict(alone)) == alone  # kept with the priced steps
+
+
+def test_each_row_says_how_its_workload_is_priced() -> None:
+    decode, prefill = Step(0.01, 0.005, SHAPE), Step(0.1, 0.05, SHAPE)
+    assert workload(Priced(measured(), 4, 1, False, decode, prefill)) == "closed loop of 4"
+    fixed = Priced(measured(lengths="fixed"), 4, 1, False, decode, prefill, 163840, True)
+    assert workload(fixed) == "waves of 4 (163840 tokens a step, prompts alone)"
+    burst = Priced(measured(concurrency="", requests="10"), 4, 1, True, decode, prefill)
+    assert workload(burst) == "all at once, 2.5 waves of 4"
 
 
 def test_all_at_once_over_two_waves_mixes_the_wave_and_the_loop() -> None:

@@ -133,6 +133,18 @@ def predict(p: Priced, profile: EngineProfile | None) -> float:
     return _metric(row, ttft, tpot, e2el, rate)
 
 
+def workload(p: Priced) -> str:
+    """How ``p``'s workload is priced, in a few words: a wave (its prompt tokens a step), a closed loop, or all at
+    once over its waves."""
+    waves = p.row.requests / (p.replicas * p.batch)
+    steps = f"{p.chunk} tokens a step{', prompts alone' if p.prompts_alone else ''}"
+    if p.burst:
+        return f"all at once, {waves:.3g} waves of {p.batch}" + (f" ({steps})" if p.row.lockstep or waves <= 1 else "")
+    if p.row.lockstep:
+        return f"waves of {p.batch} ({steps})"
+    return f"closed loop of {p.batch}"
+
+
 def wave(b: int, prompt: float, tokens: float, step: float, chunk: int = CHUNK_TOKENS) -> tuple[float, float]:
     """``b`` prompts of ``prompt`` tokens that arrive together, each ``tokens`` seconds of work, run in order in
     steps of ``chunk`` tokens that cost ``step`` each beside their tokens' share: the mean time to a prompt's
