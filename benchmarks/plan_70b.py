@@ -20,21 +20,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from floor_process import import_floor, run_child, status_mb
+
 TARGET_SECONDS = 60.0
 HARDWARE, PRICES = "h100-sxm,h200-sxm,b200", "h100-sxm=2.5,h200-sxm=3.5,b200=5"
-
-
-def status_mb(field: str) -> float:
-    """This process's VmRSS or VmHWM (Linux), in MB."""
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) * 1024 / 1e6 for line in status if line.startswith(field))
 
 
 def command(args: argparse.Namespace, output: str) -> list[str]:
@@ -49,14 +44,9 @@ def command(args: argparse.Namespace, output: str) -> list[str]:
 def child(args: argparse.Namespace) -> dict[str, Any]:
     """One measurement, in this (fresh) process."""
     start, cpu = time.perf_counter(), time.process_time()
-    import torch  # noqa: F401  # the floor: what any use of the model class imports
-    import transformers  # noqa: F401
-    from transformers import LlamaForCausalLM  # noqa: F401
-
-    out: dict[str, Any] = {"import_s": time.perf_counter() - start, "import_rss_mb": status_mb("VmRSS")}
+    out = import_floor()
     if args.child == "floor":
         return out | {"cpu_s": time.process_time() - cpu, "peak_mb": status_mb("VmHWM")}
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's opcount, wherever installed
     from opcount.cli.main import main
 
     profile = None
@@ -87,11 +77,9 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def measure(which: str, args: argparse.Namespace) -> dict[str, Any]:
-    argv = [sys.executable, __file__, "--child", which, "--model", args.model, "--hardware", args.hardware]
+    argv = [__file__, "--child", which, "--model", args.model, "--hardware", args.hardware]
     argv += ["--prices", args.prices, "--max-devices", str(args.max_devices)] + (["--profile"] if args.profile else [])
-    done = subprocess.run(argv, check=True, stdout=subprocess.PIPE, text=True)
-    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
-    return result
+    return run_child(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,32 +17,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
+
+from floor_process import import_floor, run_child, status_mb
 
 TARGET_SECONDS, TARGET_MB = 10.0, 300.0
 
 
-def status_mb(field: str) -> float:
-    """This process's VmRSS or VmHWM (Linux), in MB."""
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) * 1024 / 1e6 for line in status if line.startswith(field))
-
-
 def child(args: argparse.Namespace) -> dict[str, Any]:
     """One measurement, in this (fresh) process."""
-    start = time.perf_counter()
-    import torch  # noqa: F401  # the floor: what any use of the model class imports
-    import transformers  # noqa: F401
-    from transformers import LlamaForCausalLM  # noqa: F401
-
-    out: dict[str, Any] = {"import_s": time.perf_counter() - start, "import_rss_mb": status_mb("VmRSS")}
+    out = import_floor()
     if args.child == "floor":
         return out | {"peak_mb": status_mb("VmHWM")}
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's opcount, wherever installed
     from opcount.cli.llm import config_of
     from opcount.llm.causal_lm import CausalLM
     from opcount.llm.deploy.layout import Parallel
@@ -80,11 +68,9 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def measure(which: str, args: argparse.Namespace) -> dict[str, Any]:
-    argv = [sys.executable, __file__, "--child", which, "--requests", str(args.requests), "--rate", str(args.rate)]
+    argv = [__file__, "--child", which, "--requests", str(args.requests), "--rate", str(args.rate)]
     argv += ["--tp", str(args.tp)] + (["--profile"] if args.profile else [])
-    done = subprocess.run(argv, check=True, stdout=subprocess.PIPE, text=True)
-    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
-    return result
+    return run_child(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
