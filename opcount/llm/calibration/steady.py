@@ -97,11 +97,12 @@ def predict(p: Priced, profile: EngineProfile | None) -> float:
     server = profile.ttft_overhead_s if profile is not None else 0.0
     o = row.output
     waves = row.requests / (r * b) if p.burst else 0.0
+    # a wave of b prompts that arrive together: run in steps of the engine's token budget, its decodes after them
+    first, prompts = wave(b, row.input, ride, pre - ride, p.chunk)
+    wave_tpot = d + (prompts - first) / max(o - 1, 1)
     if (p.burst and waves <= 1) or row.lockstep:
-        # waves: each one's prompts arrive together and run in steps of the engine's token budget, its decodes
-        # after them; all at once, a request waits for the waves before its own
-        first, prompts = wave(b, row.input, ride, pre - ride, p.chunk)
-        tpot = d + (prompts - first) / max(o - 1, 1)
+        # all at once, a request waits for the waves before its own
+        tpot = wave_tpot
         slot = prompts + (o - 1) * d
         ttft = first + server
         if p.burst:
@@ -118,8 +119,7 @@ def predict(p: Priced, profile: EngineProfile | None) -> float:
         if p.burst:
             # the first of the waves starts together: its share 1 / waves of the requests decode after the wave's
             # prompts, not beside the later ones'
-            first, prompts = wave(b, row.input, ride, pre - ride, p.chunk)
-            tpot += (d + (prompts - first) / max(o - 1, 1) - tpot) / waves
+            tpot += (wave_tpot - tpot) / waves
             span = max(waves, 1) * slot
         else:
             # a prompt arrives during a step (half of one to wait) and queues behind the others' prompts, which
