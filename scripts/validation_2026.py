@@ -6,7 +6,7 @@
    that the rest is arithmetic (tests/llm/test_validation_2026.py's slow test prices them again and compares).
 2. The split (:func:`held_out`): a row is held out when the SHA-256 of its case, read as a number, is divisible
    by 3 (a third of the rows, whatever order the file is in); the others train.
-3. A profile per engine line (the engine, or its older architecture: :func:`line`) fitted on that line's
+3. A profile per engine line (the engine, or its older architecture: ``Row.line``) fitted on that line's
    training rows only, from its engine's built-in profile (opcount.llm.calibration.fit), and one per line and GPU
    family with at least MIN_OWN training rows of its own; each held-out row's estimate under the most specific
    fitted profile.
@@ -52,20 +52,6 @@ def held_out(priced: Sequence[steady.Priced]) -> set[str]:
     """The held-out cases: those whose SHA-256, read as a number, is divisible by 3 (a third of the rows, whatever
     order the file is in)."""
     return {p.row.case for p in priced if int(hashlib.sha256(p.row.case.encode("utf-8")).hexdigest(), 16) % 3 == 0}
-
-
-# the engines' architecture changes, below which a release is another engine to calibrate: vLLM's V1 engine is
-# its default from 0.8.0 (the v0.8.0 release notes), TensorRT-LLM's PyTorch backend from 1.0 (the v1.0 notes)
-NEW_LINES = {"vllm": ((0, 8), "V0"), "trtllm": ((1, 0), "TensorRT engines")}
-
-
-def line(row: rows.Row) -> str:
-    """The row's engine, and its older architecture where its version names one (:data:`NEW_LINES`)."""
-    if row.engine in NEW_LINES and row.release is not None:
-        since, older = NEW_LINES[row.engine]
-        if row.release < since:
-            return f"{row.engine} {older}"
-    return row.engine
 
 
 def family(row: rows.Row) -> str:
@@ -162,13 +148,13 @@ def loop(found: list[steady.Priced | evaluate.Unmodelled]) -> Loop:
     held = held_out(priced)
     training = [p for p in priced if p.row.case not in held]
     profiles: dict[str, EngineProfile] = {}
-    for engine in sorted({line(p.row) for p in priced}):
+    for engine in sorted({p.row.line for p in priced}):
         start = BUILTIN[engine.split()[0]]
-        mine = [p for p in training if line(p.row) == engine]
+        mine = [p for p in training if p.row.line == engine]
         profiles[engine] = fit.fit(mine, start).profile if mine else start
         # an engine on one GPU family with enough training rows of its own gets its own profile, as a user
         # calibrating their own deployment would (an engine's kernels differ by vendor: ROCm's from CUDA's)
-        for gpu in sorted({family(p.row) for p in priced if line(p.row) == engine}):
+        for gpu in sorted({family(p.row) for p in priced if p.row.line == engine}):
             theirs = [p for p in mine if family(p.row) == gpu]
             if len(theirs) >= MIN_OWN:
                 profiles[f"{engine} on {gpu}"] = fit.fit(theirs, start).profile
@@ -178,7 +164,7 @@ def loop(found: list[steady.Priced | evaluate.Unmodelled]) -> Loop:
 
 def profile_of(profiles: dict[str, EngineProfile], p: steady.Priced) -> EngineProfile:
     """The fitted profile of ``p``'s engine on its GPU family, else of its engine."""
-    return profiles.get(f"{line(p.row)} on {family(p.row)}", profiles[line(p.row)])
+    return profiles.get(f"{p.row.line} on {family(p.row)}", profiles[p.row.line])
 
 
 def groups(run: Loop) -> list[tuple[str, list[steady.Priced]]]:

@@ -44,12 +44,10 @@ def test_profiles_are_fitted_on_training_rows_only() -> None:
 def test_an_engine_line_is_its_older_architecture_by_version() -> None:
     by_case = {p.row.case: p.row for p in PRICED}
     # vLLM 0.7.3 ran the V0 engine (V1 is the default from 0.8.0); 0.11.0 is V1; TensorRT-LLM 0.17 built engines
-    assert loop.line(by_case["dsr1-mi300x-vllm-tp8-3200-800-c4-tpot-mean"]) == "vllm V0"
-    assert loop.line(by_case["dsr1-h200-vllm-tp8-sharegpt-c4-tpot-mean"]) == "vllm"
-    assert (
-        loop.line(by_case["mixtral-8x7b-h100-sxm-trtllm017-tp1-fp8-1000-1000-out-tok-s"]) == "trtllm TensorRT engines"
-    )
-    assert loop.line(by_case["llama33-70b-h100-nim18-tp2-fp8-5000-500-c1-itl"]) == "trtllm"  # NIM: not stated
+    assert by_case["dsr1-mi300x-vllm-tp8-3200-800-c4-tpot-mean"].line == "vllm V0"
+    assert by_case["dsr1-h200-vllm-tp8-sharegpt-c4-tpot-mean"].line == "vllm"
+    assert by_case["mixtral-8x7b-h100-sxm-trtllm017-tp1-fp8-1000-1000-out-tok-s"].line == "trtllm TensorRT engines"
+    assert by_case["llama33-70b-h100-nim18-tp2-fp8-5000-500-c1-itl"].line == "trtllm"  # NIM: not stated
 
 
 def test_the_page_shows_the_current_loop() -> None:

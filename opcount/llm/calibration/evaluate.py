@@ -86,10 +86,10 @@ class Tracer:
         return llm.deploy(self.phases[key], layout(row), hardware=hardware)
 
 
-# vLLM before 0.8 (its V0 engine) turned chunked prefill off for a model with multi-head latent attention (its
-# config's log: "MLA is enabled; forcing chunked prefill and prefix caching to be disabled", v0.7.1 and v0.7.3),
-# and without chunking took whole prompts a step up to max(max_model_len, 2048) tokens (V0's SchedulerConfig)
-V0_BEFORE, V0_LEAST_TOKENS = (0, 8), 2048
+# vLLM's V0 engine turned chunked prefill off for a model with multi-head latent attention (its config's log:
+# "MLA is enabled; forcing chunked prefill and prefix caching to be disabled", v0.7.1 and v0.7.3), and without
+# chunking took whole prompts a step up to max(max_model_len, 2048) tokens (V0's SchedulerConfig)
+V0_LEAST_TOKENS = 2048
 
 
 def prompt_budget(row: Row, hf_config: object, hardware: Hardware) -> tuple[int, bool]:
@@ -97,8 +97,7 @@ def prompt_budget(row: Row, hf_config: object, hardware: Hardware) -> tuple[int,
     ``max_num_batched_tokens`` on ``hardware``, the others' 8,192 (:data:`.steady.CHUNK_TOKENS`), beside decodes;
     vLLM's V0 engine on a model with latent attention takes whole prompts, alone."""
     latent = isinstance(getattr(hf_config, "kv_lora_rank", None), int)
-    release = row.release
-    if row.engine == "vllm" and release is not None and release < V0_BEFORE and latent:
+    if row.line == "vllm V0" and latent:
         context = getattr(hf_config, "max_position_embeddings", None)
         return max(context if isinstance(context, int) else 0, V0_LEAST_TOKENS), True
     return (default_max_batched_tokens(hardware) if row.engine == "vllm" else CHUNK_TOKENS), False

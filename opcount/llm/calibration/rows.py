@@ -33,6 +33,9 @@ METRICS = (*LATENCIES, *RATES)
 STATS = ("mean", "p50", "p90", "p99", "total")
 # the engines' names as measurements write them -> a profile's
 ENGINE_NAMES = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm", "trtllm": "trtllm"}
+# the engines' architecture changes, below which a release is another engine: vLLM's V1 engine is its default
+# from 0.8.0 (the v0.8.0 release notes), TensorRT-LLM's PyTorch backend from 1.0 (the v1.0 notes)
+OLDER_LINES = {"vllm": ((0, 8), "V0"), "trtllm": ((1, 0), "TensorRT engines")}
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,16 @@ class Row:
         ``1.0 (...)``); None where it names none (``NIM 1.8.0``, ``not stated``)."""
         found = re.match(r"v?(\d+)\.(\d+)", self.text.get("version", ""))
         return None if found is None else (int(found[1]), int(found[2]))
+
+    @property
+    def line(self) -> str:
+        """The row's engine, and its older architecture where its version names one (:data:`OLDER_LINES`):
+        ``vllm V0`` for vLLM 0.7, ``trtllm TensorRT engines`` for TensorRT-LLM 0.17."""
+        if self.engine in OLDER_LINES and self.release is not None:
+            since, older = OLDER_LINES[self.engine]
+            if self.release < since:
+                return f"{self.engine} {older}"
+        return self.engine
 
 
 def seconds(metric: str, value: float) -> float:
