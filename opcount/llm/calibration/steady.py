@@ -45,7 +45,7 @@ from typing import Any
 
 from ..deploy.fit import LARGE_DEFAULT
 from ..engines.profile import EngineProfile
-from ..engines.terms import StepShape, per_step_seconds, step_seconds
+from ..engines.terms import PER_STEP, StepShape, step_seconds, terms
 from .rows import Row
 
 # the tokens an engine step takes of waiting prompts: TensorRT-LLM's max_num_tokens by default, vLLM V1's
@@ -67,7 +67,9 @@ class Step:
 
     def tokens(self, profile: EngineProfile | None) -> float:
         """What the step's tokens cost under ``profile`` when they ride in a step that is paid for anyway."""
-        return self.priced(profile) - per_step_seconds(profile, self.shape)
+        if profile is None:
+            return self.estimate
+        return self.estimate + sum(v for k, v in terms(profile, self.shape).items() if k not in PER_STEP)
 
 
 @dataclass(frozen=True)

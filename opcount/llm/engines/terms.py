@@ -65,14 +65,6 @@ def terms(profile: EngineProfile, shape: StepShape) -> dict[str, float]:
 PER_STEP = ("step", "collectives", "moe")
 
 
-def per_step_seconds(profile: EngineProfile | None, shape: StepShape) -> float:
-    """The part of :func:`step_seconds` a step pays once (:data:`PER_STEP`)."""
-    if profile is None:
-        return 0.0
-    paid = terms(profile, shape)
-    return sum(paid[k] for k in PER_STEP)
-
-
 def step_seconds(profile: EngineProfile | None, shape: StepShape) -> float:
     """What ``profile`` adds to a step of ``shape`` (0 without a profile)."""
     return 0.0 if profile is None else sum(terms(profile, shape).values())
