@@ -15,8 +15,8 @@ import pytest
 from opcount.cli import main
 from opcount.errors import OpcountValueError
 from opcount.hardware.lookup import hardware
-from opcount.llm.calibration import rows
-from opcount.llm.calibration.evaluate import prompt_budget
+from opcount.llm.calibration import evaluate, rows
+from opcount.llm.calibration.evaluate import held, price, prompt_budget
 from opcount.llm.calibration.fit import FITTED, fit, geomean_error, leave_one_out
 from opcount.llm.calibration.steady import (
     Priced,
@@ -125,6 +125,54 @@ def test_a_closed_loop_of_fixed_lengths_runs_in_waves_by_hand() -> None:
     assert priced("out_tok_s") == pytest.approx((0.02 + prompts + 100 * d) / (4 * 101))
 
 
+def test_clients_beyond_the_kv_cache_wait_for_a_slot_by_hand() -> None:
+    # 8 clients, a KV cache that holds 4 sequences: 4 run as in the closed loop above, the other 4 wait one
+    # round of a slot's time (TTFT + 100 TPOT of the running ones) before their prompt; tokens a second stay
+    # the 4 slots'
+    decode, prefill = Step(0.01, 0.005, SHAPE), Step(0.1, 0.05, SHAPE)
+    profile = EngineProfile("t", ttft_overhead_s=0.02)
+    tpot = 0.01 + 3 * 0.1 / 101
+    rho = 3 * 0.1 / (0.1 + 100 * tpot)
+    running = 0.1 + 0.02 + 0.005 + rho / (1 - rho) * 0.05
+    slot = running + 100 * tpot
+
+    def priced(metric: str, **extra: str) -> float:
+        return predict(Priced(measured(metric, concurrency="8", **extra), 4, 1, False, decode, prefill), profile)
+
+    assert priced("tpot_ms") == pytest.approx(tpot)
+    assert priced("ttft_ms") == pytest.approx(running + slot)
+    assert priced("out_tok_s") == pytest.approx(slot / (4 * 101))
+    # fixed lengths: the waiting 4 start a round later, a round the server's 20 ms, 4 x 100 ms of prompts in
+    # one 8,192-token step (their first tokens at its end) and 100 decode steps
+    wave = 0.02 + 0.4 + 100 * 0.01
+    assert priced("ttft_ms", lengths="fixed") == pytest.approx(0.4 + 0.02 + wave)
+    assert priced("out_tok_s", lengths="fixed") == pytest.approx(wave / (4 * 101))
+
+
+def test_a_closed_loop_is_capped_by_the_kv_cache_the_engine_logged_else_by_opcounts_count() -> None:
+    # Llama-3-8B on an H100, 1,000 + 101 tokens a sequence: 16 clients, an engine that logged 8,808 tokens of KV
+    # cache holds 8 of them; without its figure, opcount's count of an H100 holds all 16
+    row = measured(concurrency="16", requests="64")
+    (logged,) = price([replace(row, kv_tokens=8808)])
+    (plain,) = price([row])
+    assert isinstance(logged, Priced) and isinstance(plain, Priced)
+    assert (logged.batch, plain.batch) == (8, 16)
+    # 64 clients of 8,000 + 100 tokens: 0.9 of the H100's 85.52 GB less 16.06 GB of bfloat16 weights (8.03 B
+    # parameters) leaves 60.91 GB before the prompt step's working set, and a sequence takes 8,100 x 131,072 =
+    # 1.062 GB (32 layers x 8 KV heads x 128 x 2 x 2 bytes a token): 56 of them whenever that working set is
+    # between 0.4 and 1.45 GB (the MLP's gate-and-up output alone, 8,000 x 28,672 x 2 bytes, is 0.46 GB)
+    (long,) = price([measured(concurrency="64", requests="256", input="8000", output="100")])
+    assert isinstance(long, Priced) and long.batch == 56
+    assert workload(long) == "closed loop of 56 (8 more waiting: the KV cache holds 56)"
+
+
+def test_the_slots_a_kv_cache_holds() -> None:
+    # 100 bytes for the engine, 60 of weights, 4 of working set: 36 left for sequences of 1,000 + 100 tokens
+    # at 1 byte a 1,000-token prompt, 1.1 bytes each: 32 of them
+    prefill = SimpleNamespace(capacity=100.0, per_device=SimpleNamespace(weights=60.0, activations=4.0, kv_cache=1.0))
+    assert held(prefill, 1000, 100) == 32  # type: ignore[arg-type]
+
+
 def test_a_prompt_beside_decodes_pays_its_tokens_not_another_step() -> None:
     # a closed loop of varied lengths: each of the 3 other prompts adds its tokens' 100 ms to the decode steps,
     # not the 10 ms step and 10 collective calls the decode step pays already
@@ -141,6 +189,9 @@ def test_vllm_v0_runs_whole_prompts_alone_on_a_latent_attention_model() -> None:
     v0, v1 = measured(version="0.7.3.dev138+g21f6ca217"), measured(version="v0.11.0")
     h100, a100 = hardware("h100-sxm"), hardware("a100-sxm")
     assert prompt_budget(v0, mla, h100) == (163840, True)
+    # the server's --max-model-len bounds it (dstack's MI300X runs: --max-model-len 32768), never below 2,048
+    assert prompt_budget(measured(version="0.7.3", max_model_len="32768"), mla, h100) == (32768, True)
+    assert prompt_budget(measured(version="0.7.3", max_model_len="1024"), mla, h100) == (2048, True)
     assert prompt_budget(v1, mla, h100) == (8192, False)
     assert prompt_budget(v0, gqa, h100) == (8192, False)
     assert prompt_budget(v1, gqa, a100) == (2048, False)  # vLLM V1's budget on an A100 (EngineArgs)
@@ -160,6 +211,8 @@ def test_vllm_v0_runs_whole_prompts_alone_on_a_latent_attention_model() -> None:
 def test_each_row_says_how_its_workload_is_priced() -> None:
     decode, prefill = Step(0.01, 0.005, SHAPE), Step(0.1, 0.05, SHAPE)
     assert workload(Priced(measured(), 4, 1, False, decode, prefill)) == "closed loop of 4"
+    queued = Priced(measured(concurrency="8"), 4, 1, False, decode, prefill)
+    assert workload(queued) == "closed loop of 4 (4 more waiting: the KV cache holds 4)"
     fixed = Priced(measured(lengths="fixed"), 4, 1, False, decode, prefill, 163840, True)
     assert workload(fixed) == "waves of 4 (163840 tokens a step, prompts alone)"
     burst = Priced(measured(concurrency="", requests="10"), 4, 1, True, decode, prefill)
@@ -220,9 +273,23 @@ def test_leave_one_out_is_small_on_rows_a_profile_explains() -> None:
     assert leave_one_out(synthetic(truth, 8), EngineProfile("start"), ("step_overhead_s", "ttft_overhead_s")) < 1e-4
 
 
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [("0", "max_model_len: expected a number from 1"), ("4.5", "max_model_len: expected a whole number"),
+     (str(2**24 + 1), "max_model_len: at most 16777216 tokens")],
+)  # fmt: skip
+def test_a_max_model_len_is_a_whole_number_of_tokens_within_bounds(given: str, said: str) -> None:
+    with pytest.raises(OpcountValueError, match=said):
+        measured(max_model_len=given)
+    assert measured().max_model_len is None and measured(max_model_len="32768").max_model_len == 32768
+    with pytest.raises(OpcountValueError, match="kv_tokens: at most 17592186044416 tokens"):
+        measured(kv_tokens=str(2**44 + 1))
+    assert measured(kv_tokens="8808").kv_tokens == 8808
+
+
 def test_a_bad_row_is_one_line_naming_the_file_and_row(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    good = "a,s,vLLM,1,llama-3-8b,h100-sxm,1,1,1,1,bfloat16,bfloat16,,4,inf,10,100,10,fixed,tpot_ms,mean,5,"
-    bad = "b,s,vLLM,1,llama-3-8b,h100-sxm,1,1,1,1,bfloat16,bfloat16,,4,inf,10,100,10,fixed,tpot_ms,mean,fast,"
+    good = "a,s,vLLM,1,llama-3-8b,h100-sxm,1,1,1,1,bfloat16,bfloat16,,4,inf,10,100,10,fixed,,,tpot_ms,mean,5,"
+    bad = "b,s,vLLM,1,llama-3-8b,h100-sxm,1,1,1,1,bfloat16,bfloat16,,4,inf,10,100,10,fixed,,,tpot_ms,mean,fast,"
     path = tmp_path / "m.csv"
     path.write_text("\n".join([HEADER, good, bad]) + "\n", encoding="utf-8")
     assert main(["calibrate", str(path)]) == 2
@@ -242,7 +309,7 @@ def test_a_bad_row_is_one_line_naming_the_file_and_row(tmp_path: Path, capsys: p
 
 def test_no_row_priced_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # tp 1 on a row of 10**9 devices: no layout of the row's is priced, and the reason is the answer
-    row = "a,s,vLLM,1,llama-3-8b,h100-sxm,1000000000,1,1,1,bfloat16,bfloat16,,4,inf,10,100,10,fixed,tpot_ms,mean,5,"
+    row = "a,s,vLLM,1,llama-3-8b,h100-sxm,1000000000,1,1,1,bfloat16,bfloat16,,4,inf,10,100,10,fixed,,,tpot_ms,mean,5,"
     path = tmp_path / "m.csv"
     path.write_text("\n".join([HEADER, row]) + "\n", encoding="utf-8")
     assert main(["calibrate", str(path)]) == 2
@@ -264,7 +331,7 @@ def test_output_files_are_checked_before_any_row_is_priced(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
 ) -> None:
     # a file with no row to price: a check made after pricing would report that instead of the flag
-    row = "a,s,vLLM,1,llama-3-8b,h100-sxm,1000000000,1,1,1,bfloat16,bfloat16,,4,inf,10,100,10,fixed,tpot_ms,mean,5,"
+    row = "a,s,vLLM,1,llama-3-8b,h100-sxm,1000000000,1,1,1,bfloat16,bfloat16,,4,inf,10,100,10,fixed,,,tpot_ms,mean,5,"
     path = tmp_path / "m.csv"
     path.write_text("\n".join([HEADER, row]) + "\n", encoding="utf-8")
     assert main(["calibrate", str(path), *(f.format(tmp=tmp_path) for f in flags)]) == 2
@@ -284,9 +351,9 @@ def test_vllm_bench_serve_json_becomes_rows(tmp_path: Path) -> None:
     assert set(found) == {"tpot_ms", "ttft_ms", "out_tok_s"}
     assert found["tpot_ms"].input == 1024 and found["tpot_ms"].output == 128 and found["tpot_ms"].concurrency == 4
     assert not found["tpot_ms"].lockstep and found["tpot_ms"].release is None
-    path.write_text(json.dumps(result | {"lengths": "fixed", "version": "0.7.3"}), encoding="utf-8")
+    path.write_text(json.dumps(result | {"lengths": "fixed", "version": "0.7.3", "max_model_len": 32768}), "utf-8")
     fixed = rows.load(path)[0]
-    assert fixed.lockstep and fixed.release == (0, 7)
+    assert fixed.lockstep and fixed.release == (0, 7) and fixed.max_model_len == 32768
     assert [measured(lengths=text).lockstep for text in ("Fixed ", "random ratio 0", "random ratio 0.5", "sharegpt")] == [
         True, True, False, False,
     ]  # fmt: skip
@@ -297,9 +364,9 @@ def test_vllm_bench_serve_json_becomes_rows(tmp_path: Path) -> None:
 
 def test_calibrate_writes_a_profile_the_other_commands_take(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     body = [
-        "a,s,vLLM,1,llama-3-8b,h100-sxm,1,1,1,1,bfloat16,bfloat16,,1,inf,10,512,64,fixed,tpot_ms,mean,7.0,",
-        "b,s,vLLM,1,llama-3-8b,h100-sxm,1,1,1,1,bfloat16,bfloat16,,1,inf,10,512,64,fixed,ttft_ms,mean,60,",
-        "c,s,vLLM,1,llama-3-8b,h100-sxm,1,1,1,1,bfloat16,bfloat16,,1,inf,10,512,64,fixed,tpot_ms,p99,9.0,",
+        "a,s,vLLM,1,llama-3-8b,h100-sxm,1,1,1,1,bfloat16,bfloat16,,1,inf,10,512,64,fixed,,,tpot_ms,mean,7.0,",
+        "b,s,vLLM,1,llama-3-8b,h100-sxm,1,1,1,1,bfloat16,bfloat16,,1,inf,10,512,64,fixed,,,ttft_ms,mean,60,",
+        "c,s,vLLM,1,llama-3-8b,h100-sxm,1,1,1,1,bfloat16,bfloat16,,1,inf,10,512,64,fixed,,,tpot_ms,p99,9.0,",
     ]
     path, profile = tmp_path / "m.csv", tmp_path / "vllm.json"
     path.write_text("\n".join([HEADER, *body]) + "\n", encoding="utf-8")
@@ -313,3 +380,12 @@ def test_calibrate_writes_a_profile_the_other_commands_take(tmp_path: Path, caps
     assert written["fit"]["error"] < 1e-3
     assert main(["llm:llama-3-8b", "--hardware", "h100-sxm", "--engine-profile", str(profile)]) == 0
     assert "engine profile:" in capsys.readouterr().out
+
+
+def test_the_tracer_keeps_the_phases_used_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a file of many rows is priced within bounded memory: the phases used last are kept, the oldest dropped
+    monkeypatch.setattr(evaluate, "PHASES_KEPT", 2)
+    tracer = evaluate.Tracer()
+    price([measured(concurrency="4"), measured(concurrency="8")], tracer)  # one prompt, two decode steps
+    assert len(tracer.phases) == 2
+    assert [key[6] for key in tracer.phases] == [1, 8]  # the prompt (batch 1), used again, and the last decode

@@ -18,7 +18,7 @@ from opcount.llm.precision.dtypes import Precision
 TABLE = Path(__file__).parents[2] / "docs" / "measured" / "serving_2026.csv"
 COLUMNS = (
     "case,source,engine,version,model,hardware,devices,tp,ep,dp_attention,weight,act,kv,concurrency,rate,"
-    "requests,input,output,lengths,metric,stat,measured,note"
+    "requests,input,output,lengths,max_model_len,kv_tokens,metric,stat,measured,note"
 ).split(",")
 ENGINES = {"vLLM", "SGLang", "TensorRT-LLM"}
 LATENCIES = {"tpot_ms", "itl_ms", "ttft_ms", "e2el_ms"}

@@ -21,11 +21,12 @@ from typing import Any
 
 from ...errors import OpcountValueError
 from ...files.read import parse_json, read_text
+from ..models.limits import MAX_BATCH, MAX_POSITIONS
 
 COLUMNS = (
     "case", "source", "engine", "version", "model", "hardware", "devices", "tp", "ep", "dp_attention", "weight",
-    "act", "kv", "concurrency", "rate", "requests", "input", "output", "lengths", "metric", "stat", "measured",
-    "note",
+    "act", "kv", "concurrency", "rate", "requests", "input", "output", "lengths", "max_model_len", "kv_tokens",
+    "metric", "stat", "measured", "note",
 )  # fmt: skip
 LATENCIES = ("tpot_ms", "itl_ms", "ttft_ms", "e2el_ms")
 RATES = ("out_tok_s_per_gpu", "total_tok_s_per_gpu", "out_tok_s", "req_s")
@@ -60,6 +61,8 @@ class Row:
     requests: int
     input: float
     output: float
+    max_model_len: int | None  # the server's --max-model-len; None: the model's context
+    kv_tokens: int | None  # the KV cache a replica holds, in tokens, as the engine logged it; None: not stated
     metric: str
     stat: str
     measured: float
@@ -118,6 +121,19 @@ def _number(text: str, what: str, whole: bool = False, low: float = 0.0) -> Any:
     return number
 
 
+def _tokens(text: str, what: str) -> int | None:
+    """A column of tokens (``max_model_len``, ``kv_tokens``): empty (not stated) or a whole number up to
+    :data:`.models.limits.MAX_POSITIONS` times :data:`.models.limits.MAX_BATCH` for a cache, the positions for a
+    context."""
+    if not text:
+        return None
+    tokens: int = _number(text, what, True, 1)
+    most = MAX_POSITIONS * (MAX_BATCH if what == "kv_tokens" else 1)
+    if tokens > most:
+        raise OpcountValueError(f"{what}: at most {most} tokens, got {text}")
+    return tokens
+
+
 def row(data: Mapping[str, str]) -> Row:
     """One row of the CSV's columns, checked (an error names the column)."""
     missing = [c for c in ("case", "engine", "model", "hardware", "metric", "measured") if not data.get(c)]
@@ -153,6 +169,8 @@ def row(data: Mapping[str, str]) -> Row:
         requests=_number(data.get("requests") or str(concurrency or 1), "requests", True, 1),
         input=_number(data.get("input") or "", "input", low=1.0),
         output=_number(data.get("output") or "", "output", low=1.0),
+        max_model_len=_tokens(data.get("max_model_len") or "", "max_model_len"),
+        kv_tokens=_tokens(data.get("kv_tokens") or "", "kv_tokens"),
         metric=data["metric"],
         stat=stat,
         measured=_number(data["measured"], "measured", low=1e-12),
@@ -198,9 +216,10 @@ _BENCH = {
 def from_bench(data: Any, path: str) -> list[Row]:
     """The figures of one ``vllm bench serve`` result (``--save-result``), with the run's own settings:
     ``model``, ``hardware``, ``engine`` and the layout (``tp``...) are not in vLLM's JSON and must be added
-    to it as keys of the same names (the CSV's columns), and may be ``version`` (the engine's) and ``lengths``
-    (``fixed`` for ``--random-range-ratio 0``: the prompts then arrive in waves); the lengths are the run's
-    means."""
+    to it as keys of the same names (the CSV's columns), and may be ``version`` (the engine's), ``lengths``
+    (``fixed`` for ``--random-range-ratio 0``: the prompts then arrive in waves), ``max_model_len`` (the
+    server's ``--max-model-len``) and ``kv_tokens`` (the KV cache in tokens as the server logged it: vLLM's "GPU
+    KV cache size"); the lengths are the run's means."""
     where = f"{path}:1"
     if not isinstance(data, Mapping):
         raise OpcountValueError(f"{where}: expected vllm bench serve's result object")
@@ -221,6 +240,7 @@ def from_bench(data: Any, path: str) -> list[Row]:
         "requests": str(completed), "input": str(data["total_input_tokens"] / completed),
         "output": str(data["total_output_tokens"] / completed), "source": path,
         "lengths": str(data.get("lengths", "")), "version": str(data.get("version", "")),
+        "max_model_len": str(data.get("max_model_len", "")), "kv_tokens": str(data.get("kv_tokens", "")),
     }  # fmt: skip
     rows = []
     for key, (metric, stat) in _BENCH.items():

@@ -18,11 +18,16 @@ router's kernels: :data:`.terms.PER_STEP`) are paid by that step, not again by e
   A closed loop of fixed lengths (:attr:`.rows.Row.lockstep`: ``vllm bench serve --max-concurrency`` with
   ``--random-range-ratio 0``) is a wave every round (its clients start together and their requests end in the
   same step), ``r b O`` tokens every ``s + W + (O - 1) D``; all requests at once in one wave likewise;
-- **closed loop** of varied lengths (``concurrency`` clients, ``b = concurrency / r``): each request's prompt
+- **closed loop** of varied lengths (``c`` clients, ``b = c / r``): each request's prompt
   runs while the other ``b - 1`` decode, and each of theirs once in ``O`` of its steps:
   ``TPOT = D + (b - 1) P' / O`` (``P`` whole where prompts run in steps of their own); ``TTFT = P + s``
-  alone, and with others half a decode step more and the wait behind their prompts, which hold the engine a share ``rho = (b - 1) P' / (P + (O - 1) TPOT)`` of the time (at
-  most 0.9): M/D/1's ``rho / (1 - rho) x P' / 2``;
+  alone, and with others half a decode step more and the wait behind their prompts, which hold the engine a
+  share ``rho = (b - 1) P' / (P + (O - 1) TPOT)`` of the time (at most 0.9): M/D/1's ``rho / (1 - rho) x P' / 2``;
+- **a closed loop beyond the KV cache**: ``b`` is at most the sequences of ``I + O`` tokens the cache holds
+  (an engine admits a request only when its blocks fit; as the engine logged it, :attr:`.rows.Row.kv_tokens`,
+  else by opcount's count: :func:`.evaluate.held`); the other clients wait for a slot, ``c / (r b) - 1`` rounds of the time a request holds one (``TTFT + (O - 1)
+  TPOT``; a wave's ``s + W + (O - 1) D``), added to ``TTFT``; the tokens a second are the ``r b`` slots',
+  whatever the clients;
 - **all at once** in ``w = N / (r b)`` waves (``rate`` inf, ``N`` requests; ``b`` the slots a replica runs:
   ``N / r``, at most ``max_num_seqs`` and what the KV cache holds): a request waits for ``(w - 1) / 2`` others on
   its slot, each ``P + (O - 1) TPOT``; the first wave's share ``1 / w`` of the requests decodes as a wave, the
@@ -99,6 +104,9 @@ def predict(p: Priced, profile: EngineProfile | None) -> float:
     server = profile.ttft_overhead_s if profile is not None else 0.0
     o = row.output
     waves = row.requests / (r * b) if p.burst else 0.0
+    # a closed loop's clients beyond the slots the KV cache holds wait for one: each round of the slots
+    # serves r b of them, so a request waits c / (r b) - 1 rounds of a slot's time
+    rounds = max((row.concurrency or 0) / (r * b), 1.0) - 1 if not p.burst else 0.0
     # a wave of b prompts that arrive together: run in steps of the engine's token budget, its decodes after them
     first, prompts = wave(b, row.input, ride, pre - ride, p.chunk)
     wave_tpot = d + (prompts - first) / max(o - 1, 1)
@@ -114,6 +122,7 @@ def predict(p: Priced, profile: EngineProfile | None) -> float:
             ttft += (max(waves, 1) - 1) / 2 * slot
         else:
             span = (server + slot) * row.requests / (r * b)  # a round: the server's time, the wave's engine time
+            ttft += rounds * (server + slot)
     else:
         tpot = d + (b - 1) * beside / o
         slot = pre + (o - 1) * tpot
@@ -130,6 +139,7 @@ def predict(p: Priced, profile: EngineProfile | None) -> float:
                 rho = min((b - 1) * beside / slot, 0.9)
                 ttft += d / 2 + rho / (1 - rho) * beside / 2
             span = (ttft + (o - 1) * tpot) * row.requests / (r * b)
+            ttft += rounds * (ttft + (o - 1) * tpot)
     e2el = ttft + (o - 1) * tpot
     rate = row.requests * o / span
     return _metric(row, ttft, tpot, e2el, rate)
@@ -142,9 +152,11 @@ def workload(p: Priced) -> str:
     steps = f"{p.chunk} tokens a step{', prompts alone' if p.prompts_alone else ''}"
     if p.burst:
         return f"all at once, {waves:.3g} waves of {p.batch}" + (f" ({steps})" if p.row.lockstep or waves <= 1 else "")
+    clients = math.ceil((p.row.concurrency or 0) / p.replicas)
+    queue = f" ({clients - p.batch} more waiting: the KV cache holds {p.batch})" if clients > p.batch else ""
     if p.row.lockstep:
-        return f"waves of {p.batch} ({steps})"
-    return f"closed loop of {p.batch}"
+        return f"waves of {p.batch} ({steps}){queue}"
+    return f"closed loop of {p.batch}{queue}"
 
 
 def wave(b: int, prompt: float, tokens: float, step: float, chunk: int = CHUNK_TOKENS) -> tuple[float, float]:
