@@ -121,14 +121,11 @@ def _number(text: str, what: str, whole: bool = False, low: float = 0.0) -> Any:
     return number
 
 
-def _tokens(text: str, what: str) -> int | None:
-    """A column of tokens (``max_model_len``, ``kv_tokens``): empty (not stated) or a whole number up to
-    :data:`.models.limits.MAX_POSITIONS` times :data:`.models.limits.MAX_BATCH` for a cache, the positions for a
-    context."""
+def _tokens(text: str, what: str, most: int) -> int | None:
+    """A column of tokens (``max_model_len``, ``kv_tokens``): empty (not stated) or a whole number up to ``most``."""
     if not text:
         return None
     tokens: int = _number(text, what, True, 1)
-    most = MAX_POSITIONS * (MAX_BATCH if what == "kv_tokens" else 1)
     if tokens > most:
         raise OpcountValueError(f"{what}: at most {most} tokens, got {text}")
     return tokens
@@ -169,8 +166,8 @@ def row(data: Mapping[str, str]) -> Row:
         requests=_number(data.get("requests") or str(concurrency or 1), "requests", True, 1),
         input=_number(data.get("input") or "", "input", low=1.0),
         output=_number(data.get("output") or "", "output", low=1.0),
-        max_model_len=_tokens(data.get("max_model_len") or "", "max_model_len"),
-        kv_tokens=_tokens(data.get("kv_tokens") or "", "kv_tokens"),
+        max_model_len=_tokens(data.get("max_model_len") or "", "max_model_len", MAX_POSITIONS),
+        kv_tokens=_tokens(data.get("kv_tokens") or "", "kv_tokens", MAX_POSITIONS * MAX_BATCH),  # a batch of contexts
         metric=data["metric"],
         stat=stat,
         measured=_number(data["measured"], "measured", low=1e-12),

@@ -25,9 +25,9 @@ router's kernels: :data:`.terms.PER_STEP`) are paid by that step, not again by e
   share ``rho = (b - 1) P' / (P + (O - 1) TPOT)`` of the time (at most 0.9): M/D/1's ``rho / (1 - rho) x P' / 2``;
 - **a closed loop beyond the KV cache**: ``b`` is at most the sequences of ``I + O`` tokens the cache holds
   (an engine admits a request only when its blocks fit; as the engine logged it, :attr:`.rows.Row.kv_tokens`,
-  else by opcount's count: :func:`.evaluate.held`); the other clients wait for a slot, ``c / (r b) - 1`` rounds of the time a request holds one (``TTFT + (O - 1)
-  TPOT``; a wave's ``s + W + (O - 1) D``), added to ``TTFT``; the tokens a second are the ``r b`` slots',
-  whatever the clients;
+  else by opcount's count: :func:`.evaluate.held`); the other clients wait for a slot, ``c / (r b) - 1``
+  rounds of the time a request holds one (``TTFT + (O - 1) TPOT``; a wave's ``s + W + (O - 1) D``), added to
+  ``TTFT``; the tokens a second are the ``r b`` slots', whatever the clients;
 - **all at once** in ``w = N / (r b)`` waves (``rate`` inf, ``N`` requests; ``b`` the slots a replica runs:
   ``N / r``, at most ``max_num_seqs`` and what the KV cache holds): a request waits for ``(w - 1) / 2`` others on
   its slot, each ``P + (O - 1) TPOT``; the first wave's share ``1 / w`` of the requests decodes as a wave, the
@@ -105,8 +105,8 @@ def predict(p: Priced, profile: EngineProfile | None) -> float:
     o = row.output
     waves = row.requests / (r * b) if p.burst else 0.0
     # a closed loop's clients beyond the slots the KV cache holds wait for one: each round of the slots
-    # serves r b of them, so a request waits c / (r b) - 1 rounds of a slot's time
-    rounds = max((row.concurrency or 0) / (r * b), 1.0) - 1 if not p.burst else 0.0
+    # serves r b of them, so a request waits c / (r b) - 1 rounds of a slot's time (none all at once)
+    rounds = max((row.concurrency or 0) / (r * b), 1.0) - 1
     # a wave of b prompts that arrive together: run in steps of the engine's token budget, its decodes after them
     first, prompts = wave(b, row.input, ride, pre - ride, p.chunk)
     wave_tpot = d + (prompts - first) / max(o - 1, 1)
@@ -121,8 +121,9 @@ def predict(p: Priced, profile: EngineProfile | None) -> float:
             span = full * slot + last
             ttft += (max(waves, 1) - 1) / 2 * slot
         else:
-            span = (server + slot) * row.requests / (r * b)  # a round: the server's time, the wave's engine time
-            ttft += rounds * (server + slot)
+            held = server + slot  # a round: the server's time, the wave's engine time
+            span = held * row.requests / (r * b)
+            ttft += rounds * held
     else:
         tpot = d + (b - 1) * beside / o
         slot = pre + (o - 1) * tpot
@@ -138,8 +139,9 @@ def predict(p: Priced, profile: EngineProfile | None) -> float:
             if b > 1:
                 rho = min((b - 1) * beside / slot, 0.9)
                 ttft += d / 2 + rho / (1 - rho) * beside / 2
-            span = (ttft + (o - 1) * tpot) * row.requests / (r * b)
-            ttft += rounds * (ttft + (o - 1) * tpot)
+            held = ttft + (o - 1) * tpot  # the time a request holds its slot
+            span = held * row.requests / (r * b)
+            ttft += rounds * held
     e2el = ttft + (o - 1) * tpot
     rate = row.requests * o / span
     return _metric(row, ttft, tpot, e2el, rate)
