@@ -85,3 +85,10 @@ def test_a_row_says_what_was_measured_and_where(row: dict[str, str]) -> None:
     assert row["stat"] in (STATS if row["metric"] in LATENCIES else STATS | {"total"})
     assert math.isfinite(number(row["measured"]))
     assert COMMIT.search(row["source"]) or URL.search(row["source"]), row["source"]
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS if r["kv_tokens"]], ids=lambda r: r["case"])
+def test_a_logged_kv_cache_says_whose_log_it_is(row: dict[str, str]) -> None:
+    # the cache decides who queues: a row carrying one names the engine log it was read from, in its note
+    assert int(row["kv_tokens"]) >= 1
+    assert f"kv_tokens {row['kv_tokens']}:" in row["note"]
